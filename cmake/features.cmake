@@ -1,0 +1,55 @@
+# Feature detection, in one place. Each option prints one status line; the
+# result is one generated header, kvt_build.h, of KVT_HAVE_* macros.
+# Impossible combinations (ON without the dependency) fail the build here.
+
+include(CheckIncludeFile)
+set(KVT_DEP_LIBS "")
+
+function(kvt_require_or_skip opt found what)
+  if("${${opt}}" STREQUAL "ON" AND NOT ${found})
+    message(FATAL_ERROR "${opt}=ON but ${what} was not found")
+  endif()
+endfunction()
+
+# --- CUDA: the runtime API from C; the toolkit is enough to compile and link.
+set(KVT_HAVE_CUDA 0)
+if(NOT KVT_WITH_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  kvt_require_or_skip(KVT_WITH_CUDA CUDAToolkit_FOUND "the CUDA toolkit")
+  if(CUDAToolkit_FOUND)
+    set(KVT_HAVE_CUDA 1)
+    # Static cudart: a build carried to a GPU machine needs only the driver.
+    list(APPEND KVT_DEP_LIBS CUDA::cudart_static)
+  endif()
+endif()
+message(STATUS "kvtier: CUDA back-end ${KVT_HAVE_CUDA} (KVT_WITH_CUDA=${KVT_WITH_CUDA}${CUDAToolkit_VERSION_PREFIX}${CUDAToolkit_VERSION})")
+
+# --- liburing
+set(KVT_HAVE_URING 0)
+if(NOT KVT_WITH_URING STREQUAL "OFF")
+  find_path(URING_INCLUDE liburing.h)
+  if(KVT_STATIC_DEPS)
+    find_library(URING_LIB NAMES liburing.a uring)
+  else()
+    find_library(URING_LIB NAMES uring)
+  endif()
+  set(_uring_found FALSE)
+  if(URING_INCLUDE AND URING_LIB)
+    set(_uring_found TRUE)
+  endif()
+  kvt_require_or_skip(KVT_WITH_URING _uring_found "liburing (apt-get install liburing-dev)")
+  if(_uring_found)
+    set(KVT_HAVE_URING 1)
+    list(APPEND KVT_DEP_LIBS ${URING_LIB})
+  endif()
+endif()
+message(STATUS "kvtier: io_uring back-end ${KVT_HAVE_URING} (KVT_WITH_URING=${KVT_WITH_URING})")
+
+if(KVT_SANITIZE)
+  set(KVT_SANITIZE_NUM 1)
+else()
+  set(KVT_SANITIZE_NUM 0)
+endif()
+
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/generated)
+configure_file(${CMAKE_SOURCE_DIR}/cmake/kvt_build.h.in ${CMAKE_BINARY_DIR}/generated/kvt_build.h)

@@ -1,0 +1,291 @@
+/*
+ * kvtier.h — the one public header of kvtier.
+ *
+ * kvtier keeps the KV cache of transformer decoding in three tiers — GPU memory
+ * (HBM), pinned host memory (DRAM) and NVMe files (SSD) — and moves fixed-size
+ * pages between them ahead of the decode loop.
+ *
+ * Order of this file: version, error codes, types, configuration, the engine,
+ * engine-managed pages, engine-owned buffers, decode position, statistics.
+ *
+ * Conventions (they hold for every function below unless its comment says
+ * otherwise):
+ *  - Action functions return int: 0 on success, a negative errno from the OS
+ *    unchanged (-ENOMEM, -EINVAL, -EBUSY, -EEXIST, ...), or a library error from
+ *    the reserved block KVT_E* (far below errno values). kvt_strerror() names
+ *    both. No function sets errno.
+ *  - A failed call changes nothing that the caller can observe, except where the
+ *    comment says what it leaves behind.
+ *  - kvt_last_error() gives a longer, thread-local text for the last failure on
+ *    the calling thread (for example which config field is wrong).
+ *  - Pointers passed in are borrowed for the duration of the call only.
+ *  - Threads: a kvt_engine may be used by any number of threads at once, except
+ *    kvt_close(), which must be the last call and must not race with others.
+ */
+#ifndef KVTIER_H
+#define KVTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define KVT_VERSION_MAJOR 0
+#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_PATCH 0
+#define KVT_VERSION_NUMBER (KVT_VERSION_MAJOR * 10000 + KVT_VERSION_MINOR * 100 + KVT_VERSION_PATCH)
+
+/* The version of the library linked at run time (KVT_VERSION_NUMBER form). */
+unsigned kvt_version_number(void);
+/* "0.1.0"; a static string, valid forever. */
+const char *kvt_version_string(void);
+
+/* ----------------------------------------------------------------- errors */
+
+/* Library errors live in their own block, far below any errno value (errno
+ * values are small positive numbers; the OS ones come back negated). */
+#define KVT_EBASE        (-30500)
+#define KVT_ECORRUPT     (-30500)  /* stored data failed its checksum: treated as missing */
+#define KVT_EFINGERPRINT (-30501)  /* stored under another model/dtype/layout fingerprint */
+#define KVT_ENOTFOUND    (-30502)  /* no page with this key in any tier */
+#define KVT_EFULL        (-30503)  /* no tier can hold the page (pinned pages fill HBM, ...) */
+#define KVT_EDEVICE      (-30504)  /* the device failed; the engine is in the failed state */
+#define KVT_ECONFIG      (-30505)  /* a configuration field is invalid: kvt_last_error() names it */
+#define KVT_ENOTSUP      (-30506)  /* not built into this library (yet) or not on this back-end */
+#define KVT_EFAILED      (-30507)  /* the engine is in the failed state after an earlier error */
+#define KVT_ELAST        (-30507)
+
+/* A text for any return value of this library (0, -errno or KVT_E*). Static
+ * storage, valid forever, thread-safe. */
+const char *kvt_strerror(int err);
+
+/* The detailed text of the last failed call made by this thread (empty string
+ * when there is none). Thread-local storage: valid until this thread's next
+ * kvtier call. */
+const char *kvt_last_error(void);
+
+/* ------------------------------------------------------------------ types */
+
+/* An engine. Thread-safe: see the conventions above. */
+typedef struct kvt_engine kvt_engine;
+
+/* A handle for an asynchronous acquire; 0 is never a valid ticket. */
+typedef uint64_t kvt_ticket;
+
+/* The identity of one page: sequence id or prefix hash, layer, page number. */
+typedef struct kvt_key {
+    uint64_t id;
+    uint32_t layer;   /* a layer, or KVT_ALL_LAYERS for page-first layouts */
+    uint32_t index;   /* page number within the sequence */
+} kvt_key;
+
+#define KVT_ALL_LAYERS UINT32_MAX
+
+typedef enum {
+    KVT_TIER_NONE = -1,
+    KVT_TIER_HBM = 0,
+    KVT_TIER_DRAM = 1,
+    KVT_TIER_SSD = 2
+} kvt_tier;
+
+#define KVT_TIERS 3
+
+/* ------------------------------------------------------------ configuration */
+
+#define KVT_DEVICE_HOST (-1)   /* emulated HBM in host memory, asynchronous copy threads */
+#define KVT_DEVICE_AUTO (-2)   /* CUDA device 0 when one is usable, else host */
+
+#define KVT_CODEC_NONE 0
+#define KVT_CODEC_ZSTD 1
+#define KVT_CODEC_ZSTD_SHUFFLE16 2
+
+#define KVT_IO_AUTO 0          /* io_uring, else the pread/pwrite thread pool */
+#define KVT_IO_URING 1
+#define KVT_IO_PSYNC 2
+
+typedef struct kvt_config {
+    size_t page_bytes;          /* bytes per page; a multiple of 4096 */
+    size_t hbm_bytes;           /* capacity of the HBM tier; at least one page */
+    size_t dram_bytes;          /* capacity of the pinned DRAM tier; at least one page */
+    size_t ssd_bytes;           /* capacity of the SSD tier; 0 = no SSD tier */
+    const char *ssd_dir;        /* spill segments and the LMDB index live here (copied at open) */
+    int device;                 /* CUDA ordinal, KVT_DEVICE_HOST or KVT_DEVICE_AUTO */
+    const char *policy;         /* "lru" (default until the decode policy lands) or "decode" (copied at open) */
+    int codec;                  /* KVT_CODEC_* for pages stored on SSD */
+    int persist;                /* keep SSD pages across close/open (else wiped at open) */
+    uint64_t fingerprint;       /* model/dtype/layout identity; another one never matches */
+    int io_backend;             /* KVT_IO_* */
+    unsigned queue_depth;       /* I/O requests in flight */
+    /* --- fields after this line were added to DESIGN.md §3; zero keeps the default --- */
+    double host_link_gbps;      /* host back-end: cap each emulated link at this many GB/s
+                                   (1e9 bytes/s); 0 = uncapped, unless KVT_HOST_LINK_GBPS is set */
+} kvt_config;
+
+/* Fills *cfg with defaults: 256 KiB pages, 1 GiB HBM, 4 GiB DRAM, no SSD,
+ * device AUTO, policy "lru", no codec, no persistence, fingerprint 0, io AUTO,
+ * queue depth 32, uncapped host link. Never fails. */
+void kvt_config_init(kvt_config *cfg);
+
+/* ----------------------------------------------------------------- engine */
+
+/* Opens an engine: allocates the HBM and DRAM arenas and starts the mover.
+ * cfg is read during the call only (strings are copied).
+ * On success *out owns the engine until kvt_close(). On failure *out is NULL,
+ * nothing is allocated, and the return is:
+ *   KVT_ECONFIG  a field is invalid (kvt_last_error() names it),
+ *   KVT_ENOTSUP  a requested part is not built (the SSD tier, a policy, CUDA),
+ *   KVT_EDEVICE  the requested device cannot be used,
+ *   -ENOMEM      an arena could not be allocated. */
+int kvt_open(const kvt_config *cfg, kvt_engine **out);
+
+/* Waits for transfers in flight, flushes what must be flushed, frees
+ * everything. Device pointers handed out become invalid. NULL is a no-op.
+ * Must not race with any other call on the same engine. */
+void kvt_close(kvt_engine *e);
+
+/* --------------------------------------------- engine-managed pages (HBM) */
+
+/* Creates a new page in HBM, pinned, and returns its device address in
+ * *dev_ptr (valid while the page stays pinned, page_bytes long, contents
+ * undefined until the caller writes them). The page is dirty: it has no copy
+ * below HBM until written back. Release it with dirty=1 after writing.
+ * Errors: -EEXIST (the key exists), KVT_EFULL (HBM is full of pinned pages),
+ * KVT_EDEVICE/KVT_EFAILED. On error nothing is created. */
+int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr);
+
+/* Makes the n pages resident in HBM, pins them and writes their device
+ * addresses to dev_ptrs[0..n-1] (valid while pinned). Blocks until all n are
+ * resident. Keys may repeat (each occurrence is one pin).
+ * Errors: KVT_ENOTFOUND (a key is in no tier), KVT_EFULL (the pages do not fit
+ * beside the pages pinned now), KVT_ECORRUPT (a stored copy failed its
+ * checksum), -EIO, KVT_EDEVICE. On error no page is pinned by this call. */
+int kvt_acquire(kvt_engine *e, const kvt_key *keys, size_t n, void **dev_ptrs);
+
+/* Like kvt_acquire(), but returns once the copies are queued: dev_ptrs are
+ * filled at once, their contents are valid only after kvt_wait() or
+ * kvt_wait_stream() on *t returns 0. The pins are held from this call on.
+ * Every ticket must be waited for exactly once (with kvt_wait or
+ * kvt_wait_stream), from any thread. */
+int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void **dev_ptrs,
+                      kvt_ticket *t);
+
+/* Blocks the calling thread until the ticket's pages are resident. Returns 0,
+ * or the transfer's error; on error the ticket's pins have been dropped (as if
+ * never acquired). -EINVAL for an unknown or already waited ticket. */
+int kvt_wait(kvt_engine *e, kvt_ticket t);
+
+/* Makes the CUDA stream (a cudaStream_t, NULL = legacy default stream) wait
+ * for the ticket's copies without blocking the host. On the host back-end
+ * there is no stream: the calling thread waits, as kvt_wait(). The ticket is
+ * consumed either way; errors surface here when they are already known, else
+ * on the engine's next call (the engine enters the failed state). */
+int kvt_wait_stream(kvt_engine *e, kvt_ticket t, void *cuda_stream);
+
+/* Unpins n pages acquired or created before. dirty=1 says the caller wrote
+ * them: lower copies become stale and are freed; the page is written back
+ * before it leaves HBM. Errors: -EINVAL (a key is not pinned; nothing is
+ * released), KVT_ENOTFOUND. */
+int kvt_release(kvt_engine *e, const kvt_key *keys, size_t n, int dirty);
+
+/* Removes n pages from every tier. Keys that do not exist are ignored.
+ * Errors: -EBUSY (a page is pinned or being copied; nothing is dropped). */
+int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n);
+
+/* Removes every page whose key.id is id (a finished sequence). O(pages held).
+ * Errors: -EBUSY (one of them is pinned; nothing is dropped). */
+int kvt_drop_id(kvt_engine *e, uint64_t id);
+
+/* ------------------------------ engine-owned buffers (storage back-ends) */
+
+/* Copies n pages of page_bytes each from src[i] into kvtier (placed in DRAM,
+ * or wherever room can be made). src_on_device=1 says src[i] are device
+ * pointers. An existing key is overwritten. src buffers are read during the
+ * call only. Capacity is counted in pages: HBM pages + DRAM pages (+ SSD).
+ * Errors: KVT_EFULL (no tier can hold them; no new key is stored), -EBUSY (an
+ * existing page with that key is pinned). When the engine is full, an
+ * overwrite may free the old page first: if the call then fails, that key is
+ * absent (never half-written). */
+int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
+            int src_on_device);
+
+/* Copies the n pages into dst[i] (page_bytes each; device pointers when
+ * dst_on_device=1). found[i] is set to 1 if page i was copied, 0 if it is in
+ * no tier (dst[i] untouched). A miss is not an error. found may be NULL.
+ * Errors: KVT_ECORRUPT only when found is NULL and a stored copy is damaged
+ * (with found, a damaged page reads as a miss), -EIO, KVT_EDEVICE. On error
+ * every found[i] is 0 (some dst[i] may have been written). */
+int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+            int dst_on_device, int *found);
+
+/* For each key, where[i] is the fastest tier holding a valid copy or
+ * KVT_TIER_NONE (where may be NULL). Returns the length of the hit prefix: the
+ * number of leading keys that exist (>= 0), or a negative error. */
+int kvt_exists(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where);
+
+/* --------------------------------------------------------- decode position */
+
+#define KVT_ORDER_LAYER_MAJOR 0  /* for layer { for seq }  (FlexGen zig-zag) */
+#define KVT_ORDER_SEQ_MAJOR 1    /* for seq { for layer } */
+
+typedef struct kvt_schedule {
+    const uint64_t *ids;       /* sequences of the batch, in compute order (copied) */
+    size_t n_ids;
+    uint32_t n_layers;
+    int order;                 /* KVT_ORDER_* */
+    uint32_t window_pages;     /* sliding-window attention; 0 = full attention */
+    uint32_t sink_pages;       /* leading pages always attended (attention sinks) */
+} kvt_schedule;
+
+/* Tells the policy the loop the engine runs. s is copied. The "lru" policy
+ * keeps it and does not use it. Errors: -EINVAL (n_ids or n_layers is 0, ids
+ * NULL, unknown order). */
+int kvt_set_schedule(kvt_engine *e, const kvt_schedule *s);
+
+/* "Now computing (id, layer)". Cheap; call it before each layer. */
+int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer);
+
+/* -------------------------------------------------------------- statistics */
+
+typedef struct kvt_stats {          /* counters since open; fields may be added at the end */
+    uint64_t resident_pages[3];     /* valid copies held, indexed by kvt_tier */
+    uint64_t hits[3], misses[3];    /* acquire/get found the page in tier t / had to look below t */
+    uint64_t bytes_up[3];           /* bytes copied into tier t from the tier below (HBM: DRAM->HBM) */
+    uint64_t bytes_down[3];         /* bytes written from tier t to the tier below */
+    uint64_t stall_ns;              /* time callers spent blocked waiting for pages */
+    uint64_t errors_io, errors_corrupt;
+    /* --- added after DESIGN.md §3 --- */
+    uint64_t capacity_pages[3];     /* configured pages per tier (DRAM keeps one spare slot
+                                       beyond this for swaps, so resident_pages[1] may
+                                       exceed it by one while a swap runs) */
+    uint64_t pinned_pages;          /* pages pinned now */
+    uint64_t pages;                 /* distinct keys held */
+    uint64_t meta_bytes;            /* host bytes of page metadata (tables, records, policy) */
+    uint64_t errors_device;         /* device copies that failed */
+    uint64_t bytes_put, bytes_get;  /* bytes copied in by kvt_put / out by kvt_get */
+} kvt_stats;
+
+/* Fills *out with a consistent snapshot. Never fails on a valid engine, even
+ * in the failed state. */
+int kvt_get_stats(kvt_engine *e, kvt_stats *out);
+
+/* Writes every dirty page down one tier and waits: on return every page has a
+ * copy below HBM (and, with an SSD tier and persist, is durable).
+ * Errors: KVT_EFULL (no room below for a dirty page; the rest are written),
+ * KVT_EDEVICE, -EIO. */
+int kvt_flush(kvt_engine *e);
+
+/* The page size this engine was opened with. */
+size_t kvt_page_bytes(const kvt_engine *e);
+
+/* The device back-end in use: "host" or "cuda". Static string. */
+const char *kvt_device_name(const kvt_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTIER_H */

@@ -1,0 +1,129 @@
+/*
+ * lru.c — least-recently-used eviction: the baseline that peers use.
+ *
+ * One intrusive doubly-linked list per tier over page numbers: O(1) insert,
+ * remove and access; victim() walks from the cold end past candidates that
+ * are not usable right now (in flight or being read), O(skipped).
+ * 8 bytes per page per tier.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "policy/policy.h"
+#include "tiers/tiers.h"
+
+/* Links of all tiers in one array, [page][tier][prev,next], so that growth
+ * is one realloc that either fully happens or leaves everything as it was. */
+struct lru {
+    uint32_t cap;
+    uint64_t *meta;
+    uint32_t head[KVT_POLICY_TIERS], tail[KVT_POLICY_TIERS]; /* head = most recent */
+    uint32_t *link;
+};
+
+#define LINKS (2 * KVT_POLICY_TIERS)
+#define PREV(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t)])
+#define NEXT(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t) + 1])
+
+static void lru_destroy(void *priv)
+{
+    struct lru *p = priv;
+    kvt_meta_free(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t));
+    free(p);
+}
+
+static int lru_reserve(void *priv, uint32_t cap)
+{
+    struct lru *p = priv;
+    if (cap <= p->cap)
+        return 0;
+    uint32_t *nl = kvt_meta_realloc(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t),
+                                    (size_t)cap * LINKS * sizeof(uint32_t));
+    if (!nl)
+        return -ENOMEM;
+    p->link = nl;
+    p->cap = cap;
+    return 0;
+}
+
+static int lru_create(const struct kvt_policy_params *pp, void **priv)
+{
+    struct lru *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->meta = pp->meta;
+    for (int t = 0; t < KVT_POLICY_TIERS; t++)
+        p->head[t] = p->tail[t] = KVT_NONE;
+    if (lru_reserve(p, pp->page_cap ? pp->page_cap : 1) < 0) {
+        lru_destroy(p);
+        return -ENOMEM;
+    }
+    *priv = p;
+    return 0;
+}
+
+static void lru_link_head(struct lru *p, int t, uint32_t pg)
+{
+    PREV(p, t, pg) = KVT_NONE;
+    NEXT(p, t, pg) = p->head[t];
+    if (p->head[t] != KVT_NONE)
+        PREV(p, t, p->head[t]) = pg;
+    else
+        p->tail[t] = pg;
+    p->head[t] = pg;
+}
+
+static void lru_unlink(struct lru *p, int t, uint32_t pg)
+{
+    uint32_t pv = PREV(p, t, pg), nx = NEXT(p, t, pg);
+    if (pv != KVT_NONE)
+        NEXT(p, t, pv) = nx;
+    else
+        p->head[t] = nx;
+    if (nx != KVT_NONE)
+        PREV(p, t, nx) = pv;
+    else
+        p->tail[t] = pv;
+}
+
+static void lru_insert(void *priv, int tier, uint32_t pg, const kvt_key *key)
+{
+    lru_link_head(priv, tier, pg);
+}
+
+static void lru_remove(void *priv, int tier, uint32_t pg)
+{
+    lru_unlink(priv, tier, pg);
+}
+
+static void lru_access(void *priv, int tier, uint32_t pg)
+{
+    struct lru *p = priv;
+    if (p->head[tier] == pg)
+        return;
+    lru_unlink(p, tier, pg);
+    lru_link_head(p, tier, pg);
+}
+
+static uint32_t lru_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx)
+{
+    struct lru *p = priv;
+    for (uint32_t pg = p->tail[tier]; pg != KVT_NONE; pg = PREV(p, tier, pg))
+        if (!usable || usable(ctx, pg))
+            return pg;
+    return KVT_NONE;
+}
+
+const struct kvt_policy_ops kvt_policy_lru_ops = {
+    .name = "lru",
+    .version = KVT_POLICY_OPS_VERSION,
+    .create = lru_create,
+    .destroy = lru_destroy,
+    .reserve = lru_reserve,
+    .insert = lru_insert,
+    .remove = lru_remove,
+    .access = lru_access,
+    .victim = lru_victim,
+    .schedule = NULL,
+    .advance = NULL,
+};

@@ -1,0 +1,65 @@
+/*
+ * policy.h — the eviction/prefetch policy interface (internal).
+ *
+ * The manager tells the policy which pages are candidates to leave each tier
+ * (insert/remove), which were used (access), and the decode loop (schedule,
+ * advance). The policy answers "which candidate leaves tier t next" and, for
+ * policies that know the future, "which pages should come up next".
+ *
+ * Pages are 32-bit page numbers of the manager's page table. A page is a
+ * candidate of tier t between on_insert(t) and on_remove(t); the manager
+ * never inserts twice. Pinned pages are not candidates. All calls are made
+ * under the engine lock: a policy needs no locking of its own and must not
+ * call back into the engine except through the usable() callback.
+ */
+#ifndef KVT_POLICY_H
+#define KVT_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/kvtier.h"
+
+#define KVT_POLICY_OPS_VERSION 1
+#define KVT_POLICY_TIERS 3
+
+struct kvt_policy_params {
+    uint32_t page_cap;          /* page numbers below this may be used; grown by reserve() */
+    uint32_t slots[KVT_POLICY_TIERS]; /* capacity of each tier in pages */
+    uint64_t *meta;             /* counter of metadata bytes (kvt_stats.meta_bytes) */
+};
+
+/* Whether candidate pg may leave now (not busy, not in flight). */
+typedef bool (*kvt_usable_fn)(void *ctx, uint32_t pg);
+
+struct kvt_policy_ops {
+    const char *name;
+    int version;
+    int (*create)(const struct kvt_policy_params *p, void **priv);
+    void (*destroy)(void *priv);
+    /* Page numbers up to cap may be used from now on. -ENOMEM. */
+    int (*reserve)(void *priv, uint32_t cap);
+
+    void (*insert)(void *priv, int tier, uint32_t pg, const kvt_key *key);
+    void (*remove)(void *priv, int tier, uint32_t pg);
+    /* pg (a candidate of tier) was used now. */
+    void (*access)(void *priv, int tier, uint32_t pg);
+
+    /* The candidate of tier that should leave first and is usable, or
+     * KVT_NONE. Cost: O(candidates skipped). */
+    uint32_t (*victim)(void *priv, int tier, kvt_usable_fn usable, void *ctx);
+
+    /* Decode position (may be NULL for policies that ignore it). */
+    void (*schedule)(void *priv, const kvt_schedule *s);
+    void (*advance)(void *priv, uint64_t id, uint32_t layer);
+};
+
+extern const struct kvt_policy_ops kvt_policy_lru_ops;
+
+/* The policy called name, or NULL. */
+const struct kvt_policy_ops *kvt_policy_find(const char *name);
+/* Names a config may give but this build lacks (for a KVT_ENOTSUP message). */
+bool kvt_policy_planned(const char *name);
+
+#endif /* KVT_POLICY_H */

@@ -1,0 +1,30 @@
+# Runs `kvtier bench hbm --quick --json --device host` and checks that stdout
+# is one JSON object with both links and positive figures.
+execute_process(COMMAND ${KVTIER} bench hbm --quick --json --device host
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "kvtier bench hbm exited ${rc}: ${err}")
+endif()
+string(JSON nlinks LENGTH "${out}" links)
+if(NOT nlinks EQUAL 2)
+  message(FATAL_ERROR "expected 2 links, got ${nlinks}: ${out}")
+endif()
+foreach(i 0 1)
+  string(JSON link GET "${out}" links ${i} link)
+  string(JSON ratio GET "${out}" links ${i} ratio)
+  string(JSON gbps GET "${out}" links ${i} gbps)
+  if(NOT gbps GREATER 0 OR NOT ratio GREATER 0)
+    message(FATAL_ERROR "link ${link}: gbps ${gbps} ratio ${ratio}")
+  endif()
+endforeach()
+string(JSON ops GET "${out}" acquire_release_per_s)
+if(NOT ops GREATER 0)
+  message(FATAL_ERROR "acquire_release_per_s is ${ops}")
+endif()
+# Bad arguments give a clear error and exit code 2.
+execute_process(COMMAND ${KVTIER} bench hbm --page-bytes banana
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "banana")
+  message(FATAL_ERROR "bad --page-bytes: rc ${rc}, stderr: ${err}")
+endif()
+message(STATUS "bench hbm JSON ok: ${out}")

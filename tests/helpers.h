@@ -1,0 +1,78 @@
+/*
+ * helpers.h — shared test helpers (t_ prefix). Header-only: each test program
+ * is one translation unit.
+ */
+#ifndef KVT_TEST_HELPERS_H
+#define KVT_TEST_HELPERS_H
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "include/kvtier.h"
+
+#define T_PAGE 4096u
+
+/* A host-back-end config with room for the given number of pages per tier. */
+static inline kvt_config t_config(size_t page_bytes, size_t hbm_pages, size_t dram_pages)
+{
+    kvt_config c;
+    kvt_config_init(&c);
+    c.page_bytes = page_bytes;
+    c.hbm_bytes = hbm_pages * page_bytes;
+    c.dram_bytes = dram_pages * page_bytes;
+    c.device = KVT_DEVICE_HOST;
+    c.policy = "lru";
+    return c;
+}
+
+static inline kvt_key t_key(uint64_t id, uint32_t layer, uint32_t index)
+{
+    kvt_key k = { id, layer, index };
+    return k;
+}
+
+/* The deterministic content of a page: every 8-byte word depends on the key,
+ * the word's position and a version, so a page served under the wrong key,
+ * a stale version or a torn copy is caught. */
+static inline uint64_t t_word(kvt_key k, uint32_t version, size_t i)
+{
+    uint64_t x = k.id * 0x9E3779B97F4A7C15ull ^ ((uint64_t)k.layer << 40) ^
+                 ((uint64_t)k.index << 8) ^ ((uint64_t)version << 56) ^ (i * 0xBF58476D1CE4E5B9ull);
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return x;
+}
+
+static inline void t_fill(void *p, size_t bytes, kvt_key k, uint32_t version)
+{
+    uint64_t *w = (uint64_t *)p;
+    for (size_t i = 0; i < bytes / 8; i++)
+        w[i] = t_word(k, version, i);
+}
+
+/* 1 when p holds exactly the content of (k, version). */
+static inline int t_check(const void *p, size_t bytes, kvt_key k, uint32_t version)
+{
+    const uint64_t *w = (const uint64_t *)p;
+    for (size_t i = 0; i < bytes / 8; i++)
+        if (w[i] != t_word(k, version, i))
+            return 0;
+    return 1;
+}
+
+static inline kvt_stats t_stats(kvt_engine *e)
+{
+    kvt_stats s;
+    assert_int_equal(kvt_get_stats(e, &s), 0);
+    return s;
+}
+
+#endif /* KVT_TEST_HELPERS_H */

@@ -1,0 +1,158 @@
+/*
+ * test_device_host.c — the host back-end's asynchronous contract: submit only
+ * queues, fences complete in order per direction, both directions run,
+ * errors are sticky, the link cap holds.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "tests/helpers.h"
+#include "tiers/tiers.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct fix {
+    void *priv;
+    uint8_t *a, *b;
+};
+
+#define BYTES (4u << 20)
+
+static int setup_capped(void **state, double gbps)
+{
+    struct fix *f = calloc(1, sizeof(*f));
+    struct kvt_device_params p = { 0, gbps };
+    assert_int_equal(kvt_device_host_ops.open(&p, &f->priv), 0);
+    assert_int_equal(kvt_device_host_ops.hbm_alloc(f->priv, BYTES, (void **)&f->a), 0);
+    assert_int_equal(kvt_device_host_ops.host_alloc(f->priv, BYTES, (void **)&f->b), 0);
+    assert_int_equal((uintptr_t)f->b % 4096, 0);
+    *state = f;
+    return 0;
+}
+
+static int setup(void **state) { return setup_capped(state, 0); }
+/* 4 MiB at 0.008 GB/s takes half a second: long enough that a fence seen
+ * complete right after submit could only mean an inline copy. */
+static int setup_slow(void **state) { return setup_capped(state, 0.008); }
+
+static int teardown(void **state)
+{
+    struct fix *f = *state;
+    kvt_device_host_ops.hbm_free(f->priv, f->a, BYTES);
+    kvt_device_host_ops.host_free(f->priv, f->b, BYTES);
+    kvt_device_host_ops.close(f->priv);
+    free(f);
+    return 0;
+}
+
+static void test_submit_is_not_inline(void **state)
+{
+    struct fix *f = *state;
+    kvt_key k = t_key(1, 2, 3);
+    t_fill(f->b, BYTES, k, 1);
+    struct kvt_copy c = { f->a, f->b, BYTES };
+    uint64_t fence = 0;
+    double t0 = now_s();
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, &c, 1, &fence), 0);
+    assert_int_equal(kvt_device_host_ops.poll(f->priv, KVT_H2D, fence), -EINPROGRESS);
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_H2D, fence), 0);
+    /* The cap is a floor on duration (behaviour, not speed): 4 MiB at
+     * 8 MB/s cannot take less than ~0.52 s. */
+    assert_true(now_s() - t0 >= 0.5);
+    assert_int_equal(kvt_device_host_ops.poll(f->priv, KVT_H2D, fence), 0);
+    assert_true(t_check(f->a, BYTES, k, 1));
+}
+
+static void test_fences_in_order_per_direction(void **state)
+{
+    struct fix *f = *state;
+    uint64_t prev = 0;
+    /* 200 batches rewriting the same 4 KiB: the last one queued must win. */
+    for (uint32_t i = 0; i < 200; i++) {
+        t_fill(f->b + (size_t)i * 4096 % (BYTES / 2), 4096, t_key(9, 0, i), i);
+        struct kvt_copy c = { f->a, f->b + (size_t)i * 4096 % (BYTES / 2), 4096 };
+        uint64_t fence;
+        assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, &c, 1, &fence), 0);
+        assert_int_equal(fence, prev + 1);
+        prev = fence;
+    }
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_H2D, prev), 0);
+    for (uint64_t x = 1; x <= prev; x++)
+        assert_int_equal(kvt_device_host_ops.poll(f->priv, KVT_H2D, x), 0);
+    assert_true(t_check(f->a, 4096, t_key(9, 0, 199), 199));
+    /* The other direction has its own sequence. */
+    struct kvt_copy c = { f->b, f->a, 4096 };
+    uint64_t fd;
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_D2H, &c, 1, &fd), 0);
+    assert_int_equal(fd, 1);
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_D2H, fd), 0);
+}
+
+static void test_both_directions_batches(void **state)
+{
+    struct fix *f = *state;
+    size_t half = BYTES / 2;
+    struct kvt_copy up[8], down[8];
+    for (int i = 0; i < 8; i++) {
+        t_fill(f->b + i * 4096, 4096, t_key(1, 1, (uint32_t)i), 7);
+        t_fill(f->a + half + i * 4096, 4096, t_key(2, 2, (uint32_t)i), 8);
+        up[i] = (struct kvt_copy){ f->a + i * 4096, f->b + i * 4096, 4096 };
+        down[i] = (struct kvt_copy){ f->b + half + i * 4096, f->a + half + i * 4096, 4096 };
+    }
+    uint64_t fu, fd;
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, up, 8, &fu), 0);
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_D2H, down, 8, &fd), 0);
+    assert_int_equal(kvt_device_host_ops.stream_wait(f->priv, KVT_D2H, fd, NULL), 0);
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_H2D, fu), 0);
+    for (int i = 0; i < 8; i++) {
+        assert_true(t_check(f->a + i * 4096, 4096, t_key(1, 1, (uint32_t)i), 7));
+        assert_true(t_check(f->b + half + i * 4096, 4096, t_key(2, 2, (uint32_t)i), 8));
+    }
+}
+
+static void test_failure_is_sticky(void **state)
+{
+    struct fix *f = *state;
+    struct kvt_copy c = { f->a, f->b, 4096 };
+    uint64_t f1, f2, f3;
+    kvt_device_host_fail_batch(f->priv, 2);
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, &c, 1, &f1), 0);
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_H2D, f1), 0);
+    memset(f->a, 0x5a, 4096);
+    memset(f->b, 0x11, 4096);
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, &c, 1, &f2), 0);
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_H2D, f2), KVT_EDEVICE);
+    /* The failed batch copied nothing. */
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(f->a[i], 0x5a);
+    assert_int_equal(kvt_device_host_ops.poll(f->priv, KVT_H2D, f1), 0);
+    assert_int_equal(kvt_device_host_ops.poll(f->priv, KVT_H2D, f2), KVT_EDEVICE);
+    assert_int_equal(kvt_device_host_ops.poll(f->priv, KVT_D2H, 1), KVT_EDEVICE);
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, &c, 1, &f3), KVT_EDEVICE);
+    assert_int_equal(kvt_device_host_ops.copy_sync(f->priv, KVT_COPY_H2H, f->a, f->b, 16), KVT_EDEVICE);
+}
+
+static void test_copy_sync(void **state)
+{
+    struct fix *f = *state;
+    t_fill(f->b, 8192, t_key(4, 4, 4), 4);
+    assert_int_equal(kvt_device_host_ops.copy_sync(f->priv, KVT_COPY_H2D, f->a, f->b, 8192), 0);
+    assert_true(t_check(f->a, 8192, t_key(4, 4, 4), 4));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_submit_is_not_inline, setup_slow, teardown),
+        cmocka_unit_test_setup_teardown(test_fences_in_order_per_direction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_both_directions_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failure_is_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_sync, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

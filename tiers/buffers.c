@@ -1,0 +1,252 @@
+/*
+ * buffers.c — kvt_put and kvt_get: pages in and out of engine-owned buffers
+ * (the storage-backend shape of HiCache and LMCache).
+ *
+ * put reserves every slot first, copies with the lock dropped, and only then
+ * makes the new pages visible under their keys: a concurrent get sees the
+ * old page or the new one, never a half-copied slot. get marks its pages
+ * busy so that no slot it reads is freed or reused under it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tiers/tiers.h"
+
+struct reservation {
+    uint32_t pg;
+    int tier;
+};
+
+/* A slot for a new page: DRAM first (that is what storage is for), else HBM.
+ * May wait (unlocked) for write-backs that make room. */
+static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
+{
+    for (;;) {
+        uint32_t s = kvt_dram_slot(e, pg, KVT_SLOT_STEAL);
+        if (s != KVT_NONE) {
+            kvt_pg(&e->pt, pg)->slot[KVT_TIER_DRAM] = s;
+            *tier = KVT_TIER_DRAM;
+            return 0;
+        }
+        uint64_t wait = 0;
+        int r = e->arena[KVT_TIER_HBM].nfree ? 0 : kvt_make_room_hbm(e, 1, &wait);
+        if (r == 0) {
+            kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM] = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pg);
+            *tier = KVT_TIER_HBM;
+            return 0;
+        }
+        if (r != -EAGAIN)
+            return kvt_fail(KVT_EFULL, "no tier can hold another page (HBM %u and DRAM %u slots "
+                                       "are all in use)", e->arena[0].nslots, e->arena[1].nslots);
+        if ((r = kvt_wait_fence(e, KVT_D2H, wait, false)) < 0)
+            return r;
+        if (e->failed)
+            return kvt_check_failed(e);
+    }
+}
+
+static void unreserve(kvt_engine *e, struct reservation *res, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct kvt_page *p = kvt_pg(&e->pt, res[i].pg);
+        p->busy = 0;
+        p->flags |= PG_ZOMBIE;
+        kvt_page_trim(e, res[i].pg);
+    }
+}
+
+static void *slot_ptr(kvt_engine *e, uint32_t pg, int tier)
+{
+    return kvt_arena_ptr(&e->arena[tier], kvt_pg(&e->pt, pg)->slot[tier]);
+}
+
+static enum kvt_copy_kind copy_kind(bool from_dev, bool to_dev)
+{
+    if (from_dev)
+        return to_dev ? KVT_COPY_D2D : KVT_COPY_D2H;
+    return to_dev ? KVT_COPY_H2D : KVT_COPY_H2H;
+}
+
+/* Makes the reserved, filled pages visible under their keys. */
+static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *res, size_t n)
+{
+    int r = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
+        if (old != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, old))) {
+            /* Pinned while we copied: the engine's page wins. */
+            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) was pinned during the put",
+                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
+            unreserve(e, &res[i], 1);
+            continue;
+        }
+        if (old != KVT_NONE)
+            kvt_page_destroy(e, old);
+        struct kvt_page *p = kvt_pg(&e->pt, res[i].pg);
+        p->busy = 0;
+        int ins = kvt_ptable_insert(&e->pt, res[i].pg);
+        if (ins < 0) {
+            r = kvt_fail(ins, "out of memory for the page index");
+            unreserve(e, &res[i], 1);
+            continue;
+        }
+        kvt_page_set(e, res[i].pg, res[i].tier == KVT_TIER_HBM ? PG_VALID_HBM : PG_VALID_DRAM, 0);
+        kvt_page_sync(e, res[i].pg, true);
+        e->st.bytes_put += e->page_bytes;
+    }
+    return r;
+}
+
+KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
+                    int src_on_device)
+{
+    if (n && (!keys || !src))
+        return kvt_fail(-EINVAL, "keys and src must not be NULL");
+    for (size_t i = 0; i < n; i++)
+        if (!src[i])
+            return kvt_fail(-EINVAL, "src[%zu] is NULL", i);
+    struct reservation *res = malloc((n ? n : 1) * sizeof(*res));
+    if (!res)
+        return kvt_fail(-ENOMEM, "out of memory");
+    KVT_ENTER(e);
+    size_t k = 0;
+    int r = kvt_check_failed(e);
+    for (size_t i = 0; i < n && r == 0; i++) {
+        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
+        if (old != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, old)))
+            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
+                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
+    }
+    for (; k < n && r == 0; k++) {
+        if (kvt_admit(e) < 0) {
+            /* Full: an overwrite may give up the old page to make room. If the
+             * copy then fails the key is absent, never half-written. */
+            uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
+            if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
+                kvt_page_destroy(e, old);
+            if ((r = kvt_admit(e)) < 0)
+                break;
+        }
+        uint32_t pg = kvt_record_new(e);
+        if (pg == KVT_NONE) {
+            r = kvt_fail(-ENOMEM, "out of memory for a page record");
+            break;
+        }
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        p->key = keys[k];
+        p->busy = 1;
+        res[k].pg = pg;
+        if ((r = reserve_slot(e, pg, &res[k].tier)) < 0) {
+            p = kvt_pg(&e->pt, pg);
+            p->busy = 0;
+            p->flags |= PG_ZOMBIE;
+            kvt_page_trim(e, pg);
+            break;
+        }
+    }
+    if (r < 0)
+        goto out_unreserve;
+
+    pthread_mutex_unlock(&e->lock);
+    for (size_t i = 0; i < n && r == 0; i++) {
+        bool to_dev = res[i].tier == KVT_TIER_HBM;
+        r = e->dev->copy_sync(e->dev_priv, copy_kind(src_on_device, to_dev),
+                              slot_ptr(e, res[i].pg, res[i].tier), src[i], e->page_bytes);
+    }
+    pthread_mutex_lock(&e->lock);
+    if (r < 0) {
+        kvt_fail(r, "copying a page in failed: %s", kvt_strerror(r));
+        goto out_unreserve;
+    }
+    r = put_commit(e, keys, res, n);
+    kvt_mover_kick(e);
+    pthread_mutex_unlock(&e->lock);
+    free(res);
+    return r;
+
+out_unreserve:
+    unreserve(e, res, k);
+    pthread_mutex_unlock(&e->lock);
+    free(res);
+    return r;
+}
+
+struct get_src {
+    uint32_t pg;
+    int tier;
+};
+
+KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+                    int dst_on_device, int *found)
+{
+    if (n && (!keys || !dst))
+        return kvt_fail(-EINVAL, "keys and dst must not be NULL");
+    struct get_src *g = malloc((n ? n : 1) * sizeof(*g));
+    if (!g)
+        return kvt_fail(-ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        g[i].pg = KVT_NONE;
+    if (found)
+        memset(found, 0, n * sizeof(*found));
+    KVT_ENTER(e);
+    int r = kvt_check_failed(e);
+    for (size_t i = 0; i < n && r == 0; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+        struct kvt_page *p = pg == KVT_NONE ? NULL : kvt_pg(&e->pt, pg);
+        if (p && p->busy == UINT8_MAX) {
+            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) has too many readers",
+                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
+            break;
+        }
+        if (p && (p->flags & PG_VALID_HBM)) {
+            g[i] = (struct get_src){ pg, KVT_TIER_HBM };
+            e->st.hits[KVT_TIER_HBM]++;
+        } else if (p && (p->flags & PG_VALID_DRAM)) {
+            g[i] = (struct get_src){ pg, KVT_TIER_DRAM };
+            e->st.misses[KVT_TIER_HBM]++;
+            e->st.hits[KVT_TIER_DRAM]++;
+        } else {
+            e->st.misses[KVT_TIER_HBM]++;
+            e->st.misses[KVT_TIER_DRAM]++;
+            continue;
+        }
+        p->busy++;
+    }
+    if (r < 0) {
+        for (size_t i = 0; i < n; i++)
+            if (g[i].pg != KVT_NONE)
+                kvt_pg(&e->pt, g[i].pg)->busy--;
+        goto out;
+    }
+    pthread_mutex_unlock(&e->lock);
+    int cr = 0;
+    for (size_t i = 0; i < n && cr == 0; i++) {
+        if (g[i].pg == KVT_NONE)
+            continue;
+        cr = e->dev->copy_sync(e->dev_priv, copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device),
+                               dst[i], slot_ptr(e, g[i].pg, g[i].tier), e->page_bytes);
+        if (found)
+            found[i] = cr == 0;
+    }
+    /* A failed call reports nothing found: the caller must not have to
+     * work out which of its buffers hold complete pages. */
+    if (cr < 0 && found)
+        memset(found, 0, n * sizeof(*found));
+    pthread_mutex_lock(&e->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (g[i].pg == KVT_NONE)
+            continue;
+        kvt_pg(&e->pt, g[i].pg)->busy--;
+        kvt_page_sync(e, g[i].pg, true);
+        kvt_page_trim(e, g[i].pg);
+        if (cr == 0)
+            e->st.bytes_get += e->page_bytes;
+    }
+    if (cr < 0)
+        r = kvt_fail(cr, "copying a page out failed: %s", kvt_strerror(cr));
+out:
+    pthread_mutex_unlock(&e->lock);
+    free(g);
+    return r;
+}

@@ -1,0 +1,269 @@
+/*
+ * device_host.c — the emulated device back-end.
+ *
+ * "HBM" is host memory. Each direction has its own copy thread fed by a FIFO
+ * of batches, so that both links run at once and, as with CUDA streams, a
+ * submit only queues: completion is never inline, and the manager's
+ * asynchronous paths (tickets, settle, waiting outside the lock) are exercised
+ * on a machine with no GPU. An optional cap (GB/s per direction) makes
+ * transfers take the time a PCIe link would, so overlap of copies with compute
+ * can be seen and tested.
+ *
+ * Memory ordering: the copy thread finishes its memcpy, then publishes the
+ * fence with a release store of completed[dir]; poll() loads it with acquire.
+ * A caller that sees fence f done therefore sees every byte of batch f.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "tiers/tiers.h"
+
+struct host_batch {
+    struct host_batch *next;
+    uint64_t fence;
+    size_t n;
+    struct kvt_copy c[];
+};
+
+struct host_queue {
+    pthread_t thread;
+    bool started;
+    struct host_batch *head, *tail;
+    uint64_t submitted;                 /* last fence handed out (under mu) */
+    _Atomic uint64_t completed;         /* last fence done without error */
+    double next_free_s;                 /* link cap: when the link is idle again */
+};
+
+struct host_dev {
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    bool stop;
+    _Atomic int failed;                 /* sticky, as a CUDA context error is */
+    uint64_t fail_countdown;            /* test hook: fail the n-th batch from arm */
+    double bytes_per_s;                 /* 0 = uncapped */
+    struct host_queue q[KVT_DIRS];
+    struct host_dev_arg { struct host_dev *d; int dir; } arg[KVT_DIRS];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_until(double t)
+{
+    double d = t - now_s();
+    if (d <= 0)
+        return;
+    struct timespec ts = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+/* Runs one batch: the copies, then the cap's delay. Returns false to fail it. */
+static bool host_run_batch(struct host_dev *d, struct host_queue *q, struct host_batch *b,
+                           bool fail)
+{
+    if (fail)
+        return false;
+    size_t bytes = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        memcpy(b->c[i].dst, b->c[i].src, b->c[i].bytes);
+        bytes += b->c[i].bytes;
+    }
+    if (d->bytes_per_s > 0) {
+        double start = now_s();
+        if (q->next_free_s < start)
+            q->next_free_s = start;
+        q->next_free_s += (double)bytes / d->bytes_per_s;
+        sleep_until(q->next_free_s);
+    }
+    return true;
+}
+
+static void *host_copy_thread(void *arg)
+{
+    struct host_dev_arg *a = arg;
+    struct host_dev *d = a->d;
+    struct host_queue *q = &d->q[a->dir];
+
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!q->head && !d->stop)
+            pthread_cond_wait(&d->work_cv, &d->mu);
+        if (!q->head && d->stop)
+            break;
+        struct host_batch *b = q->head;
+        q->head = b->next;
+        if (!q->head)
+            q->tail = NULL;
+        bool fail = false;
+        if (d->fail_countdown && --d->fail_countdown == 0)
+            fail = true;
+        bool dead = atomic_load(&d->failed);
+        pthread_mutex_unlock(&d->mu);
+
+        /* After a failure nothing more is copied: a later fence must not
+         * complete "successfully" over bytes an earlier failed batch left. */
+        bool ok = !dead && host_run_batch(d, q, b, fail);
+
+        pthread_mutex_lock(&d->mu);
+        if (ok)
+            atomic_store_explicit(&q->completed, b->fence, memory_order_release);
+        else
+            atomic_store(&d->failed, 1);
+        free(b);
+        pthread_cond_broadcast(&d->done_cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static void host_close(void *priv);
+
+static int host_open(const struct kvt_device_params *p, void **priv)
+{
+    struct host_dev *d = calloc(1, sizeof(*d));
+    if (!d)
+        return -ENOMEM;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->work_cv, NULL);
+    pthread_cond_init(&d->done_cv, NULL);
+    d->bytes_per_s = p->link_gbps > 0 ? p->link_gbps * 1e9 : 0;
+    for (int i = 0; i < KVT_DIRS; i++) {
+        d->arg[i].d = d;
+        d->arg[i].dir = i;
+        int r = pthread_create(&d->q[i].thread, NULL, host_copy_thread, &d->arg[i]);
+        if (r) {
+            host_close(d);
+            return -r;
+        }
+        d->q[i].started = true;
+    }
+    *priv = d;
+    return 0;
+}
+
+static void host_close(void *priv)
+{
+    struct host_dev *d = priv;
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_broadcast(&d->work_cv);
+    pthread_mutex_unlock(&d->mu);
+    for (int i = 0; i < KVT_DIRS; i++)
+        if (d->q[i].started)
+            pthread_join(d->q[i].thread, NULL);
+    pthread_cond_destroy(&d->work_cv);
+    pthread_cond_destroy(&d->done_cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+static int host_map(size_t bytes, void **out)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    *out = p;
+    return 0;
+}
+
+static int host_hbm_alloc(void *priv, size_t bytes, void **out) { return host_map(bytes, out); }
+static int host_host_alloc(void *priv, size_t bytes, void **out) { return host_map(bytes, out); }
+static void host_unmap(void *priv, void *p, size_t bytes) { munmap(p, bytes); }
+
+static int host_submit(void *priv, enum kvt_dir dir, const struct kvt_copy *c, size_t n,
+                       uint64_t *fence)
+{
+    struct host_dev *d = priv;
+    if (atomic_load(&d->failed))
+        return KVT_EDEVICE;
+    struct host_batch *b = malloc(sizeof(*b) + n * sizeof(*c));
+    if (!b)
+        return -ENOMEM;
+    memcpy(b->c, c, n * sizeof(*c));
+    b->n = n;
+    b->next = NULL;
+
+    struct host_queue *q = &d->q[dir];
+    pthread_mutex_lock(&d->mu);
+    uint64_t f = b->fence = ++q->submitted;
+    if (q->tail)
+        q->tail->next = b;
+    else
+        q->head = b;
+    q->tail = b;
+    pthread_cond_broadcast(&d->work_cv);
+    pthread_mutex_unlock(&d->mu);
+    *fence = f; /* not b->fence: the copy thread may have freed b already */
+    return 0;
+}
+
+static int host_poll(void *priv, enum kvt_dir dir, uint64_t f)
+{
+    struct host_dev *d = priv;
+    if (atomic_load_explicit(&d->q[dir].completed, memory_order_acquire) >= f)
+        return 0;
+    return atomic_load(&d->failed) ? KVT_EDEVICE : -EINPROGRESS;
+}
+
+static int host_wait(void *priv, enum kvt_dir dir, uint64_t f)
+{
+    struct host_dev *d = priv;
+    int r = host_poll(d, dir, f);
+    if (r != -EINPROGRESS)
+        return r;
+    pthread_mutex_lock(&d->mu);
+    while ((r = host_poll(d, dir, f)) == -EINPROGRESS)
+        pthread_cond_wait(&d->done_cv, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+    return r;
+}
+
+/* No GPU streams here: the caller's thread stands in for the stream. */
+static int host_stream_wait(void *priv, enum kvt_dir dir, uint64_t f, void *stream)
+{
+    return host_wait(priv, dir, f);
+}
+
+static int host_copy_sync(void *priv, enum kvt_copy_kind kind, void *dst, const void *src,
+                          size_t bytes)
+{
+    struct host_dev *d = priv;
+    if (atomic_load(&d->failed))
+        return KVT_EDEVICE;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+void kvt_device_host_fail_batch(void *priv, uint64_t nth)
+{
+    struct host_dev *d = priv;
+    pthread_mutex_lock(&d->mu);
+    d->fail_countdown = nth;
+    pthread_mutex_unlock(&d->mu);
+}
+
+const struct kvt_device_ops kvt_device_host_ops = {
+    .name = "host",
+    .version = KVT_DEVICE_OPS_VERSION,
+    .open = host_open,
+    .close = host_close,
+    .hbm_alloc = host_hbm_alloc,
+    .hbm_free = host_unmap,
+    .host_alloc = host_host_alloc,
+    .host_free = host_unmap,
+    .submit = host_submit,
+    .poll = host_poll,
+    .wait = host_wait,
+    .stream_wait = host_stream_wait,
+    .copy_sync = host_copy_sync,
+};

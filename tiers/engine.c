@@ -1,0 +1,343 @@
+/*
+ * engine.c — configuration, open/close, statistics.
+ *
+ * Open builds the engine bottom-up (device, arenas, page table, policy,
+ * mover) and close tears it down in reverse; each goto label in kvt_open
+ * names what it undoes.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvt_build.h"
+#include "tiers/tiers.h"
+
+#define KVT_MAX_SLOTS (1u << 30)
+
+KVT_API unsigned kvt_version_number(void) { return KVT_VERSION_NUMBER; }
+KVT_API const char *kvt_version_string(void) { return "0.1.0"; }
+
+KVT_API void kvt_config_init(kvt_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->page_bytes = 256 << 10;
+    cfg->hbm_bytes = (size_t)1 << 30;
+    cfg->dram_bytes = (size_t)4 << 30;
+    cfg->ssd_bytes = 0;
+    cfg->ssd_dir = NULL;
+    cfg->device = KVT_DEVICE_AUTO;
+    cfg->policy = "lru";
+    cfg->codec = KVT_CODEC_NONE;
+    cfg->persist = 0;
+    cfg->fingerprint = 0;
+    cfg->io_backend = KVT_IO_AUTO;
+    cfg->queue_depth = 32;
+    cfg->host_link_gbps = 0;
+}
+
+static int check_tier_bytes(const char *field, size_t bytes, size_t page_bytes)
+{
+    if (bytes < page_bytes)
+        return kvt_fail(KVT_ECONFIG, "%s (%zu) is smaller than one page (page_bytes = %zu)", field,
+                        bytes, page_bytes);
+    if (bytes / page_bytes >= KVT_MAX_SLOTS)
+        return kvt_fail(KVT_ECONFIG, "%s (%zu) holds more than %u pages", field, bytes,
+                        KVT_MAX_SLOTS);
+    return 0;
+}
+
+KVT_API int kvt_config_check(const kvt_config *c)
+{
+    int r;
+    if (!c)
+        return kvt_fail(-EINVAL, "config is NULL");
+    if (c->page_bytes == 0 || c->page_bytes % 4096 != 0)
+        return kvt_fail(KVT_ECONFIG, "page_bytes must be a nonzero multiple of 4096 (got %zu)",
+                        c->page_bytes);
+    if ((r = check_tier_bytes("hbm_bytes", c->hbm_bytes, c->page_bytes)) < 0 ||
+        (r = check_tier_bytes("dram_bytes", c->dram_bytes, c->page_bytes)) < 0)
+        return r;
+    if (c->ssd_bytes && !c->ssd_dir)
+        return kvt_fail(KVT_ECONFIG, "ssd_dir is required when ssd_bytes is set");
+    if (c->device < KVT_DEVICE_AUTO)
+        return kvt_fail(KVT_ECONFIG, "device must be a CUDA ordinal >= 0, KVT_DEVICE_HOST or "
+                                     "KVT_DEVICE_AUTO (got %d)", c->device);
+    if (c->policy && !kvt_policy_find(c->policy) && !kvt_policy_planned(c->policy))
+        return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"lru\" or \"decode\")",
+                        c->policy);
+    if (c->codec < KVT_CODEC_NONE || c->codec > KVT_CODEC_ZSTD_SHUFFLE16)
+        return kvt_fail(KVT_ECONFIG, "codec %d is unknown", c->codec);
+    if (c->io_backend < KVT_IO_AUTO || c->io_backend > KVT_IO_PSYNC)
+        return kvt_fail(KVT_ECONFIG, "io_backend %d is unknown", c->io_backend);
+    if (c->queue_depth == 0 || c->queue_depth > 4096)
+        return kvt_fail(KVT_ECONFIG, "queue_depth must be 1..4096 (got %u)", c->queue_depth);
+    if (!(c->host_link_gbps >= 0) || isinf(c->host_link_gbps))
+        return kvt_fail(KVT_ECONFIG, "host_link_gbps must be >= 0 (got %g)", c->host_link_gbps);
+    /* Valid, but parts this build does not have yet: */
+    if (c->policy && kvt_policy_planned(c->policy))
+        return kvt_fail(KVT_ENOTSUP, "policy \"%s\" is not built into this kvtier yet", c->policy);
+    if (c->ssd_bytes)
+        return kvt_fail(KVT_ENOTSUP, "the SSD tier is not built into this kvtier yet "
+                                     "(set ssd_bytes = 0)");
+    return 0;
+}
+
+/* The back-end for cfg->device: host, CUDA, or (AUTO) CUDA when it opens. */
+static int pick_device(const kvt_config *c, const struct kvt_device_ops *forced,
+                       const struct kvt_device_ops **ops, void **priv)
+{
+    struct kvt_device_params p = { .ordinal = c->device < 0 ? 0 : c->device,
+                                   .link_gbps = c->host_link_gbps };
+    const char *env = getenv("KVT_HOST_LINK_GBPS");
+    if (p.link_gbps == 0 && env)
+        p.link_gbps = atof(env);
+    if (forced) {
+        *ops = forced;
+        return forced->open(&p, priv);
+    }
+#if KVT_HAVE_CUDA
+    if (c->device >= 0 || c->device == KVT_DEVICE_AUTO) {
+        int r = kvt_device_cuda_ops.open(&p, priv);
+        if (r == 0) {
+            *ops = &kvt_device_cuda_ops;
+            return 0;
+        }
+        if (c->device >= 0)
+            return r;
+    }
+#else
+    if (c->device >= 0)
+        return kvt_fail(KVT_ENOTSUP, "device %d asks for CUDA, but kvtier was built without "
+                                     "the CUDA back-end", c->device);
+#endif
+    *ops = &kvt_device_host_ops;
+    return kvt_device_host_ops.open(&p, priv);
+}
+
+static int open_arenas(kvt_engine *e)
+{
+    size_t pb = e->page_bytes;
+    /* One spare DRAM slot: see kvt_dram_slot(). */
+    uint32_t nh = (uint32_t)(e->cfg.hbm_bytes / pb), nd = (uint32_t)(e->cfg.dram_bytes / pb) + 1;
+    int r;
+    e->hbm_alloc_bytes = (size_t)nh * pb;
+    e->dram_alloc_bytes = (size_t)nd * pb;
+    if ((r = e->dev->hbm_alloc(e->dev_priv, e->hbm_alloc_bytes, &e->hbm_base)) < 0)
+        return kvt_fail(r, "could not allocate the HBM arena (%zu bytes): %s",
+                        e->hbm_alloc_bytes, kvt_strerror(r));
+    if ((r = e->dev->host_alloc(e->dev_priv, e->dram_alloc_bytes, &e->dram_base)) < 0) {
+        kvt_fail(r, "could not allocate the DRAM arena (%zu bytes): %s", e->dram_alloc_bytes,
+                 kvt_strerror(r));
+        goto out_hbm;
+    }
+    if ((r = kvt_arena_init(&e->arena[KVT_TIER_HBM], e->hbm_base, pb, nh, &e->meta_bytes)) < 0)
+        goto out_dram;
+    if ((r = kvt_arena_init(&e->arena[KVT_TIER_DRAM], e->dram_base, pb, nd, &e->meta_bytes)) < 0)
+        goto out_arena_hbm;
+    return 0;
+
+out_arena_hbm:
+    kvt_arena_fini(&e->arena[KVT_TIER_HBM], &e->meta_bytes);
+out_dram:
+    e->dev->host_free(e->dev_priv, e->dram_base, e->dram_alloc_bytes);
+out_hbm:
+    e->dev->hbm_free(e->dev_priv, e->hbm_base, e->hbm_alloc_bytes);
+    return r;
+}
+
+static void close_arenas(kvt_engine *e)
+{
+    kvt_arena_fini(&e->arena[KVT_TIER_DRAM], &e->meta_bytes);
+    kvt_arena_fini(&e->arena[KVT_TIER_HBM], &e->meta_bytes);
+    e->dev->host_free(e->dev_priv, e->dram_base, e->dram_alloc_bytes);
+    e->dev->hbm_free(e->dev_priv, e->hbm_base, e->hbm_alloc_bytes);
+}
+
+static int open_inflight(kvt_engine *e)
+{
+    /* Only pages with an HBM slot have a device copy in flight (the target of
+     * an H2D, the source of a D2H), so each ring needs one entry per HBM slot. */
+    uint32_t cap = e->arena[KVT_TIER_HBM].nslots;
+    for (int d = 0; d < KVT_DIRS; d++) {
+        struct kvt_inflight *q = &e->inflight[d];
+        q->cap = cap;
+        q->page = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint32_t));
+        q->fence = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint64_t));
+        if (!q->page || !q->fence)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static void close_inflight(kvt_engine *e)
+{
+    for (int d = 0; d < KVT_DIRS; d++) {
+        struct kvt_inflight *q = &e->inflight[d];
+        kvt_meta_free(&e->meta_bytes, q->page, (size_t)q->cap * sizeof(uint32_t));
+        kvt_meta_free(&e->meta_bytes, q->fence, (size_t)q->cap * sizeof(uint64_t));
+        q->page = NULL;
+        q->fence = NULL;
+    }
+}
+
+static int open_policy(kvt_engine *e)
+{
+    struct kvt_policy_params pp = {
+        .page_cap = e->pt.cap,
+        .slots = { e->arena[KVT_TIER_HBM].nslots, e->arena[KVT_TIER_DRAM].nslots, 0 },
+        .meta = &e->meta_bytes,
+    };
+    e->pol = kvt_policy_find(e->policy_name);
+    return e->pol->create(&pp, &e->pol_priv);
+}
+
+static void engine_free(kvt_engine *e)
+{
+    free(e->ssd_dir);
+    free(e->policy_name);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->mover_cv);
+    free(e);
+}
+
+static kvt_engine *engine_alloc(const kvt_config *cfg)
+{
+    kvt_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->mover_cv, NULL);
+    e->cfg = *cfg;
+    e->page_bytes = cfg->page_bytes;
+    e->policy_name = strdup(cfg->policy ? cfg->policy : "lru");
+    e->ssd_dir = cfg->ssd_dir ? strdup(cfg->ssd_dir) : NULL;
+    if (!e->policy_name || (cfg->ssd_dir && !e->ssd_dir)) {
+        engine_free(e);
+        return NULL;
+    }
+    e->cfg.policy = e->policy_name;
+    e->cfg.ssd_dir = e->ssd_dir;
+    return e;
+}
+
+int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *forced,
+                         kvt_engine **out)
+{
+    int r;
+    kvt_clear_error();
+    if (out)
+        *out = NULL;
+    if (!out)
+        return kvt_fail(-EINVAL, "out is NULL");
+    if ((r = kvt_config_check(cfg)) < 0)
+        return r;
+    kvt_engine *e = engine_alloc(cfg);
+    if (!e)
+        return kvt_fail(-ENOMEM, "out of memory");
+
+    if ((r = pick_device(cfg, forced, &e->dev, &e->dev_priv)) < 0) {
+        if (!kvt_last_error()[0])
+            kvt_fail(r, "could not open the device back-end: %s", kvt_strerror(r));
+        goto out_engine;
+    }
+    if ((r = open_arenas(e)) < 0)
+        goto out_device;
+    uint32_t slots = e->arena[0].nslots + e->arena[1].nslots;
+    if ((r = kvt_ptable_init(&e->pt, slots, &e->meta_bytes)) < 0)
+        goto out_arenas;
+    if ((r = open_inflight(e)) < 0)
+        goto out_inflight;
+    if ((r = open_policy(e)) < 0)
+        goto out_inflight;
+    /* Write back ahead of need while fewer than 1/8 of HBM slots are free or
+     * clean, so that an eviction seldom waits for a D2H copy. */
+    e->watermark = e->arena[KVT_TIER_HBM].nslots / 8 + 1;
+    if ((r = kvt_mover_start(e)) < 0)
+        goto out_policy;
+    *out = e;
+    return 0;
+
+out_policy:
+    e->pol->destroy(e->pol_priv);
+out_inflight:
+    close_inflight(e);
+    kvt_ptable_fini(&e->pt);
+out_arenas:
+    close_arenas(e);
+out_device:
+    e->dev->close(e->dev_priv);
+out_engine:
+    engine_free(e);
+    if (r == -ENOMEM && !kvt_last_error()[0])
+        kvt_fail(r, "out of memory");
+    return r;
+}
+
+KVT_API int kvt_open(const kvt_config *cfg, kvt_engine **out)
+{
+    return kvt_open_with_device(cfg, NULL, out);
+}
+
+/* Waits for every copy in flight so no back-end thread touches memory that
+ * is about to be freed. */
+static void drain_inflight(kvt_engine *e)
+{
+    for (int d = 0; d < KVT_DIRS; d++) {
+        struct kvt_inflight *q = &e->inflight[d];
+        if (q->len) {
+            uint64_t last = q->fence[(q->head + q->len - 1) % q->cap];
+            e->dev->wait(e->dev_priv, (enum kvt_dir)d, last);
+        }
+    }
+}
+
+KVT_API void kvt_close(kvt_engine *e)
+{
+    if (!e)
+        return;
+    kvt_mover_stop(e);
+    pthread_mutex_lock(&e->lock);
+    drain_inflight(e);
+    kvt_settle(e);
+    pthread_mutex_unlock(&e->lock);
+
+    for (uint32_t i = 0; i < e->n_tickets; i++)
+        free(e->tickets[i].pages);
+    free(e->tickets);
+    free((void *)e->sched.ids);
+    e->pol->destroy(e->pol_priv);
+    close_inflight(e);
+    kvt_ptable_fini(&e->pt);
+    close_arenas(e);
+    e->dev->close(e->dev_priv);
+    engine_free(e);
+}
+
+KVT_API int kvt_get_stats(kvt_engine *e, kvt_stats *out)
+{
+    if (!e || !out)
+        return kvt_fail(-EINVAL, "engine or out is NULL");
+    pthread_mutex_lock(&e->lock);
+    kvt_settle(e);
+    *out = e->st;
+    out->capacity_pages[KVT_TIER_HBM] = e->arena[KVT_TIER_HBM].nslots;
+    out->capacity_pages[KVT_TIER_DRAM] = e->arena[KVT_TIER_DRAM].nslots - 1; /* less the spare */
+    out->pages = e->pt.count;
+    out->meta_bytes = e->meta_bytes;
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+KVT_API size_t kvt_page_bytes(const kvt_engine *e) { return e->page_bytes; }
+KVT_API const char *kvt_device_name(const kvt_engine *e) { return e->dev->name; }
+void *kvt_engine_device_priv(kvt_engine *e) { return e->dev_priv; }
+
+int kvt_check_failed(kvt_engine *e)
+{
+    if (!e->failed)
+        return 0;
+    return kvt_fail(e->failed, "the engine failed earlier (%s); close it",
+                    kvt_strerror(e->failed));
+}

@@ -1,0 +1,554 @@
+/*
+ * manager.c — the page API: create, acquire, wait, release, drop, put, get,
+ * exists, schedule, flush.
+ *
+ * Pattern of every call: take e->lock, settle finished copies, decide and
+ * queue, drop the lock to wait or to copy engine buffers, take it again and
+ * finish. Pages are pinned (acquire) or marked busy (get/put) before the lock
+ * is dropped, which is what keeps them and their slots from moving meanwhile.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tiers/tiers.h"
+
+#define BATCH 64
+
+/* Every API entry: a valid engine, a clean error slot, the lock, settled. */
+uint32_t kvt_record_new(kvt_engine *e)
+{
+    uint32_t cap = e->pt.cap;
+    uint32_t pg = kvt_ptable_new(&e->pt);
+    if (pg == KVT_NONE)
+        return KVT_NONE;
+    if (e->pt.cap != cap && e->pol->reserve(e->pol_priv, e->pt.cap) < 0) {
+        kvt_ptable_delete(&e->pt, pg);
+        return KVT_NONE;
+    }
+    return pg;
+}
+
+static void page_pin(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (p->pins++ == 0)
+        e->st.pinned_pages++;
+    kvt_page_sync(e, pg, true);
+}
+
+static void page_unpin(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (--p->pins == 0)
+        e->st.pinned_pages--;
+    kvt_page_sync(e, pg, true);
+    kvt_page_trim(e, pg);
+}
+
+static void *hbm_ptr(kvt_engine *e, uint32_t pg)
+{
+    return kvt_arena_ptr(&e->arena[KVT_TIER_HBM], kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM]);
+}
+
+/* ------------------------------------------------------------- loading */
+
+/* Queues DRAM->HBM copies for the pages that have no HBM slot, making room
+ * as needed; waits (unlocked) only for write-backs that free slots. Pages
+ * must be pinned. Returns 0 once every page has an HBM slot (valid, or a copy
+ * in flight). */
+static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
+{
+    for (;;) {
+        uint32_t need = 0;
+        for (size_t i = 0; i < n; i++)
+            need += kvt_pg(&e->pt, pages[i])->slot[KVT_TIER_HBM] == KVT_NONE;
+        if (!need)
+            return 0;
+        uint64_t wait = 0;
+        int room = kvt_make_room_hbm(e, need, &wait);
+        if (room < 0 && room != -EAGAIN && room != KVT_EFULL)
+            return room;
+
+        uint32_t batch[BATCH], k = 0;
+        struct kvt_copy c[BATCH];
+        for (size_t i = 0; i < n && e->arena[KVT_TIER_HBM].nfree; i++) {
+            struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
+            if (p->slot[KVT_TIER_HBM] != KVT_NONE)
+                continue;
+            if (!(p->flags & PG_VALID_DRAM))
+                return kvt_fail(-EIO, "page (%llu,%u,%u) has no valid copy to load",
+                                (unsigned long long)p->key.id, p->key.layer, p->key.index);
+            uint32_t s = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pages[i]);
+            p->slot[KVT_TIER_HBM] = s;
+            p->xfer = XFER_UP;
+            batch[k] = pages[i];
+            c[k] = (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_HBM], s),
+                                      kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
+                                      e->page_bytes };
+            if (++k == BATCH || i + 1 == n) {
+                uint64_t f;
+                int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
+                for (uint32_t j = 0; j < k; j++) {
+                    if (r == 0) {
+                        kvt_inflight_push(e, KVT_H2D, batch[j], f);
+                    } else {
+                        struct kvt_page *q = kvt_pg(&e->pt, batch[j]);
+                        q->xfer = XFER_NONE;
+                        kvt_page_trim(e, batch[j]);
+                    }
+                }
+                if (r < 0)
+                    return kvt_fail(r, "queueing a DRAM->HBM copy failed: %s", kvt_strerror(r));
+                k = 0;
+            }
+        }
+        if (k) { /* the loop ended on nfree == 0 with copies pending */
+            uint64_t f;
+            int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
+            for (uint32_t j = 0; j < k; j++) {
+                if (r == 0) {
+                    kvt_inflight_push(e, KVT_H2D, batch[j], f);
+                } else {
+                    kvt_pg(&e->pt, batch[j])->xfer = XFER_NONE;
+                    kvt_page_trim(e, batch[j]);
+                }
+            }
+            if (r < 0)
+                return kvt_fail(r, "queueing a DRAM->HBM copy failed: %s", kvt_strerror(r));
+        }
+        if (room == KVT_EFULL) {
+            for (size_t i = 0; i < n; i++)
+                if (kvt_pg(&e->pt, pages[i])->slot[KVT_TIER_HBM] == KVT_NONE)
+                    return KVT_EFULL;
+            return 0;
+        }
+        if (room == -EAGAIN) {
+            int r = kvt_wait_fence(e, KVT_D2H, wait, true);
+            if (r < 0)
+                return kvt_fail(r, "a write-back to DRAM failed: %s", kvt_strerror(r));
+            if (e->failed)
+                return kvt_check_failed(e);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- tickets */
+
+static int ticket_new(kvt_engine *e, uint32_t *pages, uint32_t n, uint64_t fence, kvt_ticket *t)
+{
+    uint32_t i;
+    for (i = 0; i < e->n_tickets && e->tickets[i].live; i++)
+        ;
+    if (i == e->n_tickets) {
+        uint32_t nn = e->n_tickets ? e->n_tickets * 2 : 8;
+        struct kvt_ticket_rec *nt = realloc(e->tickets, nn * sizeof(*nt));
+        if (!nt)
+            return -ENOMEM;
+        memset(nt + e->n_tickets, 0, (nn - e->n_tickets) * sizeof(*nt));
+        e->tickets = nt;
+        e->n_tickets = nn;
+    }
+    struct kvt_ticket_rec *r = &e->tickets[i];
+    r->gen++;
+    r->live = 1;
+    r->n = n;
+    r->pages = pages;
+    r->fence = fence;
+    *t = ((uint64_t)r->gen << 32) | (i + 1);
+    return 0;
+}
+
+/* Takes the ticket out of the table; NULL if it is unknown or was used. */
+static struct kvt_ticket_rec *ticket_take(kvt_engine *e, kvt_ticket t, struct kvt_ticket_rec *out)
+{
+    uint32_t i = (uint32_t)(t & 0xffffffffu);
+    if (i == 0 || i > e->n_tickets)
+        return NULL;
+    struct kvt_ticket_rec *r = &e->tickets[i - 1];
+    if (!r->live || r->gen != (uint32_t)(t >> 32))
+        return NULL;
+    *out = *r;
+    r->live = 0;
+    r->pages = NULL;
+    return out;
+}
+
+/* ------------------------------------------------------------- acquire */
+
+static int lookup_all(kvt_engine *e, const kvt_key *keys, size_t n, uint32_t *pages)
+{
+    for (size_t i = 0; i < n; i++) {
+        pages[i] = kvt_ptable_find(&e->pt, &keys[i]);
+        if (pages[i] == KVT_NONE)
+            return kvt_fail(KVT_ENOTFOUND, "page (%llu,%u,%u) is in no tier",
+                            (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
+    }
+    return 0;
+}
+
+static void count_lookup(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if ((p->flags & PG_VALID_HBM) || p->xfer == XFER_UP) {
+        e->st.hits[KVT_TIER_HBM]++;
+        return;
+    }
+    e->st.misses[KVT_TIER_HBM]++;
+    if (p->flags & PG_VALID_DRAM)
+        e->st.hits[KVT_TIER_DRAM]++;
+    else
+        e->st.misses[KVT_TIER_DRAM]++;
+}
+
+KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void **dev_ptrs,
+                              kvt_ticket *t)
+{
+    if (!t || (n && (!keys || !dev_ptrs)) || n > UINT32_MAX)
+        return kvt_fail(-EINVAL, "keys, dev_ptrs and t must not be NULL");
+    KVT_ENTER(e);
+    int r;
+    uint32_t *pages = malloc((n ? n : 1) * sizeof(uint32_t));
+    if (!pages) {
+        r = kvt_fail(-ENOMEM, "out of memory");
+        goto out_unlock;
+    }
+    if ((r = kvt_check_failed(e)) < 0 || (r = lookup_all(e, keys, n, pages)) < 0)
+        goto out_free;
+    for (size_t i = 0; i < n; i++) {
+        count_lookup(e, pages[i]);
+        page_pin(e, pages[i]);
+    }
+    if ((r = load_pages(e, pages, n)) < 0)
+        goto out_unpin;
+    uint64_t fence = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
+        if (p->xfer == XFER_UP && p->fence > fence)
+            fence = p->fence;
+        dev_ptrs[i] = hbm_ptr(e, pages[i]);
+    }
+    if ((r = ticket_new(e, pages, (uint32_t)n, fence, t)) < 0)
+        goto out_unpin;
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+
+out_unpin:
+    for (size_t i = 0; i < n; i++)
+        page_unpin(e, pages[i]);
+out_free:
+    free(pages);
+out_unlock:
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
+/* Finishes a taken ticket: waits for its copies (or not, for stream waits)
+ * and, on error, drops its pins. Called locked; may unlock to wait. */
+static int ticket_finish(kvt_engine *e, struct kvt_ticket_rec *tr, void *stream, bool on_stream)
+{
+    int r = 0;
+    if (tr->fence) {
+        if (on_stream && e->dev->poll(e->dev_priv, KVT_H2D, tr->fence) == -EINPROGRESS) {
+            pthread_mutex_unlock(&e->lock);
+            r = e->dev->stream_wait(e->dev_priv, KVT_H2D, tr->fence, stream);
+            pthread_mutex_lock(&e->lock);
+            kvt_settle(e);
+        } else {
+            r = kvt_wait_fence(e, KVT_H2D, tr->fence, true);
+        }
+    }
+    if (r == 0 && !on_stream) {
+        for (uint32_t i = 0; i < tr->n; i++)
+            if (!(kvt_pg(&e->pt, tr->pages[i])->flags & PG_VALID_HBM))
+                r = e->failed ? e->failed : KVT_EDEVICE;
+    }
+    if (r == 0 && e->failed)
+        r = e->failed;
+    if (r < 0) {
+        kvt_fail(r, "a DRAM->HBM copy failed: %s", kvt_strerror(r));
+        for (uint32_t i = 0; i < tr->n; i++)
+            page_unpin(e, tr->pages[i]);
+    }
+    free(tr->pages);
+    return r;
+}
+
+static int wait_common(kvt_engine *e, kvt_ticket t, void *stream, bool on_stream)
+{
+    KVT_ENTER(e);
+    struct kvt_ticket_rec tr;
+    int r;
+    if (!ticket_take(e, t, &tr))
+        r = kvt_fail(-EINVAL, "ticket %llu is unknown or was already waited for",
+                     (unsigned long long)t);
+    else
+        r = ticket_finish(e, &tr, stream, on_stream);
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
+KVT_API int kvt_wait(kvt_engine *e, kvt_ticket t)
+{
+    return wait_common(e, t, NULL, false);
+}
+
+KVT_API int kvt_wait_stream(kvt_engine *e, kvt_ticket t, void *cuda_stream)
+{
+    return wait_common(e, t, cuda_stream, true);
+}
+
+KVT_API int kvt_acquire(kvt_engine *e, const kvt_key *keys, size_t n, void **dev_ptrs)
+{
+    kvt_ticket t;
+    int r = kvt_acquire_async(e, keys, n, dev_ptrs, &t);
+    if (r < 0)
+        return r;
+    return kvt_wait(e, t);
+}
+
+/* ------------------------------------------------------------- create */
+
+KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
+{
+    if (!dev_ptr)
+        return kvt_fail(-EINVAL, "dev_ptr is NULL");
+    KVT_ENTER(e);
+    int r;
+    uint32_t pg = KVT_NONE;
+    if ((r = kvt_check_failed(e)) < 0)
+        goto out;
+    if (kvt_ptable_find(&e->pt, &key) != KVT_NONE) {
+        r = kvt_fail(-EEXIST, "page (%llu,%u,%u) exists", (unsigned long long)key.id, key.layer,
+                     key.index);
+        goto out;
+    }
+    if ((r = kvt_admit(e)) < 0)
+        goto out;
+    for (;;) {
+        if (e->arena[KVT_TIER_HBM].nfree)
+            break;
+        uint64_t wait = 0;
+        r = kvt_make_room_hbm(e, 1, &wait);
+        if (r == -EAGAIN)
+            r = kvt_wait_fence(e, KVT_D2H, wait, true);
+        if (r == 0 && e->failed)
+            r = kvt_check_failed(e);
+        if (r < 0)
+            goto out;
+    }
+    /* A waiter may have created the same key while we were unlocked. */
+    if (kvt_ptable_find(&e->pt, &key) != KVT_NONE) {
+        r = kvt_fail(-EEXIST, "page (%llu,%u,%u) exists", (unsigned long long)key.id, key.layer,
+                     key.index);
+        goto out;
+    }
+    if ((pg = kvt_record_new(e)) == KVT_NONE) {
+        r = kvt_fail(-ENOMEM, "out of memory for a page record");
+        goto out;
+    }
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->key = key;
+    p->slot[KVT_TIER_HBM] = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pg);
+    if ((r = kvt_ptable_insert(&e->pt, pg)) < 0) {
+        kvt_arena_free(&e->arena[KVT_TIER_HBM], p->slot[KVT_TIER_HBM]);
+        kvt_ptable_delete(&e->pt, pg);
+        kvt_fail(r, "out of memory for the page index");
+        goto out;
+    }
+    kvt_page_set(e, pg, PG_VALID_HBM, 0);
+    page_pin(e, pg);
+    *dev_ptr = hbm_ptr(e, pg);
+    kvt_mover_kick(e);
+out:
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
+/* ------------------------------------------------------------- release */
+
+KVT_API int kvt_release(kvt_engine *e, const kvt_key *keys, size_t n, int dirty)
+{
+    if (n && !keys)
+        return kvt_fail(-EINVAL, "keys is NULL");
+    KVT_ENTER(e);
+    int r = 0;
+    size_t i;
+    /* Validate by taking the pins tentatively, so a key given twice needs two
+     * pins; on a bad key every tentative release is put back. */
+    for (i = 0; i < n; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+        if (pg == KVT_NONE || kvt_pg(&e->pt, pg)->pins == 0) {
+            r = kvt_fail(pg == KVT_NONE ? KVT_ENOTFOUND : -EINVAL,
+                         "page (%llu,%u,%u) is not %s", (unsigned long long)keys[i].id,
+                         keys[i].layer, keys[i].index, pg == KVT_NONE ? "held" : "pinned");
+            break;
+        }
+        kvt_pg(&e->pt, pg)->pins--;
+    }
+    for (size_t j = 0; j < i; j++)
+        kvt_pg(&e->pt, kvt_ptable_find(&e->pt, &keys[j]))->pins++;
+    if (r < 0)
+        goto out;
+
+    for (i = 0; i < n; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (dirty) {
+            /* The caller wrote HBM: every lower copy is now stale. A D2H in
+             * flight read bytes being rewritten, so its result is discarded. */
+            if (p->xfer == XFER_DOWN)
+                p->flags |= PG_STALE;
+            kvt_page_set(e, pg, 0, PG_VALID_DRAM | PG_VALID_SSD);
+        }
+        page_unpin(e, pg);
+    }
+    if (dirty)
+        kvt_mover_kick(e);
+out:
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
+/* ------------------------------------------------------------- drop */
+
+void kvt_page_destroy(kvt_engine *e, uint32_t pg)
+{
+    kvt_ptable_remove(&e->pt, pg);
+    kvt_page_set(e, pg, PG_ZOMBIE, PG_VALID_HBM | PG_VALID_DRAM | PG_VALID_SSD);
+    kvt_page_sync(e, pg, false);
+    kvt_page_trim(e, pg);
+}
+
+KVT_API int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n)
+{
+    if (n && !keys)
+        return kvt_fail(-EINVAL, "keys is NULL");
+    KVT_ENTER(e);
+    int r = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+        if (pg != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, pg))) {
+            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
+                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+        if (pg != KVT_NONE)
+            kvt_page_destroy(e, pg);
+    }
+out:
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
+KVT_API int kvt_drop_id(kvt_engine *e, uint64_t id)
+{
+    KVT_ENTER(e);
+    int r = 0;
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if ((p->flags & PG_HASHED) && p->key.id == id && kvt_page_in_use(p)) {
+            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
+                         (unsigned long long)id, p->key.layer, p->key.index);
+            goto out;
+        }
+    }
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if ((p->flags & PG_HASHED) && p->key.id == id)
+            kvt_page_destroy(e, pg);
+    }
+out:
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
+/* ------------------------------------------------------------- exists */
+
+static kvt_tier page_tier(const struct kvt_page *p)
+{
+    if (p->flags & PG_VALID_HBM)
+        return KVT_TIER_HBM;
+    if (p->flags & PG_VALID_DRAM)
+        return KVT_TIER_DRAM;
+    if (p->flags & PG_VALID_SSD)
+        return KVT_TIER_SSD;
+    return KVT_TIER_NONE;
+}
+
+KVT_API int kvt_exists(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where)
+{
+    if (n && !keys)
+        return kvt_fail(-EINVAL, "keys is NULL");
+    if (n > INT32_MAX)
+        return kvt_fail(-EINVAL, "n is too large");
+    KVT_ENTER(e);
+    int prefix = -1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+        kvt_tier t = pg == KVT_NONE ? KVT_TIER_NONE : page_tier(kvt_pg(&e->pt, pg));
+        if (where)
+            where[i] = t;
+        if (t == KVT_TIER_NONE && prefix < 0)
+            prefix = (int)i;
+        if (!where && prefix >= 0)
+            break;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return prefix < 0 ? (int)n : prefix;
+}
+
+/* ------------------------------------------------------------- schedule */
+
+KVT_API int kvt_set_schedule(kvt_engine *e, const kvt_schedule *s)
+{
+    if (!s || !s->ids || !s->n_ids || !s->n_layers ||
+        (s->order != KVT_ORDER_LAYER_MAJOR && s->order != KVT_ORDER_SEQ_MAJOR))
+        return kvt_fail(-EINVAL, "schedule needs ids, n_ids > 0, n_layers > 0 and a known order");
+    uint64_t *ids = malloc(s->n_ids * sizeof(uint64_t));
+    if (!ids)
+        return kvt_fail(-ENOMEM, "out of memory");
+    memcpy(ids, s->ids, s->n_ids * sizeof(uint64_t));
+    KVT_ENTER(e);
+    free((void *)e->sched.ids);
+    e->sched = *s;
+    e->sched.ids = ids;
+    if (e->pol->schedule)
+        e->pol->schedule(e->pol_priv, &e->sched);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
+{
+    if (!e)
+        return kvt_fail(-EINVAL, "engine is NULL");
+    if (!e->pol->advance)
+        return 0; /* the policy ignores the position: no need to take the lock */
+    pthread_mutex_lock(&e->lock);
+    e->pol->advance(e->pol_priv, id, layer);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+/* ------------------------------------------------------------- flush */
+
+KVT_API int kvt_flush(kvt_engine *e)
+{
+    KVT_ENTER(e);
+    int r = kvt_check_failed(e);
+    if (r == 0) {
+        uint64_t fence = 0;
+        r = kvt_writeback(e, UINT32_MAX, true, &fence);
+        if (fence) {
+            int w = kvt_wait_fence(e, KVT_D2H, fence, false);
+            if (w < 0)
+                r = kvt_fail(w, "a write-back failed: %s", kvt_strerror(w));
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}

@@ -1,0 +1,247 @@
+/*
+ * tiers.h — the tier manager's internal types (not installed).
+ *
+ * One engine lock (e->lock) guards every structure below. It is never held
+ * across a wait for a copy: callers queue copies under the lock, drop it,
+ * wait on the device fence, take it again and settle what completed.
+ *
+ * Page states. A page is one record (struct kvt_page) and up to one copy per
+ * tier. For tier t: slot[t] != KVT_NONE means a slot is allocated to it;
+ * PG_VALID_<t> means the slot holds the page's current bytes. A slot that is
+ * allocated but not valid is the target of a copy in flight (xfer), a put in
+ * progress, or a stale copy still being read (busy) and freed by page_trim().
+ *
+ * Caching is inclusive downwards: a page promoted to HBM keeps its DRAM copy.
+ * "Dirty" is derived, not stored: the HBM copy is valid and no lower copy is.
+ * A dirty release invalidates the lower copies at once, so there is never a
+ * lower copy that is valid but older than HBM.
+ */
+#ifndef KVT_TIERS_H
+#define KVT_TIERS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "include/kvtier.h"
+#include "policy/policy.h"
+#include "tiers/device.h"
+
+#define KVT_NONE UINT32_MAX
+#define KVT_ARENAS 2 /* HBM and DRAM hold slots in memory; SSD has its own store */
+
+/* ------------------------------------------------------------- errors */
+
+/* Records a detailed message for kvt_last_error() and returns err. */
+int kvt_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kvt_clear_error(void);
+
+/* ------------------------------------------------------------- metadata */
+
+/* Counts bytes of page metadata allocated, for kvt_stats.meta_bytes. */
+void *kvt_meta_alloc(uint64_t *counter, size_t bytes);
+void *kvt_meta_realloc(uint64_t *counter, void *p, size_t old_bytes, size_t new_bytes);
+void kvt_meta_free(uint64_t *counter, void *p, size_t bytes);
+
+/* ------------------------------------------------------------- arena */
+
+/* Fixed page slots over one allocation; O(1) alloc and free through a stack
+ * of free slot numbers; owner[] doubles as the allocated map (double free
+ * and foreign slots are caught). */
+struct kvt_arena {
+    uint8_t *base;
+    size_t page_bytes;
+    uint32_t nslots;
+    uint32_t nfree;
+    uint32_t *free_stack;   /* nfree entries valid */
+    uint32_t *owner;        /* slot -> page index, KVT_NONE when free */
+};
+
+int kvt_arena_init(struct kvt_arena *a, void *base, size_t page_bytes, uint32_t nslots,
+                   uint64_t *meta);
+void kvt_arena_fini(struct kvt_arena *a, uint64_t *meta);
+/* Returns a free slot owned by page, or KVT_NONE when full. */
+uint32_t kvt_arena_alloc(struct kvt_arena *a, uint32_t page);
+/* 0, or -EINVAL for a slot that is out of range or not allocated. */
+int kvt_arena_free(struct kvt_arena *a, uint32_t slot);
+static inline void *kvt_arena_ptr(const struct kvt_arena *a, uint32_t slot)
+{
+    return a->base + (size_t)slot * a->page_bytes;
+}
+
+/* ------------------------------------------------------------- pages */
+
+enum {
+    PG_VALID_HBM = 1u << 0,
+    PG_VALID_DRAM = 1u << 1,
+    PG_VALID_SSD = 1u << 2,
+    PG_LISTED_HBM = 1u << 3,  /* the policy holds it as an HBM candidate */
+    PG_LISTED_DRAM = 1u << 4, /* the policy holds it as a DRAM candidate */
+    PG_STALE = 1u << 5,       /* a dirty release overtook the D2H copy in flight */
+    PG_EVICTING = 1u << 6,    /* the D2H in flight frees the HBM slot when done */
+    PG_ZOMBIE = 1u << 7,      /* dropped while busy; freed when the last user leaves */
+    PG_HASHED = 1u << 8,      /* in the key index */
+};
+
+enum kvt_xfer { XFER_NONE = 0, XFER_UP = 1, XFER_DOWN = 2 };
+
+/* One page record: 40 bytes. Records live in one array indexed by a 32-bit
+ * page number; pointers into it are valid only under the lock and until the
+ * next record allocation (the array may move). */
+struct kvt_page {
+    kvt_key key;
+    uint32_t slot[KVT_ARENAS];  /* HBM, DRAM; KVT_NONE when none */
+    uint32_t pins;              /* engine pins (acquire/create) */
+    uint16_t flags;
+    uint8_t xfer;               /* enum kvt_xfer in flight */
+    uint8_t busy;               /* get/put copies in progress */
+    uint64_t fence;             /* device fence of xfer */
+};
+
+/* The page table: records plus an open-addressing index by key (linear
+ * probing, backward-shift deletion, no tombstones, load <= 1/2). */
+struct kvt_ptable {
+    struct kvt_page *pages;
+    uint32_t cap;               /* records allocated */
+    uint32_t used;              /* records ever handed out (high-water mark) */
+    uint32_t live;              /* records in use now (keys, reservations, dropped-but-busy) */
+    uint32_t free_head;         /* free records chained through slot[0] */
+    uint32_t *index;            /* page numbers, KVT_NONE = empty */
+    uint32_t index_mask;
+    uint32_t count;             /* keys in the index */
+    uint64_t *meta;             /* counter for kvt_stats.meta_bytes */
+};
+
+int kvt_ptable_init(struct kvt_ptable *t, uint32_t expect, uint64_t *meta);
+void kvt_ptable_fini(struct kvt_ptable *t);
+/* A fresh record (zeroed, slots KVT_NONE), or KVT_NONE when out of memory. */
+uint32_t kvt_ptable_new(struct kvt_ptable *t);
+void kvt_ptable_delete(struct kvt_ptable *t, uint32_t pg);
+uint32_t kvt_ptable_find(const struct kvt_ptable *t, const kvt_key *k);
+/* Indexes record pg under its key. -EEXIST if the key is there, -ENOMEM. */
+int kvt_ptable_insert(struct kvt_ptable *t, uint32_t pg);
+void kvt_ptable_remove(struct kvt_ptable *t, uint32_t pg);
+static inline struct kvt_page *kvt_pg(const struct kvt_ptable *t, uint32_t pg)
+{
+    return &t->pages[pg];
+}
+static inline bool kvt_key_eq(const kvt_key *a, const kvt_key *b)
+{
+    return a->id == b->id && a->layer == b->layer && a->index == b->index;
+}
+
+/* ------------------------------------------------------------- in flight */
+
+/* Device copies in flight of one direction, in fence order (a ring). */
+struct kvt_inflight {
+    uint32_t *page;
+    uint64_t *fence;
+    uint32_t cap, head, len;
+};
+
+/* ------------------------------------------------------------- tickets */
+
+struct kvt_ticket_rec {
+    uint32_t gen;           /* ticket id = gen << 32 | (slot + 1) */
+    uint32_t live;
+    uint32_t n;
+    uint32_t *pages;        /* the pinned pages, n entries */
+    uint64_t fence;         /* H2D fence covering every load of the ticket */
+};
+
+/* ------------------------------------------------------------- engine */
+
+struct kvt_engine {
+    pthread_mutex_t lock;
+    size_t page_bytes;
+    kvt_config cfg;                 /* strings point into names below */
+    char *ssd_dir, *policy_name;
+
+    const struct kvt_device_ops *dev;
+    void *dev_priv;
+    void *hbm_base, *dram_base;
+    size_t hbm_alloc_bytes, dram_alloc_bytes;
+    struct kvt_arena arena[KVT_ARENAS];
+    struct kvt_ptable pt;
+    struct kvt_inflight inflight[KVT_DIRS];
+
+    const struct kvt_policy_ops *pol;
+    void *pol_priv;
+    kvt_schedule sched;             /* last schedule (ids owned) */
+
+    struct kvt_ticket_rec *tickets;
+    uint32_t n_tickets;
+
+    int failed;                     /* 0, or the error that failed the engine */
+    kvt_stats st;                   /* counters (under lock) */
+    uint64_t meta_bytes;
+    uint64_t hbm_dirty;             /* dirty pages in HBM */
+
+    /* mover: background write-back so evictions seldom wait */
+    pthread_t mover;
+    pthread_cond_t mover_cv;
+    bool mover_started, mover_stop, mover_kick;
+    uint32_t watermark;             /* HBM slots kept free or clean */
+};
+
+/* Opens with an explicit device back-end (tests inject the faulty one). */
+int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,
+                         kvt_engine **out);
+/* Validates cfg; KVT_ECONFIG with a message naming the field. */
+int kvt_config_check(const kvt_config *cfg);
+/* The back-end's private state (tests arm host faults through it). */
+void *kvt_engine_device_priv(kvt_engine *e);
+
+#define KVT_API __attribute__((visibility("default")))
+
+/* Every API entry: a valid engine, a clean error slot, the lock, settled. */
+#define KVT_ENTER(e)                                                            \
+    do {                                                                        \
+        if (!(e))                                                               \
+            return kvt_fail(-EINVAL, "engine is NULL");                         \
+        kvt_clear_error();                                                      \
+        pthread_mutex_lock(&(e)->lock);                                         \
+        kvt_settle(e);                                                          \
+    } while (0)
+
+static inline bool kvt_page_in_use(const struct kvt_page *p)
+{
+    return p->pins || p->busy;
+}
+
+/* manager.c / transfer.c (all under e->lock) */
+uint32_t kvt_record_new(kvt_engine *e);
+void kvt_page_destroy(kvt_engine *e, uint32_t pg);
+void kvt_settle(kvt_engine *e);
+/* Sets and clears page flags, keeping resident/dirty counters exact. */
+void kvt_page_set(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear);
+enum {
+    KVT_SLOT_STEAL = 1, /* may take the DRAM slot of a page whose HBM copy stays */
+    KVT_SLOT_SPARE = 2, /* may take the last free slot (evictions only) */
+};
+uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how);
+/* 0 when one more page fits in the engine's capacity, else KVT_EFULL. */
+int kvt_admit(kvt_engine *e);
+void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch);
+void kvt_page_trim(kvt_engine *e, uint32_t pg);
+int kvt_inflight_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fence);
+int kvt_make_room_hbm(kvt_engine *e, uint32_t need, uint64_t *wait_d2h);
+int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool evict, uint64_t *fence);
+/* Releases the lock while waiting for fence f of dir; adds to stall_ns when
+ * stall is set. Returns the fence's status. */
+int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall);
+int kvt_check_failed(kvt_engine *e);
+
+/* mover.c */
+int kvt_mover_start(kvt_engine *e);
+void kvt_mover_stop(kvt_engine *e);
+void kvt_mover_kick(kvt_engine *e);
+
+#if KVT_DEBUG
+void kvt_check_invariants(kvt_engine *e);
+#else
+static inline void kvt_check_invariants(kvt_engine *e) { (void)e; }
+#endif
+
+#endif /* KVT_TIERS_H */

@@ -1,0 +1,438 @@
+/*
+ * transfer.c — page state changes and the copies between HBM and DRAM.
+ *
+ * Everything here runs under e->lock. Copies are queued on the device and
+ * recorded in a per-direction ring in fence order; kvt_settle() retires the
+ * ones that completed. Settling is lazy (any call that needs an up-to-date
+ * view settles first), so the device never calls back into the manager and no
+ * lock order between the two exists.
+ *
+ * A page's bytes are trusted only after its copy's fence completed without
+ * error: a failed fence fails the engine and leaves the target copy invalid,
+ * so nothing a failed transfer touched is ever served.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "tiers/tiers.h"
+
+#define LOWER_VALID (PG_VALID_DRAM | PG_VALID_SSD)
+
+static inline bool pg_dirty_flags(uint16_t f)
+{
+    return (f & PG_VALID_HBM) && !(f & LOWER_VALID);
+}
+
+/* Sets and clears flags of a page, keeping the resident and dirty counters. */
+static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    uint16_t old = p->flags, nf = (uint16_t)((old | set) & ~clear);
+    static const uint16_t valid[3] = { PG_VALID_HBM, PG_VALID_DRAM, PG_VALID_SSD };
+    for (int t = 0; t < 3; t++) {
+        if ((nf & valid[t]) && !(old & valid[t]))
+            e->st.resident_pages[t]++;
+        else if (!(nf & valid[t]) && (old & valid[t]))
+            e->st.resident_pages[t]--;
+    }
+    e->hbm_dirty += (uint64_t)pg_dirty_flags(nf) - (uint64_t)pg_dirty_flags(old);
+    p->flags = nf;
+}
+
+void kvt_page_set(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
+{
+    page_flags(e, pg, set, clear);
+}
+
+/* Keeps the policy's candidate sets equal to what the page's state says:
+ * an HBM candidate is valid there, unpinned and not being evicted; a DRAM
+ * candidate is valid there. touch reports a use. */
+void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    bool live = !(p->flags & PG_ZOMBIE);
+    bool want[KVT_ARENAS] = {
+        live && (p->flags & PG_VALID_HBM) && p->pins == 0 && !(p->flags & PG_EVICTING),
+        live && (p->flags & PG_VALID_DRAM),
+    };
+    static const uint16_t listed[KVT_ARENAS] = { PG_LISTED_HBM, PG_LISTED_DRAM };
+    for (int t = 0; t < KVT_ARENAS; t++) {
+        bool is = p->flags & listed[t];
+        if (want[t] && !is) {
+            e->pol->insert(e->pol_priv, t, pg, &p->key);
+            p->flags |= listed[t];
+        } else if (!want[t] && is) {
+            e->pol->remove(e->pol_priv, t, pg);
+            p->flags &= (uint16_t)~listed[t];
+        } else if (want[t] && touch) {
+            e->pol->access(e->pol_priv, t, pg);
+        }
+    }
+}
+
+/* Frees slots that hold nothing valid and that no copy or reader uses, and
+ * the record of a dropped page once it has no slot left. A slot is never
+ * freed under a reader (busy) or a copy in flight: that is what keeps a slot
+ * from being handed to another page while its bytes are still being read. */
+void kvt_page_trim(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (p->busy)
+        return;
+    if (p->slot[KVT_TIER_HBM] != KVT_NONE && !(p->flags & PG_VALID_HBM) && p->xfer == XFER_NONE) {
+        kvt_arena_free(&e->arena[KVT_TIER_HBM], p->slot[KVT_TIER_HBM]);
+        p->slot[KVT_TIER_HBM] = KVT_NONE;
+    }
+    if (p->slot[KVT_TIER_DRAM] != KVT_NONE && !(p->flags & PG_VALID_DRAM) && p->xfer == XFER_NONE) {
+        kvt_arena_free(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
+        p->slot[KVT_TIER_DRAM] = KVT_NONE;
+    }
+    if ((p->flags & PG_ZOMBIE) && p->xfer == XFER_NONE && p->slot[0] == KVT_NONE &&
+        p->slot[1] == KVT_NONE) {
+        kvt_page_sync(e, pg, false);
+        kvt_ptable_delete(&e->pt, pg);
+    }
+}
+
+int kvt_inflight_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fence)
+{
+    struct kvt_inflight *q = &e->inflight[dir];
+    if (q->len == q->cap)
+        return -EOVERFLOW; /* cannot happen: one entry per HBM slot */
+    uint32_t i = (q->head + q->len) % q->cap;
+    q->page[i] = pg;
+    q->fence[i] = fence;
+    q->len++;
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->xfer = dir == KVT_H2D ? XFER_UP : XFER_DOWN;
+    p->fence = fence;
+    return 0;
+}
+
+static uint64_t inflight_last(const struct kvt_inflight *q)
+{
+    return q->len ? q->fence[(q->head + q->len - 1) % q->cap] : 0;
+}
+
+static void complete_up(kvt_engine *e, uint32_t pg, bool ok)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->xfer = XFER_NONE;
+    if (ok && !(p->flags & PG_ZOMBIE)) {
+        page_flags(e, pg, PG_VALID_HBM, 0);
+        e->st.bytes_up[KVT_TIER_HBM] += e->page_bytes;
+    }
+    kvt_page_sync(e, pg, false);
+    kvt_page_trim(e, pg);
+}
+
+static void complete_down(kvt_engine *e, uint32_t pg, bool ok)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->xfer = XFER_NONE;
+    bool stale = p->flags & PG_STALE;
+    p->flags &= (uint16_t)~(PG_STALE);
+    if (ok && !stale && !(p->flags & PG_ZOMBIE)) {
+        page_flags(e, pg, PG_VALID_DRAM, 0);
+        e->st.bytes_down[KVT_TIER_HBM] += e->page_bytes;
+    }
+    p = kvt_pg(&e->pt, pg);
+    if (p->flags & PG_EVICTING) {
+        p->flags &= (uint16_t)~PG_EVICTING;
+        /* An acquire that came while the copy ran keeps the page in HBM. */
+        if (p->pins == 0 && p->busy == 0 && (p->flags & LOWER_VALID))
+            page_flags(e, pg, 0, PG_VALID_HBM);
+    }
+    kvt_page_sync(e, pg, false);
+    kvt_page_trim(e, pg);
+}
+
+static void engine_fail(kvt_engine *e, int err)
+{
+    if (!e->failed)
+        e->failed = KVT_EDEVICE;
+    e->st.errors_device++;
+    (void)err;
+}
+
+static void restore_spare(kvt_engine *e);
+
+void kvt_settle(kvt_engine *e)
+{
+    for (int d = 0; d < KVT_DIRS; d++) {
+        struct kvt_inflight *q = &e->inflight[d];
+        while (q->len) {
+            uint32_t pg = q->page[q->head];
+            int r = e->dev->poll(e->dev_priv, (enum kvt_dir)d, q->fence[q->head]);
+            if (r == -EINPROGRESS && !e->failed)
+                break;
+            if (r == -EINPROGRESS) {
+                /* Failed engine: a copy that may never complete is abandoned
+                 * as failed; its target is never marked valid. */
+                r = KVT_EDEVICE;
+            }
+            q->head = (q->head + 1) % q->cap;
+            q->len--;
+            if (r < 0)
+                engine_fail(e, r);
+            if (d == KVT_H2D)
+                complete_up(e, pg, r == 0);
+            else
+                complete_down(e, pg, r == 0);
+        }
+    }
+    if (e->arena[KVT_TIER_DRAM].nfree == 0)
+        restore_spare(e);
+}
+
+int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_mutex_unlock(&e->lock);
+    int r = e->dev->wait(e->dev_priv, dir, f);
+    pthread_mutex_lock(&e->lock);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (stall)
+        e->st.stall_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+    kvt_settle(e);
+    return r;
+}
+
+/* Capacity is counted in pages, not slots: every page needs one slot
+ * somewhere, and a second copy is a cache that can always be given up.
+ * Records in use (keys, put reservations, dropped pages still being read)
+ * may not exceed the configured HBM + DRAM pages. */
+int kvt_admit(kvt_engine *e)
+{
+    uint64_t cap = (uint64_t)e->arena[KVT_TIER_HBM].nslots + e->arena[KVT_TIER_DRAM].nslots - 1;
+    if (e->pt.live < cap)
+        return 0;
+    return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (HBM + "
+                               "DRAM)", e->pt.live, (unsigned long long)cap);
+}
+
+struct usable_ctx {
+    kvt_engine *e;
+    bool dirty_only;     /* HBM: only pages without a lower copy */
+};
+
+static bool usable_hbm(void *ctx, uint32_t pg)
+{
+    struct usable_ctx *u = ctx;
+    const struct kvt_page *p = kvt_pg(&u->e->pt, pg);
+    if (p->xfer != XFER_NONE || p->busy)
+        return false;
+    return !u->dirty_only || !(p->flags & LOWER_VALID);
+}
+
+/* A DRAM copy may go only if the page keeps a valid copy elsewhere: DRAM
+ * eviction never loses the last copy of a page. */
+static bool usable_dram(void *ctx, uint32_t pg)
+{
+    struct usable_ctx *u = ctx;
+    const struct kvt_page *p = kvt_pg(&u->e->pt, pg);
+    if (p->xfer != XFER_NONE || p->busy)
+        return false;
+    return (p->flags & (PG_VALID_HBM | PG_VALID_SSD)) != 0;
+}
+
+/* The spare DRAM slot (see kvt_dram_slot) is in use: give it back by
+ * dropping the DRAM copy of a page that also lives in HBM, once one exists.
+ * The page turns dirty; that is the price of a full engine. */
+static void restore_spare(kvt_engine *e)
+{
+    struct usable_ctx u = { e, false };
+    uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram, &u);
+    if (v == KVT_NONE)
+        return;
+    page_flags(e, v, 0, PG_VALID_DRAM);
+    kvt_page_sync(e, v, false);
+    kvt_page_trim(e, v);
+}
+
+/* A DRAM slot for page pg: a free one, or (KVT_SLOT_STEAL) the slot of a
+ * page whose HBM copy stays valid. Stealing turns that page dirty again, so
+ * write-back for its own sake (flush, the mover) must not steal: it would
+ * only move the dirt around. KVT_NONE when there is no room.
+ *
+ * The DRAM arena has one slot more than the configured capacity, and only
+ * evictions (KVT_SLOT_SPARE) may take the last free one. That spare is what lets
+ * an engine whose every slot is full still swap a DRAM-only page with a
+ * dirty HBM page (write B down into the spare, then bring A up into B's
+ * slot); without it the two copies would wait on each other. */
+uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how)
+{
+    struct kvt_arena *d = &e->arena[KVT_TIER_DRAM];
+    if (d->nfree > 1)
+        return kvt_arena_alloc(d, pg);
+    if (how & KVT_SLOT_STEAL) {
+        struct usable_ctx u = { e, false };
+        uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram, &u);
+        if (v != KVT_NONE) {
+            page_flags(e, v, 0, PG_VALID_DRAM);
+            kvt_page_sync(e, v, false);
+            kvt_page_trim(e, v);
+            return kvt_arena_alloc(d, pg);
+        }
+    }
+    return (how & KVT_SLOT_SPARE) ? kvt_arena_alloc(d, pg) : KVT_NONE;
+}
+
+/* Queues the D2H copies of pages[0..n) (DRAM slots already set) as one batch.
+ * On error the pages are left as they were before (DRAM slots freed). */
+static int submit_down(kvt_engine *e, const uint32_t *pages, struct kvt_copy *c, uint32_t n,
+                       bool evict)
+{
+    if (!n)
+        return 0;
+    uint64_t f;
+    int r = e->dev->submit(e->dev_priv, KVT_D2H, c, n, &f);
+    for (uint32_t i = 0; i < n; i++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
+        if (r < 0) {
+            kvt_arena_free(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
+            p->slot[KVT_TIER_DRAM] = KVT_NONE;
+            continue;
+        }
+        if (evict)
+            p->flags |= PG_EVICTING;
+        kvt_inflight_push(e, KVT_D2H, pages[i], f);
+        kvt_page_sync(e, pages[i], false);
+    }
+    if (r < 0)
+        return kvt_fail(r, "queueing a write-back to DRAM failed: %s", kvt_strerror(r));
+    return 0;
+}
+
+/* Batches are built in small stack arrays: the device takes them in one
+ * submit, and 64 pages of 256 KiB are already 16 MiB in flight. */
+#define BATCH 64
+
+int kvt_make_room_hbm(kvt_engine *e, uint32_t need, uint64_t *wait_d2h)
+{
+    struct kvt_arena *h = &e->arena[KVT_TIER_HBM];
+    struct usable_ctx u = { e, false };
+    uint32_t pages[BATCH] = { 0 }, n = 0, coming = 0;
+    struct kvt_copy c[BATCH];
+    int r = 0;
+
+    while (h->nfree + coming < need) {
+        uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_HBM, usable_hbm, &u);
+        if (v == KVT_NONE)
+            break;
+        struct kvt_page *p = kvt_pg(&e->pt, v);
+        if (p->flags & LOWER_VALID) {
+            /* Clean: a copy below is current, dropping HBM costs no write. */
+            page_flags(e, v, 0, PG_VALID_HBM);
+            kvt_page_sync(e, v, false);
+            kvt_page_trim(e, v);
+            continue;
+        }
+        uint32_t ds = kvt_dram_slot(e, v, KVT_SLOT_STEAL | KVT_SLOT_SPARE);
+        if (ds == KVT_NONE)
+            break;
+        p = kvt_pg(&e->pt, v);
+        p->slot[KVT_TIER_DRAM] = ds;
+        p->xfer = XFER_DOWN; /* keeps it out of victim() until submitted */
+        pages[n] = v;
+        c[n] = (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], ds),
+                                  kvt_arena_ptr(h, p->slot[KVT_TIER_HBM]), e->page_bytes };
+        n++;
+        coming++;
+        if (n == BATCH) {
+            if ((r = submit_down(e, pages, c, n, true)) < 0)
+                goto out_undo;
+            n = 0;
+        }
+    }
+    if ((r = submit_down(e, pages, c, n, true)) < 0)
+        goto out_undo;
+    if (h->nfree >= need)
+        return 0;
+    if (e->inflight[KVT_D2H].len) {
+        *wait_d2h = inflight_last(&e->inflight[KVT_D2H]);
+        return -EAGAIN;
+    }
+    return kvt_fail(KVT_EFULL, "HBM is full: %u of %u slots are pinned or in use and nothing "
+                               "below can take a page", h->nslots - h->nfree, h->nslots);
+
+out_undo:
+    for (uint32_t i = 0; i < n; i++)
+        kvt_pg(&e->pt, pages[i])->xfer = XFER_NONE;
+    return r;
+}
+
+/* Writes back up to max dirty pages, coldest first (or, with all, every dirty
+ * page including pinned ones, for flush). Sets *fence to the last D2H fence
+ * to wait for (0 when nothing is in flight). KVT_EFULL when DRAM had no room
+ * for one of them. */
+static int writeback_pages(kvt_engine *e, const uint32_t *cand, uint32_t n)
+{
+    uint32_t pages[BATCH] = { 0 }, k = 0;
+    struct kvt_copy c[BATCH];
+    int r = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t ds = kvt_dram_slot(e, cand[i], 0);
+        struct kvt_page *p = kvt_pg(&e->pt, cand[i]);
+        if (ds == KVT_NONE) {
+            p->xfer = XFER_NONE;
+            r = kvt_fail(KVT_EFULL, "DRAM has no free slot for a dirty page");
+            continue;
+        }
+        p->slot[KVT_TIER_DRAM] = ds;
+        pages[k] = cand[i];
+        c[k] = (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], ds),
+                                  kvt_arena_ptr(&e->arena[KVT_TIER_HBM], p->slot[KVT_TIER_HBM]),
+                                  e->page_bytes };
+        k++;
+    }
+    int s = submit_down(e, pages, c, k, false);
+    if (s < 0) {
+        for (uint32_t i = 0; i < k; i++)
+            kvt_pg(&e->pt, pages[i])->xfer = XFER_NONE;
+        return s;
+    }
+    return r;
+}
+
+int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool all, uint64_t *fence)
+{
+    uint32_t cand[BATCH], n = 0, done = 0;
+    int r = 0, s;
+    struct usable_ctx u = { e, true };
+
+    if (all) {
+        for (uint32_t pg = 0; pg < e->pt.used && done < max_pages; pg++) {
+            struct kvt_page *p = kvt_pg(&e->pt, pg);
+            if (!(p->flags & PG_HASHED) || p->xfer != XFER_NONE || !pg_dirty_flags(p->flags))
+                continue;
+            p->xfer = XFER_DOWN;
+            cand[n++] = pg;
+            done++;
+            if (n == BATCH) {
+                if ((s = writeback_pages(e, cand, n)) < 0)
+                    r = s;
+                n = 0;
+            }
+        }
+    } else {
+        while (done < max_pages) {
+            uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_HBM, usable_hbm, &u);
+            if (v == KVT_NONE)
+                break;
+            kvt_pg(&e->pt, v)->xfer = XFER_DOWN;
+            cand[n++] = v;
+            done++;
+            if (n == BATCH) {
+                if ((s = writeback_pages(e, cand, n)) < 0)
+                    r = s;
+                n = 0;
+            }
+        }
+    }
+    if (n && (s = writeback_pages(e, cand, n)) < 0)
+        r = s;
+    *fence = inflight_last(&e->inflight[KVT_D2H]);
+    return r;
+}

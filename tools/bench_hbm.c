@@ -1,0 +1,337 @@
+/*
+ * bench_hbm.c — `kvtier bench hbm`: DRAM<->HBM throughput through the
+ * manager beside a raw baseline measured in the same run, and the cost of an
+ * acquire+release of a resident page.
+ *
+ * The baseline moves the same bytes between the same two arenas in the same
+ * page-sized blocks and batches, with no manager: straight into the device
+ * back-end's copy queue (memcpy on the host back-end's copy thread — the
+ * emulated link itself —, cudaMemcpyAsync on CUDA). The ratio is therefore
+ * what the manager costs on top of the link. Each figure is the best of --reps runs, so a stray
+ * scheduler hiccup on a 2-core machine does not decide a ratio.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/kvtier.h"
+#include "tiers/tiers.h"
+#include "tools/cli.h"
+
+struct bench_opts {
+    uint64_t page_bytes, hbm, dram;
+    int device;
+    unsigned batch, reps;
+    double link_gbps;
+    bool json, quick;
+};
+
+struct link_result {
+    const char *link, *baseline;
+    double gbps, base_gbps;
+};
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvtier bench hbm [options]\n"
+            "\n"
+            "DRAM->HBM and HBM->DRAM throughput through the tier manager, each beside a raw\n"
+            "copy of the same bytes between the same arenas (memcpy on the host back-end,\n"
+            "cudaMemcpyAsync on CUDA), as a ratio; and acquire+release per second.\n"
+            "\n"
+            "options:\n"
+            "  --page-bytes N   page size (default 256K)\n"
+            "  --hbm N          HBM tier capacity (default 256M)\n"
+            "  --dram N         DRAM tier capacity (default 1G)\n"
+            "  --device D       auto, host or a CUDA ordinal (default auto)\n"
+            "  --batch N        pages per acquire / copy batch (default 64)\n"
+            "  --reps N         runs per figure, best kept (default 5)\n"
+            "  --link-gbps X    host back-end: cap each emulated link (default: none)\n"
+            "  --quick          small sizes, one run (for tests)\n"
+            "  --json           one JSON object on stdout; text goes to stderr\n"
+            "  -h, --help       this text\n");
+}
+
+static int bench_parse(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option lo[] = {
+        { "page-bytes", 1, 0, 'p' }, { "hbm", 1, 0, 'H' },   { "dram", 1, 0, 'D' },
+        { "device", 1, 0, 'd' },     { "batch", 1, 0, 'b' }, { "reps", 1, 0, 'r' },
+        { "link-gbps", 1, 0, 'l' },  { "quick", 0, 0, 'q' }, { "json", 0, 0, 'j' },
+        { "help", 0, 0, 'h' },       { 0, 0, 0, 0 },
+    };
+    *o = (struct bench_opts){ 256 << 10, 256ull << 20, 1ull << 30, KVT_DEVICE_AUTO, 64, 5, 0,
+                              false, false };
+    uint64_t v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'p': if (cli_parse_size(optarg, &o->page_bytes)) goto bad; break;
+        case 'H': if (cli_parse_size(optarg, &o->hbm)) goto bad; break;
+        case 'D': if (cli_parse_size(optarg, &o->dram)) goto bad; break;
+        case 'd': if (cli_parse_device(optarg, &o->device)) goto bad; break;
+        case 'b': if (cli_parse_count(optarg, &v) || !v || v > 4096) goto bad; o->batch = (unsigned)v; break;
+        case 'r': if (cli_parse_count(optarg, &v) || !v || v > 100) goto bad; o->reps = (unsigned)v; break;
+        case 'l': o->link_gbps = atof(optarg); if (o->link_gbps < 0) goto bad; break;
+        case 'q': o->quick = true; break;
+        case 'j': o->json = true; break;
+        case 'h': bench_usage(stdout); return 1;
+        default: bench_usage(stderr); return -EINVAL;
+        }
+    }
+    if (optind != argc) {
+        cli_error("bench hbm", 2, "unexpected argument '%s'", argv[optind]);
+        return -EINVAL;
+    }
+    if (o->quick) {
+        o->hbm = o->hbm < (16ull << 20) ? o->hbm : 16ull << 20;
+        o->dram = o->dram < (64ull << 20) ? o->dram : 64ull << 20;
+        o->reps = 1;
+    }
+    return 0;
+bad:
+    cli_error("bench hbm", 2, "bad value '%s' for --%s", optarg, lo[0].name ? "option" : "");
+    return -EINVAL;
+}
+
+/* ------------------------------------------------------------- baseline */
+
+/* Copies `pages` blocks between the arenas with no manager (cycling over all
+ * HBM slots and the first nd DRAM slots: the span the manager phase uses), in batches of
+ * `batch` through the device back-end's own queue: on the host back-end that
+ * is the copy thread's memcpy (the emulated link itself), on CUDA it is
+ * cudaMemcpyAsync on the direction's stream. Returns GB/s. */
+static double raw_copy(kvt_engine *e, enum kvt_dir dir, uint64_t pages, uint64_t nd,
+                       unsigned batch)
+{
+    size_t pb = e->page_bytes;
+    uint32_t nh = e->arena[KVT_TIER_HBM].nslots;
+    uint8_t *h = e->hbm_base, *d = e->dram_base;
+    struct kvt_copy *c = malloc(batch * sizeof(*c));
+    double t0 = cli_now();
+    for (uint64_t i = 0; i < pages;) {
+        unsigned k = 0;
+        for (; k < batch && i < pages; k++, i++) {
+            uint8_t *hp = h + (i % nh) * pb, *dp = d + (i % nd) * pb;
+            c[k] = dir == KVT_H2D ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
+        }
+        uint64_t f;
+        if (e->dev->submit(e->dev_priv, dir, c, k, &f) < 0 || e->dev->wait(e->dev_priv, dir, f) < 0) {
+            free(c);
+            return 0;
+        }
+    }
+    double dt = cli_now() - t0;
+    free(c);
+    return (double)pages * (double)pb / dt / 1e9;
+}
+
+/* ------------------------------------------------------------- manager */
+
+static kvt_key bkey(uint64_t i) { return (kvt_key){ 1, 0, (uint32_t)i }; }
+
+static int put_pages(kvt_engine *e, uint64_t n)
+{
+    size_t pb = e->page_bytes;
+    uint8_t *buf = malloc(pb);
+    if (!buf)
+        return -ENOMEM;
+    int r = 0;
+    for (uint64_t i = 0; i < n && !r; i++) {
+        memset(buf, (int)(i * 31 + 7), pb);
+        kvt_key k = bkey(i);
+        const void *src = buf;
+        r = kvt_put(e, &k, 1, &src, 0);
+    }
+    free(buf);
+    return r;
+}
+
+/* Cycles acquire/release over n DRAM pages, more than HBM holds, so every
+ * acquire is a DRAM->HBM copy and every eviction a free clean drop. */
+static int manager_up(kvt_engine *e, uint64_t n, uint64_t rounds, unsigned batch, double *gbps)
+{
+    kvt_key *keys = malloc(batch * sizeof(*keys));
+    void **ptrs = malloc(batch * sizeof(*ptrs));
+    int r = 0;
+    kvt_stats s0, s1;
+    kvt_get_stats(e, &s0);
+    double t0 = cli_now();
+    for (uint64_t i = 0; i < n * rounds && !r;) {
+        unsigned k = 0;
+        for (; k < batch && i < n * rounds; k++, i++)
+            keys[k] = bkey(i % n);
+        if ((r = kvt_acquire(e, keys, k, ptrs)) == 0)
+            r = kvt_release(e, keys, k, 0);
+    }
+    double dt = cli_now() - t0;
+    kvt_get_stats(e, &s1);
+    *gbps = (double)(s1.bytes_up[0] - s0.bytes_up[0]) / dt / 1e9;
+    free(keys);
+    free(ptrs);
+    return r;
+}
+
+/* Makes m resident pages dirty, then times kvt_flush writing them back;
+ * rounds times. Only the flushes are timed. */
+static int manager_down(kvt_engine *e, uint64_t m, uint64_t rounds, double *gbps)
+{
+    void *p;
+    int r = 0;
+    double busy = 0;
+    uint64_t bytes = 0;
+    for (uint64_t round = 0; round < rounds && !r; round++) {
+        for (uint64_t i = 0; i < m && !r; i++) {
+            kvt_key k = bkey(i);
+            if ((r = kvt_acquire(e, &k, 1, &p)) == 0) {
+                memset(p, (int)(i + round), 64);
+                r = kvt_release(e, &k, 1, 1);
+            }
+        }
+        if (r)
+            break;
+        kvt_stats s0, s1;
+        kvt_get_stats(e, &s0);
+        double t0 = cli_now();
+        r = kvt_flush(e);
+        busy += cli_now() - t0;
+        kvt_get_stats(e, &s1);
+        bytes += s1.bytes_down[0] - s0.bytes_down[0];
+    }
+    *gbps = (double)bytes / busy / 1e9;
+    return r;
+}
+
+static int ops_per_s(kvt_engine *e, uint64_t iters, double *out)
+{
+    kvt_key k = bkey(0);
+    void *p;
+    double t0 = cli_now();
+    for (uint64_t i = 0; i < iters; i++) {
+        int r = kvt_acquire(e, &k, 1, &p);
+        if (r == 0)
+            r = kvt_release(e, &k, 1, 0);
+        if (r)
+            return r;
+    }
+    *out = (double)iters / (cli_now() - t0);
+    return 0;
+}
+
+static double best(double a, double b) { return a > b ? a : b; }
+
+/* ------------------------------------------------------------- report */
+
+static void report(const struct bench_opts *o, kvt_engine *e, const struct link_result *l, int nl,
+                   double ops)
+{
+    FILE *t = o->json ? stderr : stdout;
+    char b1[32];
+    fprintf(t, "kvtier bench hbm: device %s, %s pages, batch %u, best of %u\n",
+            kvt_device_name(e), cli_bytes(b1, sizeof b1, (double)o->page_bytes), o->batch, o->reps);
+    fprintf(t, "  %-10s %10s %10s %-16s %7s\n", "link", "GB/s", "base GB/s", "baseline", "ratio");
+    for (int i = 0; i < nl; i++)
+        fprintf(t, "  %-10s %10.2f %10.2f %-16s %7.3f\n", l[i].link, l[i].gbps, l[i].base_gbps,
+                l[i].baseline, l[i].gbps / l[i].base_gbps);
+    fprintf(t, "  acquire+release of a resident page: %.2f M/s (one thread)\n", ops / 1e6);
+    kvt_stats s;
+    kvt_get_stats(e, &s);
+    uint64_t slots = s.capacity_pages[0] + s.capacity_pages[1];
+    fprintf(t, "  page metadata: %.1f bytes per page slot (%llu bytes for %llu slots)\n",
+            (double)s.meta_bytes / (double)slots, (unsigned long long)s.meta_bytes,
+            (unsigned long long)slots);
+    if (!o->json)
+        return;
+    printf("{\"device\": \"%s\", \"page_bytes\": %llu, \"links\": [", kvt_device_name(e),
+           (unsigned long long)o->page_bytes);
+    for (int i = 0; i < nl; i++)
+        printf("%s{\"link\": \"%s\", \"block_bytes\": %llu, \"depth\": %u, \"gbps\": %.4f, "
+               "\"baseline\": \"%s\", \"baseline_gbps\": %.4f, \"ratio\": %.4f}",
+               i ? ", " : "", l[i].link, (unsigned long long)o->page_bytes, o->batch, l[i].gbps,
+               l[i].baseline, l[i].base_gbps, l[i].gbps / l[i].base_gbps);
+    printf("], \"acquire_release_per_s\": %.0f, \"meta_bytes_per_page\": %.2f}\n", ops,
+           (double)s.meta_bytes / (double)slots);
+}
+
+static int bench_hbm(const struct bench_opts *o)
+{
+    kvt_config cfg;
+    kvt_config_init(&cfg);
+    cfg.page_bytes = o->page_bytes;
+    cfg.hbm_bytes = o->hbm;
+    cfg.dram_bytes = o->dram;
+    cfg.device = o->device;
+    cfg.host_link_gbps = o->link_gbps;
+    kvt_engine *e;
+    int r = kvt_open(&cfg, &e);
+    if (r < 0)
+        return cli_error("bench hbm", 1, "cannot open the engine: %s (%s)", kvt_strerror(r),
+                         kvt_last_error());
+    uint32_t nh = e->arena[0].nslots, nd = e->arena[1].nslots;
+    if (nd - 1 < 2 * nh + o->batch) { /* nd counts the spare slot */
+        kvt_close(e);
+        return cli_error("bench hbm", 2, "--dram must hold at least twice --hbm plus one batch");
+    }
+    bool host = !strcmp(kvt_device_name(e), "host");
+    const char *base = host ? "memcpy" : "cudaMemcpyAsync";
+    uint64_t n_up = 2ull * nh + o->batch, m_down = nh - e->watermark;
+    uint64_t rounds = o->quick ? 2 : 4;
+    struct link_result l[2] = { { "dram->hbm", base, 0, 0 }, { "hbm->dram", base, 0, 0 } };
+    double ops = 0, g = 0;
+
+    /* Touch every byte of both arenas first: first-touch page faults would
+     * otherwise be charged to whichever side ran first. */
+    raw_copy(e, KVT_H2D, nd, nd, o->batch);
+    raw_copy(e, KVT_D2H, nd, nd, o->batch);
+    if ((r = put_pages(e, n_up)) < 0)
+        goto out_fail;
+    for (unsigned i = 0; i < o->reps; i++) {
+        l[0].base_gbps = best(l[0].base_gbps, raw_copy(e, KVT_H2D, n_up * rounds, n_up, o->batch));
+        if ((r = manager_up(e, n_up, rounds, o->batch, &g)) < 0)
+            goto out_fail;
+        l[0].gbps = best(l[0].gbps, g);
+    }
+    if ((r = kvt_drop_id(e, 1)) < 0 || (r = put_pages(e, m_down)) < 0)
+        goto out_fail;
+    for (unsigned i = 0; i < o->reps; i++) {
+        l[1].base_gbps = best(l[1].base_gbps, raw_copy(e, KVT_D2H, m_down * rounds, m_down, o->batch));
+        if ((r = manager_down(e, m_down, rounds, &g)) < 0)
+            goto out_fail;
+        l[1].gbps = best(l[1].gbps, g);
+    }
+    for (unsigned i = 0; i < o->reps; i++) {
+        double v = 0;
+        if ((r = ops_per_s(e, o->quick ? 200000 : 2000000, &v)) < 0)
+            goto out_fail;
+        ops = best(ops, v);
+    }
+    report(o, e, l, 2, ops);
+    kvt_close(e);
+    return 0;
+
+out_fail:
+    cli_error("bench hbm", 1, "%s (%s)", kvt_strerror(r), kvt_last_error());
+    kvt_close(e);
+    return 1;
+}
+
+int bench_main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        bench_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "ssd"))
+        return cli_error("bench", 2, "'bench ssd' needs the SSD tier, which is not built yet");
+    if (strcmp(argv[1], "hbm"))
+        return cli_error("bench", 2, "unknown benchmark '%s' (try: hbm)", argv[1]);
+    struct bench_opts o;
+    int r = bench_parse(argc - 1, argv + 1, &o);
+    if (r)
+        return r > 0 ? 0 : 2;
+    return bench_hbm(&o);
+}

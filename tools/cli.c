@@ -1,0 +1,96 @@
+/*
+ * cli.c — argument parsing and formatting helpers for the kvtier command.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "include/kvtier.h"
+#include "tools/cli.h"
+
+static int parse_scaled(const char *s, uint64_t *out, int allow_t)
+{
+    if (!s || !*s)
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -EINVAL;
+    uint64_t mul = 1;
+    switch (tolower((unsigned char)*end)) {
+    case 'k': mul = 1ull << 10; end++; break;
+    case 'm': mul = 1ull << 20; end++; break;
+    case 'g': mul = 1ull << 30; end++; break;
+    case 't': if (!allow_t) return -EINVAL; mul = 1ull << 40; end++; break;
+    default: break;
+    }
+    if (mul > 1 && (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0))
+        end += strlen(end);
+    if (*end)
+        return -EINVAL;
+    double r = v * (double)mul;
+    if (r > 1.8e19 || r != (double)(uint64_t)r)
+        return -EINVAL;
+    *out = (uint64_t)r;
+    return 0;
+}
+
+int cli_parse_size(const char *s, uint64_t *out) { return parse_scaled(s, out, 1); }
+int cli_parse_count(const char *s, uint64_t *out) { return parse_scaled(s, out, 0); }
+
+int cli_parse_device(const char *s, int *out)
+{
+    if (!strcmp(s, "auto")) {
+        *out = KVT_DEVICE_AUTO;
+        return 0;
+    }
+    if (!strcmp(s, "host")) {
+        *out = KVT_DEVICE_HOST;
+        return 0;
+    }
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s && !*end && v >= 0 && v < 1024) {
+        *out = (int)v;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *cli_bytes(char *buf, size_t n, double b)
+{
+    static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int i = 0;
+    while (b >= 1024 && i < 4) {
+        b /= 1024;
+        i++;
+    }
+    if (b == (double)(uint64_t)b)
+        snprintf(buf, n, "%llu %s", (unsigned long long)b, u[i]);
+    else
+        snprintf(buf, n, "%.1f %s", b, u[i]);
+    return buf;
+}
+
+int cli_error(const char *cmd, int code, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "kvtier %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}

@@ -1,0 +1,47 @@
+/*
+ * kvtier.c — the kvtier command: dispatch to subcommands.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "include/kvtier.h"
+
+int bench_main(int argc, char **argv);
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvtier <command> [options]\n"
+            "\n"
+            "kvtier keeps the KV cache of LLM decoding in HBM, pinned DRAM and SSD tiers.\n"
+            "\n"
+            "commands:\n"
+            "  bench hbm     DRAM<->HBM throughput through kvtier beside a raw copy baseline,\n"
+            "                and acquire+release operations per second\n"
+            "  version       print the library version\n"
+            "\n"
+            "Run 'kvtier <command> --help' for a command's options.\n"
+            "Still to come (see the issues): run, plan, sim, bench ssd, inspect, fsck.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("kvtier %s\n", kvt_version_string());
+        return 0;
+    }
+    if (!strcmp(cmd, "bench"))
+        return bench_main(argc - 1, argv + 1);
+    fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
