@@ -206,7 +206,8 @@ int kvt_drop_id(kvt_engine *e, uint64_t id);
  * pointers. An existing key is overwritten. src buffers are read during the
  * call only. Capacity is counted in pages: HBM pages + DRAM pages (+ SSD).
  * Errors: KVT_EFULL (no tier can hold them; no new key is stored), -EBUSY (an
- * existing page with that key is pinned). When the engine is full, an
+ * existing page with that key is pinned, or being read by a concurrent
+ * kvt_get: retry). When the engine is full, an
  * overwrite may free the old page first: if the call then fails, that key is
  * absent (never half-written). */
 int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,

@@ -1,0 +1,106 @@
+/*
+ * io.h — the storage I/O interface (internal).
+ *
+ * Two back-ends, one shape: `uring` (io_uring, O_DIRECT, the pinned DRAM
+ * arena registered as fixed buffers, batched submission) and `psync` (a small
+ * thread pool of pread/pwrite), plus `faulty`, a wrapper for tests. Only
+ * io/io_uring.c includes liburing.
+ *
+ * Requests are whole: a back-end resubmits short reads and writes and retries
+ * -EAGAIN/-EINTR itself, and reports each request once, with res = 0 when
+ * every byte moved or a negative errno (-EIO, -ENOSPC, ...) when it did not.
+ *
+ * Threads: one thread owns an I/O context (the engine's mover); submit and
+ * reap are not called concurrently on the same context.
+ */
+#ifndef KVT_IO_H
+#define KVT_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvt_build.h"
+
+#define KVT_IO_OPS_VERSION 1
+
+struct kvt_io_req {
+    int fd;              /* opened with O_DIRECT where the file system allows */
+    bool write;
+    void *buf;           /* 4096-aligned */
+    size_t len;          /* a multiple of 4096 */
+    uint64_t off;        /* a multiple of 4096 */
+    int res;             /* set at completion: 0, or -errno */
+    void *user;          /* the caller's, untouched */
+};
+
+struct kvt_io_params {
+    unsigned depth;      /* requests in flight at most */
+    void *fixed_base;    /* memory to register as a fixed buffer (the DRAM arena), or NULL */
+    size_t fixed_len;
+};
+
+struct kvt_io_ops {
+    const char *name;    /* "uring", "psync", "faulty" */
+    int version;         /* KVT_IO_OPS_VERSION */
+    /* Opens a context. -EPERM/-ENOSYS/-EINVAL when the back-end cannot run
+     * here (io_uring disabled in a container, ...). */
+    int (*open)(const struct kvt_io_params *p, void **priv);
+    /* Waits for every request in flight, then frees the context. */
+    void (*close)(void *priv);
+    /* Queues n requests. Blocks only while `depth` requests are already in
+     * flight (reaping none: completions stay queued for reap()). The
+     * requests must stay valid until reaped. Returns 0 or -errno (nothing
+     * of this call queued). */
+    int (*submit)(void *priv, struct kvt_io_req *const *reqs, size_t n);
+    /* Moves up to max completed requests into done[], waiting until at
+     * least min_wait have completed (0 = do not wait). Returns the count or
+     * -errno. */
+    int (*reap)(void *priv, struct kvt_io_req **done, size_t max, size_t min_wait);
+    /* Requests submitted and not yet reaped. */
+    size_t (*inflight)(void *priv);
+    /* A human note about how the context runs ("fixed buffers", "unregistered
+     * buffers: RLIMIT_MEMLOCK"); static or owned by priv. */
+    const char *(*describe)(void *priv);
+};
+
+extern const struct kvt_io_ops kvt_io_psync_ops;
+#if KVT_HAVE_URING
+extern const struct kvt_io_ops kvt_io_uring_ops;
+#endif
+extern const struct kvt_io_ops kvt_io_faulty_ops;
+
+/* Opens the back-end for KVT_IO_AUTO / KVT_IO_URING / KVT_IO_PSYNC (values
+ * of include/kvtier.h). AUTO falls back to psync when io_uring cannot be set
+ * up (-EPERM, -ENOSYS) and writes why into note (once per process also on
+ * stderr); URING fails instead. note may be NULL. */
+int kvt_io_open(int which, const struct kvt_io_params *p, const struct kvt_io_ops **ops,
+                void **priv, char *note, size_t note_len);
+
+/* The faulty wrapper: fails the n-th request of a kind. */
+enum kvt_io_fault_op {
+    KVT_IOF_NONE = 0,
+    KVT_IOF_READ,        /* the n-th read completes with err */
+    KVT_IOF_WRITE,       /* the n-th write completes with err */
+    KVT_IOF_SHORT_READ,  /* the n-th read moves only half its bytes, then fails with -EIO
+                            (the back-end's resubmission sees a persistent short read) */
+    KVT_IOF_SUBMIT,      /* the n-th submit() call returns err */
+};
+struct kvt_io_fault {
+    enum kvt_io_fault_op op;
+    uint64_t nth;
+    int err;             /* -EIO, -ENOSPC, ... (0 = -EIO) */
+    bool repeat;         /* every such request from the n-th on */
+};
+/* Arms the faulty back-end: it wraps inner (NULL = psync). One per process. */
+void kvt_io_faulty_arm(const struct kvt_io_ops *inner, const struct kvt_io_fault *f);
+uint64_t kvt_io_faulty_count(enum kvt_io_fault_op op);
+
+/* Raw io_uring O_DIRECT throughput, the baseline of `kvtier bench ssd`: n
+ * requests of block bytes at the given depth over a file at path (which must
+ * exist and be at least span bytes), reading or writing, buffers registered.
+ * Returns 0 and *gbps (1e9 bytes/s), or -errno (-ENOSYS without io_uring). */
+int kvt_io_raw_bench(const char *path, uint64_t span, size_t block, unsigned depth, uint64_t n,
+                     bool write, double *gbps);
+
+#endif /* KVT_IO_H */
