@@ -203,6 +203,7 @@ void *kvt_engine_device_priv(kvt_engine *e);
         kvt_clear_error();                                                      \
         pthread_mutex_lock(&(e)->lock);                                         \
         kvt_settle(e);                                                          \
+        kvt_check_invariants(e);                                                \
     } while (0)
 
 static inline bool kvt_page_in_use(const struct kvt_page *p)

@@ -101,33 +101,37 @@ bad:
 /* ------------------------------------------------------------- baseline */
 
 /* Copies `pages` blocks between the arenas with no manager (cycling over all
- * HBM slots and the first nd DRAM slots: the span the manager phase uses), in batches of
- * `batch` through the device back-end's own queue: on the host back-end that
- * is the copy thread's memcpy (the emulated link itself), on CUDA it is
- * cudaMemcpyAsync on the direction's stream. Returns GB/s. */
+ * HBM slots and the first nd DRAM slots: the span the manager phase uses), in
+ * batches of `batch` through the device back-end's own queue: on the host
+ * back-end that is the copy thread's memcpy (the emulated link itself), on
+ * CUDA cudaMemcpyAsync on the direction's stream. Not pipelined: waits for
+ * each batch, as an acquire does; pipelined: queues everything, then waits,
+ * as a flush does. Returns GB/s. */
 static double raw_copy(kvt_engine *e, enum kvt_dir dir, uint64_t pages, uint64_t nd,
-                       unsigned batch)
+                       unsigned batch, bool pipelined)
 {
     size_t pb = e->page_bytes;
     uint32_t nh = e->arena[KVT_TIER_HBM].nslots;
     uint8_t *h = e->hbm_base, *d = e->dram_base;
     struct kvt_copy *c = malloc(batch * sizeof(*c));
+    uint64_t f = 0;
+    int r = 0;
     double t0 = cli_now();
-    for (uint64_t i = 0; i < pages;) {
+    for (uint64_t i = 0; i < pages && r == 0;) {
         unsigned k = 0;
         for (; k < batch && i < pages; k++, i++) {
             uint8_t *hp = h + (i % nh) * pb, *dp = d + (i % nd) * pb;
             c[k] = dir == KVT_H2D ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
         }
-        uint64_t f;
-        if (e->dev->submit(e->dev_priv, dir, c, k, &f) < 0 || e->dev->wait(e->dev_priv, dir, f) < 0) {
-            free(c);
-            return 0;
-        }
+        r = e->dev->submit(e->dev_priv, dir, c, k, &f);
+        if (r == 0 && !pipelined)
+            r = e->dev->wait(e->dev_priv, dir, f);
     }
+    if (r == 0 && pipelined)
+        r = e->dev->wait(e->dev_priv, dir, f);
     double dt = cli_now() - t0;
     free(c);
-    return (double)pages * (double)pb / dt / 1e9;
+    return r ? 0 : (double)pages * (double)pb / dt / 1e9;
 }
 
 /* ------------------------------------------------------------- manager */
@@ -285,12 +289,12 @@ static int bench_hbm(const struct bench_opts *o)
 
     /* Touch every byte of both arenas first: first-touch page faults would
      * otherwise be charged to whichever side ran first. */
-    raw_copy(e, KVT_H2D, nd, nd, o->batch);
-    raw_copy(e, KVT_D2H, nd, nd, o->batch);
+    raw_copy(e, KVT_H2D, nd, nd, o->batch, true);
+    raw_copy(e, KVT_D2H, nd, nd, o->batch, true);
     if ((r = put_pages(e, n_up)) < 0)
         goto out_fail;
     for (unsigned i = 0; i < o->reps; i++) {
-        l[0].base_gbps = best(l[0].base_gbps, raw_copy(e, KVT_H2D, n_up * rounds, n_up, o->batch));
+        l[0].base_gbps = best(l[0].base_gbps, raw_copy(e, KVT_H2D, n_up * rounds, n_up, o->batch, false));
         if ((r = manager_up(e, n_up, rounds, o->batch, &g)) < 0)
             goto out_fail;
         l[0].gbps = best(l[0].gbps, g);
@@ -298,7 +302,7 @@ static int bench_hbm(const struct bench_opts *o)
     if ((r = kvt_drop_id(e, 1)) < 0 || (r = put_pages(e, m_down)) < 0)
         goto out_fail;
     for (unsigned i = 0; i < o->reps; i++) {
-        l[1].base_gbps = best(l[1].base_gbps, raw_copy(e, KVT_D2H, m_down * rounds, m_down, o->batch));
+        l[1].base_gbps = best(l[1].base_gbps, raw_copy(e, KVT_D2H, m_down * rounds, m_down, o->batch, true));
         if ((r = manager_down(e, m_down, rounds, &g)) < 0)
             goto out_fail;
         l[1].gbps = best(l[1].gbps, g);

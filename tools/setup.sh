@@ -54,13 +54,13 @@ build() { # build DIR [cmake args...]
 
 install_missing
 if [ "$mode" = run ]; then
-  build build -DKVT_BUILD_TESTS=OFF -DKVT_SANITIZE=OFF
+  build build -DKVT_BUILD_TESTS=OFF -DKVT_SANITIZE=OFF -DKVT_DEBUG=OFF
   exec ./build/kvtier bench hbm
 fi
 
-build build -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=OFF
+build build -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=OFF -DKVT_DEBUG=OFF
 (cd build && ctest --output-on-failure -j"$jobs")
 echo "setup: the same suite under AddressSanitizer + UndefinedBehaviorSanitizer"
-build build-asan -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+build build-asan -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=ON -DKVT_DEBUG=ON -DCMAKE_BUILD_TYPE=Debug
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")

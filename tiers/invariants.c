@@ -1,0 +1,83 @@
+/*
+ * invariants.c — kvt_check_invariants(): the page-state rules of tiers.h,
+ * checked over the whole engine. Compiled in with KVT_DEBUG (the sanitizer
+ * build of the test command turns it on); O(pages + slots) per call.
+ *
+ * A broken rule here is the kind of bug that serves one page's bytes under
+ * another key, so it aborts with the page and the rule rather than
+ * returning an error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tiers/tiers.h"
+
+#if KVT_DEBUG
+
+#define CHECK(cond, pg, what)                                                          \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "kvtier: invariant broken at page %u: %s\n", (pg), (what)); \
+            abort();                                                                   \
+        }                                                                              \
+    } while (0)
+
+static bool record_live(const struct kvt_page *p)
+{
+    return (p->flags & (PG_HASHED | PG_ZOMBIE)) || p->busy;
+}
+
+struct tally {
+    uint64_t resident[3], dirty, pinned, live, owned[KVT_ARENAS];
+};
+
+static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
+{
+    const struct kvt_page *p = kvt_pg(&e->pt, pg);
+    static const uint16_t valid[KVT_ARENAS] = { PG_VALID_HBM, PG_VALID_DRAM };
+    bool zombie = p->flags & PG_ZOMBIE;
+    t->live++;
+    for (int a = 0; a < KVT_ARENAS; a++) {
+        if (p->slot[a] != KVT_NONE) {
+            CHECK(p->slot[a] < e->arena[a].nslots, pg, "slot out of range");
+            CHECK(e->arena[a].owner[p->slot[a]] == pg, pg, "arena owner is another page");
+            t->owned[a]++;
+        }
+        if (p->flags & valid[a])
+            CHECK(p->slot[a] != KVT_NONE, pg, "valid copy without a slot");
+    }
+    bool want_hbm = !zombie && (p->flags & PG_VALID_HBM) && !p->pins && !(p->flags & PG_EVICTING);
+    CHECK(want_hbm == !!(p->flags & PG_LISTED_HBM), pg, "HBM candidate set disagrees with state");
+    bool want_dram = !zombie && (p->flags & PG_VALID_DRAM);
+    CHECK(want_dram == !!(p->flags & PG_LISTED_DRAM), pg, "DRAM candidate set disagrees with state");
+    if (p->xfer == XFER_UP)
+        CHECK(p->slot[0] != KVT_NONE && !(p->flags & PG_VALID_HBM) && p->slot[1] != KVT_NONE, pg,
+              "H2D in flight without its slots");
+    if (p->xfer == XFER_DOWN)
+        CHECK(p->slot[0] != KVT_NONE && p->slot[1] != KVT_NONE && !(p->flags & PG_VALID_DRAM), pg,
+              "D2H in flight without its slots");
+    if (p->flags & PG_HASHED)
+        CHECK(kvt_ptable_find(&e->pt, &p->key) == pg, pg, "index does not find the page");
+    for (int v = 0; v < 3; v++)
+        t->resident[v] += !!(p->flags & (PG_VALID_HBM << v));
+    t->dirty += (p->flags & PG_VALID_HBM) && !(p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
+    t->pinned += p->pins > 0;
+}
+
+void kvt_check_invariants(kvt_engine *e)
+{
+    struct tally t = { 0 };
+    for (uint32_t pg = 0; pg < e->pt.used; pg++)
+        if (record_live(kvt_pg(&e->pt, pg)))
+            check_page(e, pg, &t);
+    for (int v = 0; v < 3; v++)
+        CHECK(t.resident[v] == e->st.resident_pages[v], KVT_NONE, "resident count drifted");
+    CHECK(t.dirty == e->hbm_dirty, KVT_NONE, "dirty count drifted");
+    CHECK(t.pinned == e->st.pinned_pages, KVT_NONE, "pinned count drifted");
+    CHECK(t.live == e->pt.live, KVT_NONE, "live record count drifted");
+    for (int a = 0; a < KVT_ARENAS; a++)
+        CHECK(t.owned[a] == e->arena[a].nslots - e->arena[a].nfree, KVT_NONE,
+              "slots owned by no page (leak)");
+}
+
+#endif /* KVT_DEBUG */
