@@ -210,6 +210,7 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->mover_cv, NULL);
     e->cfg = *cfg;
+    e->red_head = e->red_tail = KVT_NONE;
     e->page_bytes = cfg->page_bytes;
     e->policy_name = strdup(cfg->policy ? cfg->policy : "lru");
     e->ssd_dir = cfg->ssd_dir ? strdup(cfg->ssd_dir) : NULL;

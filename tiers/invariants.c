@@ -28,7 +28,7 @@ static bool record_live(const struct kvt_page *p)
 }
 
 struct tally {
-    uint64_t resident[3], dirty, pinned, live, owned[KVT_ARENAS];
+    uint64_t resident[3], dirty, pinned, live, owned[KVT_ARENAS], redundant;
 };
 
 static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
@@ -62,11 +62,24 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
         t->resident[v] += !!(p->flags & (PG_VALID_HBM << v));
     t->dirty += (p->flags & PG_VALID_HBM) && !(p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
     t->pinned += p->pins > 0;
+    t->redundant += (p->flags & PG_VALID_DRAM) && (p->flags & (PG_VALID_HBM | PG_VALID_SSD));
 }
 
 void kvt_check_invariants(kvt_engine *e)
 {
+    /* O(pages) a call would make a test that fills 64K pages quadratic:
+     * above 4096 live pages, check one call in live/64. */
+    static _Thread_local uint64_t calls;
+    if (e->pt.live > 4096 && ++calls % (e->pt.live / 64))
+        return;
     struct tally t = { 0 };
+    uint64_t red = 0;
+    for (uint32_t pg = e->red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
+        const struct kvt_page *p = kvt_pg(&e->pt, pg);
+        CHECK((p->flags & PG_VALID_DRAM) && (p->flags & (PG_VALID_HBM | PG_VALID_SSD)), pg,
+              "listed as a redundant DRAM copy but is not one");
+        red++;
+    }
     for (uint32_t pg = 0; pg < e->pt.used; pg++)
         if (record_live(kvt_pg(&e->pt, pg)))
             check_page(e, pg, &t);
@@ -75,6 +88,7 @@ void kvt_check_invariants(kvt_engine *e)
     CHECK(t.dirty == e->hbm_dirty, KVT_NONE, "dirty count drifted");
     CHECK(t.pinned == e->st.pinned_pages, KVT_NONE, "pinned count drifted");
     CHECK(t.live == e->pt.live, KVT_NONE, "live record count drifted");
+    CHECK(t.redundant == red, KVT_NONE, "redundant DRAM copy list misses a page");
     for (int a = 0; a < KVT_ARENAS; a++)
         CHECK(t.owned[a] == e->arena[a].nslots - e->arena[a].nfree, KVT_NONE,
               "slots owned by no page (leak)");

@@ -86,7 +86,7 @@ enum {
 
 enum kvt_xfer { XFER_NONE = 0, XFER_UP = 1, XFER_DOWN = 2 };
 
-/* One page record: 40 bytes. Records live in one array indexed by a 32-bit
+/* One page record: 48 bytes. Records live in one array indexed by a 32-bit
  * page number; pointers into it are valid only under the lock and until the
  * next record allocation (the array may move). */
 struct kvt_page {
@@ -97,6 +97,7 @@ struct kvt_page {
     uint8_t xfer;               /* enum kvt_xfer in flight */
     uint8_t busy;               /* get/put copies in progress */
     uint64_t fence;             /* device fence of xfer */
+    uint32_t red_prev, red_next; /* list of redundant DRAM copies (see e->red_head) */
 };
 
 /* The page table: records plus an open-addressing index by key (linear
@@ -177,6 +178,11 @@ struct kvt_engine {
     kvt_stats st;                   /* counters (under lock) */
     uint64_t meta_bytes;
     uint64_t hbm_dirty;             /* dirty pages in HBM */
+    /* Pages whose DRAM copy is redundant (valid in HBM or on SSD too), oldest
+     * first: the DRAM copies that can be given up for free. A list, not a
+     * walk of the DRAM candidates, because in a full engine every eviction
+     * asks for one and the DRAM-only pages would be walked past each time. */
+    uint32_t red_head, red_tail;
 
     /* mover: background write-back so evictions seldom wait */
     pthread_t mover;

@@ -23,6 +23,36 @@ static inline bool pg_dirty_flags(uint16_t f)
     return (f & PG_VALID_HBM) && !(f & LOWER_VALID);
 }
 
+static inline bool pg_redundant_dram(uint16_t f)
+{
+    return (f & PG_VALID_DRAM) && (f & (PG_VALID_HBM | PG_VALID_SSD));
+}
+
+static void red_link(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->red_next = KVT_NONE;
+    p->red_prev = e->red_tail;
+    if (e->red_tail != KVT_NONE)
+        kvt_pg(&e->pt, e->red_tail)->red_next = pg;
+    else
+        e->red_head = pg;
+    e->red_tail = pg;
+}
+
+static void red_unlink(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (p->red_prev != KVT_NONE)
+        kvt_pg(&e->pt, p->red_prev)->red_next = p->red_next;
+    else
+        e->red_head = p->red_next;
+    if (p->red_next != KVT_NONE)
+        kvt_pg(&e->pt, p->red_next)->red_prev = p->red_prev;
+    else
+        e->red_tail = p->red_prev;
+}
+
 /* Sets and clears flags of a page, keeping the resident and dirty counters. */
 static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
 {
@@ -37,6 +67,10 @@ static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
     }
     e->hbm_dirty += (uint64_t)pg_dirty_flags(nf) - (uint64_t)pg_dirty_flags(old);
     p->flags = nf;
+    if (pg_redundant_dram(nf) && !pg_redundant_dram(old))
+        red_link(e, pg);
+    else if (!pg_redundant_dram(nf) && pg_redundant_dram(old))
+        red_unlink(e, pg);
 }
 
 void kvt_page_set(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
@@ -226,24 +260,24 @@ static bool usable_hbm(void *ctx, uint32_t pg)
     return !u->dirty_only || !(p->flags & LOWER_VALID);
 }
 
-/* A DRAM copy may go only if the page keeps a valid copy elsewhere: DRAM
- * eviction never loses the last copy of a page. */
-static bool usable_dram(void *ctx, uint32_t pg)
-{
-    struct usable_ctx *u = ctx;
-    const struct kvt_page *p = kvt_pg(&u->e->pt, pg);
-    if (p->xfer != XFER_NONE || p->busy)
-        return false;
-    return (p->flags & (PG_VALID_HBM | PG_VALID_SSD)) != 0;
-}
-
 /* The spare DRAM slot (see kvt_dram_slot) is in use: give it back by
  * dropping the DRAM copy of a page that also lives in HBM, once one exists.
  * The page turns dirty; that is the price of a full engine. */
+/* The oldest redundant DRAM copy that no copy or reader is using, or
+ * KVT_NONE. O(1) unless the oldest are busy. */
+static uint32_t redundant_victim(kvt_engine *e)
+{
+    for (uint32_t pg = e->red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
+        const struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (p->xfer == XFER_NONE && !p->busy)
+            return pg;
+    }
+    return KVT_NONE;
+}
+
 static void restore_spare(kvt_engine *e)
 {
-    struct usable_ctx u = { e, false };
-    uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram, &u);
+    uint32_t v = redundant_victim(e);
     if (v == KVT_NONE)
         return;
     page_flags(e, v, 0, PG_VALID_DRAM);
@@ -267,8 +301,7 @@ uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how)
     if (d->nfree > 1)
         return kvt_arena_alloc(d, pg);
     if (how & KVT_SLOT_STEAL) {
-        struct usable_ctx u = { e, false };
-        uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram, &u);
+        uint32_t v = redundant_victim(e);
         if (v != KVT_NONE) {
             page_flags(e, v, 0, PG_VALID_DRAM);
             kvt_page_sync(e, v, false);
