@@ -74,6 +74,9 @@ extern const struct kvt_io_ops kvt_io_faulty_ops;
  * of include/kvtier.h). AUTO falls back to psync when io_uring cannot be set
  * up (-EPERM, -ENOSYS) and writes why into note (once per process also on
  * stderr); URING fails instead. note may be NULL. */
+/* Test hook: with KVT_IO_URING_DISABLE set to anything but "" or "0" in the
+ * environment, the uring back-end's open returns -EPERM, as in a container
+ * that forbids io_uring (AUTO then falls back, URING fails). */
 int kvt_io_open(int which, const struct kvt_io_params *p, const struct kvt_io_ops **ops,
                 void **priv, char *note, size_t note_len);
 

@@ -1,0 +1,122 @@
+/*
+ * io.c — choosing the storage I/O back-end.
+ *
+ * AUTO prefers io_uring and falls back to the pread/pwrite pool where a ring
+ * cannot be set up. That is common, not exotic: Docker's default seccomp
+ * profile, gVisor and many Kubernetes runtimes refuse io_uring_setup with
+ * -EPERM or -ENOSYS, and Linux 6.6+ can switch it off with
+ * kernel.io_uring_disabled. -EINVAL (a kernel too old for the flags or the
+ * depth) and -ENOMEM (locked-memory limits on the rings) are treated the same
+ * way: the pool is slower on deep queues, but it works.
+ *
+ * The fallback is said once per process on stderr, because an engine opened
+ * many times (tests, a server with many models) would otherwise repeat it,
+ * and every time into the caller's note, which the engine shows in stats.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "include/kvtier.h"
+#include "io/io.h"
+
+static atomic_flag fallback_said = ATOMIC_FLAG_INIT;
+
+static void io_note(char *note, size_t note_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void io_note(char *note, size_t note_len, const char *fmt, ...)
+{
+    if (!note || !note_len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note, note_len, fmt, ap);
+    va_end(ap);
+}
+
+static int io_open_with(const struct kvt_io_ops *o, const struct kvt_io_params *p,
+                        const struct kvt_io_ops **ops, void **priv)
+{
+    int rc = o->open(p, priv);
+    if (rc == 0)
+        *ops = o;
+    return rc;
+}
+
+/* Whether a failed ring setup means "io_uring cannot run here" rather than a
+ * real error that the pool would meet too. */
+static bool io_uring_unavailable(int rc)
+{
+    return rc == -EPERM || rc == -ENOSYS || rc == -EINVAL || rc == -ENOMEM ||
+           rc == KVT_ENOTSUP;
+}
+
+/* io_uring, when this build has it: KVT_ENOTSUP otherwise. */
+static int io_open_uring(const struct kvt_io_params *p, const struct kvt_io_ops **ops,
+                         void **priv)
+{
+#if KVT_HAVE_URING
+    return io_open_with(&kvt_io_uring_ops, p, ops, priv);
+#else
+    (void)p;
+    (void)ops;
+    (void)priv;
+    return KVT_ENOTSUP;
+#endif
+}
+
+static const char *io_uring_why(int rc)
+{
+    return rc == KVT_ENOTSUP ? "not built: liburing was missing at build time"
+                             : kvt_strerror(rc);
+}
+
+static int io_open_auto(const struct kvt_io_params *p, const struct kvt_io_ops **ops,
+                        void **priv, char *note, size_t note_len)
+{
+    int rc = io_open_uring(p, ops, priv);
+    if (rc == 0 || !io_uring_unavailable(rc))
+        return rc;
+    char why[160];
+    snprintf(why, sizeof(why), "io_uring unavailable (%s): using the pread/pwrite pool",
+             io_uring_why(rc));
+    io_note(note, note_len, "%s", why);
+    if (!atomic_flag_test_and_set(&fallback_said))
+        fprintf(stderr, "kvtier: %s\n", why);
+    return io_open_with(&kvt_io_psync_ops, p, ops, priv);
+}
+
+int kvt_io_open(int which, const struct kvt_io_params *p, const struct kvt_io_ops **ops,
+                void **priv, char *note, size_t note_len)
+{
+    io_note(note, note_len, "%s", "");
+    if (!p || !ops || !priv || !p->depth)
+        return -EINVAL;
+    int rc;
+    switch (which) {
+    case KVT_IO_AUTO:
+        return io_open_auto(p, ops, priv, note, note_len);
+    case KVT_IO_URING:
+        rc = io_open_uring(p, ops, priv);
+        if (rc)
+            io_note(note, note_len, "io_uring unavailable (%s)", io_uring_why(rc));
+        return rc;
+    case KVT_IO_PSYNC:
+        return io_open_with(&kvt_io_psync_ops, p, ops, priv);
+    default:
+        io_note(note, note_len, "unknown I/O back-end %d", which);
+        return -EINVAL;
+    }
+}
+
+#if !KVT_HAVE_URING
+/* The baseline needs io_uring itself; the command reports it missing. */
+int kvt_io_raw_bench(const char *path, uint64_t span, size_t block, unsigned depth, uint64_t n,
+                     bool write, double *gbps)
+{
+    (void)path, (void)span, (void)block, (void)depth, (void)n, (void)write, (void)gbps;
+    return -ENOSYS;
+}
+#endif

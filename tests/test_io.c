@@ -1,0 +1,597 @@
+/*
+ * test_io.c — the storage I/O back-ends: whole requests byte-exact over
+ * O_DIRECT files, batches deeper than the queue, fixed and plain buffers,
+ * end of file, per-request errors, the faulty wrapper, the AUTO fallback and
+ * the raw baseline. Every back-end test runs once per back-end (the prestate
+ * names it); a back-end that cannot run here skips.
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+#include "io/io.h"
+
+#define FILE_BYTES (8u << 20)
+#define ARENA_BYTES (4u << 20)
+
+struct fx {
+    const struct kvt_io_ops *ops; /* the back-end under test (the inner one for faulty) */
+    bool have;                    /* built into this library */
+    char dir[PATH_MAX - 16];
+    char path[PATH_MAX];
+    int fd;
+    char *arena;                  /* 4096-aligned, ARENA_BYTES */
+    char env[16];                 /* KVT_IO_URING_DISABLE as the run began ("" = unset) */
+};
+
+static const char *const files[] = { "data", "short", "map" };
+
+static void fx_file(const struct fx *f, const char *name, char *out)
+{
+    snprintf(out, PATH_MAX, "%s/%s", f->dir, name);
+}
+
+/* O_DIRECT where the file system allows it (tmpfs before 6.6 does not). */
+static int t_open_direct(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL)
+        fd = open(path, O_RDWR | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+static int fx_setup(void **state)
+{
+    const char *which = *state;
+    struct fx *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->ops = &kvt_io_psync_ops;
+    f->have = strcmp(which, "uring") != 0 || KVT_HAVE_URING;
+#if KVT_HAVE_URING
+    if (strcmp(which, "uring") == 0)
+        f->ops = &kvt_io_uring_ops;
+#endif
+    const char *tmp = getenv("TMPDIR");
+    snprintf(f->dir, sizeof(f->dir), "%s/kvt_io_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    const char *env = getenv("KVT_IO_URING_DISABLE");
+    snprintf(f->env, sizeof(f->env), "%s", env ? env : "");
+    assert_non_null(mkdtemp(f->dir));
+    fx_file(f, "data", f->path);
+    f->fd = t_open_direct(f->path);
+    assert_int_equal(ftruncate(f->fd, FILE_BYTES), 0);
+    assert_int_equal(posix_memalign((void **)&f->arena, 4096, ARENA_BYTES), 0);
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    char p[PATH_MAX];
+    if (f->env[0])
+        setenv("KVT_IO_URING_DISABLE", f->env, 1);
+    else
+        unsetenv("KVT_IO_URING_DISABLE");
+    close(f->fd);
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        fx_file(f, files[i], p);
+        unlink(p);
+    }
+    rmdir(f->dir);
+    free(f->arena);
+    free(f);
+    return 0;
+}
+
+/* Opens ops over the fixture, skipping when the back-end cannot run here. */
+static void *t_open(const struct fx *f, const struct kvt_io_ops *ops, unsigned depth,
+                    void *fixed, size_t fixed_len)
+{
+    if (!f->have)
+        skip();
+    struct kvt_io_params p = { .depth = depth, .fixed_base = fixed, .fixed_len = fixed_len };
+    void *priv = NULL;
+    int rc = ops->open(&p, &priv);
+    if (rc == -EPERM || rc == -ENOSYS)
+        skip();
+    assert_int_equal(rc, 0);
+    return priv;
+}
+
+static struct kvt_io_req t_req(int fd, bool write, void *buf, size_t len, uint64_t off)
+{
+    return (struct kvt_io_req){ .fd = fd, .write = write, .buf = buf, .len = len, .off = off };
+}
+
+/* Page content keyed by its file offset: a page landing elsewhere fails. */
+static void t_fill_at(void *buf, size_t len, uint64_t off, uint32_t version)
+{
+    for (size_t i = 0; i < len; i += T_PAGE)
+        t_fill((char *)buf + i, T_PAGE, t_key((off + i) / T_PAGE, 0, 0), version);
+}
+
+static int t_check_at(const void *buf, size_t len, uint64_t off, uint32_t version)
+{
+    for (size_t i = 0; i < len; i += T_PAGE)
+        if (!t_check((const char *)buf + i, T_PAGE, t_key((off + i) / T_PAGE, 0, 0), version))
+            return 0;
+    return 1;
+}
+
+/* Submits the n requests in one call and reaps them all: each comes back once, res set. */
+static void t_run(const struct kvt_io_ops *ops, void *priv, struct kvt_io_req *r, size_t n)
+{
+    struct kvt_io_req **in = calloc(n, sizeof(*in)), **out = calloc(n, sizeof(*out));
+    int *seen = calloc(n, sizeof(*seen));
+    assert_true(in && out && seen);
+    for (size_t i = 0; i < n; i++) {
+        r[i].res = 1; /* no back-end writes 1 */
+        in[i] = &r[i];
+    }
+    size_t before = ops->inflight(priv);
+    assert_int_equal(ops->submit(priv, in, n), 0);
+    assert_int_equal(ops->inflight(priv), before + n);
+    for (size_t got = 0; got < n;) {
+        int k = ops->reap(priv, out + got, n - got, 1);
+        assert_true(k > 0);
+        got += (size_t)k;
+    }
+    for (size_t i = 0; i < n; i++) {
+        assert_true(out[i] >= r && out[i] < r + n);
+        assert_int_equal(seen[out[i] - r]++, 0);
+        assert_true(out[i]->res <= 0);
+    }
+    assert_int_equal(ops->inflight(priv), before);
+    free(seen), free(out), free(in);
+}
+
+/* Writes pages [first, first+n) of the file with version v, from scratch memory. */
+static void t_write_pages(const struct fx *f, size_t first, size_t n, uint32_t v)
+{
+    char *buf = NULL;
+    size_t len = n * T_PAGE;
+    assert_int_equal(posix_memalign((void **)&buf, 4096, len), 0);
+    t_fill_at(buf, len, first * T_PAGE, v);
+    assert_int_equal(pwrite(f->fd, buf, len, (off_t)(first * T_PAGE)), (ssize_t)len);
+    free(buf);
+}
+
+/* ------------------------------------------------------------- back-ends */
+
+static void test_roundtrip(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 8, f->arena, ARENA_BYTES);
+    struct kvt_io_req r[16];
+    size_t half = ARENA_BYTES / 2;
+    for (size_t i = 0; i < 16; i++) {
+        t_fill_at(f->arena + i * T_PAGE, T_PAGE, i * T_PAGE, 7);
+        r[i] = t_req(f->fd, true, f->arena + i * T_PAGE, T_PAGE, i * T_PAGE);
+    }
+    t_run(f->ops, io, r, 16);
+    for (size_t i = 0; i < 16; i++) {
+        assert_int_equal(r[i].res, 0);
+        r[i] = t_req(f->fd, false, f->arena + half + i * T_PAGE, T_PAGE, i * T_PAGE);
+    }
+    t_run(f->ops, io, r, 16);
+    for (size_t i = 0; i < 16; i++) {
+        assert_int_equal(r[i].res, 0);
+        assert_true(t_check_at(f->arena + half + i * T_PAGE, T_PAGE, i * T_PAGE, 7));
+    }
+    f->ops->close(io);
+}
+
+/* 100 requests at depth 8 in one submit(), which blocks for room, not reaping. */
+static void test_batch_over_depth(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 8, f->arena, ARENA_BYTES);
+    enum { N = 100, LEN = 2 * T_PAGE };
+    struct kvt_io_req r[N];
+    for (size_t i = 0; i < N; i++) {
+        t_fill_at(f->arena + i * LEN, LEN, i * LEN, 3);
+        r[i] = t_req(f->fd, true, f->arena + i * LEN, LEN, i * LEN);
+    }
+    t_run(f->ops, io, r, N);
+    char *back = f->arena + ARENA_BYTES / 2;
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(r[i].res, 0);
+        r[i] = t_req(f->fd, false, back + i * LEN, LEN, i * LEN);
+    }
+    t_run(f->ops, io, r, N);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(r[i].res, 0);
+    assert_true(t_check_at(back, N * LEN, 0, 3));
+    f->ops->close(io);
+}
+
+/* Buffers inside the registered arena and outside it, mixed in one batch. */
+static void test_fixed_and_plain_buffers(void **state)
+{
+    struct fx *f = *state;
+    size_t fixed_len = ARENA_BYTES / 2;
+    void *io = t_open(f, f->ops, 4, f->arena, fixed_len);
+    if (f->ops != &kvt_io_psync_ops)
+        assert_non_null(strstr(f->ops->describe(io), "fixed buffers"));
+    char *plain = NULL;
+    assert_int_equal(posix_memalign((void **)&plain, 4096, 8 * T_PAGE), 0);
+    struct kvt_io_req r[8];
+    for (size_t i = 0; i < 8; i++) {
+        char *buf = i % 2 ? plain + i * T_PAGE : f->arena + i * T_PAGE;
+        t_fill_at(buf, T_PAGE, i * T_PAGE, 5);
+        r[i] = t_req(f->fd, true, buf, T_PAGE, i * T_PAGE);
+    }
+    t_run(f->ops, io, r, 8);
+    /* Read back swapped: the fixed pages into plain memory and vice versa,
+     * plus one request that ends at the last byte of the registered region. */
+    memset(plain, 0, 8 * T_PAGE);
+    memset(f->arena, 0, fixed_len);
+    for (size_t i = 0; i < 8; i++) {
+        char *buf = i % 2 ? f->arena + i * T_PAGE : plain + i * T_PAGE;
+        r[i] = t_req(f->fd, false, buf, T_PAGE, i * T_PAGE);
+    }
+    r[7].buf = f->arena + fixed_len - T_PAGE;
+    t_run(f->ops, io, r, 8);
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(r[i].res, 0);
+        assert_true(t_check_at(r[i].buf, T_PAGE, i * T_PAGE, 5));
+    }
+    free(plain);
+    f->ops->close(io);
+}
+
+/* Requests of 1..16 pages at shuffled offsets, then read back in another order. */
+static void test_random_offsets(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 16, f->arena, ARENA_BYTES);
+    enum { N = 48, SLOT = 16 * T_PAGE };
+    unsigned seed = 12345;
+    struct kvt_io_req r[N];
+    for (unsigned i = 0; i < N; i++) {
+        size_t len = (1 + (unsigned)rand_r(&seed) % 16) * T_PAGE;
+        uint64_t off = (uint64_t)((i * 29 + 7) % N) * SLOT; /* 29 is prime to N: a permutation */
+        t_fill_at(f->arena + i * SLOT % (ARENA_BYTES / 2), len, off, 9);
+        r[i] = t_req(f->fd, true, f->arena + i * SLOT % (ARENA_BYTES / 2), len, off);
+        t_run(f->ops, io, &r[i], 1); /* arena space is reused: one at a time */
+        assert_int_equal(r[i].res, 0);
+    }
+    char *back = NULL;
+    assert_int_equal(posix_memalign((void **)&back, 4096, (size_t)N * SLOT), 0);
+    for (unsigned i = 0; i < N; i++)
+        r[i] = t_req(f->fd, false, back + (size_t)(N - 1 - i) * SLOT, r[i].len, r[i].off);
+    t_run(f->ops, io, r, N);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(r[i].res, 0);
+        assert_true(t_check_at(r[i].buf, r[i].len, r[i].off, 9));
+    }
+    free(back);
+    f->ops->close(io);
+}
+
+static void test_reap_min_wait_and_inflight(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 4, NULL, 0);
+    struct kvt_io_req r[10], *in[10], *out[10];
+    for (size_t i = 0; i < 10; i++) {
+        r[i] = t_req(f->fd, false, f->arena + i * T_PAGE, T_PAGE, i * T_PAGE);
+        in[i] = &r[i];
+    }
+    assert_int_equal(f->ops->inflight(io), 0);
+    assert_int_equal(f->ops->reap(io, out, 10, 0), 0);
+    assert_int_equal(f->ops->reap(io, out, 10, 5), 0); /* nothing can complete: no wait */
+    assert_int_equal(f->ops->submit(io, in, 10), 0);
+    assert_int_equal(f->ops->inflight(io), 10);
+    assert_int_equal(f->ops->reap(io, out, 3, 3), 3);
+    assert_int_equal(f->ops->inflight(io), 7);
+    assert_int_equal(f->ops->reap(io, out + 3, 7, 7), 7);
+    assert_int_equal(f->ops->inflight(io), 0);
+    for (size_t i = 0; i < 10; i++)
+        assert_int_equal(out[i]->res, 0);
+    assert_int_equal(f->ops->submit(io, in, 0), 0);
+    f->ops->close(io);
+}
+
+/* A read that meets the end of the file cannot be whole: -EIO, never a
+ * success with stale bytes in the tail of the buffer. */
+static void test_read_past_eof(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 4, f->arena, ARENA_BYTES);
+    char p[PATH_MAX];
+    fx_file(f, "short", p);
+    int fd = t_open_direct(p);
+    assert_int_equal(ftruncate(fd, 6000), 0); /* ends mid-block */
+    struct kvt_io_req r[4] = {
+        t_req(f->fd, false, f->arena, 4 * T_PAGE, FILE_BYTES - 2 * T_PAGE), /* straddles the end */
+        t_req(f->fd, false, f->arena + 4 * T_PAGE, T_PAGE, FILE_BYTES + (1u << 20)), /* beyond */
+        t_req(fd, false, f->arena + 8 * T_PAGE, 2 * T_PAGE, 0),
+        t_req(f->fd, false, f->arena + 12 * T_PAGE, 2 * T_PAGE, FILE_BYTES - 2 * T_PAGE),
+    };
+    t_run(f->ops, io, r, 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(r[i].res, i == 3 ? 0 : -EIO); /* r[3] ends exactly at the end */
+    close(fd);
+    f->ops->close(io);
+}
+
+/* Errors are per request: a bad fd fails its own request only; an empty
+ * request succeeds. */
+static void test_errors_per_request(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 4, f->arena, ARENA_BYTES);
+    t_write_pages(f, 0, 2, 1);
+    struct kvt_io_req r[3] = {
+        t_req(f->fd, false, f->arena, 2 * T_PAGE, 0),
+        t_req(-1, false, f->arena + 2 * T_PAGE, T_PAGE, 0),
+        t_req(f->fd, true, f->arena + 3 * T_PAGE, 0, 0),
+    };
+    t_run(f->ops, io, r, 3);
+    assert_int_equal(r[0].res, 0);
+    assert_true(t_check_at(f->arena, 2 * T_PAGE, 0, 1));
+    assert_int_equal(r[1].res, -EBADF);
+    assert_int_equal(r[2].res, 0);
+    f->ops->close(io);
+}
+
+/* close() with requests not reaped waits for them: the data is on file. */
+static void test_close_waits(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 8, f->arena, ARENA_BYTES);
+    struct kvt_io_req r[32], *in[32];
+    for (size_t i = 0; i < 32; i++) {
+        t_fill_at(f->arena + i * T_PAGE, T_PAGE, i * T_PAGE, 11);
+        r[i] = t_req(f->fd, true, f->arena + i * T_PAGE, T_PAGE, i * T_PAGE);
+        in[i] = &r[i];
+    }
+    assert_int_equal(f->ops->submit(io, in, 32), 0);
+    f->ops->close(io);
+    memset(f->arena, 0, 32 * T_PAGE);
+    assert_int_equal(pread(f->fd, f->arena, 32 * T_PAGE, 0), 32 * T_PAGE);
+    assert_true(t_check_at(f->arena, 32 * T_PAGE, 0, 11));
+}
+
+/* An arena io_uring refuses to register (a shared mapping of an ext4 file:
+ * the kernel will not pin page-cache pages long-term) runs unregistered, and
+ * says so; the data moves all the same. */
+static void test_unregistrable_arena(void **state)
+{
+    struct fx *f = *state;
+    char p[PATH_MAX];
+    fx_file(f, "map", p);
+    int mf = open(p, O_RDWR | O_CREAT, 0600);
+    assert_true(mf >= 0);
+    assert_int_equal(ftruncate(mf, 16 * T_PAGE), 0);
+    char *m = mmap(NULL, 16 * T_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mf, 0);
+    assert_true(m != MAP_FAILED);
+    void *io = t_open(f, f->ops, 4, m, 16 * T_PAGE);
+    const char *how = f->ops->describe(io);
+    if (f->ops != &kvt_io_psync_ops)
+        assert_true(strstr(how, "fixed buffers") || strstr(how, "unregistered buffers: "));
+    struct kvt_io_req r[2] = { t_req(f->fd, true, m, 8 * T_PAGE, 0),
+                               t_req(f->fd, false, m + 8 * T_PAGE, 8 * T_PAGE, 0) };
+    t_fill_at(m, 8 * T_PAGE, 0, 12);
+    t_run(f->ops, io, &r[0], 1);
+    t_run(f->ops, io, &r[1], 1);
+    assert_int_equal(r[0].res, 0);
+    assert_int_equal(r[1].res, 0);
+    assert_true(t_check_at(m + 8 * T_PAGE, 8 * T_PAGE, 0, 12));
+    f->ops->close(io);
+    munmap(m, 16 * T_PAGE);
+    close(mf);
+}
+
+/* ------------------------------------------------------------ faulty */
+
+static void *t_open_faulty(const struct fx *f, enum kvt_io_fault_op op, uint64_t nth, int err,
+                           bool repeat)
+{
+    struct kvt_io_fault fault = { .op = op, .nth = nth, .err = err, .repeat = repeat };
+    kvt_io_faulty_arm(f->ops, &fault);
+    void *io = t_open(f, &kvt_io_faulty_ops, 4, f->arena, ARENA_BYTES);
+    assert_non_null(strstr(kvt_io_faulty_ops.describe(io), f->ops->name));
+    return io;
+}
+
+/* Writes version 2 over pages 0..4 (version 1) through io, then reads the
+ * file's pages 0..4 back into the arena; the requests' res stay in r. */
+static void t_overwrite5(const struct fx *f, void *io, struct kvt_io_req *r)
+{
+    t_write_pages(f, 0, 5, 1);
+    for (size_t i = 0; i < 5; i++) {
+        t_fill_at(f->arena + i * T_PAGE, T_PAGE, i * T_PAGE, 2);
+        r[i] = t_req(f->fd, true, f->arena + i * T_PAGE, T_PAGE, i * T_PAGE);
+    }
+    t_run(&kvt_io_faulty_ops, io, r, 5);
+    memset(f->arena, 0, 5 * T_PAGE);
+    assert_int_equal(pread(f->fd, f->arena, 5 * T_PAGE, 0), 5 * T_PAGE);
+}
+
+static void test_faulty_write_eio(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open_faulty(f, KVT_IOF_WRITE, 3, 0, false);
+    struct kvt_io_req r[5];
+    t_overwrite5(f, io, r);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(r[i].res, i == 2 ? -EIO : 0);
+        /* the failed write never reached the file */
+        assert_true(t_check_at(f->arena + i * T_PAGE, T_PAGE, i * T_PAGE, i == 2 ? 1 : 2));
+    }
+    assert_int_equal(kvt_io_faulty_count(KVT_IOF_WRITE), 5);
+    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 0);
+    kvt_io_faulty_ops.close(io);
+}
+
+static void test_faulty_enospc_repeat(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open_faulty(f, KVT_IOF_WRITE, 2, -ENOSPC, true);
+    struct kvt_io_req r[5];
+    t_overwrite5(f, io, r);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(r[i].res, i == 0 ? 0 : -ENOSPC);
+        assert_true(t_check_at(f->arena + i * T_PAGE, T_PAGE, i * T_PAGE, i == 0 ? 2 : 1));
+    }
+    kvt_io_faulty_ops.close(io);
+}
+
+/* A failed read leaves the buffer as it was. */
+static void test_faulty_read_eio(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open_faulty(f, KVT_IOF_READ, 2, 0, false);
+    t_write_pages(f, 0, 3, 4);
+    memset(f->arena, 0xab, 3 * T_PAGE);
+    struct kvt_io_req r[3];
+    for (size_t i = 0; i < 3; i++)
+        r[i] = t_req(f->fd, false, f->arena + i * T_PAGE, T_PAGE, i * T_PAGE);
+    t_run(&kvt_io_faulty_ops, io, r, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(r[i].res, i == 1 ? -EIO : 0);
+    assert_true(t_check_at(f->arena, T_PAGE, 0, 4));
+    for (size_t i = 0; i < T_PAGE; i++)
+        assert_int_equal((unsigned char)f->arena[T_PAGE + i], 0xab);
+    assert_true(t_check_at(f->arena + 2 * T_PAGE, T_PAGE, 2 * T_PAGE, 4));
+    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 3);
+    kvt_io_faulty_ops.close(io);
+}
+
+/* A persistent short read: half the bytes arrive, the request fails. */
+static void test_faulty_short_read(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open_faulty(f, KVT_IOF_SHORT_READ, 1, 0, false);
+    t_write_pages(f, 0, 4, 6);
+    memset(f->arena, 0xab, 4 * T_PAGE);
+    struct kvt_io_req r = t_req(f->fd, false, f->arena, 4 * T_PAGE, 0);
+    r.user = &r;
+    t_run(&kvt_io_faulty_ops, io, &r, 1);
+    assert_int_equal(r.res, -EIO);
+    assert_ptr_equal(r.user, &r);
+    assert_int_equal(r.len, 4 * T_PAGE); /* the caller's request is not rewritten */
+    assert_true(t_check_at(f->arena, 2 * T_PAGE, 0, 6));
+    for (size_t i = 2 * T_PAGE; i < 4 * T_PAGE; i++)
+        assert_int_equal((unsigned char)f->arena[i], 0xab);
+    kvt_io_faulty_ops.close(io);
+}
+
+/* The refused submit() queues nothing: no write lands, none is counted. */
+static void test_faulty_submit(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open_faulty(f, KVT_IOF_SUBMIT, 2, 0, false);
+    t_write_pages(f, 0, 2, 1);
+    struct kvt_io_req r[2], *in[2];
+    for (size_t i = 0; i < 2; i++) {
+        t_fill_at(f->arena + i * T_PAGE, T_PAGE, i * T_PAGE, 2);
+        r[i] = t_req(f->fd, true, f->arena + i * T_PAGE, T_PAGE, i * T_PAGE);
+        in[i] = &r[i];
+    }
+    t_run(&kvt_io_faulty_ops, io, &r[0], 1);
+    assert_int_equal(r[0].res, 0);
+    assert_int_equal(kvt_io_faulty_ops.submit(io, &in[1], 1), -EIO);
+    assert_int_equal(kvt_io_faulty_ops.inflight(io), 0);
+    assert_int_equal(kvt_io_faulty_count(KVT_IOF_SUBMIT), 2);
+    assert_int_equal(kvt_io_faulty_count(KVT_IOF_WRITE), 1);
+    kvt_io_faulty_ops.close(io);
+    assert_int_equal(pread(f->fd, f->arena, 2 * T_PAGE, 0), 2 * T_PAGE);
+    assert_true(t_check_at(f->arena, T_PAGE, 0, 2));
+    assert_true(t_check_at(f->arena + T_PAGE, T_PAGE, T_PAGE, 1));
+}
+
+/* ------------------------------------------------------ choosing, baseline */
+
+static void test_auto_falls_back_when_disabled(void **state)
+{
+    struct fx *f = *state;
+    struct kvt_io_params p = { .depth = 8 };
+    const struct kvt_io_ops *ops = NULL;
+    void *io = NULL;
+    char note[256];
+    assert_int_equal(setenv("KVT_IO_URING_DISABLE", "1", 1), 0);
+    assert_int_equal(kvt_io_open(KVT_IO_AUTO, &p, &ops, &io, note, sizeof(note)), 0);
+    assert_ptr_equal(ops, &kvt_io_psync_ops);
+    assert_true(strstr(note, "io_uring unavailable (") && strstr(note, "pread/pwrite pool"));
+    if (f->have)
+        assert_non_null(strstr(note, strerror(EPERM)));
+    struct kvt_io_req r = t_req(f->fd, false, f->arena, T_PAGE, 0);
+    t_run(ops, io, &r, 1);
+    assert_int_equal(r.res, 0);
+    ops->close(io);
+    ops = NULL; /* URING is asked for by name: it fails instead of falling back */
+    int rc = kvt_io_open(KVT_IO_URING, &p, &ops, &io, note, sizeof(note));
+    assert_int_equal(rc, f->have ? -EPERM : KVT_ENOTSUP);
+    assert_null(ops);
+    assert_non_null(strstr(note, "io_uring unavailable")); /* teardown restores the variable */
+}
+
+static void test_open_by_name(void **state)
+{
+    struct kvt_io_params p = { .depth = 8 };
+    const struct kvt_io_ops *ops = NULL;
+    void *io = NULL;
+    char note[256];
+    assert_int_equal(kvt_io_open(KVT_IO_PSYNC, &p, &ops, &io, note, sizeof(note)), 0);
+    assert_ptr_equal(ops, &kvt_io_psync_ops);
+    assert_string_equal(note, "");
+    ops->close(io);
+    assert_int_equal(kvt_io_open(KVT_IO_AUTO, &p, &ops, &io, note, sizeof(note)), 0);
+    assert_true(note[0] ? ops == &kvt_io_psync_ops : strcmp(ops->name, "uring") == 0);
+    ops->close(io);
+    assert_int_equal(kvt_io_open(7, &p, &ops, &io, note, sizeof(note)), -EINVAL);
+    p.depth = 0;
+    assert_int_equal(kvt_io_open(KVT_IO_PSYNC, &p, &ops, &io, note, sizeof(note)), -EINVAL);
+}
+
+static void test_raw_bench(void **state)
+{
+    struct fx *f = *state;
+    double gbps = 0;
+    int rc = kvt_io_raw_bench(f->path, FILE_BYTES, 64 * 1024, 4, 256, true, &gbps);
+    if (!f->have || rc == -EPERM || rc == -ENOSYS)
+        skip();
+    assert_int_equal(rc, 0);
+    assert_true(gbps > 0);
+    gbps = 0;
+    assert_int_equal(kvt_io_raw_bench(f->path, FILE_BYTES, 64 * 1024, 4, 256, false, &gbps), 0);
+    assert_true(gbps > 0);
+    /* a span past the end of the file is an error, not a fast zero */
+    rc = kvt_io_raw_bench(f->path, 2 * FILE_BYTES, FILE_BYTES, 1, 2, false, &gbps);
+    assert_int_equal(rc, -EIO);
+    assert_int_equal(kvt_io_raw_bench(f->path, FILE_BYTES, 1000, 4, 8, false, &gbps), -EINVAL);
+}
+
+/* Each back-end test twice, named for the back-end it runs on. */
+#define ON(t, which) { #t "/" which, t, fx_setup, fx_teardown, (void *)which }
+#define BOTH(t) ON(t, "uring"), ON(t, "psync")
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        BOTH(test_roundtrip),
+        BOTH(test_batch_over_depth),
+        BOTH(test_fixed_and_plain_buffers),
+        BOTH(test_random_offsets),
+        BOTH(test_reap_min_wait_and_inflight),
+        BOTH(test_read_past_eof),
+        BOTH(test_errors_per_request),
+        BOTH(test_close_waits),
+        BOTH(test_unregistrable_arena),
+        BOTH(test_faulty_write_eio),
+        BOTH(test_faulty_enospc_repeat),
+        BOTH(test_faulty_read_eio),
+        BOTH(test_faulty_short_read),
+        BOTH(test_faulty_submit),
+        ON(test_auto_falls_back_when_disabled, "uring"),
+        ON(test_open_by_name, "uring"),
+        ON(test_raw_bench, "uring"),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
