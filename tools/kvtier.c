@@ -7,6 +7,7 @@
 #include "include/kvtier.h"
 
 int bench_main(int argc, char **argv);
+int plan_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -18,6 +19,7 @@ static void usage(FILE *f)
             "commands:\n"
             "  bench hbm     DRAM<->HBM throughput through kvtier beside a raw copy baseline,\n"
             "                and acquire+release operations per second\n"
+            "  plan          KV sizing for a model shape over the tiers\n"
             "  version       print the library version\n"
             "\n"
             "Run 'kvtier <command> --help' for a command's options.\n"
@@ -41,6 +43,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "bench"))
         return bench_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan"))
+        return plan_main(argc - 1, argv + 1);
     fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;
