@@ -48,10 +48,7 @@ _Static_assert(sizeof(struct kvt_ssd_entry) == 48, "kvt_ssd_entry is stored verb
 #define IX_MAP_MIN ((size_t)32 << 10)
 
 struct ix_version {
-    uint32_t format;
-    uint32_t key_layout;
-    uint32_t entry_bytes;
-    uint32_t entry_version;
+    uint32_t format, key_layout, entry_bytes, entry_version;
 };
 
 struct kvt_index {
@@ -322,7 +319,7 @@ static int check_version(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s
         return damage(s, "has a %zu-byte version record (expected %zu)", v.mv_size, sizeof(have));
     memcpy(&have, v.mv_data, sizeof(have));
     if (memcmp(&have, &want, sizeof(have)) != 0)
-        return damage(s, "is format %u, key layout %u, %u-byte entries v%u (this build: %u, %u, %u v%u)",
+        return damage(s, "is format %u, key layout %u, %u-byte entries v%u (we use %u, %u, %u v%u)",
                       have.format, have.key_layout, have.entry_bytes, have.entry_version,
                       want.format, want.key_layout, want.entry_bytes, want.entry_version);
     return 0;
@@ -341,13 +338,8 @@ static int scan_entries(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
         return rc;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (key_decode(&k, &key) != 0) {
-            rc = damage(s, "has a %zu-byte key", k.mv_size);
-            break;
-        }
-        if (entry_decode(&v, &e) != 0) {
-            rc = damage(s, "has a bad entry for %llu:%u:%u (%zu bytes)",
-                        (unsigned long long)key.id, key.layer, key.index, v.mv_size);
+        if (key_decode(&k, &key) != 0 || entry_decode(&v, &e) != 0) {
+            rc = damage(s, "has a bad entry (%zu-byte key, %zu-byte value)", k.mv_size, v.mv_size);
             break;
         }
         if (e.fingerprint != s->fingerprint) {
@@ -530,9 +522,7 @@ int kvt_index_open(const char *dir, bool persist, uint64_t fingerprint, size_t m
     *out = NULL;
     info = info ? info : &dummy;
     memset(info, 0, sizeof(*info));
-    if (map_bytes == 0)
-        map_bytes = IX_MAP_DEFAULT;
-    map_bytes = map_bytes < IX_MAP_MIN ? IX_MAP_MIN : map_bytes;
+    map_bytes = !map_bytes ? IX_MAP_DEFAULT : map_bytes < IX_MAP_MIN ? IX_MAP_MIN : map_bytes;
     if (strlen(dir) > PATH_MAX - 32)
         return kvt_fail(-ENAMETOOLONG, "SSD directory name is too long");
     if (!(ix = ix_alloc(dir, persist)))
@@ -670,9 +660,10 @@ int kvt_index_get(struct kvt_index *ix, const kvt_key *k, struct kvt_ssd_entry *
         *out = e;
     if (rc == 0 || rc == MDB_NOTFOUND)
         return ix_err(rc);   /* a miss is not a failure: no message */
-    return kvt_fail(ix_err(rc), "SSD index: get %llu:%u:%u: %s", (unsigned long long)k->id, k->layer,
-                    k->index, rc == KVT_ECORRUPT ? "stored entry of the wrong size or version"
-                                                 : ix_strerror(rc));
+    return kvt_fail(ix_err(rc), "SSD index: get %llu:%u:%u: %s", (unsigned long long)k->id,
+                    k->layer, k->index,
+                    rc == KVT_ECORRUPT ? "stored entry of the wrong size or version"
+                                       : ix_strerror(rc));
 }
 
 /* One read txn for the whole walk: fn sees one consistent snapshot. fn may

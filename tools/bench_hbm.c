@@ -66,9 +66,9 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     *o = (struct bench_opts){ 256 << 10, 256ull << 20, 1ull << 30, KVT_DEVICE_AUTO, 64, 5, 0,
                               false, false };
     uint64_t v;
-    int c;
+    int c, idx = -1;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
         switch (c) {
         case 'p': if (cli_parse_size(optarg, &o->page_bytes)) goto bad; break;
         case 'H': if (cli_parse_size(optarg, &o->hbm)) goto bad; break;
@@ -94,7 +94,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     }
     return 0;
 bad:
-    cli_error("bench hbm", 2, "bad value '%s' for --%s", optarg, lo[0].name ? "option" : "");
+    cli_error("bench hbm", 2, "bad value '%s' for --%s", optarg, idx >= 0 ? lo[idx].name : "?");
     return -EINVAL;
 }
 

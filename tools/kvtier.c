@@ -23,7 +23,7 @@ static void usage(FILE *f)
             "  version       print the library version\n"
             "\n"
             "Run 'kvtier <command> --help' for a command's options.\n"
-            "Still to come (see the issues): run, plan, sim, bench ssd, inspect, fsck.\n");
+            "Still to come (see the issues): run, sim, bench ssd, inspect, fsck.\n");
 }
 
 int main(int argc, char **argv)
