@@ -137,7 +137,8 @@ void kvt_config_init(kvt_config *cfg);
  * On success *out owns the engine until kvt_close(). On failure *out is NULL,
  * nothing is allocated, and the return is:
  *   KVT_ECONFIG  a field is invalid (kvt_last_error() names it),
- *   KVT_ENOTSUP  a requested part is not built (the SSD tier, a policy, CUDA),
+ *   KVT_ENOTSUP  a requested part is not built (a policy, CUDA, io_uring),
+ *   -EBUSY       ssd_dir is in use by another engine,
  *   KVT_EDEVICE  the requested device cannot be used,
  *   -ENOMEM      an arena could not be allocated. */
 int kvt_open(const kvt_config *cfg, kvt_engine **out);
@@ -267,6 +268,8 @@ typedef struct kvt_stats {          /* counters since open; fields may be added 
     uint64_t meta_bytes;            /* host bytes of page metadata (tables, records, policy) */
     uint64_t errors_device;         /* device copies that failed */
     uint64_t bytes_put, bytes_get;  /* bytes copied in by kvt_put / out by kvt_get */
+    uint64_t ssd_bad_slots;         /* SSD slots retired after I/O errors */
+    uint64_t io_fallback;           /* 1: io_uring was unavailable, the pread/pwrite pool runs */
 } kvt_stats;
 
 /* Fills *out with a consistent snapshot. Never fails on a valid engine, even

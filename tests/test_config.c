@@ -207,15 +207,29 @@ static void test_good_config_opens_after_failures(void **state)
 
 /* ------------------------------------------------ parts not built yet */
 
-static void test_ssd_not_supported_yet(void **state)
+/* The SSD tier's fields: a directory is required, capacity is at least a
+ * page, and a directory in use by another engine is refused. */
+static void test_ssd_config(void **state)
 {
     char dir[] = "/tmp/kvt_test_config_XXXXXX";
     assert_non_null(mkdtemp(dir));
     kvt_config c = good_config();
     c.ssd_bytes = 64 * c.page_bytes;
+    c.ssd_dir = NULL;
+    expect_open_fails(&c, KVT_ECONFIG, "ssd_dir");
     c.ssd_dir = dir;
-    expect_open_fails(&c, KVT_ENOTSUP, NULL);
-    assert_int_equal(rmdir(dir), 0); /* nothing was created inside */
+    c.ssd_bytes = c.page_bytes - 1;
+    expect_open_fails(&c, KVT_ECONFIG, "ssd_bytes");
+    c.ssd_bytes = 64 * c.page_bytes;
+    kvt_engine *e = NULL, *e2 = NULL;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    assert_int_equal(kvt_open(&c, &e2), -EBUSY);
+    assert_null(e2);
+    assert_non_null(strstr(kvt_last_error(), dir));
+    kvt_close(e);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void test_decode_policy_not_supported_yet(void **state)
@@ -369,7 +383,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_io_backend),
         cmocka_unit_test(test_bad_device_number),
         cmocka_unit_test(test_good_config_opens_after_failures),
-        cmocka_unit_test(test_ssd_not_supported_yet),
+        cmocka_unit_test(test_ssd_config),
         cmocka_unit_test(test_decode_policy_not_supported_yet),
         cmocka_unit_test(test_device_auto_and_cuda_ordinal),
         cmocka_unit_test(test_strerror_covers_every_code),

@@ -29,8 +29,17 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
             *tier = KVT_TIER_DRAM;
             return 0;
         }
-        uint64_t wait = 0;
-        int r = e->arena[KVT_TIER_HBM].nfree ? 0 : kvt_make_room_hbm(e, 1, &wait);
+        struct kvt_wait w = { KVT_WAIT_NONE, 0 };
+        int r = e->ssd ? kvt_make_room_dram(e, 1, &w) : KVT_EFULL;
+        if (r == 0)
+            continue; /* DRAM has room now */
+        if (r == -EAGAIN) {
+            kvt_wait_on(e, &w, false);
+            if (e->failed)
+                return kvt_check_failed(e);
+            continue;
+        }
+        r = e->arena[KVT_TIER_HBM].nfree ? 0 : kvt_make_room_hbm(e, 1, &w);
         if (r == 0) {
             kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM] = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pg);
             *tier = KVT_TIER_HBM;
@@ -39,7 +48,7 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
         if (r != -EAGAIN)
             return kvt_fail(KVT_EFULL, "no tier can hold another page (HBM %u and DRAM %u slots "
                                        "are all in use)", e->arena[0].nslots, e->arena[1].nslots);
-        if ((r = kvt_wait_fence(e, KVT_D2H, wait, false)) < 0)
+        if ((r = kvt_wait_on(e, &w, false)) < 0)
             return r;
         if (e->failed)
             return kvt_check_failed(e);
@@ -177,6 +186,95 @@ struct get_src {
     int tier;
 };
 
+/* Brings the busy pages that live only on SSD into DRAM (reads queued on the
+ * mover), waiting unlocked until each has a DRAM copy or is known lost. */
+static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
+{
+    for (;;) {
+        struct kvt_wait w = { KVT_WAIT_NONE, 0 };
+        bool pending = false;
+        for (size_t i = 0; i < n; i++) {
+            if (g[i].pg == KVT_NONE)
+                continue;
+            struct kvt_page *p = kvt_pg(&e->pt, g[i].pg);
+            if (p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST))
+                continue;
+            if (p->xfer == XFER_SSD_READ) {
+                pending = true;
+                continue;
+            }
+            if (!(p->flags & PG_VALID_SSD) || p->xfer != XFER_NONE)
+                continue;
+            uint32_t s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_STEAL);
+            if (s == KVT_NONE && w.kind == KVT_WAIT_NONE) {
+                int r = kvt_make_room_dram(e, 1, &w);
+                if (r == 0)
+                    s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_STEAL);
+                else if (r != -EAGAIN)
+                    return kvt_fail(r, "DRAM is full of pages that cannot go to SSD");
+            }
+            if (s == KVT_NONE) {
+                pending = true;
+                continue;
+            }
+            kvt_pg(&e->pt, g[i].pg)->slot[KVT_TIER_DRAM] = s;
+            kvt_ssd_queue_read(e, g[i].pg);
+            pending = true;
+        }
+        if (!pending)
+            return 0;
+        if (w.kind == KVT_WAIT_NONE)
+            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
+        kvt_wait_on(e, &w, true);
+        if (e->failed)
+            return kvt_check_failed(e);
+    }
+}
+
+/* Marks the pages of keys busy (so no slot of theirs moves while we copy) and
+ * counts hits and misses by the tier that will serve them. */
+static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_src *g)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+        if (pg == KVT_NONE)
+            continue;
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (p->busy == UINT8_MAX)
+            return kvt_fail(-EBUSY, "page (%llu,%u,%u) has too many readers",
+                            (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
+        p->busy++;
+        g[i].pg = pg;
+    }
+    int r = e->ssd ? get_stage_ssd(e, g, n) : 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct kvt_page *p = g[i].pg == KVT_NONE ? NULL : kvt_pg(&e->pt, g[i].pg);
+        g[i].tier = !p ? KVT_TIER_NONE
+                       : (p->flags & PG_VALID_HBM) ? KVT_TIER_HBM
+                       : (p->flags & PG_VALID_DRAM) ? KVT_TIER_DRAM : KVT_TIER_NONE;
+        for (int t = 0; t < KVT_TIERS; t++) {
+            if (t == g[i].tier) {
+                e->st.hits[t]++;
+                break;
+            }
+            e->st.misses[t]++;
+        }
+    }
+    return r;
+}
+
+/* Ends what get_begin started: not busy, lost pages reaped. */
+static void get_end(kvt_engine *e, struct get_src *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (g[i].pg == KVT_NONE)
+            continue;
+        kvt_pg(&e->pt, g[i].pg)->busy--;
+        kvt_page_sync(e, g[i].pg, true);
+        kvt_page_trim(e, g[i].pg);
+    }
+}
+
 KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
                     int dst_on_device, int *found)
 {
@@ -186,44 +284,23 @@ KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *d
     if (!g)
         return kvt_fail(-ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
-        g[i].pg = KVT_NONE;
+        g[i] = (struct get_src){ KVT_NONE, KVT_TIER_NONE };
     if (found)
         memset(found, 0, n * sizeof(*found));
     KVT_ENTER(e);
     int r = kvt_check_failed(e);
-    for (size_t i = 0; i < n && r == 0; i++) {
-        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
-        struct kvt_page *p = pg == KVT_NONE ? NULL : kvt_pg(&e->pt, pg);
-        if (p && p->busy == UINT8_MAX) {
-            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) has too many readers",
-                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
-            break;
-        }
-        if (p && (p->flags & PG_VALID_HBM)) {
-            g[i] = (struct get_src){ pg, KVT_TIER_HBM };
-            e->st.hits[KVT_TIER_HBM]++;
-        } else if (p && (p->flags & PG_VALID_DRAM)) {
-            g[i] = (struct get_src){ pg, KVT_TIER_DRAM };
-            e->st.misses[KVT_TIER_HBM]++;
-            e->st.hits[KVT_TIER_DRAM]++;
-        } else {
-            e->st.misses[KVT_TIER_HBM]++;
-            e->st.misses[KVT_TIER_DRAM]++;
-            continue;
-        }
-        p->busy++;
-    }
-    if (r < 0) {
-        for (size_t i = 0; i < n; i++)
-            if (g[i].pg != KVT_NONE)
-                kvt_pg(&e->pt, g[i].pg)->busy--;
-        goto out;
-    }
+    if (r == 0)
+        r = get_begin(e, keys, n, g);
+    if (r < 0)
+        goto out_end;
     pthread_mutex_unlock(&e->lock);
     int cr = 0;
+    bool lost = false;
     for (size_t i = 0; i < n && cr == 0; i++) {
-        if (g[i].pg == KVT_NONE)
+        if (g[i].tier == KVT_TIER_NONE) {
+            lost |= g[i].pg != KVT_NONE; /* present but unreadable */
             continue;
+        }
         cr = e->dev->copy_sync(e->dev_priv, copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device),
                                dst[i], slot_ptr(e, g[i].pg, g[i].tier), e->page_bytes);
         if (found)
@@ -234,18 +311,15 @@ KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *d
     if (cr < 0 && found)
         memset(found, 0, n * sizeof(*found));
     pthread_mutex_lock(&e->lock);
-    for (size_t i = 0; i < n; i++) {
-        if (g[i].pg == KVT_NONE)
-            continue;
-        kvt_pg(&e->pt, g[i].pg)->busy--;
-        kvt_page_sync(e, g[i].pg, true);
-        kvt_page_trim(e, g[i].pg);
-        if (cr == 0)
+    for (size_t i = 0; i < n && cr == 0; i++)
+        if (g[i].tier != KVT_TIER_NONE)
             e->st.bytes_get += e->page_bytes;
-    }
     if (cr < 0)
         r = kvt_fail(cr, "copying a page out failed: %s", kvt_strerror(cr));
-out:
+    else if (lost && !found)
+        r = kvt_fail(KVT_ECORRUPT, "a page failed its checksum on SSD and is gone");
+out_end:
+    get_end(e, g, n);
     pthread_mutex_unlock(&e->lock);
     free(g);
     return r;

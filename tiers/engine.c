@@ -78,9 +78,14 @@ KVT_API int kvt_config_check(const kvt_config *c)
     /* Valid, but parts this build does not have yet: */
     if (c->policy && kvt_policy_planned(c->policy))
         return kvt_fail(KVT_ENOTSUP, "policy \"%s\" is not built into this kvtier yet", c->policy);
-    if (c->ssd_bytes)
-        return kvt_fail(KVT_ENOTSUP, "the SSD tier is not built into this kvtier yet "
-                                     "(set ssd_bytes = 0)");
+    if (c->ssd_bytes && c->ssd_bytes < c->page_bytes)
+        return kvt_fail(KVT_ECONFIG, "ssd_bytes (%zu) is smaller than one page (page_bytes = %zu)",
+                        c->ssd_bytes, c->page_bytes);
+    if (c->ssd_bytes && c->ssd_bytes / c->page_bytes >= KVT_MAX_SLOTS)
+        return kvt_fail(KVT_ECONFIG, "ssd_bytes (%zu) holds more than %u pages", c->ssd_bytes,
+                        KVT_MAX_SLOTS);
+    if (c->ssd_bytes && !c->ssd_dir[0])
+        return kvt_fail(KVT_ECONFIG, "ssd_dir is empty");
     return 0;
 }
 
@@ -199,6 +204,7 @@ static void engine_free(kvt_engine *e)
     free(e->policy_name);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->mover_cv);
+    pthread_cond_destroy(&e->xfer_cv);
     free(e);
 }
 
@@ -209,6 +215,7 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
         return NULL;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->mover_cv, NULL);
+    pthread_cond_init(&e->xfer_cv, NULL);
     e->cfg = *cfg;
     e->red_head = e->red_tail = KVT_NONE;
     e->page_bytes = cfg->page_bytes;
@@ -252,15 +259,18 @@ int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *for
         goto out_inflight;
     if ((r = open_policy(e)) < 0)
         goto out_inflight;
+    if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e)) < 0)
+        goto out_ssd;
     /* Write back ahead of need while fewer than 1/8 of HBM slots are free or
      * clean, so that an eviction seldom waits for a D2H copy. */
     e->watermark = e->arena[KVT_TIER_HBM].nslots / 8 + 1;
     if ((r = kvt_mover_start(e)) < 0)
-        goto out_policy;
+        goto out_ssd;
     *out = e;
     return 0;
 
-out_policy:
+out_ssd:
+    kvt_ssd_tier_close(e);
     e->pol->destroy(e->pol_priv);
 out_inflight:
     close_inflight(e);
@@ -298,6 +308,14 @@ KVT_API void kvt_close(kvt_engine *e)
 {
     if (!e)
         return;
+    /* A persisted engine never loses a page at close: everything goes to
+     * SSD first. A failure here can only be reported on stderr. */
+    if (e->ssd && e->cfg.persist && !e->failed) {
+        int r = kvt_flush(e);
+        if (r < 0)
+            fprintf(stderr, "kvtier: flush at close failed: %s (%s)\n", kvt_strerror(r),
+                    kvt_last_error());
+    }
     kvt_mover_stop(e);
     pthread_mutex_lock(&e->lock);
     drain_inflight(e);
@@ -308,6 +326,7 @@ KVT_API void kvt_close(kvt_engine *e)
         free(e->tickets[i].pages);
     free(e->tickets);
     free((void *)e->sched.ids);
+    kvt_ssd_tier_close(e);
     e->pol->destroy(e->pol_priv);
     close_inflight(e);
     kvt_ptable_fini(&e->pt);
@@ -325,6 +344,11 @@ KVT_API int kvt_get_stats(kvt_engine *e, kvt_stats *out)
     *out = e->st;
     out->capacity_pages[KVT_TIER_HBM] = e->arena[KVT_TIER_HBM].nslots;
     out->capacity_pages[KVT_TIER_DRAM] = e->arena[KVT_TIER_DRAM].nslots - 1; /* less the spare */
+    if (e->ssd) {
+        out->capacity_pages[KVT_TIER_SSD] = kvt_ssd_nslots(e->ssd);
+        out->ssd_bad_slots = kvt_ssd_bad_slots(e->ssd);
+        out->io_fallback = e->io && e->cfg.io_backend == KVT_IO_AUTO && strcmp(e->io->name, "psync") == 0;
+    }
     out->pages = e->pt.count;
     out->meta_bytes = e->meta_bytes;
     pthread_mutex_unlock(&e->lock);

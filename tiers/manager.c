@@ -53,83 +53,141 @@ static void *hbm_ptr(kvt_engine *e, uint32_t pg)
 
 /* ------------------------------------------------------------- loading */
 
-/* Queues DRAM->HBM copies for the pages that have no HBM slot, making room
- * as needed; waits (unlocked) only for write-backs that free slots. Pages
- * must be pinned. Returns 0 once every page has an HBM slot (valid, or a copy
- * in flight). */
+/* The error for a page whose only copy could not be read. */
+static int lost_error(const struct kvt_page *p)
+{
+    int r = (p->flags & PG_LOST_IO) ? -EIO : KVT_ECORRUPT;
+    return kvt_fail(r, "page (%llu,%u,%u) could not be read back from SSD (%s); it is gone",
+                    (unsigned long long)p->key.id, p->key.layer, p->key.index,
+                    r == -EIO ? "I/O error" : "checksum mismatch");
+}
+
+/* Queues SSD reads for pages that exist only on SSD and need a DRAM copy.
+ * Sets *w when it must wait for room. Returns how many are still without
+ * a DRAM copy or a read in flight, or a negative error. */
+static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struct kvt_wait *w)
+{
+    int missing = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
+        if (p->flags & PG_LOST)
+            return lost_error(p);
+        if (p->slot[KVT_TIER_HBM] != KVT_NONE || (p->flags & PG_VALID_DRAM) ||
+            p->xfer != XFER_NONE)
+            continue;
+        if (!(p->flags & PG_VALID_SSD))
+            return kvt_fail(-EIO, "page (%llu,%u,%u) has no valid copy to load",
+                            (unsigned long long)p->key.id, p->key.layer, p->key.index);
+        uint32_t s = kvt_dram_slot(e, pages[i], KVT_SLOT_STEAL);
+        if (s == KVT_NONE && w->kind == KVT_WAIT_NONE) {
+            int r = kvt_make_room_dram(e, 1, w);
+            if (r == 0)
+                s = kvt_dram_slot(e, pages[i], KVT_SLOT_STEAL);
+            else if (r != -EAGAIN)
+                return kvt_fail(r, "DRAM is full of pages that cannot go to SSD");
+        }
+        if (s == KVT_NONE) {
+            missing++;
+            continue;
+        }
+        kvt_pg(&e->pt, pages[i])->slot[KVT_TIER_DRAM] = s;
+        kvt_ssd_queue_read(e, pages[i]);
+    }
+    return missing;
+}
+
+/* Queues one batch of DRAM->HBM copies. */
+static int submit_up(kvt_engine *e, const uint32_t *batch, const struct kvt_copy *c, uint32_t k)
+{
+    uint64_t f;
+    int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
+    for (uint32_t j = 0; j < k; j++) {
+        if (r == 0) {
+            kvt_inflight_push(e, KVT_H2D, batch[j], f);
+        } else {
+            kvt_pg(&e->pt, batch[j])->xfer = XFER_NONE;
+            kvt_page_trim(e, batch[j]);
+        }
+    }
+    if (r < 0)
+        return kvt_fail(r, "queueing a DRAM->HBM copy failed: %s", kvt_strerror(r));
+    return 0;
+}
+
+/* Queues DRAM->HBM copies for pages that have a DRAM copy and no HBM slot,
+ * as far as free HBM slots go. */
+static int stage_up(kvt_engine *e, const uint32_t *pages, size_t n)
+{
+    uint32_t batch[BATCH], k = 0;
+    struct kvt_copy c[BATCH];
+    for (size_t i = 0; i < n && e->arena[KVT_TIER_HBM].nfree; i++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
+        if (p->slot[KVT_TIER_HBM] != KVT_NONE || !(p->flags & PG_VALID_DRAM) ||
+            p->xfer != XFER_NONE)
+            continue;
+        uint32_t s = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pages[i]);
+        p->slot[KVT_TIER_HBM] = s;
+        p->xfer = XFER_UP;
+        batch[k] = pages[i];
+        c[k] = (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_HBM], s),
+                                  kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
+                                  e->page_bytes };
+        if (++k == BATCH) {
+            int r = submit_up(e, batch, c, k);
+            if (r < 0)
+                return r;
+            k = 0;
+        }
+    }
+    return k ? submit_up(e, batch, c, k) : 0;
+}
+
+/* Makes every page of an acquire have an HBM slot (valid, or a copy in
+ * flight): SSD-only pages are read into DRAM first, then everything with a
+ * DRAM copy is queued up. Waits (unlocked) only for what makes room or
+ * brings pages from SSD. Pages must be pinned. */
 static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
 {
     for (;;) {
-        uint32_t need = 0;
-        for (size_t i = 0; i < n; i++)
-            need += kvt_pg(&e->pt, pages[i])->slot[KVT_TIER_HBM] == KVT_NONE;
-        if (!need)
-            return 0;
-        uint64_t wait = 0;
-        int room = kvt_make_room_hbm(e, need, &wait);
-        if (room < 0 && room != -EAGAIN && room != KVT_EFULL)
-            return room;
-
-        uint32_t batch[BATCH], k = 0;
-        struct kvt_copy c[BATCH];
-        for (size_t i = 0; i < n && e->arena[KVT_TIER_HBM].nfree; i++) {
-            struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
+        struct kvt_wait w = { KVT_WAIT_NONE, 0 };
+        int missing = e->ssd ? stage_ssd_reads(e, pages, n, &w) : 0;
+        if (missing < 0)
+            return missing;
+        uint32_t need = 0, from_ssd = 0;
+        for (size_t i = 0; i < n; i++) {
+            const struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
             if (p->slot[KVT_TIER_HBM] != KVT_NONE)
                 continue;
-            if (!(p->flags & PG_VALID_DRAM))
-                return kvt_fail(-EIO, "page (%llu,%u,%u) has no valid copy to load",
-                                (unsigned long long)p->key.id, p->key.layer, p->key.index);
-            uint32_t s = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pages[i]);
-            p->slot[KVT_TIER_HBM] = s;
-            p->xfer = XFER_UP;
-            batch[k] = pages[i];
-            c[k] = (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_HBM], s),
-                                      kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
-                                      e->page_bytes };
-            if (++k == BATCH || i + 1 == n) {
-                uint64_t f;
-                int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
-                for (uint32_t j = 0; j < k; j++) {
-                    if (r == 0) {
-                        kvt_inflight_push(e, KVT_H2D, batch[j], f);
-                    } else {
-                        struct kvt_page *q = kvt_pg(&e->pt, batch[j]);
-                        q->xfer = XFER_NONE;
-                        kvt_page_trim(e, batch[j]);
-                    }
-                }
-                if (r < 0)
-                    return kvt_fail(r, "queueing a DRAM->HBM copy failed: %s", kvt_strerror(r));
-                k = 0;
-            }
+            need++;
+            from_ssd += p->xfer == XFER_SSD_READ || p->xfer == XFER_SSD_WRITE ||
+                        !(p->flags & PG_VALID_DRAM);
         }
-        if (k) { /* the loop ended on nfree == 0 with copies pending */
-            uint64_t f;
-            int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
-            for (uint32_t j = 0; j < k; j++) {
-                if (r == 0) {
-                    kvt_inflight_push(e, KVT_H2D, batch[j], f);
-                } else {
-                    kvt_pg(&e->pt, batch[j])->xfer = XFER_NONE;
-                    kvt_page_trim(e, batch[j]);
-                }
-            }
-            if (r < 0)
-                return kvt_fail(r, "queueing a DRAM->HBM copy failed: %s", kvt_strerror(r));
-        }
-        if (room == KVT_EFULL) {
-            for (size_t i = 0; i < n; i++)
-                if (kvt_pg(&e->pt, pages[i])->slot[KVT_TIER_HBM] == KVT_NONE)
-                    return KVT_EFULL;
+        if (!need)
             return 0;
-        }
-        if (room == -EAGAIN) {
-            int r = kvt_wait_fence(e, KVT_D2H, wait, true);
+        int room = 0;
+        if (need > from_ssd) {
+            struct kvt_wait hw = { KVT_WAIT_NONE, 0 };
+            room = kvt_make_room_hbm(e, need - from_ssd, &hw);
+            if (room < 0 && room != -EAGAIN && room != KVT_EFULL)
+                return room;
+            int r = stage_up(e, pages, n);
             if (r < 0)
-                return kvt_fail(r, "a write-back to DRAM failed: %s", kvt_strerror(r));
-            if (e->failed)
-                return kvt_check_failed(e);
+                return r;
+            if (room == -EAGAIN)
+                w = hw;
         }
+        if (w.kind == KVT_WAIT_NONE && from_ssd)
+            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
+        if (w.kind == KVT_WAIT_NONE) {
+            if (room == KVT_EFULL)
+                return KVT_EFULL;
+            continue; /* stage_up used the room: look again */
+        }
+        int r = kvt_wait_on(e, &w, true);
+        if (r < 0)
+            return kvt_fail(r, "a transfer that makes room failed: %s", kvt_strerror(r));
+        if (e->failed)
+            return kvt_check_failed(e);
     }
 }
 
@@ -328,10 +386,10 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
     for (;;) {
         if (e->arena[KVT_TIER_HBM].nfree)
             break;
-        uint64_t wait = 0;
-        r = kvt_make_room_hbm(e, 1, &wait);
+        struct kvt_wait w = { KVT_WAIT_NONE, 0 };
+        r = kvt_make_room_hbm(e, 1, &w);
         if (r == -EAGAIN)
-            r = kvt_wait_fence(e, KVT_D2H, wait, true);
+            r = kvt_wait_on(e, &w, true);
         if (r == 0 && e->failed)
             r = kvt_check_failed(e);
         if (r < 0)
@@ -414,6 +472,7 @@ out:
 
 void kvt_page_destroy(kvt_engine *e, uint32_t pg)
 {
+    kvt_ssd_forget(e, pg);
     kvt_ptable_remove(&e->pt, pg);
     kvt_page_set(e, pg, PG_ZOMBIE, PG_VALID_HBM | PG_VALID_DRAM | PG_VALID_SSD);
     kvt_page_sync(e, pg, false);
@@ -536,19 +595,40 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
 
 /* ------------------------------------------------------------- flush */
 
+/* Gives every dirty HBM page a DRAM copy; with an SSD tier, makes room in
+ * DRAM by pushing DRAM-only pages down as needed. Locked. */
+static int flush_hbm(kvt_engine *e)
+{
+    for (;;) {
+        uint64_t fence = 0, dirty = e->hbm_dirty;
+        int r = kvt_writeback(e, UINT32_MAX, true, &fence);
+        if (fence) {
+            int w = kvt_wait_fence(e, KVT_D2H, fence, false);
+            if (w < 0)
+                return kvt_fail(w, "a write-back failed: %s", kvt_strerror(w));
+        }
+        if (r != KVT_EFULL || !e->ssd)
+            return r;
+        struct kvt_wait w = { KVT_WAIT_NONE, 0 };
+        int m = kvt_make_room_dram(e, (uint32_t)(e->hbm_dirty ? e->hbm_dirty : 1), &w);
+        if (m == -EAGAIN)
+            kvt_wait_on(e, &w, false);
+        else if (m < 0 && e->hbm_dirty >= dirty)
+            return r; /* no room anywhere and no progress */
+        if (e->failed)
+            return kvt_check_failed(e);
+    }
+}
+
 KVT_API int kvt_flush(kvt_engine *e)
 {
     KVT_ENTER(e);
     int r = kvt_check_failed(e);
-    if (r == 0) {
-        uint64_t fence = 0;
-        r = kvt_writeback(e, UINT32_MAX, true, &fence);
-        if (fence) {
-            int w = kvt_wait_fence(e, KVT_D2H, fence, false);
-            if (w < 0)
-                r = kvt_fail(w, "a write-back failed: %s", kvt_strerror(w));
-        }
-    }
+    if (r == 0)
+        r = flush_hbm(e);
+    /* With persist, every page goes to SSD and the index is synced. */
+    if (r == 0 && e->ssd && e->cfg.persist)
+        r = kvt_ssd_flush(e);
     pthread_mutex_unlock(&e->lock);
     return r;
 }

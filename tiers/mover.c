@@ -26,13 +26,19 @@ static void *mover_main(void *arg)
 {
     kvt_engine *e = arg;
     pthread_mutex_lock(&e->lock);
-    while (!e->mover_stop) {
-        if (!e->mover_kick) {
+    /* On stop, SSD jobs still queued are run first: their callers wait. */
+    while (!e->mover_stop || e->ssd_queued || e->ndels) {
+        if (!e->mover_kick && !e->ssd_queued && !e->ndels) {
             pthread_cond_wait(&e->mover_cv, &e->lock);
             continue;
         }
         e->mover_kick = false;
         kvt_settle(e);
+        /* SSD work first: callers wait on it, while write-back is ahead of need. */
+        if (kvt_ssd_round(e)) {
+            e->mover_kick = true;
+            continue;
+        }
         uint32_t want = mover_deficit(e);
         if (e->failed || !want || !e->hbm_dirty)
             continue;
@@ -67,6 +73,12 @@ void kvt_mover_stop(kvt_engine *e)
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->mover, NULL);
     e->mover_started = false;
+}
+
+void kvt_mover_wake(kvt_engine *e)
+{
+    e->mover_kick = true;
+    pthread_cond_signal(&e->mover_cv);
 }
 
 /* Called under the lock after pages turned dirty. */

@@ -94,6 +94,7 @@ uint32_t kvt_ptable_new(struct kvt_ptable *t)
     memset(p, 0, sizeof(*p));
     for (int i = 0; i < KVT_ARENAS; i++)
         p->slot[i] = KVT_NONE;
+    p->ssd_slot = KVT_NONE;
     return pg;
 }
 

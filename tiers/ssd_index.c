@@ -275,7 +275,17 @@ static bool is_resource_error(int rc)
 
 /* ------------------------------------------------------------- open */
 
+/* The engine's open creates, filters by fingerprint and wipes on damage;
+ * kvtier inspect and fsck need the index as it is on disk, so the other two
+ * modes only read it at open (damage is reported, never repaired). */
+enum ix_mode {
+    IX_ENGINE = 0,
+    IX_REPAIR,      /* read-write: fsck --repair commits its deletions */
+    IX_READONLY,    /* MDB_RDONLY: nothing written, not even the version record */
+};
+
 struct open_scan {
+    enum ix_mode mode;
     uint64_t fingerprint;
     bool existed;
     uint64_t kept, dropped, max_gen;
@@ -309,6 +319,8 @@ static int check_version(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s
             return rc;
         if (st.ms_entries)
             return damage(s, "has %zu entries but no version record", st.ms_entries);
+        if (s->mode != IX_ENGINE)
+            return 0;   /* empty, and the engine writes the record at its next open */
         v.mv_size = sizeof(want);
         v.mv_data = (void *)&want;
         return mdb_put(txn, ix->meta, &k, &v, 0);
@@ -342,7 +354,7 @@ static int scan_entries(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
             rc = damage(s, "has a bad entry (%zu-byte key, %zu-byte value)", k.mv_size, v.mv_size);
             break;
         }
-        if (e.fingerprint != s->fingerprint) {
+        if (s->mode == IX_ENGINE && e.fingerprint != s->fingerprint) {
             /* The cursor then stands on the next entry; MDB_NEXT knows. */
             if ((rc = mdb_cursor_del(cur, 0)) != 0)
                 break;
@@ -361,12 +373,33 @@ static int open_body(struct kvt_index *ix, MDB_txn *txn, void *arg)
 {
     struct open_scan *s = arg;
     int rc;
+    unsigned create = s->mode == IX_ENGINE ? MDB_CREATE : 0;
     s->kept = s->dropped = s->max_gen = 0;   /* a retry after a remap starts over */
-    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &ix->meta)) != 0 ||
-        (rc = mdb_dbi_open(txn, "pages", MDB_CREATE, &ix->pages)) != 0 ||
-        (rc = check_version(ix, txn, s)) != 0)
+    if ((rc = mdb_dbi_open(txn, "meta", create, &ix->meta)) != 0 ||
+        (rc = mdb_dbi_open(txn, "pages", create, &ix->pages)) != 0) {
+        /* Only a non-engine open gets here without the databases: the
+         * environment exists but its creation never committed them. */
+        return rc == MDB_NOTFOUND ? damage(s, "holds no kvtier databases") : rc;
+    }
+    if ((rc = check_version(ix, txn, s)) != 0)
         return rc;
     return scan_entries(ix, txn, s);
+}
+
+/* The open scan of a non-engine mode, in a read transaction: nothing is
+ * written at open. Committed, not aborted: an aborted transaction would
+ * close the database handles it opened. */
+static int read_body(struct kvt_index *ix, ix_body body, void *arg)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(ix->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return rc;
+    if ((rc = body(ix, txn, arg)) != 0) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    return mdb_txn_commit(txn);
 }
 
 /* data.mdb must be a regular, non-empty file before LMDB maps it: LMDB
@@ -416,23 +449,26 @@ static int try_open(struct kvt_index *ix, size_t map_bytes, struct open_scan *s)
     int rc;
     if ((rc = precheck_file(ix->path, s)) != 0)
         return rc;
+    if (s->mode != IX_ENGINE && !s->existed)
+        return -ENOENT;   /* never create what fsck or inspect was asked to read */
     if ((rc = mdb_env_create(&ix->env)) != 0)
         return ix_err(rc);
     mdb_env_set_maxdbs(ix->env, 2);
     mdb_env_set_mapsize(ix->env, map_bytes);
-    rc = mdb_env_open(ix->env, ix->path, MDB_NOTLS | MDB_NOSYNC, 0644);
+    rc = mdb_env_open(ix->env, ix->path,
+                      MDB_NOTLS | MDB_NOSYNC | (s->mode == IX_READONLY ? MDB_RDONLY : 0), 0644);
     if (rc) {
         rc = is_resource_error(ix_err(rc)) ? ix_err(rc)
              : damage(s, "cannot be opened: %s", mdb_strerror(rc));
         goto out_close;
     }
-    if (ix->persist) {
+    if (s->mode != IX_READONLY && ix->persist) {
         int dead = 0;
         mdb_reader_check(ix->env, &dead);   /* slots of crashed readers pin old pages */
     }
     if (s->existed && (rc = check_length(ix, s)) != 0)
         goto out_close;
-    rc = ix_write(ix, open_body, s);
+    rc = s->mode == IX_ENGINE ? ix_write(ix, open_body, s) : read_body(ix, open_body, s);
     if (rc == 0)
         return 0;
     if (rc != KVT_ECORRUPT || !s->why[0])   /* else check_version or scan_entries said why */
@@ -543,6 +579,51 @@ out_free:
     pthread_rwlock_destroy(&ix->remap);
     free(ix);
     return rc;
+}
+
+/* An existing index as it is on disk, for kvtier inspect and fsck. */
+static int open_as_is(const char *dir, enum ix_mode mode, struct kvt_index **out)
+{
+    struct open_scan s;
+    struct kvt_index *ix;
+    int rc;
+
+    if (!dir || !out)
+        return kvt_fail(-EINVAL, "kvt_index_open_readonly/repair: dir and out are required");
+    *out = NULL;
+    if (strlen(dir) > PATH_MAX - 32)
+        return kvt_fail(-ENAMETOOLONG, "SSD directory name is too long");
+    /* persist: a repair's close syncs, as the engine's does */
+    if (!(ix = ix_alloc(dir, mode == IX_REPAIR)))
+        return kvt_fail(-ENOMEM, "SSD index: out of memory");
+    scan_init(&s, ix, 0)->mode = mode;
+    rc = try_open(ix, IX_MAP_DEFAULT, &s);
+    if (rc == KVT_ECORRUPT) {
+        rc = kvt_fail(rc, "SSD index damaged: %s", s.why);
+        goto out_free;
+    }
+    if (rc) {
+        rc = kvt_fail(rc, "SSD index %s cannot be opened: %s", ix->path, kvt_strerror(rc));
+        goto out_free;
+    }
+    atomic_store(&ix->max_gen, s.max_gen);
+    *out = ix;
+    return 0;
+
+out_free:
+    pthread_rwlock_destroy(&ix->remap);
+    free(ix);
+    return rc;
+}
+
+int kvt_index_open_readonly(const char *dir, struct kvt_index **out)
+{
+    return open_as_is(dir, IX_READONLY, out);
+}
+
+int kvt_index_open_repair(const char *dir, struct kvt_index **out)
+{
+    return open_as_is(dir, IX_REPAIR, out);
 }
 
 void kvt_index_close(struct kvt_index *ix)

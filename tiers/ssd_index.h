@@ -57,6 +57,16 @@ struct kvt_index_open_info {
  * made. */
 int kvt_index_open(const char *dir, bool persist, uint64_t fingerprint, size_t map_bytes,
                    struct kvt_index **out, struct kvt_index_open_info *info);
+
+/* For kvtier inspect and fsck: opens the existing index in dir as it is —
+ * no fingerprint filter, no wipe, nothing written at open. Every entry is
+ * read once to check it. readonly: an MDB_RDONLY environment (commits fail
+ * with -EACCES). repair: read-write, so kvt_index_commit can delete entries.
+ * Returns 0, -ENOENT when dir holds no index, KVT_ECORRUPT when it is
+ * damaged (kvt_last_error() says how), or -errno. */
+int kvt_index_open_readonly(const char *dir, struct kvt_index **out);
+int kvt_index_open_repair(const char *dir, struct kvt_index **out);
+
 void kvt_index_close(struct kvt_index *ix);
 
 /* One write transaction: put n entries (replacing existing keys) and delete m

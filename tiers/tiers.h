@@ -25,8 +25,11 @@
 #include <stdint.h>
 
 #include "include/kvtier.h"
+#include "io/codec.h"
+#include "io/io.h"
 #include "policy/policy.h"
 #include "tiers/device.h"
+#include "tiers/ssd_store.h"
 
 #define KVT_NONE UINT32_MAX
 #define KVT_ARENAS 2 /* HBM and DRAM hold slots in memory; SSD has its own store */
@@ -82,11 +85,19 @@ enum {
     PG_EVICTING = 1u << 6,    /* the D2H in flight frees the HBM slot when done */
     PG_ZOMBIE = 1u << 7,      /* dropped while busy; freed when the last user leaves */
     PG_HASHED = 1u << 8,      /* in the key index */
+    PG_LOST = 1u << 9,        /* its only copy failed to read: checksum (or I/O, with LOST_IO) */
+    PG_LOST_IO = 1u << 10,
 };
 
-enum kvt_xfer { XFER_NONE = 0, XFER_UP = 1, XFER_DOWN = 2 };
+enum kvt_xfer {
+    XFER_NONE = 0,
+    XFER_UP = 1,        /* DRAM -> HBM (device) */
+    XFER_DOWN = 2,      /* HBM -> DRAM (device) */
+    XFER_SSD_READ = 3,  /* SSD -> DRAM slot (mover) */
+    XFER_SSD_WRITE = 4, /* DRAM slot -> a new SSD slot (mover) */
+};
 
-/* One page record: 48 bytes. Records live in one array indexed by a 32-bit
+/* One page record: 56 bytes. Records live in one array indexed by a 32-bit
  * page number; pointers into it are valid only under the lock and until the
  * next record allocation (the array may move). */
 struct kvt_page {
@@ -98,6 +109,8 @@ struct kvt_page {
     uint8_t busy;               /* get/put copies in progress */
     uint64_t fence;             /* device fence of xfer */
     uint32_t red_prev, red_next; /* list of redundant DRAM copies (see e->red_head) */
+    uint32_t ssd_slot;          /* the slot the committed index names, or KVT_NONE;
+                                   PG_VALID_SSD says whether its bytes are current */
 };
 
 /* The page table: records plus an open-addressing index by key (linear
@@ -139,6 +152,42 @@ struct kvt_inflight {
     uint32_t *page;
     uint64_t *fence;
     uint32_t cap, head, len;
+};
+
+/* ------------------------------------------------------------- waits */
+
+/* What a call that found no room waits for before it tries again. */
+enum kvt_wait_kind { KVT_WAIT_NONE = 0, KVT_WAIT_D2H, KVT_WAIT_H2D, KVT_WAIT_SSD };
+struct kvt_wait {
+    enum kvt_wait_kind kind;
+    uint64_t v;             /* the fence, or the SSD round count seen */
+};
+
+/* ------------------------------------------------------------- SSD jobs */
+
+/* The stored form of a page on SSD, per slot (the index holds the same;
+ * kept in memory so a read needs no index lookup). */
+struct kvt_ssd_meta {
+    uint32_t stored_len;
+    uint32_t crc;
+    uint8_t codec;
+};
+
+struct kvt_ssd_job {
+    uint32_t pg;
+    uint32_t slot;          /* the SSD slot read, or the new slot written */
+    bool write, evict;
+    int res;
+    uint32_t stored_len, crc;
+    uint8_t codec;
+    void *buf;              /* what the I/O moves: the DRAM slot or a bounce buffer */
+    void *dram;             /* the page's DRAM slot */
+    int bounce;             /* bounce buffer index, or -1 */
+};
+
+struct kvt_ssd_del {
+    kvt_key key;
+    uint32_t slot;
 };
 
 /* ------------------------------------------------------------- tickets */
@@ -183,6 +232,23 @@ struct kvt_engine {
      * walk of the DRAM candidates, because in a full engine every eviction
      * asks for one and the DRAM-only pages would be walked past each time. */
     uint32_t red_head, red_tail;
+
+    /* SSD tier (NULL without one) */
+    struct kvt_ssd *ssd;
+    const struct kvt_io_ops *io;
+    void *io_priv;
+    char io_note[192];
+    struct kvt_codec *codec;
+    struct kvt_ssd_meta *ssd_meta;  /* per SSD slot */
+    uint8_t *bounce;                /* round_max buffers of slot_bytes */
+    uint32_t round_max;
+    uint32_t *ssd_queue, ssd_queued, ssd_queue_cap;  /* pages with an SSD job waiting */
+    struct kvt_ssd_del *dels;       /* index deletions waiting for the mover */
+    uint32_t ndels, dels_cap;
+    uint64_t ssd_rounds;            /* rounds finished: what SSD waiters watch */
+    uint64_t ssd_busy;              /* jobs queued or in the current round */
+    uint64_t generation;            /* of the next SSD write */
+    pthread_cond_t xfer_cv;         /* broadcast when a round finishes */
 
     /* mover: background write-back so evictions seldom wait */
     pthread_t mover;
@@ -233,17 +299,44 @@ int kvt_admit(kvt_engine *e);
 void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch);
 void kvt_page_trim(kvt_engine *e, uint32_t pg);
 int kvt_inflight_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fence);
-int kvt_make_room_hbm(kvt_engine *e, uint32_t need, uint64_t *wait_d2h);
+int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w);
+/* Waits (unlocked) for w; stall adds the time to stall_ns. */
+int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall);
 int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool evict, uint64_t *fence);
 /* Releases the lock while waiting for fence f of dir; adds to stall_ns when
  * stall is set. Returns the fence's status. */
 int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall);
 int kvt_check_failed(kvt_engine *e);
 
+/* ssd_tier.c (under e->lock unless said otherwise) */
+int kvt_ssd_tier_open(kvt_engine *e);
+void kvt_ssd_tier_close(kvt_engine *e);
+/* Frees DRAM slots (beyond the spare) for need pages: drops redundant
+ * copies, queues SSD write-backs of DRAM-only pages. 0, -EAGAIN with *w,
+ * or KVT_EFULL. */
+int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w);
+/* Queues an SSD read of pg into its (allocated) DRAM slot. */
+void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
+/* Queues a write of pg's DRAM copy to a new SSD slot. 0, KVT_EFULL or
+ * -ENOSPC (no slot). */
+int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict);
+/* The page is going away: its index entry is deleted by the mover. */
+void kvt_ssd_forget(kvt_engine *e, uint32_t pg);
+/* One mover round: runs the queued jobs and deletions. Called locked;
+ * unlocks around the I/O. Returns true if it did anything. */
+bool kvt_ssd_round(kvt_engine *e);
+/* Tests: engines opened from now on use these I/O ops (NULL: back to config). */
+void kvt_test_force_io(const struct kvt_io_ops *ops);
+/* Writes every page without a current SSD copy to SSD and waits (flush with
+ * persist). */
+int kvt_ssd_flush(kvt_engine *e);
+
 /* mover.c */
 int kvt_mover_start(kvt_engine *e);
 void kvt_mover_stop(kvt_engine *e);
 void kvt_mover_kick(kvt_engine *e);
+/* Wakes the mover for SSD work. */
+void kvt_mover_wake(kvt_engine *e);
 
 #if KVT_DEBUG
 void kvt_check_invariants(kvt_engine *e);

@@ -121,6 +121,12 @@ void kvt_page_trim(kvt_engine *e, uint32_t pg)
         kvt_arena_free(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
         p->slot[KVT_TIER_DRAM] = KVT_NONE;
     }
+    /* A page whose only copy could not be read goes once nobody holds it. */
+    if ((p->flags & (PG_HASHED | PG_LOST)) == (PG_HASHED | PG_LOST) && !p->pins &&
+        p->xfer == XFER_NONE && !(p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_VALID_SSD))) {
+        kvt_page_destroy(e, pg);
+        return;
+    }
     if ((p->flags & PG_ZOMBIE) && p->xfer == XFER_NONE && p->slot[0] == KVT_NONE &&
         p->slot[1] == KVT_NONE) {
         kvt_page_sync(e, pg, false);
@@ -239,11 +245,29 @@ int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall)
  * may not exceed the configured HBM + DRAM pages. */
 int kvt_admit(kvt_engine *e)
 {
-    uint64_t cap = (uint64_t)e->arena[KVT_TIER_HBM].nslots + e->arena[KVT_TIER_DRAM].nslots - 1;
+    uint64_t cap = (uint64_t)e->arena[KVT_TIER_HBM].nslots + e->arena[KVT_TIER_DRAM].nslots - 1 +
+                   (e->ssd ? kvt_ssd_nslots(e->ssd) : 0);
     if (e->pt.live < cap)
         return 0;
     return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (HBM + "
-                               "DRAM)", e->pt.live, (unsigned long long)cap);
+                               "DRAM + SSD)", e->pt.live, (unsigned long long)cap);
+}
+
+int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall)
+{
+    if (w->kind == KVT_WAIT_D2H || w->kind == KVT_WAIT_H2D)
+        return kvt_wait_fence(e, w->kind == KVT_WAIT_D2H ? KVT_D2H : KVT_H2D, w->v, stall);
+    if (w->kind != KVT_WAIT_SSD)
+        return 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (e->ssd_rounds == w->v && e->ssd_busy && !e->failed)
+        pthread_cond_wait(&e->xfer_cv, &e->lock);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (stall)
+        e->st.stall_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+    kvt_settle(e);
+    return 0;
 }
 
 struct usable_ctx {
@@ -342,12 +366,13 @@ static int submit_down(kvt_engine *e, const uint32_t *pages, struct kvt_copy *c,
  * submit, and 64 pages of 256 KiB are already 16 MiB in flight. */
 #define BATCH 64
 
-int kvt_make_room_hbm(kvt_engine *e, uint32_t need, uint64_t *wait_d2h)
+int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w)
 {
     struct kvt_arena *h = &e->arena[KVT_TIER_HBM];
     struct usable_ctx u = { e, false };
     uint32_t pages[BATCH] = { 0 }, n = 0, coming = 0;
     struct kvt_copy c[BATCH];
+    struct kvt_wait ssd_wait = { KVT_WAIT_NONE, 0 };
     int r = 0;
 
     while (h->nfree + coming < need) {
@@ -363,8 +388,10 @@ int kvt_make_room_hbm(kvt_engine *e, uint32_t need, uint64_t *wait_d2h)
             continue;
         }
         uint32_t ds = kvt_dram_slot(e, v, KVT_SLOT_STEAL | KVT_SLOT_SPARE);
+        if (ds == KVT_NONE && e->ssd && kvt_make_room_dram(e, 1, &ssd_wait) == 0)
+            ds = kvt_dram_slot(e, v, KVT_SLOT_STEAL | KVT_SLOT_SPARE);
         if (ds == KVT_NONE)
-            break;
+            break; /* DRAM is full: wait for the SSD (ssd_wait) or give up */
         p = kvt_pg(&e->pt, v);
         p->slot[KVT_TIER_DRAM] = ds;
         p->xfer = XFER_DOWN; /* keeps it out of victim() until submitted */
@@ -384,7 +411,11 @@ int kvt_make_room_hbm(kvt_engine *e, uint32_t need, uint64_t *wait_d2h)
     if (h->nfree >= need)
         return 0;
     if (e->inflight[KVT_D2H].len) {
-        *wait_d2h = inflight_last(&e->inflight[KVT_D2H]);
+        *w = (struct kvt_wait){ KVT_WAIT_D2H, inflight_last(&e->inflight[KVT_D2H]) };
+        return -EAGAIN;
+    }
+    if (ssd_wait.kind != KVT_WAIT_NONE) {
+        *w = ssd_wait;
         return -EAGAIN;
     }
     return kvt_fail(KVT_EFULL, "HBM is full: %u of %u slots are pinned or in use and nothing "

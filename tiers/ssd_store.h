@@ -1,0 +1,98 @@
+/*
+ * ssd_store.h — the SSD tier's files: segments, slots, the free map (internal).
+ *
+ * On-disk layout of an ssd_dir (format 1):
+ *
+ *   <dir>/KVTIER            text, written once when the directory is made:
+ *                             "kvtier-ssd 1\n"
+ *                             "page_bytes <N>\n"          raw page size
+ *                             "slot_bytes <N>\n"          = page_bytes (a multiple of 4096)
+ *                             "slots_per_segment <N>\n"
+ *   <dir>/seg-<NNNNNN>.kvt  segment files, NNNNNN = segment number in decimal,
+ *                           zero-padded to 6 digits; each is preallocated to
+ *                           slots_per_segment * slot_bytes bytes when first
+ *                           used. A page's stored bytes start at the slot's
+ *                           offset and take stored_len bytes, padded with
+ *                           zeros to a multiple of 4096 (O_DIRECT).
+ *   <dir>/index/            the LMDB index (tiers/ssd_index.h): key ->
+ *                           {segment, offset, stored_len, raw_len, codec,
+ *                           crc32c of the stored bytes, fingerprint, generation}.
+ *
+ * Global slot number s lives in segment s / slots_per_segment at offset
+ * (s % slots_per_segment) * slot_bytes.
+ *
+ * Rules that make a crash at any instant safe: a slot the committed index
+ * points to is never written (a rewrite goes to a new slot; the old one is
+ * freed only after the commit that stops pointing to it), and with persist
+ * the data is fdatasync'ed before the index entry that names it commits.
+ *
+ * Threads: all calls under the engine lock, except kvt_ssd_sync() and the
+ * I/O itself, which the mover runs unlocked on slots it owns.
+ */
+#ifndef KVT_SSD_STORE_H
+#define KVT_SSD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tiers/ssd_index.h"
+
+#define KVT_SSD_FORMAT 1
+#define KVT_SSD_SEGMENT_BYTES (1ull << 30) /* target segment size */
+
+struct kvt_ssd;
+
+struct kvt_ssd_open_info {
+    bool wiped;             /* the directory was emptied (persist=0, damage, layout change) */
+    uint64_t kept;          /* index entries kept */
+    uint64_t dropped;       /* entries dropped: other fingerprint, bad location, duplicate slot */
+    char message[512];      /* why, when wiped or dropped: printed once by the engine */
+};
+
+/* Opens or creates the store in dir (created if missing). persist=0 wipes
+ * what is there. A KVTIER file of another format or page size, or a damaged
+ * one, wipes the directory with a message. Index entries of another
+ * fingerprint, pointing outside the capacity, or sharing a slot with an
+ * earlier entry are deleted. fn is called for every entry kept (the engine
+ * builds its page records), with its global slot number. */
+typedef int (*kvt_ssd_entry_fn)(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
+                                uint32_t slot);
+int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool persist,
+                 uint64_t fingerprint, kvt_ssd_entry_fn fn, void *ctx, struct kvt_ssd **out,
+                 struct kvt_ssd_open_info *info);
+void kvt_ssd_close(struct kvt_ssd *s);
+
+uint32_t kvt_ssd_nslots(const struct kvt_ssd *s);
+uint32_t kvt_ssd_nfree(const struct kvt_ssd *s);
+size_t kvt_ssd_slot_bytes(const struct kvt_ssd *s);
+struct kvt_index *kvt_ssd_index(struct kvt_ssd *s);
+
+/* A free slot (its segment created and preallocated if new), or KVT_NONE
+ * when every slot is used or bad. *err tells why on KVT_NONE: KVT_EFULL, or
+ * -ENOSPC/-EIO when a segment could not be made (the tier is then smaller
+ * than configured). */
+uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err);
+void kvt_ssd_free(struct kvt_ssd *s, uint32_t slot);
+/* Marks a slot bad after an I/O error: never handed out again (this run). */
+void kvt_ssd_mark_bad(struct kvt_ssd *s, uint32_t slot);
+uint64_t kvt_ssd_bad_slots(const struct kvt_ssd *s);
+
+/* The O_DIRECT descriptor and byte offset of a slot. */
+int kvt_ssd_locate(struct kvt_ssd *s, uint32_t slot, int *fd, uint64_t *off);
+/* Slot number of an index entry's location, or KVT_NONE if invalid. */
+uint32_t kvt_ssd_slot_of(const struct kvt_ssd *s, uint32_t segment, uint64_t offset);
+void kvt_ssd_where(const struct kvt_ssd *s, uint32_t slot, uint32_t *segment, uint64_t *offset);
+
+/* Marks the segment of slot as written since the last sync. */
+void kvt_ssd_dirty(struct kvt_ssd *s, uint32_t slot);
+/* fdatasync of every segment written since the last call. */
+int kvt_ssd_sync(struct kvt_ssd *s);
+
+/* Reads the KVTIER file of dir (for inspect/fsck). 0, -ENOENT, KVT_ECORRUPT. */
+int kvt_ssd_read_layout(const char *dir, size_t *page_bytes, size_t *slot_bytes,
+                        uint32_t *slots_per_segment);
+/* The path of segment n in dir. */
+void kvt_ssd_segment_path(const char *dir, uint32_t n, char *buf, size_t len);
+
+#endif /* KVT_SSD_STORE_H */
