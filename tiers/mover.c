@@ -27,8 +27,8 @@ static void *mover_main(void *arg)
     kvt_engine *e = arg;
     pthread_mutex_lock(&e->lock);
     /* On stop, SSD jobs still queued are run first: their callers wait. */
-    while (!e->mover_stop || e->ssd_queued || e->ndels) {
-        if (!e->mover_kick && !e->ssd_queued && !e->ndels) {
+    while (!e->mover_stop || kvt_ssd_pending(e)) {
+        if (!e->mover_kick && !kvt_ssd_pending(e)) {
             pthread_cond_wait(&e->mover_cv, &e->lock);
             continue;
         }

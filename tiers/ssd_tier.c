@@ -94,13 +94,19 @@ int kvt_ssd_tier_open(kvt_engine *e)
     int r;
     e->generation = 1;
     e->ssd_meta = kvt_meta_alloc(&e->meta_bytes, (size_t)nslots * sizeof(*e->ssd_meta));
-    e->round_max = 2 * e->cfg.queue_depth;
+    /* A round is a barrier (all its I/O completes before the next starts),
+     * so it must be long next to its tail: 8 x depth keeps the disk busy
+     * for all but the last depth requests. Bounce buffers are address space
+     * until a codec touches them. */
+    e->round_max = 8 * e->cfg.queue_depth;
     size_t bb = (size_t)e->round_max * pb;
     e->bounce = mmap(NULL, bb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (!e->ssd_meta || e->bounce == MAP_FAILED) {
         e->bounce = NULL;
         return kvt_fail(-ENOMEM, "out of memory for the SSD tier");
     }
+    if ((r = kvt_ssd_pipeline_init(e)) < 0)
+        return kvt_fail(r, "out of memory for the SSD pipeline");
     if ((r = kvt_codec_new(e->cfg.codec, 0, pb, &e->codec)) < 0)
         return kvt_fail(r, "cannot set up codec %d", e->cfg.codec);
     struct kvt_ssd_open_info info;
@@ -127,6 +133,7 @@ void kvt_ssd_tier_close(kvt_engine *e)
         munmap(e->bounce, (size_t)e->round_max * e->page_bytes);
     kvt_meta_free(&e->meta_bytes, e->ssd_meta,
                   (size_t)(e->cfg.ssd_bytes / e->page_bytes) * sizeof(*e->ssd_meta));
+    kvt_ssd_pipeline_fini(e);
     free(e->ssd_queue);
     free(e->dels);
     e->io = NULL;
@@ -222,8 +229,12 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
 {
     struct kvt_arena *d = &e->arena[KVT_TIER_DRAM];
     uint32_t coming = 0;
+    /* Going to SSD costs a round: write a batch (up to a queue depth, at most
+     * 1/8 of DRAM) so the next callers find room without another one. */
+    uint32_t batch = e->cfg.queue_depth < d->nslots / 8 ? e->cfg.queue_depth : d->nslots / 8;
+    uint32_t goal = need > batch ? need : batch;
     /* nfree counts the spare slot, which only evictions may take. */
-    while ((d->nfree ? d->nfree - 1 : 0) + coming < need) {
+    while ((d->nfree ? d->nfree - 1 : 0) + coming < (coming ? goal : need)) {
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_evict, e);
         if (v == KVT_NONE)
             break;
@@ -247,25 +258,66 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
     return KVT_EFULL;
 }
 
-/* ------------------------------------------------------------- the round */
+/* ------------------------------------------------------------- the pipeline */
 
-/* Takes the queued jobs (at most round_max) and resolves where each goes.
- * Locked. Jobs whose page went away while queued are finished at once. */
-static uint32_t round_take(kvt_engine *e, struct kvt_ssd_job *jobs)
+/* The mover keeps up to round_max jobs in a pipeline: taken from the queue
+ * under the lock, encoded and submitted unlocked, reaped as they complete,
+ * reads verified at once, writes committed to the index in groups, and the
+ * results applied under the lock. The disk never waits for a whole batch to
+ * drain: new jobs go in as old ones come out. */
+
+bool kvt_ssd_pending(const kvt_engine *e)
 {
-    uint32_t n = 0, nb = 0, k = 0;
-    for (; k < e->ssd_queued && n < e->round_max; k++) {
-        uint32_t pg = e->ssd_queue[k];
+    return e->ssd && (e->ssd_queued || e->ndels || e->ssd_inflight || e->nuncommitted ||
+                      e->nfinished);
+}
+
+int kvt_ssd_pipeline_init(kvt_engine *e)
+{
+    uint32_t n = e->round_max;
+    e->jobs = calloc(n, sizeof(*e->jobs));
+    e->reqs = calloc(n, sizeof(*e->reqs));
+    e->job_free = malloc(n * sizeof(uint32_t));
+    e->uncommitted = malloc(n * sizeof(uint32_t));
+    e->finished = malloc(n * sizeof(uint32_t));
+    if (!e->jobs || !e->reqs || !e->job_free || !e->uncommitted || !e->finished)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        e->job_free[i] = n - 1 - i;
+    e->njob_free = n;
+    return 0;
+}
+
+void kvt_ssd_pipeline_fini(kvt_engine *e)
+{
+    free(e->jobs);
+    free(e->reqs);
+    free(e->job_free);
+    free(e->uncommitted);
+    free(e->finished);
+    e->jobs = NULL;
+    e->reqs = NULL;
+    e->job_free = e->uncommitted = e->finished = NULL;
+}
+
+/* Takes queued jobs into free pipeline slots and resolves where each goes.
+ * Locked. Returns how many, their numbers in got[]. */
+static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
+{
+    uint32_t n = 0, k = 0;
+    for (; k < e->ssd_queued && e->njob_free; k++) {
+        uint32_t pg = e->ssd_queue[k], ji = e->job_free[--e->njob_free];
         struct kvt_page *p = kvt_pg(&e->pt, pg);
-        struct kvt_ssd_job *j = &jobs[n++];
+        struct kvt_ssd_job *j = &e->jobs[ji];
         memset(j, 0, sizeof(*j));
         j->pg = pg;
-        j->bounce = -1;
+        j->key = p->key;
         j->dram = kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
         j->write = p->xfer == XFER_SSD_WRITE;
         if (j->write) {
             j->slot = (uint32_t)p->fence;
             j->evict = p->fence >> 32;
+            kvt_ssd_dirty(e->ssd, j->slot);
         } else {
             j->slot = p->ssd_slot;
             const struct kvt_ssd_meta *m = &e->ssd_meta[j->slot];
@@ -273,143 +325,147 @@ static uint32_t round_take(kvt_engine *e, struct kvt_ssd_job *jobs)
             j->crc = m->crc;
             j->codec = m->codec;
         }
-        /* Compressed pages go through a bounce buffer; raw ones move
+        /* Compressed pages go through the job's bounce buffer; raw ones move
          * straight between the registered DRAM arena and the disk. */
         bool bounce = j->write ? e->cfg.codec != KVT_CODEC_NONE : j->codec != KVT_CODEC_NONE;
-        if (bounce) {
-            j->bounce = (int)nb;
-            j->buf = e->bounce + (size_t)nb++ * e->page_bytes;
-        } else {
-            j->buf = j->dram;
-        }
+        j->bounce = bounce ? (int)ji : -1;
+        j->buf = bounce ? e->bounce + (size_t)ji * e->page_bytes : j->dram;
+        if (kvt_ssd_locate(e->ssd, j->slot, &j->fd, &j->off) < 0)
+            j->fd = -1;
+        got[n++] = ji;
     }
     memmove(e->ssd_queue, e->ssd_queue + k, (e->ssd_queued - k) * sizeof(uint32_t));
     e->ssd_queued -= k;
     return n;
 }
 
-/* Encodes the pages to write (unlocked: their DRAM slots are theirs). */
-static void round_encode(kvt_engine *e, struct kvt_ssd_job *jobs, uint32_t n)
+/* Encodes a page to write (unlocked: its DRAM slot is the job's). */
+static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
 {
-    size_t pb = e->page_bytes;
+    size_t pb = e->page_bytes, out = pb;
+    int used = KVT_CODEC_NONE;
+    if (j->bounce >= 0) {
+        int r = kvt_codec_encode(e->codec, j->dram, pb, j->buf, pb, &out, &used);
+        if (r < 0 || used == KVT_CODEC_NONE) {
+            memcpy(j->buf, j->dram, pb); /* stored raw */
+            out = pb;
+            used = KVT_CODEC_NONE;
+        }
+    }
+    j->stored_len = (uint32_t)out;
+    j->codec = (uint8_t)used;
+    memset((uint8_t *)j->buf + out, 0, ALIGN4K(out) - out);
+    j->crc = kvt_crc32c(0, j->buf, out);
+}
+
+/* Verifies and decodes a page read (unlocked). */
+static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
+{
+    if (j->res < 0)
+        return;
+    if (kvt_crc32c(0, j->buf, j->stored_len) != j->crc)
+        j->res = KVT_ECORRUPT;
+    else if (j->bounce >= 0 &&
+             kvt_codec_decode(e->codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
+        j->res = KVT_ECORRUPT;
+}
+
+/* Encodes and submits the jobs just taken (unlocked). The back-end blocks
+ * submit() only while `depth` requests are in the kernel, so the pipeline
+ * holds more jobs than the disk does and refills it as requests complete. */
+static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
+{
+    struct kvt_io_req *rp[64];
+    uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct kvt_ssd_job *j = &jobs[i];
-        if (!j->write)
+        struct kvt_ssd_job *j = &e->jobs[got[i]];
+        if (j->write)
+            job_encode(e, j);
+        if (j->fd < 0) {
+            j->res = -EIO; /* its segment could not be opened */
+            e->finished[e->nfinished++] = got[i];
             continue;
-        size_t out = pb;
-        int used = KVT_CODEC_NONE;
-        if (j->bounce >= 0) {
-            int r = kvt_codec_encode(e->codec, j->dram, pb, j->buf, pb, &out, &used);
-            if (r < 0 || used == KVT_CODEC_NONE) {
-                memcpy(j->buf, j->dram, pb); /* stored raw */
-                out = pb;
-                used = KVT_CODEC_NONE;
+        }
+        e->reqs[got[i]] = (struct kvt_io_req){ .fd = j->fd, .write = j->write, .buf = j->buf,
+                                               .len = ALIGN4K(j->stored_len), .off = j->off,
+                                               .user = j };
+        rp[k++] = &e->reqs[got[i]];
+        /* Small groups: the first requests reach the disk while later pages
+         * are still being encoded. */
+        if (k == 64 || (k == 8 && i + 1 < n) || i + 1 == n) {
+            int r = e->io->submit(e->io_priv, rp, k);
+            for (uint32_t q = 0; q < k; q++) {
+                struct kvt_ssd_job *qj = rp[q]->user;
+                if (r < 0) {
+                    qj->res = r;
+                    e->finished[e->nfinished++] = (uint32_t)(qj - e->jobs);
+                } else {
+                    qj->submitted = true;
+                    e->ssd_inflight++;
+                }
             }
+            k = 0;
         }
-        j->stored_len = (uint32_t)out;
-        j->codec = (uint8_t)used;
-        memset((uint8_t *)j->buf + out, 0, ALIGN4K(out) - out);
-        j->crc = kvt_crc32c(0, j->buf, out);
     }
 }
 
-/* Submits every job's I/O and waits for all of them. The back-end keeps
- * `queue_depth` requests in flight and blocks submit() only while that many
- * are, so one call for the whole round keeps the disk busy. */
-static void round_io(kvt_engine *e, struct kvt_ssd_job *jobs, uint32_t n,
-                     struct kvt_io_req *reqs, struct kvt_io_req **rp, const int *fds,
-                     const uint64_t *offs)
+/* Reaps completions: reads are verified and finished, writes wait for the
+ * group commit. Waits for one completion when asked to. */
+static int pipe_reap(kvt_engine *e, bool wait)
 {
-    uint32_t ns = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (fds[i] < 0) {
-            jobs[i].res = -EIO; /* its segment could not be opened */
-            continue;
+    struct kvt_io_req *done[64];
+    int m = e->io->reap(e->io_priv, done, 64, wait && e->ssd_inflight ? 1 : 0);
+    if (m < 0)
+        return m;
+    for (int i = 0; i < m; i++) {
+        struct kvt_ssd_job *j = done[i]->user;
+        uint32_t ji = (uint32_t)(j - e->jobs);
+        j->res = done[i]->res;
+        j->submitted = false;
+        e->ssd_inflight--;
+        if (!j->write) {
+            job_verify(e, j);
+            e->finished[e->nfinished++] = ji;
+        } else if (j->res < 0) {
+            e->finished[e->nfinished++] = ji;
+        } else {
+            e->uncommitted[e->nuncommitted++] = ji;
         }
-        reqs[i] = (struct kvt_io_req){ .fd = fds[i], .write = jobs[i].write, .buf = jobs[i].buf,
-                                       .len = ALIGN4K(jobs[i].stored_len), .off = offs[i],
-                                       .user = &jobs[i] };
-        jobs[i].res = 1; /* pending */
-        rp[ns++] = &reqs[i];
     }
-    if (!ns)
-        return;
-    int r = e->io->submit(e->io_priv, rp, ns);
-    if (r < 0) {
-        for (uint32_t i = 0; i < ns; i++)
-            ((struct kvt_ssd_job *)rp[i]->user)->res = r;
-        return;
-    }
-    for (uint32_t got = 0; got < ns;) {
-        struct kvt_io_req *done[64];
-        int m = e->io->reap(e->io_priv, done, 64, 1);
-        if (m < 0) {
-            /* The context is broken: whatever has not completed failed. */
-            for (uint32_t i = 0; i < ns; i++)
-                if (((struct kvt_ssd_job *)rp[i]->user)->res == 1)
-                    ((struct kvt_ssd_job *)rp[i]->user)->res = m;
-            return;
-        }
-        for (int i = 0; i < m; i++)
-            ((struct kvt_ssd_job *)done[i]->user)->res = done[i]->res;
-        got += (uint32_t)m;
-    }
+    return m;
 }
 
-/* Verifies and decodes what was read (unlocked). */
-static void round_verify(kvt_engine *e, struct kvt_ssd_job *jobs, uint32_t n)
+/* Group commit of the written pages: data durable (persist), then one index
+ * transaction. Only after it may their old slots be reused. */
+static void pipe_commit(kvt_engine *e)
 {
-    for (uint32_t i = 0; i < n; i++) {
-        struct kvt_ssd_job *j = &jobs[i];
-        if (j->write || j->res < 0)
-            continue;
-        if (kvt_crc32c(0, j->buf, j->stored_len) != j->crc) {
-            j->res = KVT_ECORRUPT;
-            continue;
-        }
-        if (j->bounce >= 0 &&
-            kvt_codec_decode(e->codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
-            j->res = KVT_ECORRUPT;
-    }
-}
-
-/* Data durable, then one index transaction for the round's writes. */
-static int round_commit(kvt_engine *e, struct kvt_ssd_job *jobs, uint32_t n, const kvt_key *keys)
-{
-    kvt_key *k = malloc((n ? n : 1) * sizeof(*k));
-    struct kvt_ssd_entry *v = malloc((n ? n : 1) * sizeof(*v));
-    uint32_t m = 0;
-    int r = 0;
-    if (!k || !v) {
-        r = -ENOMEM;
-        goto out;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        struct kvt_ssd_job *j = &jobs[i];
-        if (!j->write || j->res < 0)
-            continue;
-        k[m] = keys[i];
-        v[m] = (struct kvt_ssd_entry){ .version = KVT_SSD_ENTRY_VERSION, .codec = j->codec,
+    uint32_t n = e->nuncommitted;
+    kvt_key *k = malloc(n * sizeof(*k));
+    struct kvt_ssd_entry *v = malloc(n * sizeof(*v));
+    int r = k && v ? 0 : -ENOMEM;
+    for (uint32_t i = 0; i < n && !r; i++) {
+        const struct kvt_ssd_job *j = &e->jobs[e->uncommitted[i]];
+        k[i] = j->key;
+        v[i] = (struct kvt_ssd_entry){ .version = KVT_SSD_ENTRY_VERSION, .codec = j->codec,
                                        .stored_len = j->stored_len,
                                        .raw_len = (uint32_t)e->page_bytes, .crc = j->crc,
                                        .fingerprint = e->cfg.fingerprint,
-                                       .generation = e->generation + i };
-        kvt_ssd_where(e->ssd, j->slot, &v[m].segment, &v[m].offset);
-        m++;
+                                       .generation = e->generation++ };
+        kvt_ssd_where(e->ssd, j->slot, &v[i].segment, &v[i].offset);
     }
-    if (!m)
-        goto out;
-    if (e->cfg.persist && (r = kvt_ssd_sync(e->ssd)) < 0)
-        goto out;
-    r = kvt_index_commit(kvt_ssd_index(e->ssd), k, v, m, NULL, 0, e->cfg.persist != 0);
-out:
-    if (r < 0) /* not indexed: the writes did not happen, as far as anyone knows */
-        for (uint32_t i = 0; i < n; i++)
-            if (jobs[i].write && jobs[i].res >= 0)
-                jobs[i].res = r;
+    if (!r && e->cfg.persist)
+        r = kvt_ssd_sync(e->ssd);
+    if (!r)
+        r = kvt_index_commit(kvt_ssd_index(e->ssd), k, v, n, NULL, 0, e->cfg.persist != 0);
+    for (uint32_t i = 0; i < n; i++) {
+        /* Not indexed: as far as anyone will ever know, the write did not happen. */
+        if (r < 0)
+            e->jobs[e->uncommitted[i]].res = r;
+        e->finished[e->nfinished++] = e->uncommitted[i];
+    }
+    e->nuncommitted = 0;
     free(k);
     free(v);
-    return r;
 }
 
 static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
@@ -425,7 +481,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
             e->st.errors_corrupt++;
         else
             e->st.errors_io++;
-        if (j->res == -EIO)
+        if (j->res != KVT_ECORRUPT)
             kvt_ssd_mark_bad(e->ssd, j->slot);
         kvt_page_set(e, j->pg, PG_LOST | (j->res == KVT_ECORRUPT ? 0 : PG_LOST_IO), PG_VALID_SSD);
         kvt_ssd_forget(e, j->pg);
@@ -441,9 +497,10 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
     p->xfer = XFER_NONE;
     p->flags &= (uint16_t)~PG_STALE;
     if (j->res < 0) {
-        /* The page stays where it was; a bad slot is never reused. */
+        /* The page stays where it was; a slot that failed a write is never
+         * used again. */
         e->st.errors_io++;
-        if (j->res == -EIO)
+        if (j->res == -EIO || j->res == -ENOSPC)
             kvt_ssd_mark_bad(e->ssd, j->slot);
         else
             kvt_ssd_free(e->ssd, j->slot);
@@ -457,7 +514,7 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         kvt_ssd_forget(e, j->pg);
         goto out;
     }
-    /* Copy-on-write: the old slot was named by the index until this round's
+    /* Copy-on-write: the old slot was named by the index until this group's
      * commit; only now may it be reused. */
     if (p->ssd_slot != KVT_NONE)
         kvt_ssd_free(e->ssd, p->ssd_slot);
@@ -472,8 +529,9 @@ out:
     kvt_page_trim(e, j->pg);
 }
 
-/* Deletions queued by drops: one transaction, before the round's writes. */
-static int round_deletes(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n)
+/* Deletions queued by drops: one transaction, committed before any write
+ * taken after them, so a key dropped and written again ends up present. */
+static int pipe_deletes(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n)
 {
     kvt_key *k = malloc((n ? n : 1) * sizeof(*k));
     if (!k)
@@ -487,36 +545,35 @@ static int round_deletes(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n)
 
 bool kvt_ssd_round(kvt_engine *e)
 {
-    if (!e->ssd || (!e->ssd_queued && !e->ndels))
+    if (!kvt_ssd_pending(e))
         return false;
-    uint32_t cap = e->round_max;
-    struct kvt_ssd_job *jobs = calloc(cap, sizeof(*jobs));
-    struct kvt_io_req *reqs = calloc(cap, sizeof(*reqs));
-    struct kvt_io_req **rp = calloc(cap, sizeof(*rp));
-    kvt_key *keys = calloc(cap, sizeof(*keys));
-    int *fds = calloc(cap, sizeof(*fds));
-    uint64_t *offs = calloc(cap, sizeof(*offs));
+    uint32_t got[e->round_max ? e->round_max : 1];
+    uint32_t n = pipe_take(e, got);
     struct kvt_ssd_del *dels = e->dels;
     uint32_t ndels = e->ndels;
-    if (!jobs || !reqs || !rp || !keys || !fds || !offs)
-        goto out; /* try again next time; nothing was taken */
     e->dels = NULL;
     e->ndels = e->dels_cap = 0;
-    uint32_t n = round_take(e, jobs);
-    for (uint32_t i = 0; i < n; i++) {
-        keys[i] = kvt_pg(&e->pt, jobs[i].pg)->key;
-        if (kvt_ssd_locate(e->ssd, jobs[i].slot, &fds[i], &offs[i]) < 0)
-            fds[i] = -1;
-        if (jobs[i].write)
-            kvt_ssd_dirty(e->ssd, jobs[i].slot);
-    }
     pthread_mutex_unlock(&e->lock);
 
-    int dr = ndels ? round_deletes(e, dels, ndels) : 0;
-    round_encode(e, jobs, n);
-    round_io(e, jobs, n, reqs, rp, fds, offs);
-    round_verify(e, jobs, n);
-    round_commit(e, jobs, n, keys);
+    int dr = ndels ? pipe_deletes(e, dels, ndels) : 0;
+    pipe_submit(e, got, n);
+    /* Block for a completion only when there is nothing new to hand the
+     * disk: new work is taken on the next pass. */
+    if (pipe_reap(e, n == 0) < 0) {
+        /* The I/O context broke: every request still in it failed. */
+        for (uint32_t i = 0; i < e->round_max; i++) {
+            if (!e->jobs[i].submitted)
+                continue;
+            e->jobs[i].submitted = false;
+            e->jobs[i].res = -EIO;
+            e->finished[e->nfinished++] = i;
+        }
+        e->ssd_inflight = 0;
+    }
+    /* Commit when the writes have gathered into a group, or when nothing
+     * else is coming (so a lone write is not left waiting). */
+    if (e->nuncommitted && (e->nuncommitted >= e->cfg.queue_depth || !e->ssd_inflight))
+        pipe_commit(e);
 
     pthread_mutex_lock(&e->lock);
     for (uint32_t i = 0; i < ndels; i++) {
@@ -525,26 +582,62 @@ bool kvt_ssd_round(kvt_engine *e)
         else
             kvt_ssd_mark_bad(e->ssd, dels[i].slot); /* still named: never reuse */
     }
-    e->generation += n;
-    for (uint32_t i = 0; i < n; i++) {
-        if (jobs[i].write)
-            finish_write(e, &jobs[i]);
-        else
-            finish_read(e, &jobs[i]);
-    }
-    e->ssd_busy -= n;
-    e->ssd_rounds++;
-    pthread_cond_broadcast(&e->xfer_cv);
     free(dels);
-    dels = NULL;
-out:
-    free(jobs);
-    free(reqs);
-    free(rp);
-    free(keys);
-    free(fds);
-    free(offs);
+    for (uint32_t i = 0; i < e->nfinished; i++) {
+        struct kvt_ssd_job *j = &e->jobs[e->finished[i]];
+        if (j->write)
+            finish_write(e, j);
+        else
+            finish_read(e, j);
+        e->job_free[e->njob_free++] = e->finished[i];
+    }
+    if (e->nfinished) {
+        e->ssd_busy -= e->nfinished;
+        e->nfinished = 0;
+        e->ssd_rounds++;
+        pthread_cond_broadcast(&e->xfer_cv);
+    }
     return true;
+}
+
+/* ------------------------------------------------------------- bulk moves */
+
+/* Drops every DRAM copy that SSD also holds (bench: empty DRAM without I/O). */
+void kvt_dram_drop_redundant(kvt_engine *e)
+{
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (!(p->flags & PG_HASHED) || p->xfer != XFER_NONE || p->busy ||
+            (p->flags & (PG_VALID_DRAM | PG_VALID_SSD)) != (PG_VALID_DRAM | PG_VALID_SSD))
+            continue;
+        kvt_page_set(e, pg, 0, PG_VALID_DRAM);
+        kvt_page_sync(e, pg, false);
+        kvt_page_trim(e, pg);
+    }
+}
+
+/* Reads every page that is only on SSD into DRAM, as far as free DRAM slots
+ * go, and waits. Returns how many were read. */
+uint64_t kvt_ssd_read_all(kvt_engine *e)
+{
+    uint64_t n = 0;
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (!(p->flags & PG_HASHED) || p->xfer != XFER_NONE ||
+            (p->flags & (PG_VALID_HBM | PG_VALID_DRAM)) || !(p->flags & PG_VALID_SSD))
+            continue;
+        uint32_t s = kvt_dram_slot(e, pg, 0);
+        if (s == KVT_NONE)
+            break;
+        kvt_pg(&e->pt, pg)->slot[KVT_TIER_DRAM] = s;
+        kvt_ssd_queue_read(e, pg);
+        n++;
+    }
+    while (e->ssd_busy && !e->failed) {
+        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_rounds };
+        kvt_wait_on(e, &w, false);
+    }
+    return n;
 }
 
 /* ------------------------------------------------------------- flush */

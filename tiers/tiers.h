@@ -183,6 +183,10 @@ struct kvt_ssd_job {
     void *buf;              /* what the I/O moves: the DRAM slot or a bounce buffer */
     void *dram;             /* the page's DRAM slot */
     int bounce;             /* bounce buffer index, or -1 */
+    kvt_key key;
+    int fd;
+    uint64_t off;
+    bool submitted;         /* in the I/O back-end now */
 };
 
 struct kvt_ssd_del {
@@ -240,13 +244,19 @@ struct kvt_engine {
     char io_note[192];
     struct kvt_codec *codec;
     struct kvt_ssd_meta *ssd_meta;  /* per SSD slot */
-    uint8_t *bounce;                /* round_max buffers of slot_bytes */
-    uint32_t round_max;
+    uint8_t *bounce;                /* round_max buffers of slot_bytes, one per job */
+    uint32_t round_max;             /* jobs in the pipeline at most */
+    struct kvt_ssd_job *jobs;       /* round_max; mover-owned between take and finish */
+    struct kvt_io_req *reqs;        /* round_max, one per job */
+    uint32_t *job_free, njob_free;  /* free job numbers */
+    uint32_t *uncommitted, nuncommitted; /* written, waiting for the group commit */
+    uint32_t *finished, nfinished;  /* done (read verified / write committed) */
+    uint32_t ssd_inflight;          /* jobs submitted and not yet reaped */
     uint32_t *ssd_queue, ssd_queued, ssd_queue_cap;  /* pages with an SSD job waiting */
     struct kvt_ssd_del *dels;       /* index deletions waiting for the mover */
     uint32_t ndels, dels_cap;
-    uint64_t ssd_rounds;            /* rounds finished: what SSD waiters watch */
-    uint64_t ssd_busy;              /* jobs queued or in the current round */
+    uint64_t ssd_rounds;            /* mover passes that finished jobs: what SSD waiters watch */
+    uint64_t ssd_busy;              /* jobs queued or in the pipeline */
     uint64_t generation;            /* of the next SSD write */
     pthread_cond_t xfer_cv;         /* broadcast when a round finishes */
 
@@ -322,14 +332,23 @@ void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict);
 /* The page is going away: its index entry is deleted by the mover. */
 void kvt_ssd_forget(kvt_engine *e, uint32_t pg);
-/* One mover round: runs the queued jobs and deletions. Called locked;
- * unlocks around the I/O. Returns true if it did anything. */
+/* One pass of the mover's SSD pipeline: takes queued jobs, submits them,
+ * reaps, verifies, group-commits, finishes. Called locked; unlocks around
+ * the I/O. Returns true while there is SSD work in the pipeline. */
 bool kvt_ssd_round(kvt_engine *e);
+/* Whether the SSD pipeline has anything queued or in flight. */
+bool kvt_ssd_pending(const kvt_engine *e);
+int kvt_ssd_pipeline_init(kvt_engine *e);
+void kvt_ssd_pipeline_fini(kvt_engine *e);
 /* Tests: engines opened from now on use these I/O ops (NULL: back to config). */
 void kvt_test_force_io(const struct kvt_io_ops *ops);
 /* Writes every page without a current SSD copy to SSD and waits (flush with
  * persist). */
 int kvt_ssd_flush(kvt_engine *e);
+/* Bulk moves for benchmarks and warm-up (locked): drop DRAM copies that SSD
+ * also holds; read every SSD-only page into free DRAM slots and wait. */
+void kvt_dram_drop_redundant(kvt_engine *e);
+uint64_t kvt_ssd_read_all(kvt_engine *e);
 
 /* mover.c */
 int kvt_mover_start(kvt_engine *e);

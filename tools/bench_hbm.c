@@ -323,16 +323,19 @@ out_fail:
     return 1;
 }
 
+int bench_ssd_main(int argc, char **argv);
+
 int bench_main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        bench_usage(argc < 2 ? stderr : stdout);
+        FILE *f = argc < 2 ? stderr : stdout;
+        fprintf(f, "usage: kvtier bench hbm|ssd [options]   (kvtier bench hbm --help, ...)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "ssd"))
-        return cli_error("bench", 2, "'bench ssd' needs the SSD tier, which is not built yet");
+        return bench_ssd_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "hbm"))
-        return cli_error("bench", 2, "unknown benchmark '%s' (try: hbm)", argv[1]);
+        return cli_error("bench", 2, "unknown benchmark '%s' (try: hbm, ssd)", argv[1]);
     struct bench_opts o;
     int r = bench_parse(argc - 1, argv + 1, &o);
     if (r)
