@@ -8,6 +8,8 @@
 
 int bench_main(int argc, char **argv);
 int plan_main(int argc, char **argv);
+int inspect_main(int argc, char **argv);
+int fsck_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -20,10 +22,12 @@ static void usage(FILE *f)
             "  bench hbm     DRAM<->HBM throughput through kvtier beside a raw copy baseline,\n"
             "                and acquire+release operations per second\n"
             "  plan          KV sizing for a model shape over the tiers\n"
+            "  inspect DIR   what an SSD spill directory holds: layout, index, disk usage\n"
+            "  fsck DIR      check every stored page (CRC32C, decode); --repair drops bad ones\n"
             "  version       print the library version\n"
             "\n"
             "Run 'kvtier <command> --help' for a command's options.\n"
-            "Still to come (see the issues): run, sim, bench ssd, inspect, fsck.\n");
+            "Still to come (see the issues): run, sim, bench ssd.\n");
 }
 
 int main(int argc, char **argv)
@@ -45,6 +49,10 @@ int main(int argc, char **argv)
         return bench_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan"))
         return plan_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect"))
+        return inspect_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "fsck"))
+        return fsck_main(argc - 1, argv + 1);
     fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

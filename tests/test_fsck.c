@@ -1,0 +1,685 @@
+/*
+ * test_fsck.c — `kvtier inspect` and `kvtier fsck` (tools/fsck.c) on spill
+ * directories built here by hand, exactly as tiers/ssd_store.h lays them out:
+ * the KVTIER file, preallocated segment files written with pwrite (raw pages,
+ * or kvt_codec_encode output, padded with zeros to 4096) and index entries
+ * committed through tiers/ssd_index.h. The engine's SSD tier is not needed.
+ *
+ * Each test damages one thing — a bit, a file length, an entry — and expects
+ * exactly the entries it touched to be reported, with the reason fsck gives.
+ * The commands also run end to end through inspect_main/fsck_main with their
+ * output captured, for exit codes and what a user reads.
+ */
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "io/codec.h"
+#include "tiers/ssd_index.h"
+#include "tiers/ssd_store.h"
+
+/* tools/fsck.c has no header: the command is its interface. */
+int inspect_main(int argc, char **argv);
+int fsck_main(int argc, char **argv);
+typedef void (*fsck_bad_fn)(void *ctx, const kvt_key *k, const char *reason);
+int fsck_verify(const char *dir, bool repair, fsck_bad_fn fn, void *ctx, uint64_t *checked,
+                uint64_t *bad);
+
+#define PB 16384u       /* page_bytes = slot_bytes */
+#define SPS 4u          /* slots per segment */
+#define FP_A 0xA11CEull
+#define FP_B 0xB0Bull
+#define MAXP 16
+
+struct fx {
+    char dir[64];
+    struct kvt_index *ix;           /* open while building; closed before a command runs */
+    struct kvt_codec *codec;        /* encodes any codec asked for */
+    uint64_t gen;
+    size_t n;
+    kvt_key key[MAXP];              /* what was written, in order */
+    struct kvt_ssd_entry ent[MAXP];
+};
+
+/* ---------------------------------------------------------------- building */
+
+static uint64_t pad4k(uint64_t n) { return (n + 4095) & ~(uint64_t)4095; }
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, p, n), (ssize_t)n);
+    close(fd);
+}
+
+static void seg_path(const struct fx *f, uint32_t seg, char *buf, size_t n)
+{
+    kvt_ssd_segment_path(f->dir, seg, buf, n);
+}
+
+static int fx_setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    char path[128], layout[128];
+    assert_non_null(f);
+    snprintf(f->dir, sizeof(f->dir), "/tmp/kvt_fsck_XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    int n = snprintf(layout, sizeof(layout),
+                     "kvtier-ssd 1\npage_bytes %u\nslot_bytes %u\nslots_per_segment %u\n", PB, PB,
+                     SPS);
+    snprintf(path, sizeof(path), "%s/KVTIER", f->dir);
+    write_file(path, layout, (size_t)n);
+    assert_int_equal(kvt_index_open(f->dir, true, FP_A, 0, &f->ix, NULL), 0);
+    assert_int_equal(kvt_codec_new(KVT_CODEC_ZSTD, 0, PB, &f->codec), 0);
+    *state = f;
+    return 0;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(p);
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    kvt_index_close(f->ix);
+    kvt_codec_free(f->codec);
+    nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return 0;
+}
+
+/* A page that zstd shrinks: a quarter of key-dependent words, then zeros. */
+static void page_for(kvt_key k, bool compressible, uint8_t *p)
+{
+    memset(p, 0, PB);
+    t_fill(p, compressible ? PB / 4 : PB, k, 1);
+}
+
+/* Stores the page of k in global slot `slot` with codec, as the engine's
+ * mover would, and indexes it (not committed durably until fx_done). */
+static void put_page(struct fx *f, kvt_key k, int codec, uint32_t slot, uint64_t fp)
+{
+    uint8_t *raw = malloc(PB), *st = calloc(1, kvt_codec_bound(f->codec, PB) + 4096);
+    struct kvt_ssd_entry e = { .version = KVT_SSD_ENTRY_VERSION };
+    char path[128];
+    size_t len = PB;
+    int used = KVT_CODEC_NONE;
+    assert_non_null(raw);
+    assert_non_null(st);
+    page_for(k, codec != KVT_CODEC_NONE, raw);
+    if (codec == KVT_CODEC_NONE) {
+        memcpy(st, raw, PB);
+    } else {
+        struct kvt_codec *c;
+        assert_int_equal(kvt_codec_new(codec, 0, PB, &c), 0);
+        assert_int_equal(kvt_codec_encode(c, raw, PB, st, kvt_codec_bound(c, PB), &len, &used), 0);
+        kvt_codec_free(c);
+    }
+    assert_int_equal(used, codec);
+    e.codec = (uint8_t)codec;
+    e.segment = slot / SPS;
+    e.offset = (uint64_t)(slot % SPS) * PB;
+    e.stored_len = (uint32_t)len;
+    e.raw_len = PB;
+    e.crc = kvt_crc32c(0, st, len);
+    e.fingerprint = fp;
+    e.generation = ++f->gen;
+
+    seg_path(f, e.segment, path, sizeof(path));
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    struct stat sb;
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &sb), 0);
+    if (sb.st_size < (off_t)SPS * PB) /* preallocated when first used */
+        assert_int_equal(ftruncate(fd, (off_t)SPS * PB), 0);
+    assert_int_equal(pwrite(fd, st, pad4k(len), (off_t)e.offset), (ssize_t)pad4k(len));
+    close(fd);
+    assert_int_equal(kvt_index_commit(f->ix, &k, &e, 1, NULL, 0, false), 0);
+    assert_true(f->n < MAXP);
+    f->key[f->n] = k;
+    f->ent[f->n++] = e;
+    free(raw);
+    free(st);
+}
+
+/* Pages (1, 0, i) in slots 0..n-1, codecs none, zstd, zstd-shuffle16 in turn. */
+static void put_pages(struct fx *f, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        put_page(f, t_key(1, 0, i), (int)(i % 3), i, FP_A);
+}
+
+/* Closes the builder's index: LMDB must not be open twice in one process. */
+static void fx_done(struct fx *f)
+{
+    kvt_index_close(f->ix);
+    f->ix = NULL;
+}
+
+/* Puts entries as they are (no fingerprint filter), after fx_done. */
+static void put_entry(struct fx *f, kvt_key k, struct kvt_ssd_entry e)
+{
+    struct kvt_index *ix;
+    assert_int_equal(kvt_index_open_repair(f->dir, &ix), 0);
+    assert_int_equal(kvt_index_commit(ix, &k, &e, 1, NULL, 0, true), 0);
+    kvt_index_close(ix);
+}
+
+static void flip_byte(struct fx *f, const struct kvt_ssd_entry *e, uint64_t at)
+{
+    char path[128];
+    uint8_t b;
+    seg_path(f, e->segment, path, sizeof(path));
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &b, 1, (off_t)(e->offset + at)), 1);
+    b ^= 0x10;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)(e->offset + at)), 1);
+    close(fd);
+}
+
+/* ---------------------------------------------------------------- running */
+
+struct bads {
+    int n;
+    kvt_key key[MAXP];
+    char reason[MAXP][24];
+};
+
+static void on_bad(void *ctx, const kvt_key *k, const char *reason)
+{
+    struct bads *b = ctx;
+    assert_true(b->n < MAXP);
+    b->key[b->n] = *k;
+    snprintf(b->reason[b->n++], sizeof(b->reason[0]), "%s", reason);
+}
+
+static void expect_bad(const struct bads *b, int i, kvt_key k, const char *reason)
+{
+    assert_true(i < b->n);
+    assert_memory_equal(&b->key[i], &k, sizeof(k));
+    assert_string_equal(b->reason[i], reason);
+}
+
+static struct bads verify(struct fx *f, bool repair, uint64_t want_checked, int want_bad)
+{
+    struct bads b = { 0 };
+    uint64_t checked = 0, bad = 0;
+    assert_int_equal(fsck_verify(f->dir, repair, on_bad, &b, &checked, &bad), 0);
+    assert_int_equal(checked, want_checked);
+    assert_int_equal(bad, (uint64_t)want_bad);
+    assert_int_equal(b.n, want_bad);
+    return b;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    rewind(fp);
+    char *s = calloc(1, (size_t)n + 1);
+    assert_non_null(s);
+    assert_int_equal(fread(s, 1, (size_t)n, fp), (size_t)n);
+    fclose(fp);
+    return s;
+}
+
+/* Runs fn(argv...) with stdout and stderr captured into *out and *err
+ * (malloc'ed, the caller frees); returns its exit code. */
+static int run(int (*fn)(int, char **), char **out, char **err, ...)
+{
+    char *argv[16], o[] = "/tmp/kvt_fsck_out_XXXXXX", e[] = "/tmp/kvt_fsck_err_XXXXXX";
+    int argc = 0, fo = mkstemp(o), fe = mkstemp(e);
+    va_list ap;
+    va_start(ap, err);
+    while ((argv[argc] = va_arg(ap, char *)) != NULL)
+        argc++;
+    va_end(ap);
+    assert_true(fo >= 0 && fe >= 0);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    int rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    close(fo);
+    close(fe);
+    *out = slurp(o);
+    *err = slurp(e);
+    unlink(o);
+    unlink(e);
+    return rc;
+}
+
+#define RUN(fn, ...) run(fn, &out, &err, __VA_ARGS__, (char *)NULL)
+#define HAS(s, sub)                                                                  \
+    do {                                                                             \
+        if (!strstr((s), (sub)))                                                     \
+            fail_msg("expected \"%s\" in:\n%s", (sub), (s));                         \
+    } while (0)
+
+static void free2(char **out, char **err)
+{
+    free(*out);
+    free(*err);
+    *out = *err = NULL;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_clean(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err;
+    put_pages(f, 6); /* two of each codec, over two segments */
+    fx_done(f);
+    verify(f, false, 6, 0);
+
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 0);
+    HAS(out, "checked 6 entries: 6 ok, 0 bad");
+    free2(&out, &err);
+
+    uint64_t stored = 0;
+    char want[64];
+    for (size_t i = 0; i < f->n; i++)
+        stored += f->ent[i].stored_len;
+    snprintf(want, sizeof(want), "\"bytes_verified\": %" PRIu64 ",", stored);
+    assert_int_equal(RUN(fsck_main, "fsck", "--json", f->dir), 0);
+    HAS(out, "\"entries\": 6, \"ok\": 6, \"bad\": 0,");
+    HAS(out, want);
+    HAS(out, "\"bad_entries\": []");
+    HAS(err, "kvtier fsck"); /* the text went to stderr */
+    free2(&out, &err);
+}
+
+static void test_bit_flip(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err;
+    put_pages(f, 6);
+    fx_done(f);
+    flip_byte(f, &f->ent[4], f->ent[4].stored_len / 2); /* a zstd page */
+    struct bads b = verify(f, false, 6, 1);
+    expect_bad(&b, 0, f->key[4], "crc");
+
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(out, "1:0:4");
+    HAS(out, "crc");
+    HAS(out, "5 ok, 1 bad (crc 1)");
+    HAS(out, "--repair");
+    free2(&out, &err);
+}
+
+static void test_truncated_segment(void **state)
+{
+    struct fx *f = *state;
+    char path[128];
+    for (uint32_t i = 0; i < 8; i++) /* raw pages: each fills its slot */
+        put_page(f, t_key(1, 0, i), KVT_CODEC_NONE, i, FP_A);
+    fx_done(f);
+    seg_path(f, 1, path, sizeof(path));
+    assert_int_equal(truncate(path, PB + PB / 2), 0); /* slot 4 whole, slot 5 half */
+    struct bads b = verify(f, false, 8, 3);
+    for (int i = 0; i < 3; i++)
+        expect_bad(&b, i, f->key[5 + i], "past-eof");
+}
+
+static void test_bad_locations(void **state)
+{
+    struct fx *f = *state;
+    put_pages(f, 2);
+    fx_done(f);
+    struct kvt_ssd_entry e = f->ent[0], x;
+    x = e, x.offset = PB + 4096;
+    put_entry(f, t_key(2, 0, 0), x);
+    x = e, x.offset = (uint64_t)SPS * PB;
+    put_entry(f, t_key(2, 0, 1), x);
+    x = e, x.segment = 7;
+    put_entry(f, t_key(2, 0, 2), x);
+    x = e, x.raw_len = PB / 2;
+    put_entry(f, t_key(2, 0, 3), x);
+    x = e, x.codec = 9;
+    put_entry(f, t_key(2, 0, 4), x);
+    x = f->ent[1], x.stored_len = PB + 1; /* a zstd page longer than its slot */
+    put_entry(f, t_key(2, 0, 5), x);
+
+    struct bads b = verify(f, false, 8, 6);
+    expect_bad(&b, 0, t_key(2, 0, 0), "misaligned");
+    expect_bad(&b, 1, t_key(2, 0, 1), "outside-segment");
+    expect_bad(&b, 2, t_key(2, 0, 2), "no-segment");
+    expect_bad(&b, 3, t_key(2, 0, 3), "bad-length");
+    expect_bad(&b, 4, t_key(2, 0, 4), "bad-codec");
+    expect_bad(&b, 5, t_key(2, 0, 5), "bad-length");
+}
+
+static void test_shared_slot(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err;
+    put_pages(f, 3);
+    fx_done(f);
+    /* A second good entry for slot 0: the first in key order keeps it. */
+    put_entry(f, t_key(5, 0, 0), f->ent[0]);
+    /* An entry before page 1 in key order names its slot with a wrong crc:
+     * it fails on its own, and page 1 still keeps the slot. */
+    struct kvt_ssd_entry x = f->ent[1];
+    x.crc ^= 1;
+    put_entry(f, t_key(0, 0, 0), x);
+
+    struct bads b = verify(f, false, 5, 2);
+    expect_bad(&b, 0, t_key(0, 0, 0), "crc");
+    expect_bad(&b, 1, t_key(5, 0, 0), "shared-slot");
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(out, "the slot is kept by 1:0:0");
+    free2(&out, &err);
+}
+
+static void test_decode_failure(void **state)
+{
+    struct fx *f = *state;
+    char path[128];
+    put_pages(f, 2); /* page 1 is zstd */
+    fx_done(f);
+    /* Garbage with a matching crc: only the decode can tell. */
+    struct kvt_ssd_entry x = f->ent[1];
+    uint8_t *junk = malloc(x.stored_len);
+    assert_non_null(junk);
+    for (uint32_t i = 0; i < x.stored_len; i++)
+        junk[i] = (uint8_t)(i * 7 + 3);
+    seg_path(f, x.segment, path, sizeof(path));
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, junk, x.stored_len, (off_t)x.offset), (ssize_t)x.stored_len);
+    close(fd);
+    x.crc = kvt_crc32c(0, junk, x.stored_len);
+    free(junk);
+    put_entry(f, f->key[1], x);
+    struct bads b = verify(f, false, 2, 1);
+    expect_bad(&b, 0, f->key[1], "decode");
+}
+
+static void test_repair(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err;
+    struct kvt_index *ix;
+    struct kvt_ssd_entry got;
+    put_pages(f, 6);
+    fx_done(f);
+    flip_byte(f, &f->ent[2], 10);
+    put_entry(f, t_key(9, 0, 0), f->ent[3]);  /* shared slot */
+    verify(f, false, 7, 2);
+
+    assert_int_equal(RUN(fsck_main, "fsck", "--repair", f->dir), 0);
+    HAS(out, "deleted 2 bad entries from the index");
+    free2(&out, &err);
+
+    verify(f, false, 5, 0);
+    assert_int_equal(kvt_index_open_readonly(f->dir, &ix), 0);
+    assert_int_equal(kvt_index_count(ix), 5);
+    for (size_t i = 0; i < 6; i++) {
+        int want = i == 2 ? KVT_ENOTFOUND : 0;
+        assert_int_equal(kvt_index_get(ix, &f->key[i], &got), want);
+        if (!want)
+            assert_memory_equal(&got, &f->ent[i], sizeof(got));
+    }
+    assert_int_equal(kvt_index_get(ix, &(kvt_key){ 9, 0, 0 }, &got), KVT_ENOTFOUND);
+    kvt_index_close(ix);
+
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 0);
+    HAS(out, "5 ok, 0 bad");
+    free2(&out, &err);
+}
+
+/* (name, size, mtime) of every file but lock.mdb, LMDB's reader table. */
+static void snapshot(const char *dir, char *buf, size_t n)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && find . -type f ! -name lock.mdb -printf '%%p %%s %%T@\\n' | sort", dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t got = fread(buf, 1, n - 1, p);
+    buf[got] = 0;
+    pclose(p);
+}
+
+static void test_inspect(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, before[4096], after[4096];
+    struct kvt_index *ix;
+    /* id 1: 3 pages, id 2: 2, id 3: 1; fingerprint B on 2 of them. */
+    put_page(f, t_key(1, 0, 0), KVT_CODEC_NONE, 0, FP_A);
+    put_page(f, t_key(1, 0, 1), KVT_CODEC_NONE, 1, FP_A);
+    put_page(f, t_key(1, 1, 0), KVT_CODEC_ZSTD, 2, FP_A);
+    put_page(f, t_key(2, 0, 0), KVT_CODEC_ZSTD_SHUFFLE16, 3, FP_A);
+    put_page(f, t_key(2, 0, 1), KVT_CODEC_ZSTD, 4, FP_B);
+    put_page(f, t_key(3, 0, 0), KVT_CODEC_ZSTD, 5, FP_B);
+    fx_done(f);
+    snapshot(f->dir, before, sizeof(before));
+
+    assert_int_equal(RUN(inspect_main, "inspect", "--json", f->dir), 0);
+    HAS(out, "\"layout\": {\"format\": 1, \"page_bytes\": 16384, \"slot_bytes\": 16384, "
+             "\"slots_per_segment\": 4, \"segment_bytes\": 65536}");
+    HAS(out, "{\"segment\": 0, \"bytes\": 65536");
+    HAS(out, "{\"segment\": 1, \"bytes\": 65536");
+    HAS(out, "\"entries\": 6, \"fingerprints\": [{\"fingerprint\": \"0x00000000000a11ce\", "
+             "\"entries\": 4}, {\"fingerprint\": \"0x0000000000000b0b\", \"entries\": 2}]");
+    HAS(out, "{\"codec\": \"none\", \"entries\": 2, \"stored_bytes\": 32768, "
+             "\"raw_bytes\": 32768, \"ratio\": 1.0000}");
+    HAS(out, "{\"codec\": \"zstd\", \"entries\": 3, \"stored_bytes\": ");
+    HAS(out, "\"raw_bytes\": 49152");
+    HAS(out, "{\"codec\": \"zstd-shuffle16\", \"entries\": 1,");
+    HAS(out, "\"ids\": 3, \"top_ids\": [{\"id\": 1, \"pages\": 3}, {\"id\": 2, \"pages\": 2}, "
+             "{\"id\": 3, \"pages\": 1}]");
+    HAS(out, "\"generation_min\": 1, \"generation_max\": 6");
+    HAS(out, "\"in_use\": false");
+    free2(&out, &err);
+
+    assert_int_equal(RUN(inspect_main, "inspect", f->dir), 0);
+    HAS(out, "6 entries in 2 fingerprints");
+    HAS(out, "fingerprint 0x0000000000000b0b  2 entries");
+    free2(&out, &err);
+
+    /* Nothing changed, and the other fingerprint's entries are all there. */
+    snapshot(f->dir, after, sizeof(after));
+    assert_string_equal(before, after);
+    assert_int_equal(kvt_index_open_readonly(f->dir, &ix), 0);
+    assert_int_equal(kvt_index_count(ix), 6);
+    assert_int_equal(kvt_index_max_generation(ix), 6);
+    kvt_index_close(ix);
+}
+
+static void test_garbage_index(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, path[128];
+    uint8_t junk[65536];
+    put_pages(f, 2);
+    fx_done(f);
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 131 + 17);
+    snprintf(path, sizeof(path), "%s/index/data.mdb", f->dir);
+    write_file(path, junk, sizeof(junk));
+
+    assert_int_equal(fsck_verify(f->dir, false, NULL, NULL, NULL, NULL), KVT_ECORRUPT);
+    assert_non_null(strstr(kvt_last_error(), "damaged"));
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "damaged");
+    HAS(err, path);
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "--repair", f->dir), 1);
+    HAS(err, "cannot repair");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", f->dir), 1);
+    HAS(err, "damaged");
+    free2(&out, &err);
+
+    char *now = slurp(path); /* left as it was */
+    assert_memory_equal(now, junk, sizeof(junk));
+    free(now);
+
+    /* A truncated file: caught before LMDB maps past its end. */
+    assert_int_equal(truncate(path, 3000), 0);
+    assert_int_equal(fsck_verify(f->dir, false, NULL, NULL, NULL, NULL), KVT_ECORRUPT);
+    assert_int_equal(RUN(inspect_main, "inspect", "--json", f->dir), 1);
+    assert_string_equal(out, ""); /* no half object on stdout */
+    free2(&out, &err);
+}
+
+static void test_not_a_spill_dir(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, path[128], other[64];
+    snprintf(other, sizeof(other), "/tmp/kvt_fsck_plain_XXXXXX");
+    assert_non_null(mkdtemp(other));
+    assert_int_equal(fsck_verify(other, false, NULL, NULL, NULL, NULL), -ENOENT);
+    assert_int_equal(RUN(fsck_main, "fsck", other), 1);
+    HAS(err, other);
+    HAS(err, "not a kvtier spill directory");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", other), 1);
+    HAS(err, "not a kvtier spill directory");
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "--repair", other), 1);
+    free2(&out, &err);
+    snprintf(path, sizeof(path), "%s/LOCK", other);
+    assert_int_equal(access(path, F_OK), -1); /* nothing created in a foreign dir */
+    rmdir(other);
+
+    assert_int_equal(RUN(inspect_main, "inspect", "/nonexistent/kvt"), 1);
+    HAS(err, "cannot open /nonexistent/kvt");
+    free2(&out, &err);
+
+    /* A damaged layout file. */
+    fx_done(f);
+    snprintf(path, sizeof(path), "%s/KVTIER", f->dir);
+    write_file(path, "kvtier-ssd 7\n", 13);
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "KVTIER is damaged");
+    free2(&out, &err);
+}
+
+static void test_no_index(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, path[128];
+    fx_done(f);
+    snprintf(path, sizeof(path), "rm -r %s/index", f->dir);
+    assert_int_equal(system(path), 0);
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 0);
+    HAS(out, "no index");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", "--json", f->dir), 0);
+    HAS(out, "\"index\": {\"present\": false, \"entries\": 0}");
+    free2(&out, &err);
+    snprintf(path, sizeof(path), "%s/index", f->dir);
+    assert_int_equal(access(path, F_OK), -1); /* and none was made */
+}
+
+static void test_in_use(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, path[128];
+    put_pages(f, 2);
+    fx_done(f);
+    /* An engine holds LOCK exclusively; a second descriptor conflicts even in
+     * this process. */
+    snprintf(path, sizeof(path), "%s/LOCK", f->dir);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    assert_int_equal(fsck_verify(f->dir, true, NULL, NULL, NULL, NULL), -EBUSY);
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "in use by a running kvtier engine");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", "--json", f->dir), 0);
+    HAS(out, "\"in_use\": true");
+    free2(&out, &err);
+    close(fd);
+    verify(f, false, 2, 0);
+}
+
+static void test_usage(void **state)
+{
+    char *out, *err;
+    (void)state;
+    assert_int_equal(RUN(fsck_main, "fsck"), 2);
+    HAS(err, "which directory");
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "/a", "/b"), 2);
+    HAS(err, "unexpected argument '/b'");
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "--bogus", "/a"), 2);
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", "--repair", "/a"), 2);
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "--help"), 0);
+    HAS(out, "usage: kvtier fsck DIR");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", "-h"), 0);
+    HAS(out, "usage: kvtier inspect DIR");
+    free2(&out, &err);
+}
+
+/* The two index opens fsck relies on: as it is, every fingerprint kept. */
+static void test_index_as_is(void **state)
+{
+    struct fx *f = *state;
+    struct kvt_index *ix;
+    struct kvt_ssd_entry e;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/none", f->dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    assert_int_equal(kvt_index_open_readonly(path, &ix), -ENOENT);
+    assert_int_equal(kvt_index_open_repair(path, &ix), -ENOENT);
+    assert_int_equal(access(strcat(path, "/index"), F_OK), -1);
+
+    put_page(f, t_key(1, 0, 0), KVT_CODEC_NONE, 0, FP_A);
+    put_page(f, t_key(1, 0, 1), KVT_CODEC_ZSTD, 1, FP_B);
+    fx_done(f);
+    assert_int_equal(kvt_index_open_readonly(f->dir, &ix), 0);
+    assert_int_equal(kvt_index_count(ix), 2);
+    assert_int_equal(kvt_index_max_generation(ix), 2);
+    assert_int_not_equal(kvt_index_commit(ix, &f->key[0], &f->ent[0], 1, NULL, 0, true), 0);
+    kvt_index_close(ix);
+
+    assert_int_equal(kvt_index_open_repair(f->dir, &ix), 0);
+    assert_int_equal(kvt_index_count(ix), 2);
+    assert_int_equal(kvt_index_commit(ix, NULL, NULL, 0, &f->key[0], 1, true), 0);
+    kvt_index_close(ix);
+    assert_int_equal(kvt_index_open_readonly(f->dir, &ix), 0);
+    assert_int_equal(kvt_index_get(ix, &f->key[1], &e), 0);
+    assert_int_equal(e.fingerprint, FP_B);
+    assert_int_equal(kvt_index_count(ix), 1);
+    kvt_index_close(ix);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_clean),          T(test_bit_flip),    T(test_truncated_segment),
+        T(test_bad_locations),  T(test_shared_slot), T(test_decode_failure),
+        T(test_repair),         T(test_inspect),     T(test_garbage_index),
+        T(test_not_a_spill_dir), T(test_no_index),   T(test_in_use),
+        T(test_usage),          T(test_index_as_is),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
