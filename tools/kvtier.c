@@ -21,13 +21,15 @@ static void usage(FILE *f)
             "commands:\n"
             "  bench hbm     DRAM<->HBM throughput through kvtier beside a raw copy baseline,\n"
             "                and acquire+release operations per second\n"
+            "  bench ssd     DRAM<->SSD throughput through kvtier beside raw io_uring O_DIRECT,\n"
+            "                and the codecs' ratio and speed on a bf16 page\n"
             "  plan          KV sizing for a model shape over the tiers\n"
             "  inspect DIR   what an SSD spill directory holds: layout, index, disk usage\n"
             "  fsck DIR      check every stored page (CRC32C, decode); --repair drops bad ones\n"
             "  version       print the library version\n"
             "\n"
             "Run 'kvtier <command> --help' for a command's options.\n"
-            "Still to come (see the issues): run, sim, bench ssd.\n");
+            "Still to come (see the issues): run, sim.\n");
 }
 
 int main(int argc, char **argv)
