@@ -114,7 +114,7 @@ typedef struct kvt_config {
     size_t ssd_bytes;           /* capacity of the SSD tier; 0 = no SSD tier */
     const char *ssd_dir;        /* spill segments and the LMDB index live here (copied at open) */
     int device;                 /* CUDA ordinal, KVT_DEVICE_HOST or KVT_DEVICE_AUTO */
-    const char *policy;         /* "lru" (default until the decode policy lands) or "decode" (copied at open) */
+    const char *policy;         /* "decode" (default) or "lru" (copied at open) */
     int codec;                  /* KVT_CODEC_* for pages stored on SSD */
     int persist;                /* keep SSD pages across close/open (else wiped at open) */
     uint64_t fingerprint;       /* model/dtype/layout identity; another one never matches */
@@ -123,10 +123,12 @@ typedef struct kvt_config {
     /* --- fields after this line were added to DESIGN.md §3; zero keeps the default --- */
     double host_link_gbps;      /* host back-end: cap each emulated link at this many GB/s
                                    (1e9 bytes/s); 0 = uncapped, unless KVT_HOST_LINK_GBPS is set */
+    size_t prefetch_bytes;      /* decode policy: bytes brought up ahead of use at most, per
+                                   link; 0 = 1/8 of the HBM tier */
 } kvt_config;
 
 /* Fills *cfg with defaults: 256 KiB pages, 1 GiB HBM, 4 GiB DRAM, no SSD,
- * device AUTO, policy "lru", no codec, no persistence, fingerprint 0, io AUTO,
+ * device AUTO, policy "decode", no codec, no persistence, fingerprint 0, io AUTO,
  * queue depth 32, uncapped host link. Never fails. */
 void kvt_config_init(kvt_config *cfg);
 
@@ -242,12 +244,15 @@ typedef struct kvt_schedule {
     uint32_t sink_pages;       /* leading pages always attended (attention sinks) */
 } kvt_schedule;
 
-/* Tells the policy the loop the engine runs. s is copied. The "lru" policy
- * keeps it and does not use it. Errors: -EINVAL (n_ids or n_layers is 0, ids
+/* Tells the policy the loop the engine runs. s is copied. The "decode"
+ * policy evicts the page used furthest ahead and prefetches the nearest ones
+ * (on the mover, while the caller computes); "lru" ignores it.
+ * Errors: -EINVAL (n_ids or n_layers is 0, ids
  * NULL, unknown order). */
 int kvt_set_schedule(kvt_engine *e, const kvt_schedule *s);
 
-/* "Now computing (id, layer)". Cheap; call it before each layer. */
+/* "Now computing (id, layer)": call it before acquiring that layer's pages.
+ * Cheap (wakes the mover to prefetch what comes next). */
 int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer);
 
 /* -------------------------------------------------------------- statistics */

@@ -7,11 +7,12 @@
 
 static const struct kvt_policy_ops *const policies[] = {
     &kvt_policy_lru_ops,
+    &kvt_policy_decode_ops,
 };
 
 /* Named by DESIGN.md §6 and not built yet: a config naming one gets
  * KVT_ENOTSUP ("not built"), not KVT_ECONFIG ("no such thing"). */
-static const char *const planned[] = { "decode", "belady" };
+static const char *const planned[] = { "belady" };
 
 const struct kvt_policy_ops *kvt_policy_find(const char *name)
 {

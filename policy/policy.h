@@ -21,14 +21,27 @@
 
 #include "include/kvtier.h"
 
-#define KVT_POLICY_OPS_VERSION 1
+#define KVT_POLICY_OPS_VERSION 2
 #define KVT_POLICY_TIERS 3
+
+/* What a policy may ask of whoever drives it (the manager, or the
+ * simulator): a page's key, and the page holding a key. */
+struct kvt_policy_host {
+    void *ctx;
+    const kvt_key *(*key_of)(void *ctx, uint32_t pg);
+    uint32_t (*find)(void *ctx, const kvt_key *key);   /* KVT_NONE if absent */
+};
 
 struct kvt_policy_params {
     uint32_t page_cap;          /* page numbers below this may be used; grown by reserve() */
     uint32_t slots[KVT_POLICY_TIERS]; /* capacity of each tier in pages */
     uint64_t *meta;             /* counter of metadata bytes (kvt_stats.meta_bytes) */
+    struct kvt_policy_host host;
 };
+
+/* Next-use distances: smaller is sooner. */
+#define KVT_USE_NEVER UINT64_MAX          /* dead (outside the window) */
+#define KVT_USE_UNKNOWN (UINT64_MAX - 1)  /* not in the schedule */
 
 /* Whether candidate pg may leave now (not busy, not in flight). */
 typedef bool (*kvt_usable_fn)(void *ctx, uint32_t pg);
@@ -53,9 +66,21 @@ struct kvt_policy_ops {
     /* Decode position (may be NULL for policies that ignore it). */
     void (*schedule)(void *priv, const kvt_schedule *s);
     void (*advance)(void *priv, uint64_t id, uint32_t layer);
+
+    /* --- version 2: for policies that plan ahead (may be NULL) --- */
+    /* A page now exists under its key / is gone. */
+    void (*page_new)(void *priv, uint32_t pg, const kvt_key *key);
+    void (*page_gone)(void *priv, uint32_t pg);
+    /* How far away pg's next use is (KVT_USE_* for none known). */
+    uint64_t (*next_use)(void *priv, uint32_t pg);
+    /* Candidates of tier `from` that should move up next, soonest use
+     * first, that wanted() accepts; at most max, into out. Returns count. */
+    uint32_t (*prefetch)(void *priv, int from, kvt_usable_fn wanted, void *ctx, uint32_t *out,
+                         uint32_t max);
 };
 
 extern const struct kvt_policy_ops kvt_policy_lru_ops;
+extern const struct kvt_policy_ops kvt_policy_decode_ops;
 
 /* The policy called name, or NULL. */
 const struct kvt_policy_ops *kvt_policy_find(const char *name);

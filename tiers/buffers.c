@@ -101,6 +101,7 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
             continue;
         }
         kvt_page_set(e, res[i].pg, res[i].tier == KVT_TIER_HBM ? PG_VALID_HBM : PG_VALID_DRAM, 0);
+        kvt_page_indexed(e, res[i].pg);
         kvt_page_sync(e, res[i].pg, true);
         e->st.bytes_put += e->page_bytes;
     }

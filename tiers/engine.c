@@ -28,7 +28,7 @@ KVT_API void kvt_config_init(kvt_config *cfg)
     cfg->ssd_bytes = 0;
     cfg->ssd_dir = NULL;
     cfg->device = KVT_DEVICE_AUTO;
-    cfg->policy = "lru";
+    cfg->policy = "decode";
     cfg->codec = KVT_CODEC_NONE;
     cfg->persist = 0;
     cfg->fingerprint = 0;
@@ -65,7 +65,7 @@ KVT_API int kvt_config_check(const kvt_config *c)
         return kvt_fail(KVT_ECONFIG, "device must be a CUDA ordinal >= 0, KVT_DEVICE_HOST or "
                                      "KVT_DEVICE_AUTO (got %d)", c->device);
     if (c->policy && !kvt_policy_find(c->policy) && !kvt_policy_planned(c->policy))
-        return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"lru\" or \"decode\")",
+        return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"decode\" or \"lru\")",
                         c->policy);
     if (c->codec < KVT_CODEC_NONE || c->codec > KVT_CODEC_ZSTD_SHUFFLE16)
         return kvt_fail(KVT_ECONFIG, "codec %d is unknown", c->codec);
@@ -75,7 +75,10 @@ KVT_API int kvt_config_check(const kvt_config *c)
         return kvt_fail(KVT_ECONFIG, "queue_depth must be 1..4096 (got %u)", c->queue_depth);
     if (!(c->host_link_gbps >= 0) || isinf(c->host_link_gbps))
         return kvt_fail(KVT_ECONFIG, "host_link_gbps must be >= 0 (got %g)", c->host_link_gbps);
-    /* Valid, but parts this build does not have yet: */
+    /* Valid, but not for an engine: */
+    if (c->policy && !strcmp(c->policy, "belady"))
+        return kvt_fail(KVT_ENOTSUP, "policy \"belady\" needs the whole future trace: it runs "
+                                     "only in the simulator (kvtier sim)");
     if (c->policy && kvt_policy_planned(c->policy))
         return kvt_fail(KVT_ENOTSUP, "policy \"%s\" is not built into this kvtier yet", c->policy);
     if (c->ssd_bytes && c->ssd_bytes < c->page_bytes)
@@ -187,12 +190,23 @@ static void close_inflight(kvt_engine *e)
     }
 }
 
+static const kvt_key *engine_key_of(void *ctx, uint32_t pg)
+{
+    return &kvt_pg(&((kvt_engine *)ctx)->pt, pg)->key;
+}
+
+static uint32_t engine_find(void *ctx, const kvt_key *k)
+{
+    return kvt_ptable_find(&((kvt_engine *)ctx)->pt, k);
+}
+
 static int open_policy(kvt_engine *e)
 {
     struct kvt_policy_params pp = {
         .page_cap = e->pt.cap,
         .slots = { e->arena[KVT_TIER_HBM].nslots, e->arena[KVT_TIER_DRAM].nslots, 0 },
         .meta = &e->meta_bytes,
+        .host = { e, engine_key_of, engine_find },
     };
     e->pol = kvt_policy_find(e->policy_name);
     return e->pol->create(&pp, &e->pol_priv);
@@ -219,7 +233,7 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     e->cfg = *cfg;
     e->red_head = e->red_tail = KVT_NONE;
     e->page_bytes = cfg->page_bytes;
-    e->policy_name = strdup(cfg->policy ? cfg->policy : "lru");
+    e->policy_name = strdup(cfg->policy ? cfg->policy : "decode");
     e->ssd_dir = cfg->ssd_dir ? strdup(cfg->ssd_dir) : NULL;
     if (!e->policy_name || (cfg->ssd_dir && !e->ssd_dir)) {
         engine_free(e);

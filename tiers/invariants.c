@@ -50,6 +50,8 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
     CHECK(want_hbm == !!(p->flags & PG_LISTED_HBM), pg, "HBM candidate set disagrees with state");
     bool want_dram = !zombie && (p->flags & PG_VALID_DRAM);
     CHECK(want_dram == !!(p->flags & PG_LISTED_DRAM), pg, "DRAM candidate set disagrees with state");
+    bool want_ssd = !zombie && (p->flags & PG_VALID_SSD);
+    CHECK(want_ssd == !!(p->flags & PG_LISTED_SSD), pg, "SSD candidate set disagrees with state");
     if (p->xfer == XFER_UP)
         CHECK(p->slot[0] != KVT_NONE && !(p->flags & PG_VALID_HBM) && p->slot[1] != KVT_NONE, pg,
               "H2D in flight without its slots");

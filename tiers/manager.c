@@ -415,6 +415,7 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
         goto out;
     }
     kvt_page_set(e, pg, PG_VALID_HBM, 0);
+    kvt_page_indexed(e, pg);
     page_pin(e, pg);
     *dev_ptr = hbm_ptr(e, pg);
     kvt_mover_kick(e);
@@ -470,8 +471,16 @@ out:
 
 /* ------------------------------------------------------------- drop */
 
+void kvt_page_indexed(kvt_engine *e, uint32_t pg)
+{
+    if (e->pol->page_new)
+        e->pol->page_new(e->pol_priv, pg, &kvt_pg(&e->pt, pg)->key);
+}
+
 void kvt_page_destroy(kvt_engine *e, uint32_t pg)
 {
+    if (e->pol->page_gone)
+        e->pol->page_gone(e->pol_priv, pg);
     kvt_ssd_forget(e, pg);
     kvt_ptable_remove(&e->pt, pg);
     kvt_page_set(e, pg, PG_ZOMBIE, PG_VALID_HBM | PG_VALID_DRAM | PG_VALID_SSD);
@@ -589,6 +598,9 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
         return 0; /* the policy ignores the position: no need to take the lock */
     pthread_mutex_lock(&e->lock);
     e->pol->advance(e->pol_priv, id, layer);
+    /* The position moved: what should come up next changed. */
+    if (e->pol->prefetch)
+        kvt_mover_wake(e);
     pthread_mutex_unlock(&e->lock);
     return 0;
 }

@@ -34,6 +34,7 @@ static void *mover_main(void *arg)
         }
         e->mover_kick = false;
         kvt_settle(e);
+        kvt_prefetch(e);
         /* SSD work first: callers wait on it, while write-back is ahead of need. */
         if (kvt_ssd_round(e)) {
             e->mover_kick = true;

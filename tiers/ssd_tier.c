@@ -53,6 +53,8 @@ static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
         return r;
     }
     kvt_page_set(e, pg, PG_VALID_SSD, 0);
+    kvt_page_sync(e, pg, false);
+    kvt_page_indexed(e, pg);
     e->ssd_meta[slot] = (struct kvt_ssd_meta){ v->stored_len, v->crc, v->codec };
     if (v->generation >= e->generation)
         e->generation = v->generation + 1;

@@ -87,6 +87,7 @@ enum {
     PG_HASHED = 1u << 8,      /* in the key index */
     PG_LOST = 1u << 9,        /* its only copy failed to read: checksum (or I/O, with LOST_IO) */
     PG_LOST_IO = 1u << 10,
+    PG_LISTED_SSD = 1u << 11, /* the policy holds it as an SSD candidate (for prefetch) */
 };
 
 enum kvt_xfer {
@@ -295,6 +296,8 @@ static inline bool kvt_page_in_use(const struct kvt_page *p)
 
 /* manager.c / transfer.c (all under e->lock) */
 uint32_t kvt_record_new(kvt_engine *e);
+/* The page is now findable under its key: tells the policy. */
+void kvt_page_indexed(kvt_engine *e, uint32_t pg);
 void kvt_page_destroy(kvt_engine *e, uint32_t pg);
 void kvt_settle(kvt_engine *e);
 /* Sets and clears page flags, keeping resident/dirty counters exact. */
@@ -349,6 +352,9 @@ int kvt_ssd_flush(kvt_engine *e);
  * also holds; read every SSD-only page into free DRAM slots and wait. */
 void kvt_dram_drop_redundant(kvt_engine *e);
 uint64_t kvt_ssd_read_all(kvt_engine *e);
+
+/* prefetch.c: brings the soonest-used pages up ahead of use (locked). */
+void kvt_prefetch(kvt_engine *e);
 
 /* mover.c */
 int kvt_mover_start(kvt_engine *e);

@@ -85,12 +85,13 @@ void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     bool live = !(p->flags & PG_ZOMBIE);
-    bool want[KVT_ARENAS] = {
+    bool want[KVT_TIERS] = {
         live && (p->flags & PG_VALID_HBM) && p->pins == 0 && !(p->flags & PG_EVICTING),
         live && (p->flags & PG_VALID_DRAM),
+        live && (p->flags & PG_VALID_SSD),
     };
-    static const uint16_t listed[KVT_ARENAS] = { PG_LISTED_HBM, PG_LISTED_DRAM };
-    for (int t = 0; t < KVT_ARENAS; t++) {
+    static const uint16_t listed[KVT_TIERS] = { PG_LISTED_HBM, PG_LISTED_DRAM, PG_LISTED_SSD };
+    for (int t = 0; t < KVT_TIERS; t++) {
         bool is = p->flags & listed[t];
         if (want[t] && !is) {
             e->pol->insert(e->pol_priv, t, pg, &p->key);

@@ -1,0 +1,128 @@
+/*
+ * prefetch.c — bringing pages up ahead of use, for policies that know the
+ * future (decode).
+ *
+ * Runs on the mover, under the lock, after the decode position moves. Two
+ * stages: DRAM->HBM for the pages used soonest that are in DRAM, and one
+ * stage further ahead SSD->DRAM for the soonest ones only on SSD. Each stage
+ * is bounded by bytes in flight (prefetch_bytes), and a page is brought only
+ * into a free slot or over a candidate whose next use is later than its own:
+ * a prefetch never displaces a page needed sooner (no thrashing), and never
+ * forces a write-back (only clean candidates make room).
+ */
+#include <errno.h>
+
+#include "tiers/tiers.h"
+
+#define MAXBATCH 64
+
+static bool want_up(void *ctx, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
+    return (p->flags & PG_VALID_DRAM) && p->slot[KVT_TIER_HBM] == KVT_NONE &&
+           p->xfer == XFER_NONE && !p->busy && !(p->flags & PG_ZOMBIE);
+}
+
+static bool want_dram(void *ctx, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
+    return (p->flags & PG_VALID_SSD) && !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM | PG_ZOMBIE)) &&
+           p->slot[KVT_TIER_DRAM] == KVT_NONE && p->xfer == XFER_NONE && !p->busy;
+}
+
+/* A candidate that can leave HBM for free: a lower copy is current. */
+static bool clean_hbm(void *ctx, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
+    return p->xfer == XFER_NONE && !p->busy && (p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
+}
+
+static bool clean_dram(void *ctx, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
+    return p->xfer == XFER_NONE && !p->busy && (p->flags & (PG_VALID_HBM | PG_VALID_SSD));
+}
+
+/* Frees a slot of tier for page x by dropping the clean candidate used
+ * furthest ahead, if that is later than x's own next use. */
+static bool room_for(kvt_engine *e, int tier, uint32_t x)
+{
+    uint32_t v = e->pol->victim(e->pol_priv, tier, tier == KVT_TIER_HBM ? clean_hbm : clean_dram, e);
+    if (v == KVT_NONE || e->pol->next_use(e->pol_priv, v) <= e->pol->next_use(e->pol_priv, x))
+        return false;
+    kvt_page_set(e, v, 0, tier == KVT_TIER_HBM ? PG_VALID_HBM : PG_VALID_DRAM);
+    kvt_page_sync(e, v, false);
+    kvt_page_trim(e, v);
+    return true;
+}
+
+static uint32_t budget_pages(const kvt_engine *e)
+{
+    size_t b = e->cfg.prefetch_bytes ? e->cfg.prefetch_bytes : e->cfg.hbm_bytes / 8;
+    size_t n = b / e->page_bytes;
+    return n ? (uint32_t)n : 1;
+}
+
+static void prefetch_hbm(kvt_engine *e, uint32_t budget)
+{
+    uint32_t inflight = e->inflight[KVT_H2D].len;
+    if (inflight >= budget)
+        return;
+    uint32_t cand[MAXBATCH], batch[MAXBATCH], k = 0;
+    struct kvt_copy c[MAXBATCH];
+    uint32_t want = budget - inflight < MAXBATCH ? budget - inflight : MAXBATCH;
+    uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_DRAM, want_up, e, cand, want);
+    struct kvt_arena *h = &e->arena[KVT_TIER_HBM];
+    for (uint32_t i = 0; i < n; i++) {
+        if (!h->nfree && !room_for(e, KVT_TIER_HBM, cand[i]))
+            break;
+        struct kvt_page *p = kvt_pg(&e->pt, cand[i]);
+        uint32_t s = kvt_arena_alloc(h, cand[i]);
+        p->slot[KVT_TIER_HBM] = s;
+        p->xfer = XFER_UP;
+        batch[k] = cand[i];
+        c[k++] = (struct kvt_copy){ kvt_arena_ptr(h, s),
+                                    kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
+                                    e->page_bytes };
+    }
+    if (!k)
+        return;
+    uint64_t f;
+    int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
+    for (uint32_t j = 0; j < k; j++) {
+        if (r == 0) {
+            kvt_inflight_push(e, KVT_H2D, batch[j], f);
+        } else {
+            kvt_pg(&e->pt, batch[j])->xfer = XFER_NONE;
+            kvt_page_trim(e, batch[j]);
+        }
+    }
+}
+
+static void prefetch_dram(kvt_engine *e, uint32_t budget)
+{
+    if (!e->ssd || e->ssd_busy >= budget)
+        return;
+    uint32_t cand[MAXBATCH];
+    uint32_t want = budget - (uint32_t)e->ssd_busy;
+    want = want < MAXBATCH ? want : MAXBATCH;
+    uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_SSD, want_dram, e, cand, want);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = kvt_dram_slot(e, cand[i], 0);
+        if (s == KVT_NONE && room_for(e, KVT_TIER_DRAM, cand[i]))
+            s = kvt_dram_slot(e, cand[i], 0);
+        if (s == KVT_NONE)
+            break;
+        kvt_pg(&e->pt, cand[i])->slot[KVT_TIER_DRAM] = s;
+        kvt_ssd_queue_read(e, cand[i]);
+    }
+}
+
+void kvt_prefetch(kvt_engine *e)
+{
+    if (!e->pol->prefetch || !e->pol->next_use || e->failed)
+        return;
+    uint32_t budget = budget_pages(e);
+    prefetch_hbm(e, budget);
+    prefetch_dram(e, budget);
+}
