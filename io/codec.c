@@ -235,6 +235,38 @@ static ssize_t codec_zstd(struct kvt_codec *c, const void *src, size_t raw, void
     }
 }
 
+/* One frame, two blocks: the high bytes, then the low bytes. zstd keeps
+ * one Huffman table per block and a page of 128 KiB or less is one block
+ * unless flushed in the middle; the two halves have very different byte
+ * statistics (exponents vs mantissas), so each gets its own table. */
+static ssize_t codec_zstd_halves(struct kvt_codec *c, const void *src, size_t raw, void *dst,
+                                 size_t cap)
+{
+    size_t lim = codec_worth(raw);
+    if (lim > cap)
+        lim = cap;
+    if (lim == 0)
+        return 0;
+    ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_only);
+    ZSTD_CCtx_setPledgedSrcSize(c->cctx, raw);
+    ZSTD_outBuffer out = { dst, lim, 0 };
+    ZSTD_inBuffer half[2] = { { src, raw / 2, 0 }, { (const char *)src + raw / 2, raw - raw / 2, 0 } };
+    for (int h = 0; h < 2; h++) {
+        ZSTD_EndDirective how = h ? ZSTD_e_end : ZSTD_e_flush;
+        size_t r;
+        do {
+            r = ZSTD_compressStream2(c->cctx, &out, &half[h], how);
+        } while (!ZSTD_isError(r) && r && out.pos < out.size);
+        if (ZSTD_isError(r))
+            return ZSTD_getErrorCode(r) == ZSTD_error_memory_allocation ? -ENOMEM : -EINVAL;
+        if (r) { /* out of room: not worth it */
+            ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_only);
+            return 0;
+        }
+    }
+    return (ssize_t)out.pos;
+}
+
 int kvt_codec_encode(struct kvt_codec *c, const void *src, size_t raw, void *dst, size_t cap,
                      size_t *out_len, int *codec_used)
 {
@@ -245,7 +277,7 @@ int kvt_codec_encode(struct kvt_codec *c, const void *src, size_t raw, void *dst
         n = codec_zstd(c, src, raw, dst, cap);
     } else if (c->codec == KVT_CODEC_ZSTD_SHUFFLE16) {
         kvt_shuffle16(src, c->scratch, raw);
-        n = codec_zstd(c, c->scratch, raw, dst, cap);
+        n = codec_zstd_halves(c, c->scratch, raw, dst, cap);
     }
     if (n < 0)
         return (int)n;

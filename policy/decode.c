@@ -270,6 +270,17 @@ static uint32_t decode_prefetch(void *priv, int from, kvt_usable_fn wanted, void
     return n;
 }
 
+static uint64_t decode_working_set(void *priv)
+{
+    struct decode *d = priv;
+    uint64_t n = 0;
+    for (uint32_t g = 0; d->have && g < d->S; g++) {
+        uint64_t len = d->maxidx[g];
+        n += d->window && len > (uint64_t)d->window + d->sinks ? (uint64_t)d->window + d->sinks : len;
+    }
+    return n;
+}
+
 /* ------------------------------------------------------------- position */
 
 /* Re-files every candidate of every tier (the schedule changed). */
@@ -422,4 +433,5 @@ const struct kvt_policy_ops kvt_policy_decode_ops = {
     .page_gone = NULL,
     .next_use = decode_next_use,
     .prefetch = decode_prefetch,
+    .working_set = decode_working_set,
 };

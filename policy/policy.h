@@ -68,7 +68,8 @@ struct kvt_policy_ops {
     void (*advance)(void *priv, uint64_t id, uint32_t layer);
 
     /* --- version 2: for policies that plan ahead (may be NULL) --- */
-    /* A page now exists under its key / is gone. */
+    /* A page now exists under its key (pg KVT_NONE: is about to, announced
+     * before room is made for it) / is gone. */
     void (*page_new)(void *priv, uint32_t pg, const kvt_key *key);
     void (*page_gone)(void *priv, uint32_t pg);
     /* How far away pg's next use is (KVT_USE_* for none known). */
@@ -77,6 +78,8 @@ struct kvt_policy_ops {
      * first, that wanted() accepts; at most max, into out. Returns count. */
     uint32_t (*prefetch)(void *priv, int from, kvt_usable_fn wanted, void *ctx, uint32_t *out,
                          uint32_t max);
+    /* Pages one step of the schedule reads (0 = unknown). */
+    uint64_t (*working_set)(void *priv);
 };
 
 extern const struct kvt_policy_ops kvt_policy_lru_ops;

@@ -90,9 +90,18 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
             unreserve(e, &res[i], 1);
             continue;
         }
-        if (old != KVT_NONE)
-            kvt_page_destroy(e, old);
         struct kvt_page *p = kvt_pg(&e->pt, res[i].pg);
+        if (old != KVT_NONE) {
+            /* The old version's index entry stays until the new version's
+             * replaces it (copy-on-write, as for a dirty release): deleting
+             * it now would let a crash lose a flushed page to an overwrite
+             * that never reached SSD. The new page takes over the slot. */
+            struct kvt_page *o = kvt_pg(&e->pt, old);
+            p->ssd_slot = o->ssd_slot;
+            o->ssd_slot = KVT_NONE;
+            kvt_page_destroy(e, old);
+            p = kvt_pg(&e->pt, res[i].pg);
+        }
         p->busy = 0;
         int ins = kvt_ptable_insert(&e->pt, res[i].pg);
         if (ins < 0) {
@@ -169,6 +178,17 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
         kvt_fail(r, "copying a page in failed: %s", kvt_strerror(r));
         goto out_unreserve;
     }
+    /* An old version being written to or read from SSD finishes first: its
+     * slot and index entry pass to the new page only when they are settled. */
+    for (size_t i = 0; i < n && !e->failed; i++) {
+        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
+        while (old != KVT_NONE && !e->failed && (kvt_pg(&e->pt, old)->xfer == XFER_SSD_WRITE ||
+                                                 kvt_pg(&e->pt, old)->xfer == XFER_SSD_READ)) {
+            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_rounds };
+            kvt_wait_on(e, &w, false);
+            old = kvt_ptable_find(&e->pt, &keys[i]);
+        }
+    }
     r = put_commit(e, keys, res, n);
     kvt_mover_kick(e);
     pthread_mutex_unlock(&e->lock);
@@ -211,7 +231,12 @@ static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
                 int r = kvt_make_room_dram(e, 1, &w);
                 if (r == 0)
                     s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_STEAL);
+                /* Every tier full: the spare slot stages the read. The page
+                 * keeps its SSD copy, so that DRAM copy is redundant and is
+                 * given back once copied out. */
                 else if (r != -EAGAIN)
+                    s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_SPARE);
+                if (s == KVT_NONE && r != -EAGAIN)
                     return kvt_fail(r, "DRAM is full of pages that cannot go to SSD");
             }
             if (s == KVT_NONE) {
@@ -276,11 +301,41 @@ static void get_end(kvt_engine *e, struct get_src *g, size_t n)
     }
 }
 
+static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+                     int dst_on_device, int *found);
+
+/* Pages read from SSD are staged in DRAM and held there until copied out, so
+ * a get takes at most a quarter of DRAM at a time. */
 KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
                     int dst_on_device, int *found)
 {
+    if (!e)
+        return kvt_fail(-EINVAL, "engine is NULL");
     if (n && (!keys || !dst))
         return kvt_fail(-EINVAL, "keys and dst must not be NULL");
+    size_t chunk = e->arena[KVT_TIER_DRAM].nslots / 4;
+    if (chunk == 0)
+        chunk = 1;
+    int r = 0;
+    for (size_t at = 0; at < n || (n == 0 && at == 0); at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        int cr = get_chunk(e, keys + at, k, dst + at, dst_on_device, found ? found + at : NULL);
+        if (cr < 0 && !r)
+            r = cr;
+        if (cr < 0 && cr != KVT_ECORRUPT) {
+            if (found) /* a failed call reports nothing found */
+                memset(found, 0, n * sizeof(*found));
+            return cr;
+        }
+        if (n == 0)
+            break;
+    }
+    return r;
+}
+
+static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+                     int dst_on_device, int *found)
+{
     struct get_src *g = malloc((n ? n : 1) * sizeof(*g));
     if (!g)
         return kvt_fail(-ENOMEM, "out of memory");

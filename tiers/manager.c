@@ -83,7 +83,9 @@ static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struc
             int r = kvt_make_room_dram(e, 1, w);
             if (r == 0)
                 s = kvt_dram_slot(e, pages[i], KVT_SLOT_STEAL);
-            else if (r != -EAGAIN)
+            else if (r != -EAGAIN) /* every tier full: stage in the spare */
+                s = kvt_dram_slot(e, pages[i], KVT_SLOT_SPARE);
+            if (s == KVT_NONE && r != -EAGAIN)
                 return kvt_fail(r, "DRAM is full of pages that cannot go to SSD");
         }
         if (s == KVT_NONE) {
@@ -183,7 +185,9 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
                 return KVT_EFULL;
             continue; /* stage_up used the room: look again */
         }
+        e->room_waiters += room == -EAGAIN;
         int r = kvt_wait_on(e, &w, true);
+        e->room_waiters -= room == -EAGAIN;
         if (r < 0)
             return kvt_fail(r, "a transfer that makes room failed: %s", kvt_strerror(r));
         if (e->failed)
@@ -383,13 +387,20 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
     }
     if ((r = kvt_admit(e)) < 0)
         goto out;
+    /* Announce the key before making room: a new tail page pushes an old one
+     * out of a sliding window, and that one should be the page evicted. */
+    if (e->pol->page_new)
+        e->pol->page_new(e->pol_priv, KVT_NONE, &key);
     for (;;) {
         if (e->arena[KVT_TIER_HBM].nfree)
             break;
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         r = kvt_make_room_hbm(e, 1, &w);
-        if (r == -EAGAIN)
+        if (r == -EAGAIN) {
+            e->room_waiters++;
             r = kvt_wait_on(e, &w, true);
+            e->room_waiters--;
+        }
         if (r == 0 && e->failed)
             r = kvt_check_failed(e);
         if (r < 0)

@@ -9,6 +9,14 @@
  * into a free slot or over a candidate whose next use is later than its own:
  * a prefetch never displaces a page needed sooner (no thrashing), and never
  * forces a write-back (only clean candidates make room).
+ *
+ * What a prefetch costs: a page brought early holds a slot that, under
+ * Belady's MIN, would still hold a page the cycle needs. Free slots and
+ * dead or unscheduled pages cost nothing; displacing a live page costs up
+ * to one extra miss per step. So live pages are displaced only for a depth
+ * of 1/128 of the misses a step must take anyway (pages beyond capacity):
+ * at most ~1% more traffic than MIN, and where HBM is much smaller than the
+ * KV — where overlap matters — that depth is many groups.
  */
 #include <errno.h>
 
@@ -44,11 +52,15 @@ static bool clean_dram(void *ctx, uint32_t pg)
 }
 
 /* Frees a slot of tier for page x by dropping the clean candidate used
- * furthest ahead, if that is later than x's own next use. */
-static bool room_for(kvt_engine *e, int tier, uint32_t x)
+ * furthest ahead, if that is later than x's own next use; a live one only
+ * while live_ok. */
+static bool room_for(kvt_engine *e, int tier, uint32_t x, bool live_ok)
 {
     uint32_t v = e->pol->victim(e->pol_priv, tier, tier == KVT_TIER_HBM ? clean_hbm : clean_dram, e);
-    if (v == KVT_NONE || e->pol->next_use(e->pol_priv, v) <= e->pol->next_use(e->pol_priv, x))
+    if (v == KVT_NONE)
+        return false;
+    uint64_t nv = e->pol->next_use(e->pol_priv, v);
+    if (nv <= e->pol->next_use(e->pol_priv, x) || (nv < KVT_USE_UNKNOWN && !live_ok))
         return false;
     kvt_page_set(e, v, 0, tier == KVT_TIER_HBM ? PG_VALID_HBM : PG_VALID_DRAM);
     kvt_page_sync(e, v, false);
@@ -63,10 +75,22 @@ static uint32_t budget_pages(const kvt_engine *e)
     return n ? (uint32_t)n : 1;
 }
 
+/* How many pages in flight may have displaced live pages: 1/128 of the
+ * pages a step must miss anyway (those beyond the tier's capacity). */
+static uint32_t live_depth(const kvt_engine *e, int tier)
+{
+    uint64_t cap = tier == KVT_TIER_HBM ? e->arena[KVT_TIER_HBM].nslots
+                                        : e->arena[KVT_TIER_DRAM].nslots - 1;
+    uint64_t pages = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
+    return pages > cap ? (uint32_t)((pages - cap) / 128) : 0;
+}
+
 static void prefetch_hbm(kvt_engine *e, uint32_t budget)
 {
-    uint32_t inflight = e->inflight[KVT_H2D].len;
-    if (inflight >= budget)
+    uint32_t inflight = e->inflight[KVT_H2D].len, live = live_depth(e, KVT_TIER_HBM);
+    /* Slots freed by write-backs belong to the callers waiting for them: a
+     * prefetch taking one would make the caller evict a second page. */
+    if (inflight >= budget || e->room_waiters)
         return;
     uint32_t cand[MAXBATCH], batch[MAXBATCH], k = 0;
     struct kvt_copy c[MAXBATCH];
@@ -74,7 +98,7 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
     uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_DRAM, want_up, e, cand, want);
     struct kvt_arena *h = &e->arena[KVT_TIER_HBM];
     for (uint32_t i = 0; i < n; i++) {
-        if (!h->nfree && !room_for(e, KVT_TIER_HBM, cand[i]))
+        if (!h->nfree && !room_for(e, KVT_TIER_HBM, cand[i], inflight + k < live))
             break;
         struct kvt_page *p = kvt_pg(&e->pt, cand[i]);
         uint32_t s = kvt_arena_alloc(h, cand[i]);
@@ -109,7 +133,7 @@ static void prefetch_dram(kvt_engine *e, uint32_t budget)
     uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_SSD, want_dram, e, cand, want);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t s = kvt_dram_slot(e, cand[i], 0);
-        if (s == KVT_NONE && room_for(e, KVT_TIER_DRAM, cand[i]))
+        if (s == KVT_NONE && room_for(e, KVT_TIER_DRAM, cand[i], e->ssd_busy + i < live_depth(e, KVT_TIER_DRAM)))
             s = kvt_dram_slot(e, cand[i], 0);
         if (s == KVT_NONE)
             break;

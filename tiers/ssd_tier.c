@@ -173,13 +173,35 @@ void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg)
 
 /* The new slot travels in the page's fence field while the write is queued:
  * a page has one transfer at a time, so the field is free. */
+/* Every SSD slot is taken: give up the SSD copy of a page that is current in
+ * DRAM or HBM too. Its index entry is deleted by the mover, which frees the
+ * slot; the caller waits for that (-EAGAIN). Costs a scan: only a full
+ * engine comes here. */
+static int release_redundant_ssd(kvt_engine *e, uint32_t except)
+{
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (pg == except || !(p->flags & PG_HASHED) || p->xfer != XFER_NONE || p->busy ||
+            !(p->flags & PG_VALID_SSD) || !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM)))
+            continue;
+        kvt_page_set(e, pg, 0, PG_VALID_SSD);
+        kvt_page_sync(e, pg, false);
+        kvt_ssd_forget(e, pg);
+        return -EAGAIN;
+    }
+    return e->ndels ? -EAGAIN : KVT_EFULL; /* deletions in flight free slots too */
+}
+
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
 {
     int err = 0;
     uint32_t slot = kvt_ssd_alloc(e->ssd, &err);
+    /* Only an eviction may take another page's SSD copy: a flush doing so
+     * would undo its own work. */
+    if (slot == KVT_NONE && err == KVT_EFULL)
+        return evict ? release_redundant_ssd(e, pg) : KVT_EFULL;
     if (slot == KVT_NONE) {
-        if (err != KVT_EFULL)
-            e->st.errors_io++;
+        e->st.errors_io++;
         return err;
     }
     struct kvt_page *p = kvt_pg(&e->pt, pg);
@@ -247,13 +269,18 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
             kvt_page_trim(e, v);
             continue;
         }
-        if (kvt_ssd_queue_write(e, v, true) < 0)
+        int q = kvt_ssd_queue_write(e, v, true);
+        if (q == -EAGAIN) {
+            coming++; /* a slot is being freed for it: wait and try again */
+            break;
+        }
+        if (q < 0)
             break;
         coming++;
     }
     if ((d->nfree ? d->nfree - 1 : 0) >= need)
         return 0;
-    if (e->ssd_busy) {
+    if (e->ssd_busy || e->ndels) {
         *w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
         return -EAGAIN;
     }
@@ -336,7 +363,8 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
             j->fd = -1;
         got[n++] = ji;
     }
-    memmove(e->ssd_queue, e->ssd_queue + k, (e->ssd_queued - k) * sizeof(uint32_t));
+    if (k) /* (the queue may not be allocated yet: memmove(NULL, ...) is undefined) */
+        memmove(e->ssd_queue, e->ssd_queue + k, (e->ssd_queued - k) * sizeof(uint32_t));
     e->ssd_queued -= k;
     return n;
 }
@@ -585,6 +613,10 @@ bool kvt_ssd_round(kvt_engine *e)
             kvt_ssd_mark_bad(e->ssd, dels[i].slot); /* still named: never reuse */
     }
     free(dels);
+    if (ndels && !e->nfinished) {
+        e->ssd_rounds++; /* freed slots: waiters look again */
+        pthread_cond_broadcast(&e->xfer_cv);
+    }
     for (uint32_t i = 0; i < e->nfinished; i++) {
         struct kvt_ssd_job *j = &e->jobs[e->finished[i]];
         if (j->write)
@@ -644,22 +676,58 @@ uint64_t kvt_ssd_read_all(kvt_engine *e)
 
 /* ------------------------------------------------------------- flush */
 
-int kvt_ssd_flush(kvt_engine *e)
+static bool needs_ssd_copy(const struct kvt_page *p)
 {
-    int r = 0;
+    return (p->flags & PG_HASHED) && (p->flags & PG_VALID_DRAM) && !(p->flags & PG_VALID_SSD);
+}
+
+/* Queues a write of every page with a DRAM copy and no current SSD copy;
+ * *err gets why one could not be queued. */
+static void flush_queue(kvt_engine *e, int *err)
+{
     for (uint32_t pg = 0; pg < e->pt.used; pg++) {
         struct kvt_page *p = kvt_pg(&e->pt, pg);
-        if (!(p->flags & PG_HASHED) || p->xfer != XFER_NONE || !(p->flags & PG_VALID_DRAM) ||
-            (p->flags & PG_VALID_SSD))
+        if (!needs_ssd_copy(p) || p->xfer != XFER_NONE)
             continue;
         int q = kvt_ssd_queue_write(e, pg, false);
-        if (q < 0 && !r)
-            r = kvt_fail(q == KVT_EFULL ? KVT_EFULL : q, "the SSD tier has no room for a page");
+        if (q < 0)
+            *err = q;
     }
-    /* Wait until the mover has run everything queued, deletions included. */
-    while ((e->ssd_busy || e->ndels) && !e->failed) {
-        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_rounds };
-        kvt_wait_on(e, &w, false);
+}
+
+static uint64_t flush_missing(kvt_engine *e)
+{
+    uint64_t n = 0;
+    for (uint32_t pg = 0; pg < e->pt.used; pg++)
+        n += needs_ssd_copy(kvt_pg(&e->pt, pg));
+    return n;
+}
+
+/* Writes every page without a current SSD copy and waits. A write that
+ * fails (its slot is then retired) is tried again on another slot while
+ * that makes progress; what still is not on SSD is reported, never hidden
+ * behind a 0. */
+int kvt_ssd_flush(kvt_engine *e)
+{
+    int err = 0;
+    uint64_t prev = UINT64_MAX, missing = 0;
+    for (int pass = 0; pass < 8; pass++) {
+        flush_queue(e, &err);
+        /* Wait until the mover has run everything queued, deletions included. */
+        while ((e->ssd_busy || e->ndels) && !e->failed) {
+            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_rounds };
+            kvt_wait_on(e, &w, false);
+        }
+        if (e->failed)
+            return kvt_check_failed(e);
+        missing = flush_missing(e);
+        if (!missing || missing >= prev)
+            break;
+        prev = missing;
     }
-    return r;
+    if (!missing)
+        return 0;
+    return kvt_fail(err == KVT_EFULL ? KVT_EFULL : -EIO,
+                    "%llu pages could not be written to SSD (%s)", (unsigned long long)missing,
+                    err ? kvt_strerror(err) : "write errors");
 }

@@ -266,6 +266,7 @@ struct kvt_engine {
     pthread_cond_t mover_cv;
     bool mover_started, mover_stop, mover_kick;
     uint32_t watermark;             /* HBM slots kept free or clean */
+    uint32_t room_waiters;          /* callers waiting for HBM slots being freed for them */
 };
 
 /* Opens with an explicit device back-end (tests inject the faulty one). */

@@ -262,7 +262,7 @@ int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall)
         return 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (e->ssd_rounds == w->v && e->ssd_busy && !e->failed)
+    while (e->ssd_rounds == w->v && (e->ssd_busy || e->ndels) && !e->failed)
         pthread_cond_wait(&e->xfer_cv, &e->lock);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (stall)
@@ -294,7 +294,8 @@ static uint32_t redundant_victim(kvt_engine *e)
 {
     for (uint32_t pg = e->red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
-        if (p->xfer == XFER_NONE && !p->busy)
+        /* A pinned page not yet in HBM is about to be copied up from DRAM. */
+        if (p->xfer == XFER_NONE && !p->busy && !(p->pins && !(p->flags & PG_VALID_HBM)))
             return pg;
     }
     return KVT_NONE;

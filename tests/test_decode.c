@@ -1,0 +1,295 @@
+/*
+ * test_decode.c — the decode policy through the real manager, against
+ * Belady's MIN on the same trace at the same capacity.
+ *
+ * A generated decode workload (batch of sequences x layers x pages, full
+ * attention or a sliding window with sinks, layer- or sequence-major,
+ * growing tails) runs through an engine: kvt_set_schedule once, then every
+ * step kvt_advance + kvt_acquire of a group's pages + kvt_release, and a new
+ * tail page every few steps (kvt_create). kvt_stats.bytes_up[HBM] counts
+ * every page brought into HBM, prefetches included.
+ *
+ * The reference is MIN over the same event sequence, with the engine's
+ * constraint that a group's pages are held together while it computes (a
+ * page of the group being computed cannot be evicted to make room for
+ * another of the same group): on a miss, evict the resident page whose next
+ * use is furthest. Created pages take a slot without a transfer.
+ */
+#include <pthread.h>
+
+#include "tests/helpers.h"
+#include "tiers/tiers.h"
+
+#define PB 4096u
+
+struct shape {
+    uint32_t batch, layers, pages, steps, grow_every, window, sinks;
+    int order;
+};
+
+enum ev_kind { EV_ADVANCE, EV_ACCESS, EV_END_GROUP, EV_CREATE };
+struct ev {
+    uint8_t kind;
+    kvt_key key;
+};
+
+struct trace {
+    struct ev *ev;
+    size_t n, cap;
+};
+
+static void push(struct trace *t, uint8_t kind, kvt_key k)
+{
+    if (t->n == t->cap) {
+        t->cap = t->cap ? t->cap * 2 : 1024;
+        t->ev = realloc(t->ev, t->cap * sizeof(*t->ev));
+        assert_non_null(t->ev);
+    }
+    t->ev[t->n++] = (struct ev){ kind, k };
+}
+
+static uint64_t seq_id(uint32_t s) { return 1000 + 7 * (uint64_t)s; }
+
+/* The prefill (creates of every page, in schedule order) then the steps. */
+static void generate(const struct shape *sh, struct trace *t)
+{
+    uint32_t *len = calloc((size_t)sh->batch * sh->layers, sizeof(uint32_t));
+    uint32_t groups = sh->batch * sh->layers;
+    for (uint32_t g = 0; g < groups; g++) {
+        uint32_t s = sh->order == KVT_ORDER_LAYER_MAJOR ? g % sh->batch : g / sh->layers;
+        uint32_t l = sh->order == KVT_ORDER_LAYER_MAJOR ? g / sh->batch : g % sh->layers;
+        for (uint32_t i = 0; i < sh->pages; i++)
+            push(t, EV_CREATE, t_key(seq_id(s), l, i));
+        len[s * sh->layers + l] = sh->pages;
+    }
+    for (uint32_t step = 0; step < sh->steps; step++) {
+        for (uint32_t g = 0; g < groups; g++) {
+            uint32_t s = sh->order == KVT_ORDER_LAYER_MAJOR ? g % sh->batch : g / sh->layers;
+            uint32_t l = sh->order == KVT_ORDER_LAYER_MAJOR ? g / sh->batch : g % sh->layers;
+            uint32_t n = len[s * sh->layers + l];
+            push(t, EV_ADVANCE, t_key(seq_id(s), l, 0));
+            for (uint32_t i = 0; i < n; i++) {
+                bool live = !sh->window || i < sh->sinks || i + sh->window >= n;
+                if (live)
+                    push(t, EV_ACCESS, t_key(seq_id(s), l, i));
+            }
+            push(t, EV_END_GROUP, t_key(seq_id(s), l, 0));
+            if (sh->grow_every && step % sh->grow_every == sh->grow_every - 1) {
+                push(t, EV_CREATE, t_key(seq_id(s), l, n));
+                len[s * sh->layers + l] = n + 1;
+            }
+        }
+    }
+    free(len);
+}
+
+/* ------------------------------------------------------------- MIN */
+
+static uint64_t page_no(const struct shape *sh, kvt_key k)
+{
+    uint32_t s = (uint32_t)((k.id - 1000) / 7);
+    uint64_t maxp = sh->pages + sh->steps + 1;
+    return ((uint64_t)s * sh->layers + k.layer) * maxp + k.index;
+}
+
+/* MIN with the group held: returns the misses (pages brought into HBM). */
+static uint64_t belady(const struct shape *sh, const struct trace *t, uint32_t cap)
+{
+    uint64_t np = (uint64_t)sh->batch * sh->layers * (sh->pages + sh->steps + 1);
+    size_t *next = malloc(t->n * sizeof(size_t));
+    size_t *last = malloc(np * sizeof(size_t));
+    size_t *nu = malloc(np * sizeof(size_t));        /* next use of a resident page */
+    uint8_t *res = calloc(np, 1), *held = calloc(np, 1);
+    uint64_t *held_list = malloc(np * sizeof(uint64_t));
+    const size_t INF = (size_t)-1;
+    for (uint64_t p = 0; p < np; p++)
+        last[p] = INF;
+    /* next access after each event (accesses only: creates are not uses) */
+    for (size_t i = t->n; i-- > 0;) {
+        uint64_t p = page_no(sh, t->ev[i].key);
+        next[i] = last[p];
+        if (t->ev[i].kind == EV_ACCESS)
+            last[p] = i;
+        else if (t->ev[i].kind == EV_CREATE)
+            next[i] = last[p];
+    }
+    uint64_t misses = 0, resident = 0, nheld = 0;
+    uint64_t *rlist = malloc(np * sizeof(uint64_t));
+    for (size_t i = 0; i < t->n; i++) {
+        const struct ev *v = &t->ev[i];
+        uint64_t p = page_no(sh, v->key);
+        if (v->kind == EV_END_GROUP) {
+            for (uint64_t h = 0; h < nheld; h++)
+                held[held_list[h]] = 0;
+            nheld = 0;
+            continue;
+        }
+        if (v->kind == EV_ADVANCE)
+            continue;
+        if (!res[p]) {
+            if (v->kind == EV_ACCESS)
+                misses++;
+            if (resident == cap) {
+                uint64_t best = UINT64_MAX;
+                size_t far = 0;
+                for (uint64_t r = 0; r < resident; r++) {
+                    uint64_t q = rlist[r];
+                    if (held[q])
+                        continue;
+                    if (best == UINT64_MAX || nu[q] > far) {
+                        best = r;
+                        far = nu[q];
+                    }
+                }
+                assert_true(best != UINT64_MAX);
+                res[rlist[best]] = 0;
+                rlist[best] = rlist[--resident];
+            }
+            res[p] = 1;
+            rlist[resident++] = p;
+        }
+        nu[p] = next[i];
+        if (v->kind == EV_ACCESS && !held[p]) {
+            held[p] = 1;
+            held_list[nheld++] = p;
+        }
+    }
+    free(next);
+    free(last);
+    free(nu);
+    free(res);
+    free(held);
+    free(held_list);
+    free(rlist);
+    return misses;
+}
+
+/* ------------------------------------------------------------- engine */
+
+/* Runs the trace through an engine; returns pages brought into HBM during
+ * the decode steps (the prefill is included: it moves nothing up). */
+static uint64_t run_engine(const struct shape *sh, const struct trace *t, uint32_t cap,
+                           const char *policy)
+{
+    uint64_t np = (uint64_t)sh->batch * sh->layers * (sh->pages + sh->steps + 1);
+    kvt_config c = t_config(PB, cap, np + 16);
+    c.policy = policy;
+    c.prefetch_bytes = getenv("PF") ? (size_t)atoi(getenv("PF")) * PB : 8 * PB;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    uint64_t *ids = malloc(sh->batch * sizeof(uint64_t));
+    for (uint32_t s = 0; s < sh->batch; s++)
+        ids[s] = seq_id(s);
+    kvt_schedule sc = { ids, sh->batch, sh->layers, sh->order, sh->window, sh->sinks };
+    assert_int_equal(kvt_set_schedule(e, &sc), 0);
+    kvt_key *grp = malloc((sh->pages + sh->steps + 1) * sizeof(kvt_key));
+    void **ptr = malloc((sh->pages + sh->steps + 1) * sizeof(void *));
+    size_t ng = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const struct ev *v = &t->ev[i];
+        void *p;
+        switch (v->kind) {
+        case EV_CREATE:
+            assert_int_equal(kvt_create(e, v->key, &p), 0);
+            t_fill(p, PB, v->key, 1);
+            assert_int_equal(kvt_release(e, &v->key, 1, 1), 0);
+            break;
+        case EV_ADVANCE:
+            assert_int_equal(kvt_advance(e, v->key.id, v->key.layer), 0);
+            ng = 0;
+            break;
+        case EV_ACCESS:
+            grp[ng++] = v->key;
+            break;
+        case EV_END_GROUP:
+            assert_int_equal(kvt_acquire(e, grp, ng, ptr), 0);
+            for (size_t j = 0; j < ng; j++)
+                assert_true(t_check(ptr[j], PB, grp[j], 1));
+            assert_int_equal(kvt_release(e, grp, ng, 0), 0);
+            break;
+        }
+    }
+    kvt_stats s = t_stats(e);
+    kvt_close(e);
+    free(ids);
+    free(grp);
+    free(ptr);
+    return s.bytes_up[KVT_TIER_HBM] / PB;
+}
+
+static uint32_t working_set(const struct shape *sh)
+{
+    uint32_t per = sh->window ? sh->window + sh->sinks : sh->pages;
+    if (per > sh->pages)
+        per = sh->pages;
+    return sh->batch * sh->layers * per;
+}
+
+static void compare(const struct shape *sh, double frac)
+{
+    struct trace t = { 0 };
+    generate(sh, &t);
+    uint32_t ws = working_set(sh);
+    uint32_t group = sh->window ? sh->window + sh->sinks + 2 : sh->pages + sh->steps;
+    uint32_t cap = (uint32_t)(frac * ws);
+    if (cap < 2 * group)
+        cap = 2 * group;
+    uint64_t min = belady(sh, &t, cap);
+    uint64_t dec = run_engine(sh, &t, cap, "decode");
+    uint64_t lru = run_engine(sh, &t, cap, "lru");
+    print_message("batch %u layers %u pages %u window %u sinks %u %s cap %u/%u: MIN %llu decode %llu "
+                  "(%.3f) lru %llu (%.2f)\n",
+                  sh->batch, sh->layers, sh->pages, sh->window, sh->sinks,
+                  sh->order == KVT_ORDER_LAYER_MAJOR ? "layer-major" : "seq-major", cap, ws,
+                  (unsigned long long)min, (unsigned long long)dec,
+                  min ? (double)dec / (double)min : 1.0, (unsigned long long)lru,
+                  min ? (double)lru / (double)min : 1.0);
+    assert_true((double)dec <= 1.02 * (double)min + 1.0);
+    free(t.ev);
+}
+
+static const double fracs[] = { 0.10, 0.30, 0.50, 0.75, 0.95 };
+
+static void sweep(struct shape sh)
+{
+    for (size_t i = 0; i < sizeof(fracs) / sizeof(fracs[0]); i++)
+        compare(&sh, fracs[i]);
+}
+
+static void test_full_layer_major(void **state)
+{
+    sweep((struct shape){ 4, 4, 16, 16, 3, 0, 0, KVT_ORDER_LAYER_MAJOR });
+}
+
+static void test_full_seq_major(void **state)
+{
+    sweep((struct shape){ 4, 4, 16, 16, 3, 0, 0, KVT_ORDER_SEQ_MAJOR });
+}
+
+static void test_batch_one(void **state)
+{
+    sweep((struct shape){ 1, 8, 24, 16, 2, 0, 0, KVT_ORDER_LAYER_MAJOR });
+}
+
+static void test_window_and_sinks(void **state)
+{
+    sweep((struct shape){ 3, 4, 24, 16, 1, 8, 2, KVT_ORDER_LAYER_MAJOR });
+    sweep((struct shape){ 3, 4, 24, 16, 1, 8, 2, KVT_ORDER_SEQ_MAJOR });
+}
+
+static void test_large_batch(void **state)
+{
+    sweep((struct shape){ 8, 2, 12, 12, 0, 0, 0, KVT_ORDER_LAYER_MAJOR });
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full_layer_major),
+        cmocka_unit_test(test_full_seq_major),
+        cmocka_unit_test(test_batch_one),
+        cmocka_unit_test(test_window_and_sinks),
+        cmocka_unit_test(test_large_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1418 @@
+/*
+ * test_ssd_faults.c — fault injection and kill -9 crash tests for the SSD
+ * tier (tiers/ssd_tier.c, io/io_faulty.c).
+ *
+ * Sweeps run one fixed workload once per N, with the N-th I/O operation of
+ * one kind failing (a write with -EIO or -ENOSPC, a read with -EIO, a read
+ * that stays short, a whole submit), until the workload no longer issues N
+ * operations of that kind (then the fault never fired and everything must
+ * succeed). The rules checked at every step:
+ *  - no call that returned 0 ever served wrong bytes (wrong key, stale
+ *    version, torn), and a failed call claims nothing found;
+ *  - an acknowledged page (create+release or put returned 0, never dropped)
+ *    reads back exact afterwards; a write fault never loses one; a read
+ *    fault may lose only a page that the faulted call asked for, and that
+ *    page then reads as a miss (kvt_get) or an error (kvt_acquire), never as
+ *    bytes, and never comes back after a reopen;
+ *  - an I/O fault never fails the engine (no KVT_EDEVICE/KVT_EFAILED);
+ *  - a fired fault is counted in errors_io, with ssd_bad_slots for -EIO;
+ *  - the engine is persistent: after close, a reopen finds every page the
+ *    session ended with, exact, and no dropped or lost page;
+ *  - close works and leaks nothing (the sanitizer build checks).
+ *
+ * The crash test forks a child that writes persisted pages and flushes, and
+ * logs every operation before it makes it (an intent log) and every flush
+ * after it returns, through a pipe. The parent kills it with SIGKILL at a
+ * random moment, reopens the directory and checks every page of the child's
+ * key set against the log: a page that the last logged flush covered is
+ * there with that version or with a later one the child may have written
+ * since; nothing else exists; every page present is exact.
+ */
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "kvt_build.h"
+#include "io/io.h"
+#include "tiers/tiers.h"
+
+#define PB ((size_t)16384)
+#define FP 0x5EED5EED0001ull
+#define MAX_SWEEP 600
+#define CHILD_ALARM 30 /* seconds: a forked child that hangs dies with SIGALRM */
+
+/* How a forked child ended, for messages. */
+static const char *child_end(int status, char *buf, size_t len)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, len, "exit %d%s", WEXITSTATUS(status),
+                 WEXITSTATUS(status) == 1 ? " (a sanitizer report: see stderr)" : "");
+    else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+        snprintf(buf, len, "killed by SIGALRM after %d s: it hung", CHILD_ALARM);
+    else if (WIFSIGNALED(status))
+        snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
+    else
+        snprintf(buf, len, "status %#x", status);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- dirs */
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)flag, (void)f;
+    return remove(p);
+}
+
+static char *dir_new(void)
+{
+    char *d = strdup("/tmp/kvt_ssd_faults_XXXXXX");
+    assert_non_null(d);
+    assert_non_null(mkdtemp(d));
+    return d;
+}
+
+static void dir_free(char *d)
+{
+    nftw(d, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    free(d);
+}
+
+static kvt_config ssd_config(const char *dir, size_t hbm, size_t dram, size_t ssd)
+{
+    kvt_config c = t_config(PB, hbm, dram);
+    c.ssd_bytes = ssd * PB;
+    c.ssd_dir = dir;
+    c.persist = 1;
+    c.fingerprint = FP;
+    c.codec = KVT_CODEC_NONE;
+    c.io_backend = KVT_IO_PSYNC;
+    c.queue_depth = 4;
+    return c;
+}
+
+static kvt_engine *open_ok(const kvt_config *c)
+{
+    kvt_engine *e = NULL;
+    int r = kvt_open(c, &e);
+    if (r)
+        print_error("kvt_open: %s (%s)\n", kvt_strerror(r), kvt_last_error());
+    assert_int_equal(r, 0);
+    assert_non_null(e);
+    return e;
+}
+
+/* ================================================================ sweeps */
+
+/* Per key, the set of states the engine may legitimately be in: bit 0 =
+ * absent, bit v+1 = version v. One bit once known; more after a call whose
+ * effect cannot be known. */
+#define ABSENT 1ull
+#define VBIT(v) (1ull << ((v) + 1))
+#define MAXV 60
+
+#define NK 40      /* keys 0..23 are created, 24..39 are put */
+#define NCREATE 24
+#define GET_BATCH 4 /* < DRAM slots: a get of more SSD pages than DRAM holds is test_ssd.c's */
+#define NEWKEY_V 9
+
+struct wl {
+    kvt_engine *e;
+    enum kvt_io_fault_op op;
+    uint64_t nth;
+    bool repeat;
+    bool read_mode;          /* READ, SHORT_READ, SUBMIT: a page may be lost */
+    kvt_key key[NK];
+    uint64_t mask[NK];
+    uint64_t hist[NK];       /* versions acknowledged since the key was last gone */
+    uint32_t next_v[NK];
+    uint8_t lost_ok[NK];     /* a read fault fired in a call that asked for it */
+    int cur[NK], ncur;       /* keys of the call in progress */
+    int prev[NK], nprev;     /* keys of the call before */
+    int fired;               /* the fault has fired (seen between calls) */
+    unsigned calls, errors, violations, lost, efull;
+    char first[384];
+    char first_err[200];
+    void *buf[NK];
+};
+
+static void violation(struct wl *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void violation(struct wl *w, const char *fmt, ...)
+{
+    if (w->violations++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(w->first, sizeof(w->first), fmt, ap);
+        va_end(ap);
+    }
+}
+
+static int fault_fired(const struct wl *w)
+{
+    return kvt_io_faulty_count(w->op) >= w->nth;
+}
+
+/* The fault fired since the last look: with a read fault, the keys of the
+ * call that ran meanwhile may have lost their only copy. */
+static void look_for_fault(struct wl *w, const int *keys, int n)
+{
+    if (w->fired || !fault_fired(w))
+        return;
+    w->fired = 1;
+    if (w->read_mode)
+        for (int j = 0; j < n; j++)
+            w->lost_ok[keys[j]] = 1;
+}
+
+/* Brackets every API call: which keys it touches, when the fault fired. */
+static void call_begin(struct wl *w, const int *keys, int n)
+{
+    look_for_fault(w, w->prev, w->nprev); /* fired between calls: the mover's leftovers */
+    for (int j = 0; j < n; j++)
+        w->cur[j] = keys[j];
+    w->ncur = n;
+}
+
+static void call_end(struct wl *w)
+{
+    look_for_fault(w, w->cur, w->ncur);
+    for (int j = 0; j < w->ncur; j++)
+        w->prev[j] = w->cur[j];
+    w->nprev = w->ncur;
+    w->ncur = 0;
+}
+
+static int account(struct wl *w, const char *what, int r)
+{
+    w->calls++;
+    if (r == 0)
+        return 0;
+    if (w->errors++ == 0)
+        snprintf(w->first_err, sizeof(w->first_err), "%s: %s (%s)", what, kvt_strerror(r),
+                 kvt_last_error());
+    if (r == KVT_EDEVICE || r == KVT_EFAILED)
+        violation(w, "%s returned %s: an SSD I/O fault must not fail the engine", what,
+                  kvt_strerror(r));
+    if (r == KVT_EFULL)
+        w->efull++;
+    return r;
+}
+
+/* p holds a version allowed for key i: collapse the model to it. */
+static void verify(struct wl *w, int i, const void *p, const char *what)
+{
+    for (uint32_t v = 0; v <= MAXV; v++)
+        if ((w->mask[i] & VBIT(v)) && t_check(p, PB, w->key[i], v)) {
+            w->mask[i] = VBIT(v);
+            return;
+        }
+    violation(w, "%s of key %d served wrong bytes (allowed mask %#llx)", what, i,
+              (unsigned long long)w->mask[i]);
+}
+
+/* Key i is not there (a miss, ENOTFOUND, or a lost page's error). */
+static void saw_missing(struct wl *w, int i, const char *what)
+{
+    if (w->mask[i] & ABSENT) {
+        w->mask[i] = ABSENT;
+        w->hist[i] = 0;
+        return;
+    }
+    if (w->lost_ok[i]) {
+        w->lost++;
+        w->mask[i] = ABSENT;
+        w->hist[i] = 0;
+        return;
+    }
+    violation(w, "%s: acknowledged key %d is gone (mask %#llx) and no read fault hit it", what,
+              i, (unsigned long long)w->mask[i]);
+}
+
+static void op_create(struct wl *w, int i)
+{
+    uint32_t v = w->next_v[i]++;
+    void *p = NULL;
+    call_begin(w, &i, 1);
+    int r = kvt_create(w->e, w->key[i], &p);
+    call_end(w);
+    if (r == -EEXIST) {
+        w->calls++;
+        if (!(w->mask[i] & ~ABSENT))
+            violation(w, "create of absent key %d: -EEXIST", i);
+        return;
+    }
+    if (account(w, "create", r))
+        return; /* nothing created */
+    if (!(w->mask[i] & ABSENT))
+        violation(w, "create of existing key %d succeeded", i);
+    t_fill(p, PB, w->key[i], v);
+    call_begin(w, &i, 1);
+    r = account(w, "release after create", kvt_release(w->e, &w->key[i], 1, 1));
+    call_end(w);
+    w->mask[i] = r ? (w->mask[i] | VBIT(v)) : VBIT(v);
+    w->hist[i] |= VBIT(v);
+}
+
+static void op_put(struct wl *w, int i)
+{
+    uint32_t v = w->next_v[i]++;
+    t_fill(w->buf[i], PB, w->key[i], v);
+    const void *src[1] = { w->buf[i] };
+    call_begin(w, &i, 1);
+    int r = kvt_put(w->e, &w->key[i], 1, src, 0);
+    call_end(w);
+    if (account(w, "put", r) == 0) {
+        w->mask[i] = VBIT(v);
+        w->hist[i] |= VBIT(v);
+    } else if (r == KVT_EFULL)
+        w->mask[i] |= ABSENT; /* a full engine may have given up the old page */
+}
+
+static void op_acquire(struct wl *w, int i, int rewrite)
+{
+    void *p = NULL;
+    call_begin(w, &i, 1);
+    int r = kvt_acquire(w->e, &w->key[i], 1, &p);
+    call_end(w);
+    if (r == KVT_ENOTFOUND) {
+        w->calls++;
+        saw_missing(w, i, "acquire (ENOTFOUND)");
+        return;
+    }
+    if (r == -EIO || r == KVT_ECORRUPT) {
+        account(w, "acquire", r);
+        saw_missing(w, i, r == -EIO ? "acquire (-EIO)" : "acquire (ECORRUPT)");
+        return;
+    }
+    if (account(w, "acquire", r))
+        return;
+    if (w->mask[i] == ABSENT)
+        violation(w, "acquire of absent key %d succeeded", i);
+    verify(w, i, p, "acquire");
+    if (!rewrite) {
+        call_begin(w, &i, 1);
+        account(w, "release clean", kvt_release(w->e, &w->key[i], 1, 0));
+        call_end(w);
+        return;
+    }
+    uint32_t v = w->next_v[i]++;
+    t_fill(p, PB, w->key[i], v);
+    call_begin(w, &i, 1);
+    r = account(w, "release dirty", kvt_release(w->e, &w->key[i], 1, 1));
+    call_end(w);
+    w->mask[i] = r ? (w->mask[i] | VBIT(v)) : VBIT(v);
+    w->hist[i] |= VBIT(v);
+}
+
+/* kvt_get of keys [from, to) in one call. */
+static void op_get(struct wl *w, int from, int to, const char *what)
+{
+    int n = to - from, ks[NK], found[NK];
+    kvt_key keys[NK];
+    void *dst[NK];
+    for (int j = 0; j < n; j++) {
+        ks[j] = from + j;
+        keys[j] = w->key[from + j];
+        dst[j] = w->buf[from + j];
+        found[j] = -1;
+        memset(dst[j], 0xCD, PB);
+    }
+    call_begin(w, ks, n);
+    int r = kvt_get(w->e, keys, (size_t)n, dst, 0, found);
+    call_end(w);
+    if (account(w, what, r)) {
+        for (int j = 0; j < n; j++)
+            if (found[j] != 0)
+                violation(w, "%s failed (%s) but found[%d] = %d", what, kvt_strerror(r), j,
+                          found[j]);
+        return;
+    }
+    for (int j = 0; j < n; j++) {
+        if (found[j] == 1)
+            verify(w, from + j, dst[j], what);
+        else if (found[j] == 0)
+            saw_missing(w, from + j, what);
+        else
+            violation(w, "%s: found[%d] = %d", what, j, found[j]);
+    }
+}
+
+static void op_get_all(struct wl *w, const char *what)
+{
+    for (int i = 0; i < NK; i += GET_BATCH)
+        op_get(w, i, i + GET_BATCH < NK ? i + GET_BATCH : NK, what);
+}
+
+static void op_drop(struct wl *w, int i)
+{
+    call_begin(w, &i, 1);
+    int r = kvt_drop(w->e, &w->key[i], 1);
+    call_end(w);
+    if (r == -EBUSY) {
+        w->calls++;
+        return;
+    }
+    if (account(w, "drop", r) == 0) {
+        w->mask[i] = ABSENT;
+        w->hist[i] = 0;
+    }
+}
+
+static void op_flush(struct wl *w, const char *what)
+{
+    int all[NK];
+    for (int i = 0; i < NK; i++)
+        all[i] = i;
+    call_begin(w, all, 0); /* a flush reads nothing */
+    account(w, what, kvt_flush(w->e));
+    call_end(w);
+}
+
+/* The fixed workload: HBM 4, DRAM 8, SSD 64 pages, 40 keys; pages go down to
+ * SSD as they are made and come back for gets and acquires. */
+static void workload(struct wl *w)
+{
+    for (int i = 0; i < NCREATE; i++)
+        op_create(w, i);
+    for (int i = NCREATE; i < NK; i++)
+        op_put(w, i);
+    op_get_all(w, "get all (1)");
+    for (int round = 0; round < 2; round++)
+        for (int i = round; i < NK; i += 3)
+            op_acquire(w, i, (i + round) % 2 == 0);
+    op_put(w, 5);  /* overwrites, wherever the old copies are */
+    op_put(w, 30);
+    op_put(w, 31);
+    op_drop(w, 12);
+    op_drop(w, 33);
+    op_flush(w, "flush");
+    op_create(w, 12); /* dropped keys made again */
+    op_put(w, 33);
+    for (int i = 0; i < NK; i += 5)
+        op_acquire(w, i, 0);
+    op_get_all(w, "get all (2)");
+}
+
+static void wl_init(struct wl *w, const struct kvt_io_fault *f)
+{
+    memset(w, 0, sizeof(*w));
+    w->op = f->op;
+    w->nth = f->nth;
+    w->repeat = f->repeat;
+    w->read_mode = f->op != KVT_IOF_WRITE;
+    for (int i = 0; i < NK; i++) {
+        w->key[i] = i < NCREATE ? t_key(1, 0, (uint32_t)i) : t_key(2, KVT_ALL_LAYERS, (uint32_t)i);
+        w->mask[i] = ABSENT;
+        w->next_v[i] = 1;
+        w->buf[i] = aligned_alloc(4096, PB);
+        assert_non_null(w->buf[i]);
+    }
+}
+
+static void wl_free(struct wl *w)
+{
+    for (int i = 0; i < NK; i++)
+        free(w->buf[i]);
+}
+
+struct sweep_totals {
+    unsigned runs, fired, fired_at_close, with_errors, with_lost, lost, with_efull;
+    unsigned behind;         /* pages older or missing after a close whose flush failed */
+    unsigned violating;
+    uint64_t max_ops;
+};
+
+static void report(const char *name, const struct sweep_totals *t)
+{
+    print_message("%s: %u runs (up to %llu ops of the kind), fault fired in %u (%u only at "
+                  "close), API errors in %u, pages lost in %u runs (%u in all), KVT_EFULL in "
+                  "%u, after reopen %u pages older or missing (failed close), violating runs %u\n",
+                  name, t->runs, (unsigned long long)t->max_ops, t->fired, t->fired_at_close,
+                  t->with_errors, t->with_lost, t->lost, t->with_efull, t->behind, t->violating);
+}
+
+/* After the session: reopens the directory (no fault armed) and checks that
+ * it holds exactly what the session ended with. may_miss: a write fault hit
+ * the close's flush, which can only complain on stderr: a page it could not
+ * write may be missing, or (copy-on-write) at an older acknowledged version;
+ * never wrong bytes, and never a page dropped or lost in the session.
+ * Returns how many pages came back older or not at all. */
+static unsigned check_reopen(struct wl *w, const char *dir, bool may_miss, bool new_key)
+{
+    unsigned behind = 0;
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    kvt_engine *e = open_ok(&c);
+    kvt_stats s0 = t_stats(e);
+    uint64_t present = 0;
+    for (int i = 0; i < NK + 1; i++) {
+        kvt_key k = i < NK ? w->key[i] : t_key(77, 0, 0);
+        uint64_t mask = i < NK ? w->mask[i] : new_key ? VBIT(NEWKEY_V) : ABSENT;
+        uint64_t older = may_miss && i < NK ? w->hist[i] & ~mask : 0;
+        void *dst[1] = { w->buf[0] };
+        int found = -1;
+        memset(w->buf[0], 0xCD, PB);
+        int r = kvt_get(e, &k, 1, dst, 0, &found);
+        if (r) {
+            violation(w, "reopen: get of key %d: %s (%s)", i, kvt_strerror(r), kvt_last_error());
+            continue;
+        }
+        if (found != 1) {
+            if (!(mask & ABSENT) && !may_miss)
+                violation(w, "reopen: acknowledged key %d (mask %#llx) is missing", i,
+                          (unsigned long long)mask);
+            behind += !(mask & ABSENT);
+            continue;
+        }
+        present++;
+        int ok = 0, old = 0;
+        for (uint32_t v = 0; v <= MAXV && !ok && !old; v++) {
+            ok = (mask & VBIT(v)) && t_check(w->buf[0], PB, k, v);
+            old = (older & VBIT(v)) && t_check(w->buf[0], PB, k, v);
+        }
+        behind += old;
+        if (!ok && !old)
+            violation(w, "reopen: key %d reads wrong bytes, an old version or came back "
+                      "(mask %#llx)", i, (unsigned long long)mask);
+    }
+    kvt_stats s = t_stats(e);
+    if (s0.pages != present)
+        violation(w, "reopen: %llu pages held, %llu of the workload's keys found",
+                  (unsigned long long)s0.pages, (unsigned long long)present);
+    if (s.errors_io || s.errors_corrupt)
+        violation(w, "reopen: errors_io %llu, errors_corrupt %llu with no fault armed",
+                  (unsigned long long)s.errors_io, (unsigned long long)s.errors_corrupt);
+    kvt_close(e);
+    return behind;
+}
+
+/* One run with the fault at N. Returns whether the fault fired. */
+static int sweep_run(const struct kvt_io_fault *f, struct sweep_totals *tot)
+{
+    char *dir = dir_new();
+    kvt_io_faulty_arm(NULL, f);
+    kvt_test_force_io(&kvt_io_faulty_ops);
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    struct wl w;
+    wl_init(&w, f);
+    w.e = open_ok(&c);
+    kvt_engine *e = w.e;
+
+    workload(&w);
+    op_flush(&w, "final flush");
+    op_get_all(&w, "final get");
+
+    /* the engine still works: a new page round-trips */
+    kvt_key nk = t_key(77, 0, 0);
+    void *p = NULL;
+    bool new_key = false;
+    int r = kvt_create(e, nk, &p);
+    if (account(&w, "create after fault", r) == 0) {
+        t_fill(p, PB, nk, NEWKEY_V);
+        new_key = account(&w, "release", kvt_release(e, &nk, 1, 1)) == 0;
+        void *dst[1] = { w.buf[0] };
+        int found = 0;
+        if (account(&w, "get new page", kvt_get(e, &nk, 1, dst, 0, &found)) == 0 &&
+            (found != 1 || !t_check(w.buf[0], PB, nk, NEWKEY_V)))
+            violation(&w, "a page created after the fault reads back wrong");
+    }
+    call_begin(&w, NULL, 0);
+
+    kvt_stats s = t_stats(e);
+    uint64_t held_min = r == 0, held_max = r == 0; /* the new page */
+    for (int i = 0; i < NK; i++) {
+        held_min += !(w.mask[i] & ABSENT);
+        held_max += (w.mask[i] & ~ABSENT) != 0;
+    }
+    if (s.pinned_pages != 0)
+        violation(&w, "%llu pages still pinned", (unsigned long long)s.pinned_pages);
+    if (s.pages < held_min || s.pages > held_max)
+        violation(&w, "%llu pages held, the model has %llu to %llu", (unsigned long long)s.pages,
+                  (unsigned long long)held_min, (unsigned long long)held_max);
+    int fired = w.fired;
+    if (fired) {
+        if (s.errors_io + s.errors_corrupt == 0)
+            violation(&w, "the fault fired but errors_io and errors_corrupt are 0");
+        if ((f->err == -EIO || f->err == 0) && s.ssd_bad_slots == 0)
+            violation(&w, "an -EIO fired but no SSD slot was retired");
+    }
+    if ((f->op == KVT_IOF_READ || f->op == KVT_IOF_SHORT_READ) && !f->repeat && w.lost > 1)
+        violation(&w, "one failed read lost %u pages", w.lost);
+    if (!w.read_mode && w.lost)
+        violation(&w, "a write fault lost %u pages", w.lost);
+
+    kvt_close(e);
+    uint64_t ops = kvt_io_faulty_count(f->op);
+    int fired_at_close = !fired && ops >= f->nth;
+
+    /* a fresh, clean engine over the same directory: exactly what was held */
+    struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
+    kvt_io_faulty_arm(NULL, &none);
+    unsigned behind =
+        check_reopen(&w, dir, fired_at_close || (w.repeat && fired && !w.read_mode), new_key);
+    kvt_test_force_io(NULL);
+
+    tot->runs++;
+    tot->fired += fired || fired_at_close;
+    tot->fired_at_close += fired_at_close;
+    tot->with_errors += w.errors > 0;
+    tot->with_lost += w.lost > 0;
+    tot->lost += w.lost;
+    tot->with_efull += w.efull > 0;
+    tot->behind += behind;
+    if (ops > tot->max_ops)
+        tot->max_ops = ops;
+    if (w.violations) {
+        tot->violating++;
+        print_error("N=%llu (fault %s): %u violations; first: %s\n", (unsigned long long)f->nth,
+                    fired ? "fired" : fired_at_close ? "fired at close" : "did not fire",
+                    w.violations, w.first);
+    }
+    if (getenv("KVT_TEST_VERBOSE") && w.errors)
+        print_message("N=%llu: %u API errors, first: %s\n", (unsigned long long)f->nth, w.errors,
+                      w.first_err);
+    if (!fired && !fired_at_close && w.errors) {
+        print_error("N=%llu: the fault never fired, yet %u calls failed; first: %s\n",
+                    (unsigned long long)f->nth, w.errors, w.first_err);
+        tot->violating++;
+    }
+    wl_free(&w);
+    dir_free(dir);
+    return fired || fired_at_close;
+}
+
+static void sweep(enum kvt_io_fault_op op, int err, bool repeat, struct sweep_totals *tot)
+{
+    memset(tot, 0, sizeof(*tot));
+    for (uint64_t n = 1;; n++) {
+        if (n > MAX_SWEEP)
+            fail_msg("sweep did not end: the workload keeps making I/O");
+        struct kvt_io_fault f = { op, n, err, repeat };
+        if (!sweep_run(&f, tot))
+            break;
+    }
+    assert_true(tot->fired >= 1);
+    assert_int_equal(tot->fired + 1, tot->runs); /* fired each time, then once did not */
+}
+
+static void test_sweep_write_eio(void **state)
+{
+    struct sweep_totals t;
+    sweep(KVT_IOF_WRITE, -EIO, false, &t);
+    report("ssd write -EIO", &t);
+    assert_int_equal(t.violating, 0);
+    assert_true(t.fired >= 20); /* pages really went down to SSD, many times */
+    assert_int_equal(t.lost, 0);
+}
+
+static void test_sweep_write_enospc(void **state)
+{
+    struct sweep_totals t;
+    sweep(KVT_IOF_WRITE, -ENOSPC, false, &t);
+    report("ssd write -ENOSPC", &t);
+    assert_int_equal(t.violating, 0);
+    assert_true(t.fired >= 20);
+    assert_int_equal(t.lost, 0);
+}
+
+static void test_sweep_write_eio_repeat(void **state)
+{
+    struct sweep_totals t;
+    sweep(KVT_IOF_WRITE, -EIO, true, &t);
+    report("ssd write -EIO (repeat)", &t);
+    assert_int_equal(t.violating, 0);
+    assert_true(t.fired >= 20);
+    assert_int_equal(t.lost, 0);
+    assert_true(t.with_efull >= 1); /* a dead SSD leaves only HBM + DRAM: the workload fills them */
+}
+
+static void test_sweep_read_eio(void **state)
+{
+    struct sweep_totals t;
+    sweep(KVT_IOF_READ, -EIO, false, &t);
+    report("ssd read -EIO", &t);
+    assert_int_equal(t.violating, 0);
+    assert_true(t.fired >= 10);
+    assert_true(t.with_lost >= 1); /* a failed read loses that page, as designed */
+}
+
+static void test_sweep_short_read(void **state)
+{
+    struct sweep_totals t;
+    sweep(KVT_IOF_SHORT_READ, -EIO, false, &t);
+    report("ssd short read", &t);
+    assert_int_equal(t.violating, 0);
+    assert_true(t.fired >= 10);
+    assert_true(t.with_lost >= 1);
+}
+
+static void test_sweep_submit(void **state)
+{
+    struct sweep_totals t;
+    sweep(KVT_IOF_SUBMIT, -EIO, false, &t);
+    report("ssd submit -EIO", &t);
+    assert_int_equal(t.violating, 0);
+    assert_true(t.fired >= 10);
+}
+
+/* ====================================================== targeted faults */
+
+/* kvt_flush with persist promises durability on return: a write that fails
+ * under it must be retried elsewhere or reported. The child puts pages,
+ * arms the fault, flushes, reports the result and dies without closing; the
+ * parent reopens: if flush said 0, every page must be there. */
+static void flush_fault_child(const char *dir, const struct kvt_io_fault *f, int wfd)
+{
+    alarm(CHILD_ALARM);
+    kvt_io_faulty_arm(NULL, NULL);
+    kvt_test_force_io(&kvt_io_faulty_ops);
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    kvt_engine *e = NULL;
+    if (kvt_open(&c, &e))
+        _exit(2);
+    void *b = aligned_alloc(4096, PB);
+    for (uint32_t i = 0; i < 6; i++) { /* DRAM holds them all: no SSD write yet */
+        kvt_key k = t_key(3, 0, i);
+        t_fill(b, PB, k, 1);
+        const void *src[1] = { b };
+        if (kvt_put(e, &k, 1, src, 0))
+            _exit(3);
+    }
+    kvt_io_faulty_arm(NULL, f);
+    int r[2] = { kvt_flush(e), (int)kvt_io_faulty_count(f->op) };
+    if (write(wfd, r, sizeof(r)) != sizeof(r))
+        _exit(4);
+    _exit(0); /* a crash: no close, no flush at close */
+}
+
+static int flush_fault_case(const struct kvt_io_fault *f, const char *name)
+{
+    char *dir = dir_new();
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        flush_fault_child(dir, f, p[1]);
+    }
+    close(p[1]);
+    int r[2] = { 1, 0 }, status;
+    ssize_t got = read(p[0], r, sizeof(r));
+    close(p[0]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    char why[96];
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got != sizeof(r))
+        fail_msg("%s: the child failed: %s", name, child_end(status, why, sizeof(why)));
+    assert_true(r[1] >= 1); /* the fault fired */
+
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    kvt_engine *e = open_ok(&c);
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    unsigned present = 0;
+    for (uint32_t i = 0; i < 6; i++) {
+        kvt_key k = t_key(3, 0, i);
+        void *dst[1] = { b };
+        int found = -1;
+        assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
+        if (found == 1) {
+            assert_true(t_check(b, PB, k, 1));
+            present++;
+        }
+    }
+    print_message("%s: flush returned %d (%s), %u of 6 pages durable\n", name, r[0],
+                  kvt_strerror(r[0]), present);
+    int bad = r[0] == 0 && present != 6;
+    if (bad)
+        print_error("%s: kvt_flush returned 0 with persist, but after a crash only %u of 6 "
+                    "flushed pages are on SSD (a failed write is neither retried nor "
+                    "reported)\n", name, present);
+    kvt_close(e);
+    free(b);
+    dir_free(dir);
+    return bad;
+}
+
+static void test_flush_write_fault_durable(void **state)
+{
+    struct kvt_io_fault once = { KVT_IOF_WRITE, 1, -EIO, false };
+    struct kvt_io_fault always = { KVT_IOF_WRITE, 1, -EIO, true };
+    struct kvt_io_fault enospc = { KVT_IOF_WRITE, 1, -ENOSPC, false };
+    int bad = flush_fault_case(&once, "flush, 1st write -EIO");
+    bad += flush_fault_case(&enospc, "flush, 1st write -ENOSPC");
+    bad += flush_fault_case(&always, "flush, every write -EIO");
+    assert_int_equal(bad, 0);
+}
+
+/* Overwriting a flushed page with kvt_put must not make it vanish from the
+ * SSD before the new version is there: the child flushes K at version 1,
+ * puts version 2 over it, makes the mover run a round (an SSD read of another
+ * page), and dies. The parent must find K at version 1 or 2. */
+static void test_put_overwrite_crash(void **state)
+{
+    char *dir = dir_new();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(CHILD_ALARM);
+        kvt_config c = ssd_config(dir, 4, 8, 64);
+        kvt_engine *e = NULL;
+        if (kvt_open(&c, &e))
+            _exit(2);
+        void *b = aligned_alloc(4096, PB);
+        for (uint32_t i = 0; i < 16; i++) { /* more than DRAM holds: some go to SSD */
+            kvt_key k = t_key(4, 0, i);
+            t_fill(b, PB, k, 1);
+            const void *src[1] = { b };
+            if (kvt_put(e, &k, 1, src, 0))
+                _exit(3);
+        }
+        if (kvt_flush(e))
+            _exit(4);
+        kvt_key k0 = t_key(4, 0, 0);
+        kvt_tier where[16];
+        kvt_key ks[16];
+        for (uint32_t i = 0; i < 16; i++)
+            ks[i] = t_key(4, 0, i);
+        if (kvt_exists(e, ks, 16, where) != 16)
+            _exit(5);
+        int ssd_only = -1;
+        for (int i = 1; i < 16 && ssd_only < 0; i++)
+            if (where[i] == KVT_TIER_SSD)
+                ssd_only = i;
+        if (ssd_only < 0)
+            _exit(6);
+        t_fill(b, PB, k0, 2);
+        const void *src[1] = { b };
+        if (kvt_put(e, &k0, 1, src, 0))
+            _exit(7);
+        /* the read runs in a mover round, which first commits pending deletions */
+        void *dst[1] = { b };
+        int found = 0;
+        if (kvt_get(e, &ks[ssd_only], 1, dst, 0, &found) || found != 1)
+            _exit(8);
+        _exit(0); /* crash */
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    char why[96];
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the child failed: %s", child_end(status, why, sizeof(why)));
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    kvt_engine *e = open_ok(&c);
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    unsigned present = 0;
+    int k0_found = -1;
+    for (uint32_t i = 0; i < 16; i++) {
+        kvt_key k = t_key(4, 0, i);
+        void *dst[1] = { b };
+        int found = -1;
+        assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
+        if (i == 0)
+            k0_found = found;
+        if (found != 1)
+            continue;
+        present++;
+        assert_true(t_check(b, PB, k, 1) || (i == 0 && t_check(b, PB, k, 2)));
+    }
+    kvt_close(e);
+    free(b);
+    dir_free(dir);
+    if (k0_found != 1)
+        fail_msg("a flushed page overwritten by kvt_put is gone after a crash: the old "
+                 "version's index entry was deleted before the new version was written");
+    assert_int_equal(present, 16);
+}
+
+/* A read fault on a page that lives only on SSD: acquire reports -EIO, the
+ * page is gone (a miss from then on, also after a reopen), its slot retired,
+ * and every other page is intact. */
+static void test_read_fault_loses_one_page(void **state)
+{
+    char *dir = dir_new();
+    struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
+    kvt_io_faulty_arm(NULL, &none);
+    kvt_test_force_io(&kvt_io_faulty_ops);
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    kvt_engine *e = open_ok(&c);
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    kvt_key ks[16];
+    for (uint32_t i = 0; i < 16; i++) {
+        ks[i] = t_key(5, 0, i);
+        t_fill(b, PB, ks[i], 1);
+        const void *src[1] = { b };
+        assert_int_equal(kvt_put(e, &ks[i], 1, src, 0), 0);
+    }
+    kvt_tier where[16];
+    assert_int_equal(kvt_exists(e, ks, 16, where), 16);
+    int a = -1;
+    for (int i = 0; i < 16 && a < 0; i++)
+        if (where[i] == KVT_TIER_SSD)
+            a = i;
+    assert_true(a >= 0);
+
+    struct kvt_io_fault f = { KVT_IOF_READ, 1, -EIO, false };
+    kvt_io_faulty_arm(NULL, &f);
+    void *d = NULL;
+    assert_int_equal(kvt_acquire(e, &ks[a], 1, &d), -EIO);
+    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 1);
+    kvt_stats s = t_stats(e);
+    assert_int_equal(s.errors_io, 1);
+    assert_int_equal(s.errors_corrupt, 0);
+    assert_int_equal(s.ssd_bad_slots, 1);
+    assert_int_equal(s.pinned_pages, 0);
+    assert_int_equal(s.pages, 15);
+    assert_int_equal(kvt_acquire(e, &ks[a], 1, &d), KVT_ENOTFOUND);
+    void *dst[1] = { b };
+    int found = -1;
+    assert_int_equal(kvt_get(e, &ks[a], 1, dst, 0, &found), 0);
+    assert_int_equal(found, 0);
+
+    /* a get with found == NULL reports a loss as an error, never as bytes */
+    assert_int_equal(kvt_exists(e, ks, 16, where), a);
+    int other = -1;
+    for (int i = 0; i < 16 && other < 0; i++)
+        if (i != a && where[i] == KVT_TIER_SSD)
+            other = i;
+    assert_true(other >= 0);
+    f.nth = 1;
+    kvt_io_faulty_arm(NULL, &f);
+    memset(b, 0xCD, PB);
+    int r = kvt_get(e, &ks[other], 1, dst, 0, NULL);
+    assert_true(r == -EIO || r == KVT_ECORRUPT);
+    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 1);
+    assert_int_equal(t_stats(e).pages, 14);
+    kvt_close(e);
+
+    kvt_io_faulty_arm(NULL, &none);
+    e = open_ok(&c);
+    unsigned present = 0;
+    for (int i = 0; i < 16; i++) {
+        found = -1;
+        assert_int_equal(kvt_get(e, &ks[i], 1, dst, 0, &found), 0);
+        if (i == a || i == other) {
+            assert_int_equal(found, 0); /* lost stays lost */
+            continue;
+        }
+        assert_int_equal(found, 1);
+        assert_true(t_check(b, PB, ks[i], 1));
+        present++;
+    }
+    assert_int_equal(present, 14);
+    assert_int_equal(t_stats(e).errors_io, 0);
+    kvt_close(e);
+    kvt_test_force_io(NULL);
+    free(b);
+    dir_free(dir);
+}
+
+/* A reopened engine whose first SSD work is a deletion (a drop of a page
+ * that lives only on SSD) runs a mover round with no job ever queued. Runs in
+ * a child so that a sanitizer abort fails this test only. */
+static void test_drop_before_any_ssd_job(void **state)
+{
+    char *dir = dir_new();
+    kvt_test_force_io(NULL);
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    kvt_engine *e = open_ok(&c);
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    for (uint32_t i = 0; i < 12; i++) {
+        kvt_key k = t_key(8, 0, i);
+        t_fill(b, PB, k, 1);
+        const void *src[1] = { b };
+        assert_int_equal(kvt_put(e, &k, 1, src, 0), 0);
+    }
+    kvt_close(e); /* persist: everything is on SSD now */
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(CHILD_ALARM);
+        kvt_engine *ce = NULL;
+        if (kvt_open(&c, &ce))
+            _exit(2);
+        kvt_key k = t_key(8, 0, 3);
+        if (kvt_drop(ce, &k, 1))
+            _exit(3);
+        if (kvt_flush(ce)) /* waits for the deletion's round */
+            _exit(4);
+        kvt_close(ce);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    char why[96];
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        print_error("drop, then flush, in a freshly reopened engine: the child failed: %s\n",
+                    child_end(status, why, sizeof(why)));
+    int child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+
+    e = open_ok(&c);
+    for (uint32_t i = 0; i < 12; i++) {
+        kvt_key k = t_key(8, 0, i);
+        void *dst[1] = { b };
+        int found = -1;
+        assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
+        if (child_ok)
+            assert_int_equal(found, i != 3);
+        if (found == 1)
+            assert_true(t_check(b, PB, k, 1));
+    }
+    kvt_close(e);
+    free(b);
+    dir_free(dir);
+    assert_true(child_ok);
+}
+
+/* =============================================================== io_uring */
+
+static void test_uring_disabled(void **state)
+{
+    char *dir = dir_new();
+    kvt_test_force_io(NULL);
+    const char *old = getenv("KVT_IO_URING_DISABLE");
+    char *saved = old ? strdup(old) : NULL;
+    assert_int_equal(setenv("KVT_IO_URING_DISABLE", "1", 1), 0);
+
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    c.io_backend = KVT_IO_URING;
+    kvt_engine *e = (kvt_engine *)(uintptr_t)0x1;
+    int r = kvt_open(&c, &e);
+    print_message("io_backend URING with io_uring disabled: %s (%s)\n", kvt_strerror(r),
+                  kvt_last_error());
+    assert_true(r < 0);
+    assert_null(e);
+    assert_true(r == -EPERM || r == KVT_ENOTSUP);
+    assert_non_null(strstr(kvt_last_error(), "io_uring"));
+
+    c.io_backend = KVT_IO_AUTO;
+    e = open_ok(&c);
+    kvt_stats s = t_stats(e);
+    assert_int_equal(s.io_fallback, 1);
+    /* and the pool moves pages: more than HBM + DRAM hold */
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    for (uint32_t i = 0; i < 20; i++) {
+        kvt_key k = t_key(6, 0, i);
+        t_fill(b, PB, k, 1);
+        const void *src[1] = { b };
+        assert_int_equal(kvt_put(e, &k, 1, src, 0), 0);
+    }
+    for (uint32_t i = 0; i < 20; i++) {
+        kvt_key k = t_key(6, 0, i);
+        void *dst[1] = { b };
+        int found = 0;
+        assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
+        assert_int_equal(found, 1);
+        assert_true(t_check(b, PB, k, 1));
+    }
+    s = t_stats(e);
+    assert_true(s.bytes_down[KVT_TIER_DRAM] > 0 && s.bytes_up[KVT_TIER_DRAM] > 0);
+    kvt_close(e);
+
+    c.io_backend = KVT_IO_PSYNC; /* asked for by name: not a fallback */
+    e = open_ok(&c);
+    assert_int_equal(t_stats(e).io_fallback, 0);
+    kvt_close(e);
+
+    if (saved) {
+        setenv("KVT_IO_URING_DISABLE", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("KVT_IO_URING_DISABLE");
+    }
+    free(b);
+    dir_free(dir);
+}
+
+/* ================================================================= crash */
+
+#define CK 48              /* the child's keys: (9, i % 3, i) */
+#define CRASH_CYCLES 32
+#define FLUSH_EVERY 24     /* ops between flushes */
+
+enum { R_PUT = 1, R_WRITE, R_CREATE, R_DROP, R_FLUSH };
+
+struct rec {
+    uint8_t type;
+    uint8_t pad;
+    uint16_t key;
+    uint32_t ver;          /* the version written; the flush number for R_FLUSH */
+};
+
+static kvt_key ckey(int i)
+{
+    return t_key(9, (uint32_t)i % 3, (uint32_t)i);
+}
+
+/* A page's content for (key, version) with 32-bit versions (t_word folds the
+ * version into 8 bits, so it goes into the key too), compressible so that
+ * the zstd codecs store it compressed: a random first quarter, then the
+ * first 64 words repeated. */
+static kvt_key vkey(kvt_key k, uint32_t v)
+{
+    k.id ^= (uint64_t)v << 32;
+    return k;
+}
+
+static void c_fill(void *p, kvt_key k, uint32_t v)
+{
+    uint64_t *w = p;
+    kvt_key vk = vkey(k, v);
+    for (size_t i = 0; i < PB / 8; i++)
+        w[i] = t_word(vk, v, i < PB / 32 ? i : i % 64);
+}
+
+static int c_check(const void *p, kvt_key k, uint32_t v)
+{
+    const uint64_t *w = p;
+    kvt_key vk = vkey(k, v);
+    for (size_t i = 0; i < PB / 8; i++)
+        if (w[i] != t_word(vk, v, i < PB / 32 ? i : i % 64))
+            return 0;
+    return 1;
+}
+
+static kvt_config crash_config(const char *dir, int cycle)
+{
+    kvt_config c = ssd_config(dir, 4, 8, 160);
+    c.codec = cycle % 3; /* NONE, ZSTD, ZSTD_SHUFFLE16 */
+    c.io_backend = KVT_IO_AUTO;
+    c.queue_depth = 8;
+    return c;
+}
+
+static void crash_log(int wfd, uint8_t type, int key, uint32_t ver)
+{
+    struct rec r = { type, 0, (uint16_t)key, ver };
+    if (write(wfd, &r, sizeof(r)) != sizeof(r))
+        _exit(40);
+}
+
+/* The child: cur[] is the state the parent found (inherited through fork);
+ * versions start at base. Exits only on an error (the code says which). */
+static void crash_child(const char *dir, int cycle, const uint32_t *cur0, uint32_t base,
+                        unsigned seed, int wfd)
+{
+    uint32_t cur[CK], v = base;
+    alarm(CHILD_ALARM); /* never outlive the test */
+    memcpy(cur, cur0, sizeof(cur));
+    kvt_config c = crash_config(dir, cycle);
+    kvt_engine *e = NULL;
+    if (kvt_open(&c, &e))
+        _exit(2);
+    void *b = aligned_alloc(4096, PB);
+    if (!b)
+        _exit(3);
+    for (uint32_t op = 1, flushes = 0;; op++) {
+        if (op % FLUSH_EVERY == 0) {
+            if (kvt_flush(e))
+                _exit(16);
+            crash_log(wfd, R_FLUSH, 0, ++flushes);
+            continue;
+        }
+        int i = (int)(rand_r(&seed) % CK), what = (int)(rand_r(&seed) % 10);
+        kvt_key k = ckey(i);
+        if (what < 4) {
+            crash_log(wfd, R_PUT, i, ++v);
+            c_fill(b, k, v);
+            const void *src[1] = { b };
+            if (kvt_put(e, &k, 1, src, 0))
+                _exit(10);
+            cur[i] = v;
+        } else if (what < 6 && cur[i]) {
+            void *d = NULL;
+            if (kvt_acquire(e, &k, 1, &d))
+                _exit(13);
+            if (!c_check(d, k, cur[i]))
+                _exit(14);
+            crash_log(wfd, R_WRITE, i, ++v);
+            c_fill(d, k, v);
+            if (kvt_release(e, &k, 1, 1))
+                _exit(12);
+            cur[i] = v;
+        } else if (what < 6) {
+            void *d = NULL;
+            crash_log(wfd, R_CREATE, i, ++v);
+            if (kvt_create(e, k, &d))
+                _exit(11);
+            c_fill(d, k, v);
+            if (kvt_release(e, &k, 1, 1))
+                _exit(12);
+            cur[i] = v;
+        } else if (what < 7) {
+            crash_log(wfd, R_DROP, i, 0);
+            if (kvt_drop(e, &k, 1))
+                _exit(15);
+            cur[i] = 0;
+        } else {
+            void *dst[1] = { b };
+            int found = -1;
+            if (kvt_get(e, &k, 1, dst, 0, &found))
+                _exit(17);
+            if (found != (cur[i] != 0) || (found && !c_check(b, k, cur[i])))
+                _exit(18);
+        }
+    }
+}
+
+static const char *crash_exit_why(int code)
+{
+    switch (code) {
+    case 2: return "kvt_open failed";
+    case 10: return "kvt_put failed";
+    case 11: return "kvt_create failed";
+    case 12: return "kvt_release failed";
+    case 13: return "kvt_acquire failed";
+    case 14: return "kvt_acquire served wrong bytes";
+    case 15: return "kvt_drop failed";
+    case 16: return "kvt_flush failed";
+    case 17: return "kvt_get failed";
+    case 18: return "kvt_get served wrong bytes or a wrong miss";
+    case 40: return "writing the log failed";
+    case 1: return "a sanitizer report (see stderr)";
+    default: return "?";
+    }
+}
+
+struct crash_totals {
+    unsigned cycles, with_flush, flushes, ops_logged, present, newer, absent_by_drop,
+        unflushed_drop_absent, put_vanished;
+};
+
+/* Reads what the child logged. With until_flush, blocks until one flush is
+ * logged: returns 1 then, 0 at EOF (the child is gone), -1 after
+ * CHILD_ALARM seconds without a record (the child hangs). Otherwise reads
+ * what is there (non-blocking fd) or to EOF (blocking fd) and returns 0. */
+static int crash_read(int fd, struct rec **log, size_t *n, size_t *cap, bool until_flush)
+{
+    for (;;) {
+        if (*n == *cap) {
+            *cap = *cap ? *cap * 2 : 4096;
+            *log = realloc(*log, *cap * sizeof(**log));
+            assert_non_null(*log);
+        }
+        if (until_flush) {
+            struct pollfd pf = { fd, POLLIN, 0 };
+            if (poll(&pf, 1, CHILD_ALARM * 1000) == 0)
+                return -1;
+        }
+        ssize_t got = read(fd, &(*log)[*n], sizeof(struct rec));
+        if (got <= 0)
+            return 0; /* EOF (the child is gone) or nothing now (non-blocking) */
+        assert_int_equal(got, sizeof(struct rec)); /* records are written whole */
+        if ((*log)[(*n)++].type == R_FLUSH && until_flush)
+            return 1;
+    }
+}
+
+/* Checks the directory after the kill against the log and returns (in cur)
+ * what it holds, for the next child. Returns 0, or -1 with a message. */
+static int crash_check(const char *dir, int cycle, uint32_t *cur, const struct rec *log,
+                       size_t n, struct crash_totals *tot, char *err, size_t errlen)
+{
+    static const char *const names[] = { "", "put", "rewrite", "create", "drop" };
+    /* the state the last logged flush made durable */
+    size_t last_flush = 0; /* records before it */
+    for (size_t j = 0; j < n; j++)
+        if (log[j].type == R_FLUSH)
+            last_flush = j;
+    uint32_t flushed[CK];
+    memcpy(flushed, cur, sizeof(flushed));
+    for (size_t j = 0; j < last_flush; j++)
+        if (log[j].type != R_FLUSH)
+            flushed[log[j].key] = log[j].type == R_DROP ? 0 : log[j].ver;
+
+    kvt_config c = crash_config(dir, cycle + 1);
+    kvt_engine *e = open_ok(&c);
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    uint32_t present = 0;
+    err[0] = 0;
+    for (int i = 0; i < CK && !err[0]; i++) {
+        kvt_key k = ckey(i);
+        void *dst[1] = { b };
+        int found = -1;
+        memset(b, 0xCD, PB);
+        int r = kvt_get(e, &k, 1, dst, 0, &found);
+        if (r) {
+            snprintf(err, errlen, "cycle %d: get of key %d after the kill: %s (%s)", cycle, i,
+                     kvt_strerror(r), kvt_last_error());
+            break;
+        }
+        /* what happened to key i since the last flush */
+        bool dropped_later = false, put_later = false;
+        char later[160] = "";
+        size_t at = 0;
+        for (size_t j = last_flush; j < n; j++) {
+            if (log[j].key != i || log[j].type == R_FLUSH)
+                continue;
+            dropped_later |= log[j].type == R_DROP;
+            put_later |= log[j].type == R_PUT;
+            if (at + 16 < sizeof(later))
+                at += (size_t)snprintf(later + at, sizeof(later) - at, " %s %u",
+                                       names[log[j].type], log[j].ver);
+        }
+        /* allowed: the flushed state, or the state after any later op */
+        uint32_t got = 0;
+        if (found == 1) {
+            if (flushed[i] && c_check(b, k, flushed[i]))
+                got = flushed[i];
+            for (size_t j = last_flush; j < n && !got; j++)
+                if (log[j].key == i && log[j].type != R_FLUSH && log[j].type != R_DROP &&
+                    c_check(b, k, log[j].ver))
+                    got = log[j].ver;
+            if (!got)
+                snprintf(err, errlen, "cycle %d: key %d holds bytes of no version the child "
+                         "wrote for it (flushed version %u; since then:%s)", cycle, i,
+                         flushed[i], later[0] ? later : " nothing");
+            present++;
+            tot->newer += got && got != flushed[i];
+        } else if (flushed[i] && !dropped_later && put_later) {
+            /* test_put_overwrite_crash isolates this: counted, reported at the end */
+            if (tot->put_vanished++ == 0)
+                print_error("cycle %d: key %d was flushed at version %u and is gone after the "
+                            "kill; since that flush:%s\n", cycle, i, flushed[i], later);
+        } else if (flushed[i] && !dropped_later) {
+            snprintf(err, errlen, "cycle %d: key %d was flushed at version %u and is gone "
+                     "after the kill (%zu ops logged, the last flush after %zu; since then:%s)",
+                     cycle, i, flushed[i], n, last_flush, later[0] ? later : " nothing");
+        } else {
+            tot->absent_by_drop += !flushed[i];
+            tot->unflushed_drop_absent += flushed[i] && dropped_later;
+        }
+        cur[i] = got;
+    }
+    kvt_stats s = t_stats(e);
+    if (!err[0] && s.pages != present)
+        snprintf(err, errlen, "cycle %d: %llu pages held, %u of the child's keys present",
+                 cycle, (unsigned long long)s.pages, present);
+    if (!err[0] && (s.errors_corrupt || s.errors_io))
+        snprintf(err, errlen, "cycle %d: errors_corrupt %llu, errors_io %llu reading back",
+                 cycle, (unsigned long long)s.errors_corrupt, (unsigned long long)s.errors_io);
+    kvt_close(e);
+    free(b);
+    tot->present += present;
+    return err[0] ? -1 : 0;
+}
+
+static void test_crash_kill(void **state)
+{
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    if (getenv("KVT_CRASH_SEED"))
+        seed = (unsigned)strtoul(getenv("KVT_CRASH_SEED"), NULL, 0);
+    print_message("ssd crash seed %u (KVT_CRASH_SEED replays the kill times)\n", seed);
+    char *dir = dir_new();
+    kvt_test_force_io(NULL);
+    uint32_t cur[CK] = { 0 };
+    struct crash_totals tot = { 0 };
+    struct rec *log = NULL;
+    size_t cap = 0;
+    char err[512] = "";
+    for (int cycle = 0; cycle < CRASH_CYCLES && !err[0]; cycle++) {
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+        unsigned child_seed = (unsigned)rand_r(&seed);
+        uint32_t base = (uint32_t)(cycle + 1) << 20;
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            close(p[0]);
+            crash_child(dir, cycle, cur, base, child_seed, p[1]);
+        }
+        close(p[1]);
+        size_t n = 0;
+        /* every other cycle dies only after its first flush, so that the
+         * test never passes on children killed before they did anything */
+        if (cycle % 2 == 1 && crash_read(p[0], &log, &n, &cap, true) < 0)
+            snprintf(err, sizeof(err), "cycle %d: no flush logged in %d s: the child hangs",
+                     cycle, CHILD_ALARM);
+        assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+        struct timespec t0, t1;
+        unsigned wait_ms = 2 + (unsigned)rand_r(&seed) % 100;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) { /* keep the pipe drained while the child runs */
+            crash_read(p[0], &log, &n, &cap, false);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+            if (ms >= (long)wait_ms)
+                break;
+            struct pollfd pf = { p[0], POLLIN, 0 };
+            poll(&pf, 1, (int)(wait_ms - (unsigned)ms));
+        }
+        kill(pid, SIGKILL); /* it may be gone already: waitpid says how it ended */
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        char why[96];
+        if (!err[0] && WIFEXITED(status))
+            snprintf(err, sizeof(err), "cycle %d: the child ended before the kill: %s, %s",
+                     cycle, child_end(status, why, sizeof(why)),
+                     crash_exit_why(WEXITSTATUS(status)));
+        else if (!err[0] && !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL))
+            snprintf(err, sizeof(err), "cycle %d: the child ended before the kill: %s", cycle,
+                     child_end(status, why, sizeof(why)));
+        assert_int_equal(fcntl(p[0], F_SETFL, 0), 0);
+        crash_read(p[0], &log, &n, &cap, false); /* what is left, to EOF */
+        close(p[0]);
+        if (err[0])
+            break;
+
+        unsigned fl = 0;
+        for (size_t j = 0; j < n; j++)
+            fl += log[j].type == R_FLUSH;
+        tot.cycles++;
+        tot.with_flush += fl > 0;
+        tot.flushes += fl;
+        tot.ops_logged += (unsigned)n - fl;
+        crash_check(dir, cycle, cur, log, n, &tot, err, sizeof(err));
+    }
+    print_message("ssd crash: %u kills, %u after a flush (%u flushes, %u ops logged); "
+                  "after the kills %u pages present (%u at a version newer than the last "
+                  "flush), %u absent as flushed, %u absent by an unflushed drop, %u flushed "
+                  "pages gone after an unflushed kvt_put over them\n",
+                  tot.cycles, tot.with_flush, tot.flushes, tot.ops_logged, tot.present,
+                  tot.newer, tot.absent_by_drop, tot.unflushed_drop_absent, tot.put_vanished);
+    free(log);
+    dir_free(dir);
+    if (err[0])
+        fail_msg("%s", err);
+    assert_int_equal(tot.cycles, CRASH_CYCLES);
+    assert_true(tot.with_flush >= CRASH_CYCLES / 2);
+    if (tot.put_vanished)
+        fail_msg("%u flushed pages vanished after a kill because kvt_put overwrote them "
+                 "(see test_put_overwrite_crash)", tot.put_vanished);
+}
+
+int main(int argc, char **argv)
+{
+    /* optional: a test-name pattern to run, then one to skip (debugging) */
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    if (argc > 2)
+        cmocka_set_skip_filter(argv[2]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_uring_disabled),
+        cmocka_unit_test(test_read_fault_loses_one_page),
+        cmocka_unit_test(test_flush_write_fault_durable),
+        cmocka_unit_test(test_put_overwrite_crash),
+        cmocka_unit_test(test_drop_before_any_ssd_job),
+        cmocka_unit_test(test_sweep_write_eio),
+        cmocka_unit_test(test_sweep_write_enospc),
+        cmocka_unit_test(test_sweep_write_eio_repeat),
+        cmocka_unit_test(test_sweep_read_eio),
+        cmocka_unit_test(test_sweep_short_read),
+        cmocka_unit_test(test_sweep_submit),
+        cmocka_unit_test(test_crash_kill),
+    };
+    alarm(280); /* a hang ends the program instead of CI */
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
