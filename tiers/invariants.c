@@ -64,7 +64,7 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
         t->resident[v] += !!(p->flags & (PG_VALID_HBM << v));
     t->dirty += (p->flags & PG_VALID_HBM) && !(p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
     t->pinned += p->pins > 0;
-    t->redundant += (p->flags & PG_VALID_DRAM) && (p->flags & (PG_VALID_HBM | PG_VALID_SSD));
+    t->redundant += (p->flags & PG_VALID_DRAM) && (p->flags & PG_VALID_HBM);
 }
 
 void kvt_check_invariants(kvt_engine *e)
@@ -78,7 +78,7 @@ void kvt_check_invariants(kvt_engine *e)
     uint64_t red = 0;
     for (uint32_t pg = e->red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
-        CHECK((p->flags & PG_VALID_DRAM) && (p->flags & (PG_VALID_HBM | PG_VALID_SSD)), pg,
+        CHECK((p->flags & PG_VALID_DRAM) && (p->flags & PG_VALID_HBM), pg,
               "listed as a redundant DRAM copy but is not one");
         red++;
     }

@@ -185,9 +185,10 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
                 return KVT_EFULL;
             continue; /* stage_up used the room: look again */
         }
-        e->room_waiters += room == -EAGAIN;
+        /* Slots freed while we wait are ours: the prefetcher stands back. */
+        e->room_waiters++;
         int r = kvt_wait_on(e, &w, true);
-        e->room_waiters -= room == -EAGAIN;
+        e->room_waiters--;
         if (r < 0)
             return kvt_fail(r, "a transfer that makes room failed: %s", kvt_strerror(r));
         if (e->failed)

@@ -125,7 +125,7 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
 
 static void prefetch_dram(kvt_engine *e, uint32_t budget)
 {
-    if (!e->ssd || e->ssd_busy >= budget)
+    if (!e->ssd || e->ssd_busy >= budget || e->room_waiters)
         return;
     uint32_t cand[MAXBATCH];
     uint32_t want = budget - (uint32_t)e->ssd_busy;

@@ -249,16 +249,20 @@ static bool usable_dram_evict(void *ctx, uint32_t pg)
     return e->ssd || (p->flags & (PG_VALID_HBM | PG_VALID_SSD));
 }
 
+/* DRAM-only pages: the ones a write-back turns clean. */
+static bool usable_dram_dirty(void *ctx, uint32_t pg)
+{
+    kvt_engine *e = ctx;
+    const struct kvt_page *p = kvt_pg(&e->pt, pg);
+    return p->xfer == XFER_NONE && !p->busy && !(p->flags & (PG_VALID_HBM | PG_VALID_SSD));
+}
+
 int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
 {
     struct kvt_arena *d = &e->arena[KVT_TIER_DRAM];
     uint32_t coming = 0;
-    /* Going to SSD costs a round: write a batch (up to a queue depth, at most
-     * 1/8 of DRAM) so the next callers find room without another one. */
-    uint32_t batch = e->cfg.queue_depth < d->nslots / 8 ? e->cfg.queue_depth : d->nslots / 8;
-    uint32_t goal = need > batch ? need : batch;
     /* nfree counts the spare slot, which only evictions may take. */
-    while ((d->nfree ? d->nfree - 1 : 0) + coming < (coming ? goal : need)) {
+    while ((d->nfree ? d->nfree - 1 : 0) + coming < need) {
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_evict, e);
         if (v == KVT_NONE)
             break;
@@ -277,6 +281,16 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
         if (q < 0)
             break;
         coming++;
+    }
+    /* Going to SSD costs a round trip: while at it, write a batch more of the
+     * coldest DRAM-only pages (up to a queue depth, at most 1/8 of DRAM), but
+     * keep them: they turn clean, so the next callers drop them for free, in
+     * the policy's order, instead of being evicted early here. */
+    uint32_t batch = e->cfg.queue_depth < d->nslots / 8 ? e->cfg.queue_depth : d->nslots / 8;
+    for (uint32_t extra = 0; coming && extra < batch; extra++) {
+        uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_dirty, e);
+        if (v == KVT_NONE || kvt_ssd_queue_write(e, v, false) < 0)
+            break;
     }
     if ((d->nfree ? d->nfree - 1 : 0) >= need)
         return 0;

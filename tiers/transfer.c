@@ -23,9 +23,12 @@ static inline bool pg_dirty_flags(uint16_t f)
     return (f & PG_VALID_HBM) && !(f & LOWER_VALID);
 }
 
+/* A DRAM copy whose page is also current in HBM: it can go at no cost
+ * now (the page just turns dirty in HBM). DRAM copies backed by SSD are not
+ * on this list: those leave in the policy's order (kvt_dram_slot). */
 static inline bool pg_redundant_dram(uint16_t f)
 {
-    return (f & PG_VALID_DRAM) && (f & (PG_VALID_HBM | PG_VALID_SSD));
+    return (f & PG_VALID_DRAM) && (f & PG_VALID_HBM);
 }
 
 static void red_link(kvt_engine *e, uint32_t pg)
@@ -301,9 +304,36 @@ static uint32_t redundant_victim(kvt_engine *e)
     return KVT_NONE;
 }
 
+static bool clean_on_ssd(void *ctx, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
+    return p->xfer == XFER_NONE && !p->busy && (p->flags & PG_VALID_SSD) &&
+           !(p->pins && !(p->flags & PG_VALID_HBM));
+}
+
+static bool movable_dram(void *ctx, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
+    return p->xfer == XFER_NONE && !p->busy && !(p->pins && !(p->flags & PG_VALID_HBM));
+}
+
+/* The DRAM copy the policy would drop first, if SSD also holds it. When the
+ * policy's first choice is a page only in DRAM, none: that one must be
+ * written down (kvt_make_room_dram) rather than a page needed sooner
+ * dropped in its place. */
+static uint32_t ssd_backed_victim(kvt_engine *e)
+{
+    if (!e->ssd)
+        return KVT_NONE;
+    uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, movable_dram, e);
+    return v != KVT_NONE && clean_on_ssd(e, v) ? v : KVT_NONE;
+}
+
 static void restore_spare(kvt_engine *e)
 {
-    uint32_t v = redundant_victim(e);
+    uint32_t v = ssd_backed_victim(e);
+    if (v == KVT_NONE)
+        v = redundant_victim(e);
     if (v == KVT_NONE)
         return;
     page_flags(e, v, 0, PG_VALID_DRAM);
@@ -312,7 +342,8 @@ static void restore_spare(kvt_engine *e)
 }
 
 /* A DRAM slot for page pg: a free one, or (KVT_SLOT_STEAL) the slot of a
- * page whose HBM copy stays valid. Stealing turns that page dirty again, so
+ * page that keeps a copy on SSD or in HBM. Stealing from HBM turns that page
+ * dirty again, so
  * write-back for its own sake (flush, the mover) must not steal: it would
  * only move the dirt around. KVT_NONE when there is no room.
  *
@@ -327,7 +358,12 @@ uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how)
     if (d->nfree > 1)
         return kvt_arena_alloc(d, pg);
     if (how & KVT_SLOT_STEAL) {
-        uint32_t v = redundant_victim(e);
+        /* Pages SSD also holds go in the policy's order (no I/O now, a read
+         * later); then copies of pages current in HBM (no I/O now, a
+         * write-back when that page leaves HBM). */
+        uint32_t v = ssd_backed_victim(e);
+        if (v == KVT_NONE)
+            v = redundant_victim(e);
         if (v != KVT_NONE) {
             page_flags(e, v, 0, PG_VALID_DRAM);
             kvt_page_sync(e, v, false);
