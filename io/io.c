@@ -14,6 +14,7 @@
  * and every time into the caller's note, which the engine shows in stats.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -120,3 +121,18 @@ int kvt_io_raw_bench(const char *path, uint64_t span, size_t block, unsigned dep
     return -ENOSYS;
 }
 #endif
+
+int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    struct kvt_io_req **d = realloc(*v, c * sizeof(*d));
+    if (!d)
+        return -ENOMEM;
+    *v = d;
+    *cap = c;
+    return 0;
+}

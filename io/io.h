@@ -99,6 +99,11 @@ struct kvt_io_fault {
 void kvt_io_faulty_arm(const struct kvt_io_ops *inner, const struct kvt_io_fault *f);
 uint64_t kvt_io_faulty_count(enum kvt_io_fault_op op);
 
+/* Grows *v (an array of request pointers, *cap entries) to hold need
+ * entries, doubling from 16. 0 or -ENOMEM (nothing changed). Shared by the
+ * back-ends' completion lists, which must never allocate on a completion. */
+int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need);
+
 /* Raw io_uring O_DIRECT throughput, the baseline of `kvtier bench ssd`: n
  * requests of block bytes at the given depth over a file at path (which must
  * exist and be at least span bytes), reading or writing, buffers registered.

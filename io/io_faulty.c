@@ -130,18 +130,7 @@ static void faulty_close(void *priv)
 
 static int faulty_reserve(struct faulty *f, size_t n)
 {
-    size_t need = f->nfailed + n;
-    if (need <= f->failed_cap)
-        return 0;
-    size_t cap = f->failed_cap ? f->failed_cap : 16;
-    while (cap < need)
-        cap *= 2;
-    struct kvt_io_req **d = realloc(f->failed, cap * sizeof(*d));
-    if (!d)
-        return -ENOMEM;
-    f->failed = d;
-    f->failed_cap = cap;
-    return 0;
+    return kvt_io_reqv_reserve(&f->failed, &f->failed_cap, f->nfailed + n);
 }
 
 static void shadows_free(struct shadow *list)

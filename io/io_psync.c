@@ -175,18 +175,7 @@ static void psync_close(void *priv)
  * reaped, so that workers never allocate. Called with the lock held. */
 static int psync_reserve(struct psync *s, size_t n)
 {
-    size_t need = s->unreaped + n;
-    if (need <= s->done_cap)
-        return 0;
-    size_t cap = s->done_cap ? s->done_cap : 64;
-    while (cap < need)
-        cap *= 2;
-    struct kvt_io_req **d = realloc(s->done, cap * sizeof(*d));
-    if (!d)
-        return -ENOMEM;
-    s->done = d;
-    s->done_cap = cap;
-    return 0;
+    return kvt_io_reqv_reserve(&s->done, &s->done_cap, s->unreaped + n);
 }
 
 static int psync_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)

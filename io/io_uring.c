@@ -205,18 +205,7 @@ static int uring_enter(struct uring *u, bool want)
 
 static int uring_reserve(struct uring *u, size_t n)
 {
-    size_t need = u->unreaped + n;
-    if (need <= u->done_cap)
-        return 0;
-    size_t cap = u->done_cap ? u->done_cap : 64;
-    while (cap < need)
-        cap *= 2;
-    struct kvt_io_req **d = realloc(u->done, cap * sizeof(*d));
-    if (!d)
-        return -ENOMEM;
-    u->done = d;
-    u->done_cap = cap;
-    return 0;
+    return kvt_io_reqv_reserve(&u->done, &u->done_cap, u->unreaped + n);
 }
 
 /* Registers the arena when there is one; on failure the context runs with
