@@ -16,7 +16,8 @@
  * the page's next use (the uses in between count as done).
  *
  * Without a loaded trace every page is "never used again" and ties go to the
- * least recently used: the engine gets LRU if a config names "belady".
+ * least recently used, so it degrades to LRU. (The engine refuses "belady"
+ * in a config: nothing there can give it the future.)
  */
 #ifndef KVT_BELADY_H
 #define KVT_BELADY_H
@@ -31,7 +32,7 @@ extern const struct kvt_policy_ops kvt_policy_belady_ops;
  * future: accesses[0..n-1], the keys of every page use in order. The array
  * is read during the call only. Pages inserted before the call are looked up
  * again through the host's key_of (when there is one). The position starts
- * at accesses[0]. O(n) time; 8 bytes per access plus 28 per distinct key.
+ * at accesses[0]. O(n) time; 8 bytes per access plus 32 per distinct key.
  * Returns 0; -ENOMEM or -EOVERFLOW (n >= 2^32 - 1), in which case the
  * previous trace (if any) stays. */
 int kvt_belady_load(void *priv, const kvt_key *accesses, size_t n);

@@ -204,7 +204,10 @@ out_unreserve:
 
 struct get_src {
     uint32_t pg;
-    int tier;
+    int tier;               /* KVT_TIER_SSD: read into tbuf, copy from there */
+    void *tbuf;             /* transient read buffer, or NULL */
+    int tstate;             /* 0 none, 1 queued, 2 done */
+    int tres;
 };
 
 /* Brings the busy pages that live only on SSD into DRAM (reads queued on the
@@ -215,9 +218,19 @@ static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         bool pending = false;
         for (size_t i = 0; i < n; i++) {
-            if (g[i].pg == KVT_NONE)
+            if (g[i].pg == KVT_NONE || g[i].tstate == 2)
                 continue;
             struct kvt_page *p = kvt_pg(&e->pt, g[i].pg);
+            if (g[i].tstate == 1) {
+                int tr = kvt_ssd_transient_result(e, g[i].pg);
+                if (tr == 1) {
+                    pending = true;
+                } else {
+                    g[i].tstate = 2;
+                    g[i].tres = tr;
+                }
+                continue;
+            }
             if (p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST))
                 continue;
             if (p->xfer == XFER_SSD_READ) {
@@ -236,8 +249,15 @@ static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
                  * given back once copied out. */
                 else if (r != -EAGAIN)
                     s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_SPARE);
-                if (s == KVT_NONE && r != -EAGAIN)
-                    return kvt_fail(r, "DRAM is full of pages that cannot go to SSD");
+                /* Not even that: read it straight into a buffer of ours. */
+                if (s == KVT_NONE && r != -EAGAIN) {
+                    if (posix_memalign(&g[i].tbuf, 4096, e->page_bytes) ||
+                        kvt_ssd_queue_read_transient(e, g[i].pg, g[i].tbuf) < 0)
+                        return kvt_fail(-ENOMEM, "out of memory for a read buffer");
+                    g[i].tstate = 1;
+                    pending = true;
+                    continue;
+                }
             }
             if (s == KVT_NONE) {
                 pending = true;
@@ -277,7 +297,8 @@ static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_sr
         const struct kvt_page *p = g[i].pg == KVT_NONE ? NULL : kvt_pg(&e->pt, g[i].pg);
         g[i].tier = !p ? KVT_TIER_NONE
                        : (p->flags & PG_VALID_HBM) ? KVT_TIER_HBM
-                       : (p->flags & PG_VALID_DRAM) ? KVT_TIER_DRAM : KVT_TIER_NONE;
+                       : (p->flags & PG_VALID_DRAM) ? KVT_TIER_DRAM
+                       : (g[i].tstate == 2 && g[i].tres == 0) ? KVT_TIER_SSD : KVT_TIER_NONE;
         for (int t = 0; t < KVT_TIERS; t++) {
             if (t == g[i].tier) {
                 e->st.hits[t]++;
@@ -293,6 +314,15 @@ static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_sr
 static void get_end(kvt_engine *e, struct get_src *g, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
+        if (g[i].tstate == 1) {
+            /* Still queued (the call failed): the mover owns the buffer until
+             * the read completes, so wait for it. */
+            while (kvt_ssd_transient_result(e, g[i].pg) == 1) {
+                struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_rounds };
+                kvt_wait_on(e, &w, false);
+            }
+        }
+        free(g[i].tbuf);
         if (g[i].pg == KVT_NONE)
             continue;
         kvt_pg(&e->pt, g[i].pg)->busy--;
@@ -340,7 +370,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
     if (!g)
         return kvt_fail(-ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
-        g[i] = (struct get_src){ KVT_NONE, KVT_TIER_NONE };
+        g[i] = (struct get_src){ KVT_NONE, KVT_TIER_NONE, NULL, 0, 0 };
     if (found)
         memset(found, 0, n * sizeof(*found));
     KVT_ENTER(e);
@@ -358,7 +388,9 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
             continue;
         }
         cr = e->dev->copy_sync(e->dev_priv, copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device),
-                               dst[i], slot_ptr(e, g[i].pg, g[i].tier), e->page_bytes);
+                               dst[i],
+                               g[i].tier == KVT_TIER_SSD ? g[i].tbuf : slot_ptr(e, g[i].pg, g[i].tier),
+                               e->page_bytes);
         if (found)
             found[i] = cr == 0;
     }

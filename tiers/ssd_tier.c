@@ -136,6 +136,7 @@ void kvt_ssd_tier_close(kvt_engine *e)
     kvt_meta_free(&e->meta_bytes, e->ssd_meta,
                   (size_t)(e->cfg.ssd_bytes / e->page_bytes) * sizeof(*e->ssd_meta));
     kvt_ssd_pipeline_fini(e);
+    free(e->trans);
     free(e->ssd_queue);
     free(e->dels);
     e->io = NULL;
@@ -171,6 +172,46 @@ void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg)
         p->xfer = XFER_NONE; /* the caller sees no progress and fails with EFULL */
 }
 
+static struct kvt_transient *transient_of(kvt_engine *e, uint32_t pg)
+{
+    for (uint32_t i = 0; i < e->ntrans; i++)
+        if (e->trans[i].pg == pg)
+            return &e->trans[i];
+    return NULL;
+}
+
+int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
+{
+    if (e->ntrans == e->trans_cap) {
+        uint32_t nc = e->trans_cap ? e->trans_cap * 2 : 8;
+        struct kvt_transient *nt = realloc(e->trans, nc * sizeof(*nt));
+        if (!nt)
+            return -ENOMEM;
+        e->trans = nt;
+        e->trans_cap = nc;
+    }
+    e->trans[e->ntrans++] = (struct kvt_transient){ pg, buf, 1 };
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->xfer = XFER_SSD_READ;
+    if (queue_push(e, pg) < 0) {
+        p->xfer = XFER_NONE;
+        e->ntrans--;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_transient *t = transient_of(e, pg);
+    if (!t)
+        return -ENOENT;
+    int r = t->res;
+    if (r != 1)
+        *t = e->trans[--e->ntrans];
+    return r;
+}
+
 /* The new slot travels in the page's fence field while the write is queued:
  * a page has one transfer at a time, so the field is free. */
 /* Every SSD slot is taken: give up the SSD copy of a page that is current in
@@ -197,9 +238,10 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
     int err = 0;
     uint32_t slot = kvt_ssd_alloc(e->ssd, &err);
     /* Only an eviction may take another page's SSD copy: a flush doing so
-     * would undo its own work. */
+     * would undo its own work. And never with persist: that copy is what
+     * survives a close or a crash, so a full persisted engine says EFULL. */
     if (slot == KVT_NONE && err == KVT_EFULL)
-        return evict ? release_redundant_ssd(e, pg) : KVT_EFULL;
+        return evict && !e->cfg.persist ? release_redundant_ssd(e, pg) : KVT_EFULL;
     if (slot == KVT_NONE) {
         e->st.errors_io++;
         return err;
@@ -249,6 +291,15 @@ static bool usable_dram_evict(void *ctx, uint32_t pg)
     return e->ssd || (p->flags & (PG_VALID_HBM | PG_VALID_SSD));
 }
 
+/* DRAM copies that can go now: the page is current in HBM or on SSD too. */
+static bool usable_dram_clean(void *ctx, uint32_t pg)
+{
+    kvt_engine *e = ctx;
+    const struct kvt_page *p = kvt_pg(&e->pt, pg);
+    return p->xfer == XFER_NONE && !p->busy && (p->flags & (PG_VALID_HBM | PG_VALID_SSD)) &&
+           !(p->pins && !(p->flags & PG_VALID_HBM));
+}
+
 /* DRAM-only pages: the ones a write-back turns clean. */
 static bool usable_dram_dirty(void *ctx, uint32_t pg)
 {
@@ -281,6 +332,16 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
         if (q < 0)
             break;
         coming++;
+    }
+    /* The SSD cannot take the policy's choice: pages with a copy elsewhere
+     * can still go, even if used sooner. */
+    while ((d->nfree ? d->nfree - 1 : 0) + coming < need) {
+        uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_clean, e);
+        if (v == KVT_NONE)
+            break;
+        kvt_page_set(e, v, 0, PG_VALID_DRAM);
+        kvt_page_sync(e, v, false);
+        kvt_page_trim(e, v);
     }
     /* Going to SSD costs a round trip: while at it, write a batch more of the
      * coldest DRAM-only pages (up to a queue depth, at most 1/8 of DRAM), but
@@ -355,7 +416,12 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
         memset(j, 0, sizeof(*j));
         j->pg = pg;
         j->key = p->key;
-        j->dram = kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
+        if (p->xfer == XFER_SSD_READ && p->slot[KVT_TIER_DRAM] == KVT_NONE) {
+            j->transient = true;
+            j->dram = transient_of(e, pg)->buf;
+        } else {
+            j->dram = kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
+        }
         j->write = p->xfer == XFER_SSD_WRITE;
         if (j->write) {
             j->slot = (uint32_t)p->fence;
@@ -516,7 +582,11 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
 {
     struct kvt_page *p = kvt_pg(&e->pt, j->pg);
     p->xfer = XFER_NONE;
-    if (j->res == 0) {
+    if (j->transient)
+        transient_of(e, j->pg)->res = j->res;
+    if (j->res == 0 && j->transient) {
+        e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
+    } else if (j->res == 0) {
         kvt_page_set(e, j->pg, PG_VALID_DRAM, 0);
         e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
     } else {

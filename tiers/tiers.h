@@ -188,6 +188,15 @@ struct kvt_ssd_job {
     int fd;
     uint64_t off;
     bool submitted;         /* in the I/O back-end now */
+    bool transient;         /* read into a caller's buffer, not a DRAM slot */
+};
+
+/* A read of an SSD page into a buffer of a kvt_get, when no DRAM slot can
+ * be had: the page's state does not change, the caller copies out. */
+struct kvt_transient {
+    uint32_t pg;
+    void *buf;
+    int res;                /* 1 while pending, then 0 or the error */
 };
 
 struct kvt_ssd_del {
@@ -259,6 +268,8 @@ struct kvt_engine {
     uint64_t ssd_rounds;            /* mover passes that finished jobs: what SSD waiters watch */
     uint64_t ssd_busy;              /* jobs queued or in the pipeline */
     uint64_t generation;            /* of the next SSD write */
+    struct kvt_transient *trans;    /* transient reads in progress */
+    uint32_t ntrans, trans_cap;
     pthread_cond_t xfer_cv;         /* broadcast when a round finishes */
 
     /* mover: background write-back so evictions seldom wait */
@@ -331,6 +342,11 @@ void kvt_ssd_tier_close(kvt_engine *e);
 int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w);
 /* Queues an SSD read of pg into its (allocated) DRAM slot. */
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
+/* Queues an SSD read of pg into buf (4096-aligned, page_bytes), leaving the
+ * page's tiers as they are; kvt_ssd_transient_result() says when it is done. */
+int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf);
+/* 1 while pending; then 0 or the error, and the entry is gone. */
+int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg);
 /* Queues a write of pg's DRAM copy to a new SSD slot. 0, KVT_EFULL or
  * -ENOSPC (no slot). */
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict);

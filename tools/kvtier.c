@@ -10,6 +10,7 @@ int bench_main(int argc, char **argv);
 int plan_main(int argc, char **argv);
 int inspect_main(int argc, char **argv);
 int fsck_main(int argc, char **argv);
+int sim_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -26,10 +27,11 @@ static void usage(FILE *f)
             "  plan          KV sizing for a model shape over the tiers\n"
             "  inspect DIR   what an SSD spill directory holds: layout, index, disk usage\n"
             "  fsck DIR      check every stored page (CRC32C, decode); --repair drops bad ones\n"
+            "  sim           replay an access trace per policy: bytes moved, hit ratio, stall\n"
             "  version       print the library version\n"
             "\n"
             "Run 'kvtier <command> --help' for a command's options.\n"
-            "Still to come (see the issues): run, sim.\n");
+            "Still to come (see the issues): run.\n");
 }
 
 int main(int argc, char **argv)
@@ -55,6 +57,8 @@ int main(int argc, char **argv)
         return inspect_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "fsck"))
         return fsck_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sim"))
+        return sim_main(argc - 1, argv + 1);
     fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

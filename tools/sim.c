@@ -35,7 +35,8 @@
  *    advance, step or drop: one (sequence, layer). Its pages stay in HBM
  *    (pinned, not eviction candidates) until it has computed, as with
  *    kvt_acquire. Records outside any group form an implicit one that pins
- *    nothing (pages are used one at a time).
+ *    nothing: its pages are fetched and used one at a time, and it computes
+ *    once, at its end.
  *  - A group is issued when the previous one has computed. Its misses are
  *    fetched then (SSD->DRAM first for a page only on SSD, then DRAM->HBM);
  *    a full tier gives up the policy's victim, written down first if dirty.
@@ -388,8 +389,9 @@ int sim_trace_write(FILE *f, const struct sim_trace *t)
 
 /* ============================================================= generator */
 
-/* Pages of one (sequence, layer) before the step's token is added, and
- * after: the token of step s is token context + s. */
+/* Pages of one (sequence, layer) that step s reads: the token of step s is
+ * token context + s, and its page exists (the prefill made the first ones;
+ * the steps make the rest, a step ahead). */
 static uint64_t gen_pages(const struct sim_gen *g, uint64_t step)
 {
     return (g->context + step) / g->page_tokens + 1;
@@ -411,7 +413,7 @@ static int gen_check(const struct sim_gen *g)
     if (g->order != KVT_ORDER_LAYER_MAJOR && g->order != KVT_ORDER_SEQ_MAJOR)
         return -EINVAL;
     if (g->context > UINT64_MAX / 2 || g->tokens > UINT64_MAX / 2 ||
-        gen_pages(g, g->tokens - 1) >= UINT32_MAX)
+        gen_pages(g, g->tokens) >= UINT32_MAX)
         return -E2BIG;
     /* Records: per step and group an advance, at most one new, the reads;
      * one step record per step. Doubles: an estimate that cannot overflow. */
@@ -420,19 +422,22 @@ static int gen_check(const struct sim_gen *g)
     return recs > (double)SIM_MAX_RECORDS ? -E2BIG : 0;
 }
 
+/* advance, the reads, and when the next token starts a page, that page:
+ * made once this one's attention is done, as an engine that keeps a
+ * writable tail allocates the next one. */
 static int gen_group(struct sim_trace *t, const struct sim_gen *g, uint64_t step, uint64_t id,
                      uint32_t layer)
 {
-    uint64_t len = g->context + step, p = gen_pages(g, step);
+    uint64_t p = gen_pages(g, step);
     int e = trace_push(t, SIM_ADVANCE, id, layer, 0, 0);
-    if (!e && len % g->page_tokens == 0)
-        e = trace_push(t, SIM_NEW, id, layer, (uint32_t)(p - 1), 0);
     bool all = !g->window_pages || (uint64_t)g->sink_pages + g->window_pages >= p;
     for (uint64_t i = 0; !e && i < p; i++) {
         if (!all && i >= g->sink_pages && i < p - g->window_pages)
             i = p - g->window_pages; /* skip to the window */
         e = trace_push(t, SIM_ACCESS, id, layer, (uint32_t)i, 0);
     }
+    if (!e && (g->context + step + 1) % g->page_tokens == 0)
+        e = trace_push(t, SIM_NEW, id, layer, (uint32_t)p, 0);
     return e;
 }
 
@@ -623,7 +628,7 @@ static uint32_t world_add(struct sim_world *w, const kvt_key *k, bool *fresh)
 struct wcheck {
     uint8_t *alive;       /* [np] */
     uint64_t *group_mark; /* [np] the group that last counted the page */
-    uint64_t *dropped;    /* ids dropped and not re-created since */
+    uint64_t *dropped;    /* ids dropped: their unseen pages need a new record */
     size_t n_dropped, cap_dropped;
     uint64_t group, group_pages;
 };
@@ -653,12 +658,12 @@ static int wc_access(struct sim_world *w, struct wcheck *c, const struct sim_rec
         if (fresh)
             w->pre[pg] = 1;
     } else {
+        /* The id stays on the dropped list: a page of it that was never
+         * seen cannot have existed before the trace (the drop would have
+         * removed it), so only a new record can make it. */
         if (!fresh && c->alive[pg])
             return seterr(err, errlen, "line %u: new %llu %u %u: the page exists already",
                           r->line, (unsigned long long)r->id, r->layer, r->index);
-        for (size_t d = 0; d < c->n_dropped; d++)
-            if (c->dropped[d] == r->id)
-                c->dropped[d] = c->dropped[--c->n_dropped];
     }
     c->alive[pg] = 1;
     w->rec_pg[i] = pg;
@@ -1088,6 +1093,7 @@ static void prefetch_stage(struct run *s, int from)
                 p->pf |= PF_DRAM;
                 s->dram_used++;
                 s->pf_dram++;
+                s->r->prefetched_ssd++;
             }
             sync(s, c);
             moved++;
@@ -1159,6 +1165,20 @@ static void group_close(struct run *s)
     s->n_gacc = s->n_gpin = 0;
 }
 
+/* A page of the open group is in HBM at t. An advance-group computes once
+ * its last page is in; outside one, pages are used one at a time, so each
+ * is waited for as it comes (the wait is stall). */
+static void wait_for(struct run *s, double t)
+{
+    if (s->pins) {
+        if (t > s->ready)
+            s->ready = t;
+    } else if (t > s->now) {
+        s->r->stall_s += t - s->now;
+        s->now = t;
+    }
+}
+
 static void do_access(struct run *s, uint32_t pg)
 {
     struct spage *p = &s->pg[pg];
@@ -1172,8 +1192,7 @@ static void do_access(struct run *s, uint32_t pg)
     }
     if (s->fail)
         return;
-    if (at > s->ready)
-        s->ready = at;
+    wait_for(s, at);
     if (p->pf & PF_HBM) {
         p->pf &= (uint8_t)~PF_HBM;
         s->pf_hbm--;
@@ -1202,8 +1221,7 @@ static void do_new(struct run *s, uint32_t pg)
     p->st |= IN_HBM;
     p->hbm_at = slot;
     s->hbm_used++;
-    if (slot > s->ready)
-        s->ready = slot;
+    wait_for(s, slot);
     if (s->pins)
         pin(s, pg);
     else
@@ -1241,6 +1259,11 @@ uint64_t sim_bytes_total(const struct sim_result *r)
     for (int l = 0; l < SIM_LINKS; l++)
         b += r->bytes[l];
     return b;
+}
+
+uint64_t sim_bytes_fetched(const struct sim_result *r)
+{
+    return r->bytes[SIM_H2D] + r->bytes[SIM_SSD_READ];
 }
 
 static int model_check(const struct sim_world *w, const struct sim_model *m, char *err,
@@ -1417,7 +1440,8 @@ static const char *const rules[] = {
     "dirty until it is written down when it leaves HBM",
     "HBM starts holding the pages used first, as a prefill leaves it (--cold: empty)",
     "a group is an `advance` and the records up to the next advance, step or drop: one "
-    "(sequence, layer); its pages stay in HBM until it has computed, as with kvt_acquire",
+    "(sequence, layer); its pages stay in HBM until it has computed, as with kvt_acquire; "
+    "records outside such a group are used one page at a time and compute once at the end",
     "a group is issued when the previous one has computed; its misses are fetched then "
     "(SSD->DRAM first for a page only on SSD, then DRAM->HBM), a full tier giving up the "
     "policy's victim, written down first if dirty",
@@ -1431,6 +1455,8 @@ static const char *const rules[] = {
     "compute / steps",
     "bound per step = max(compute, each link's bytes / its bandwidth); step_over_bound = "
     "step time / bound",
+    "policies are compared by the bytes they fetch (dram->hbm + ssd->dram), which Belady's "
+    "MIN makes the fewest possible; write-backs (hbm->dram, dram->ssd) are counted apart",
 };
 #define NRULES (sizeof(rules) / sizeof(rules[0]))
 
@@ -1771,4 +1797,423 @@ static int sim_parse(int argc, char **argv, struct sim_opts *o)
             if (kvt_policy_find(default_policies[i]))
                 o->pol_names[o->n_pol++] = default_policies[i];
     return o->trace_path ? 0 : sim_shape(o);
+}
+
+/* ------------------------------------------------------------- report */
+
+struct sim_report {
+    const struct sim_opts *o;
+    const struct sim_trace *t;
+    const struct sim_world *w;
+    struct sim_model m;
+    struct sim_result res[MAX_POL];
+    int n;
+    const char *skipped[MAX_POL];
+    int n_skipped;
+};
+
+static const char *fmt_secs(char *buf, size_t n, double s)
+{
+    if (s == 0 || s >= 1)
+        snprintf(buf, n, "%.3g s", s);
+    else if (s >= 1e-3)
+        snprintf(buf, n, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, n, "%.3g us", s * 1e6);
+    return buf;
+}
+
+static const struct sim_result *find_result(const struct sim_report *rp, const char *name)
+{
+    for (int i = 0; i < rp->n; i++)
+        if (!strcmp(rp->res[i].policy, name))
+            return &rp->res[i];
+    return NULL;
+}
+
+/* Bytes fetched by a over those fetched by b; 1 when neither fetched any;
+ * negative when one is missing or only b fetched nothing. */
+static double byte_ratio(const struct sim_report *rp, const char *a, const char *b)
+{
+    const struct sim_result *x = find_result(rp, a), *y = find_result(rp, b);
+    if (!x || !y)
+        return -1;
+    uint64_t bx = sim_bytes_fetched(x), by = sim_bytes_fetched(y);
+    if (!by)
+        return bx ? -1 : 1;
+    return (double)bx / (double)by;
+}
+
+static void text_head(FILE *f, const struct sim_report *rp)
+{
+    const struct sim_opts *o = rp->o;
+    const struct sim_trace *t = rp->t;
+    char b1[32], b2[32];
+    if (o->trace_path) {
+        fprintf(f, "kvtier sim: trace %s", o->trace_path);
+        if (t->has_schedule)
+            fprintf(f, " (%zu sequence%s x %u layers, %s-major)", t->n_ids, t->n_ids == 1 ? "" : "s",
+                    t->layers, t->order == KVT_ORDER_SEQ_MAJOR ? "sequence" : "layer");
+        fputc('\n', f);
+    } else {
+        const struct sim_gen *g = &o->gen;
+        fprintf(f, "kvtier sim: %s", o->shape->name);
+        if (g->layers != o->shape->layers)
+            fprintf(f, " (%u of %u layers)", g->layers, o->shape->layers);
+        fprintf(f, ", %s, batch %u, context %llu + %llu tokens, %s-major, ", o->dtype, g->batch,
+                (unsigned long long)g->context, (unsigned long long)g->tokens,
+                g->order == KVT_ORDER_SEQ_MAJOR ? "sequence" : "layer");
+        if (g->window_pages)
+            fprintf(f, "window %u + %u sink pages\n", g->window_pages, g->sink_pages);
+        else
+            fprintf(f, "full attention\n");
+    }
+    uint64_t np = sim_world_pages(rp->w);
+    fprintf(f, "  trace: %llu pages of %s (%s), %llu accesses, %llu steps\n",
+            (unsigned long long)np, cli_bytes(b1, sizeof b1, (double)t->page_bytes),
+            cli_bytes(b2, sizeof b2, (double)np * (double)t->page_bytes),
+            (unsigned long long)t->accesses, (unsigned long long)t->steps);
+    fprintf(f, "  tiers: HBM %llu pages (%.1f%%), ", (unsigned long long)rp->m.hbm_pages,
+            np ? 100.0 * (double)rp->m.hbm_pages / (double)np : 0);
+    if (rp->m.dram_pages && rp->m.dram_pages < np)
+        fprintf(f, "DRAM %llu pages (%.1f%%), the rest on SSD", (unsigned long long)rp->m.dram_pages,
+                100.0 * (double)rp->m.dram_pages / (double)np);
+    else
+        fprintf(f, "DRAM holds all");
+    fprintf(f, "; %s start\n", rp->m.cold ? "cold" : "warm");
+    fprintf(f, "  model: DRAM<->HBM %g GB/s each way, SSD %g GB/s, compute %g us per group, "
+               "prefetch <= %s\n",
+            rp->m.h2d_gbps, rp->m.ssd_gbps, rp->m.compute_s * 1e6,
+            cli_bytes(b1, sizeof b1, (double)rp->m.prefetch_bytes));
+    for (int i = 0; i < rp->n_skipped; i++)
+        fprintf(f, "  (%s: not in this kvtier yet, skipped)\n", rp->skipped[i]);
+}
+
+static void text_row(FILE *f, const struct sim_report *rp, const char *label,
+                     void (*cell)(const struct sim_result *, char *, size_t))
+{
+    fprintf(f, "  %-18s", label);
+    for (int i = 0; i < rp->n; i++) {
+        char c[48];
+        cell(&rp->res[i], c, sizeof c);
+        fprintf(f, " %13s", c);
+    }
+    fputc('\n', f);
+}
+
+static void c_h2d(const struct sim_result *r, char *b, size_t n) { cli_bytes(b, n, (double)r->bytes[SIM_H2D]); }
+static void c_ssdr(const struct sim_result *r, char *b, size_t n) { cli_bytes(b, n, (double)r->bytes[SIM_SSD_READ]); }
+static void c_d2h(const struct sim_result *r, char *b, size_t n) { cli_bytes(b, n, (double)r->bytes[SIM_D2H]); }
+static void c_ssdw(const struct sim_result *r, char *b, size_t n) { cli_bytes(b, n, (double)r->bytes[SIM_SSD_WRITE]); }
+static void c_pages(const struct sim_result *r, char *b, size_t n) { snprintf(b, n, "%llu", (unsigned long long)r->pages[SIM_H2D]); }
+static void c_pf(const struct sim_result *r, char *b, size_t n) { snprintf(b, n, "%llu", (unsigned long long)r->prefetched); }
+static void c_pages_ssd(const struct sim_result *r, char *b, size_t n) { snprintf(b, n, "%llu", (unsigned long long)r->pages[SIM_SSD_READ]); }
+static void c_pf_ssd(const struct sim_result *r, char *b, size_t n) { snprintf(b, n, "%llu", (unsigned long long)r->prefetched_ssd); }
+static void c_hit(const struct sim_result *r, char *b, size_t n)
+{
+    snprintf(b, n, "%.1f%%", r->accesses ? 100.0 * (double)r->hits / (double)r->accesses : 0);
+}
+static void c_stall(const struct sim_result *r, char *b, size_t n)
+{
+    fmt_secs(b, n, r->stall_s / (r->steps ? (double)r->steps : 1));
+}
+static void c_step(const struct sim_result *r, char *b, size_t n) { fmt_secs(b, n, r->step_s); }
+static void c_bound(const struct sim_result *r, char *b, size_t n) { fmt_secs(b, n, r->bound_s); }
+static void c_by(const struct sim_result *r, char *b, size_t n) { snprintf(b, n, "%s", sim_term_name[r->bound_by]); }
+static void c_ratio(const struct sim_result *r, char *b, size_t n)
+{
+    snprintf(b, n, "%.3f", r->bound_s > 0 ? r->step_s / r->bound_s : 0);
+}
+
+static void sim_text(FILE *f, const struct sim_report *rp)
+{
+    text_head(f, rp);
+    if (!rp->n) {
+        fprintf(f, "  no policy to run\n");
+        return;
+    }
+    fprintf(f, "\n  %-18s", "");
+    for (int i = 0; i < rp->n; i++)
+        fprintf(f, " %13s", rp->res[i].policy);
+    fputc('\n', f);
+    uint64_t any[SIM_LINKS] = { 0 }, pf = 0;
+    for (int i = 0; i < rp->n; i++) {
+        for (int l = 0; l < SIM_LINKS; l++)
+            any[l] += rp->res[i].bytes[l];
+        pf += rp->res[i].prefetched;
+    }
+    text_row(f, rp, "bytes dram->hbm", c_h2d);
+    if (any[SIM_SSD_READ])
+        text_row(f, rp, "bytes ssd->dram", c_ssdr);
+    if (any[SIM_D2H])
+        text_row(f, rp, "bytes hbm->dram", c_d2h);
+    if (any[SIM_SSD_WRITE])
+        text_row(f, rp, "bytes dram->ssd", c_ssdw);
+    text_row(f, rp, "pages dram->hbm", c_pages);
+    if (pf)
+        text_row(f, rp, "  of which prefetch", c_pf);
+    if (any[SIM_SSD_READ]) {
+        text_row(f, rp, "pages ssd->dram", c_pages_ssd);
+        text_row(f, rp, "  of which prefetch", c_pf_ssd);
+    }
+    text_row(f, rp, "hit ratio", c_hit);
+    text_row(f, rp, "stall per step", c_stall);
+    text_row(f, rp, "step time", c_step);
+    text_row(f, rp, "bound per step", c_bound);
+    text_row(f, rp, "  bound by", c_by);
+    text_row(f, rp, "step / bound", c_ratio);
+    double lo = byte_ratio(rp, "lru", "decode"), db = byte_ratio(rp, "decode", "belady");
+    double lb = byte_ratio(rp, "lru", "belady");
+    if (lo >= 0 || db >= 0 || lb >= 0)
+        fputc('\n', f);
+    if (lo >= 0)
+        fprintf(f, "  LRU fetches %.2fx the bytes decode fetches\n", lo);
+    if (db >= 0)
+        fprintf(f, "  decode fetches %.3fx the bytes of Belady's MIN (the fewest possible)\n", db);
+    else if (lb >= 0)
+        fprintf(f, "  LRU fetches %.2fx the bytes of Belady's MIN (the fewest possible)\n", lb);
+    if (lo >= 0 || db >= 0 || lb >= 0)
+        fprintf(f, "  (fetched: dram->hbm + ssd->dram; write-backs are counted apart)\n");
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void json_trace(const struct sim_report *rp)
+{
+    const struct sim_opts *o = rp->o;
+    const struct sim_trace *t = rp->t;
+    printf("\"trace\": {\"source\": ");
+    if (o->trace_path) {
+        printf("\"file\", \"file\": ");
+        json_str(o->trace_path);
+    } else {
+        const struct sim_gen *g = &o->gen;
+        printf("\"generated\", \"model\": ");
+        json_str(o->shape->name);
+        printf(", \"model_layers\": %u, \"dtype\": ", o->shape->layers);
+        json_str(o->dtype);
+        printf(", \"context\": %llu, \"tokens\": %llu, \"page_tokens\": %llu",
+               (unsigned long long)g->context, (unsigned long long)g->tokens,
+               (unsigned long long)g->page_tokens);
+    }
+    if (t->has_schedule)
+        printf(", \"layers\": %u, \"batch\": %zu, \"order\": \"%s\", \"window_pages\": %u, "
+               "\"sink_pages\": %u",
+               t->layers, t->n_ids, t->order == KVT_ORDER_SEQ_MAJOR ? "seq" : "layer",
+               t->window_pages, t->sink_pages);
+    printf(", \"page_bytes\": %llu, \"pages\": %llu, \"max_group_pages\": %llu, \"records\": %zu, "
+           "\"accesses\": %llu, \"steps\": %llu}, ",
+           (unsigned long long)t->page_bytes, (unsigned long long)sim_world_pages(rp->w),
+           (unsigned long long)sim_world_max_group(rp->w), t->n, (unsigned long long)t->accesses,
+           (unsigned long long)t->steps);
+}
+
+static void json_model(const struct sim_report *rp)
+{
+    const struct sim_model *m = &rp->m;
+    uint64_t np = sim_world_pages(rp->w);
+    printf("\"model\": {\"hbm_pages\": %llu, \"hbm_frac\": %.6g, \"dram_pages\": ",
+           (unsigned long long)m->hbm_pages, np ? (double)m->hbm_pages / (double)np : 0);
+    if (m->dram_pages && m->dram_pages < np)
+        printf("%llu", (unsigned long long)m->dram_pages);
+    else
+        printf("null");
+    printf(", \"h2d_gbps\": %.9g, \"ssd_gbps\": %.9g, \"compute_us\": %.9g, "
+           "\"prefetch_bytes\": %llu, \"start\": \"%s\", \"rules\": [",
+           m->h2d_gbps, m->ssd_gbps, m->compute_s * 1e6, (unsigned long long)m->prefetch_bytes,
+           m->cold ? "cold" : "warm");
+    for (size_t i = 0; i < NRULES; i++) {
+        printf(i ? ", " : "");
+        json_str(rules[i]);
+    }
+    printf("]}, ");
+}
+
+static void json_links(const char *key, const uint64_t v[SIM_LINKS])
+{
+    printf("\"%s\": {", key);
+    for (int l = 0; l < SIM_LINKS; l++)
+        printf("%s\"%s\": %llu", l ? ", " : "", sim_link_name[l], (unsigned long long)v[l]);
+    printf("}, ");
+}
+
+static void json_result(const struct sim_result *r)
+{
+    printf("{\"policy\": ");
+    json_str(r->policy);
+    printf(", ");
+    json_links("bytes", r->bytes);
+    json_links("pages", r->pages);
+    printf("\"bytes_total\": %llu, \"bytes_fetched\": %llu, \"prefetched_pages\": %llu, "
+           "\"prefetched_ssd_pages\": %llu, \"prefetched_unused\": %llu, \"accesses\": %llu, \"hits\": %llu, \"hit_ratio\": %.9g, \"groups\": %llu, "
+           "\"steps\": %llu, ",
+           (unsigned long long)sim_bytes_total(r), (unsigned long long)sim_bytes_fetched(r),
+           (unsigned long long)r->prefetched, (unsigned long long)r->prefetched_ssd,
+           (unsigned long long)r->prefetch_unused, (unsigned long long)r->accesses,
+           (unsigned long long)r->hits,
+           r->accesses ? (double)r->hits / (double)r->accesses : 0, (unsigned long long)r->groups,
+           (unsigned long long)r->steps);
+    printf("\"total_s\": %.9g, \"stall_s\": %.9g, \"compute_s\": %.9g, \"step_s\": %.9g, "
+           "\"bound_s\": %.9g, \"bound_by\": \"%s\", \"bound_terms_s\": {",
+           r->total_s, r->stall_s, r->compute_s, r->step_s, r->bound_s,
+           sim_term_name[r->bound_by]);
+    for (int i = 0; i < SIM_TERMS; i++)
+        printf("%s\"%s\": %.9g", i ? ", " : "", sim_term_name[i], r->term_s[i]);
+    printf("}, \"step_over_bound\": %.9g}", r->bound_s > 0 ? r->step_s / r->bound_s : 0);
+}
+
+static void sim_json(const struct sim_report *rp)
+{
+    putchar('{');
+    json_trace(rp);
+    json_model(rp);
+    printf("\"policies\": [");
+    for (int i = 0; i < rp->n; i++) {
+        printf(i ? ", " : "");
+        json_result(&rp->res[i]);
+    }
+    printf("], \"skipped\": [");
+    for (int i = 0; i < rp->n_skipped; i++) {
+        printf(i ? ", " : "");
+        json_str(rp->skipped[i]);
+    }
+    printf("]");
+    static const char *const pairs[][3] = { { "lru_over_decode", "lru", "decode" },
+                                            { "decode_over_belady", "decode", "belady" },
+                                            { "lru_over_belady", "lru", "belady" } };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        double x = byte_ratio(rp, pairs[i][1], pairs[i][2]);
+        if (x >= 0)
+            printf(", \"%s\": %.9g", pairs[i][0], x);
+    }
+    printf("}\n");
+}
+
+/* ------------------------------------------------------------- main */
+
+static int load_trace(const struct sim_opts *o, struct sim_trace *t)
+{
+    char err[320];
+    if (!o->trace_path) {
+        int e = sim_generate(&o->gen, t);
+        if (e == -E2BIG)
+            return cli_error("sim", 2, "the trace would pass %llu records or 2^32 pages; cut "
+                             "--layers, --batch, --tokens or --context",
+                             (unsigned long long)SIM_MAX_RECORDS);
+        if (e)
+            return cli_error("sim", e == -EINVAL ? 2 : 1, "cannot generate the trace (%s)",
+                             strerror(-e));
+        return 0;
+    }
+    FILE *f = fopen(o->trace_path, "r");
+    if (!f)
+        return cli_error("sim", 1, "%s: %s", o->trace_path, strerror(errno));
+    int e = sim_trace_read(f, t, err, sizeof err);
+    fclose(f);
+    return e ? cli_error("sim", 1, "%s: %s", o->trace_path, err) : 0;
+}
+
+static int write_trace(const struct sim_opts *o, const struct sim_trace *t)
+{
+    FILE *f = fopen(o->write_path, "w");
+    if (!f)
+        return cli_error("sim", 1, "--write-trace %s: %s", o->write_path, strerror(errno));
+    int e = sim_trace_write(f, t);
+    if (fclose(f) || e)
+        return cli_error("sim", 1, "--write-trace %s: write failed", o->write_path);
+    return 0;
+}
+
+/* Capacities and the cost model from the options and the trace. */
+static int sim_model_of(const struct sim_opts *o, const struct sim_world *w, uint64_t page_bytes,
+                        struct sim_model *m)
+{
+    uint64_t np = sim_world_pages(w);
+    *m = (struct sim_model){ .h2d_gbps = o->h2d, .ssd_gbps = o->ssd,
+                             .compute_s = o->compute_us * 1e-6, .cold = o->cold };
+    m->hbm_pages = o->hbm_pages ? o->hbm_pages : (uint64_t)(o->hbm_frac * (double)np);
+    if (!m->hbm_pages)
+        m->hbm_pages = 1;
+    if (o->dram_pages || o->dram_frac > 0) {
+        m->dram_pages = o->dram_pages ? o->dram_pages : (uint64_t)(o->dram_frac * (double)np);
+        if (!m->dram_pages)
+            m->dram_pages = 1;
+    }
+    if (m->hbm_pages < sim_world_max_group(w))
+        return cli_error("sim", 2, "HBM of %llu pages cannot hold one (sequence, layer) of %llu "
+                         "pages while it computes: raise --%s",
+                         (unsigned long long)m->hbm_pages,
+                         (unsigned long long)sim_world_max_group(w),
+                         o->hbm_pages ? "hbm-pages" : "hbm-frac");
+    /* What DRAM->HBM moves while one group computes: enough to hide the
+     * next group's fetches behind this one's compute, and no more, since
+     * every page prefetched early takes an HBM slot from a page that would
+     * have stayed. At least one page. */
+    if (o->prefetch_given) {
+        m->prefetch_bytes = o->prefetch_bytes;
+    } else {
+        double b = o->h2d * 1e9 * m->compute_s;
+        m->prefetch_bytes = b > (double)page_bytes ? (uint64_t)b : page_bytes;
+    }
+    return 0;
+}
+
+int sim_main(int argc, char **argv)
+{
+    struct sim_opts o;
+    int r = sim_parse(argc, argv, &o);
+    if (r)
+        return r > 0 ? 0 : 2;
+    struct sim_trace t;
+    if ((r = load_trace(&o, &t)))
+        return r;
+    struct sim_world *w = NULL;
+    char err[320];
+    struct sim_report *rp = calloc(1, sizeof(*rp));
+    if (!rp) {
+        r = cli_error("sim", 1, "out of memory");
+        goto out;
+    }
+    if (sim_world_build(&t, &w, err, sizeof err)) {
+        r = cli_error("sim", 1, "%s: %s", o.trace_path ? o.trace_path : "generated trace", err);
+        goto out;
+    }
+    if (o.write_path && (r = write_trace(&o, &t)))
+        goto out;
+    *rp = (struct sim_report){ .o = &o, .t = &t, .w = w };
+    if ((r = sim_model_of(&o, w, t.page_bytes, &rp->m)))
+        goto out;
+    if (!o.pol_given)
+        for (size_t i = 0; i < sizeof(default_policies) / sizeof(default_policies[0]); i++)
+            if (!kvt_policy_find(default_policies[i]))
+                rp->skipped[rp->n_skipped++] = default_policies[i];
+    for (int i = 0; i < o.n_pol; i++) {
+        int e = sim_run(w, kvt_policy_find(o.pol_names[i]), &rp->m, &rp->res[rp->n], err, sizeof err);
+        if (e) {
+            r = cli_error("sim", e == -ENOSPC ? 2 : 1, "%s: %s", o.pol_names[i], err);
+            goto out;
+        }
+        rp->n++;
+    }
+    sim_text(o.json ? stderr : stdout, rp);
+    if (o.json)
+        sim_json(rp);
+out:
+    free(rp);
+    sim_world_free(w);
+    sim_trace_free(&t);
+    return r;
 }

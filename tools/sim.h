@@ -54,11 +54,11 @@ int sim_trace_read(FILE *f, struct sim_trace *t, char *err, size_t errlen);
 int sim_trace_write(FILE *f, const struct sim_trace *t);
 void sim_trace_free(struct sim_trace *t);
 
-/* A decode workload. Each step, for each (sequence, layer) in the order:
- * `advance`, a `new` tail page when the step's token starts a page, then an
- * `access` of every page the attention reads (all, or the sinks and the last
- * window pages), and `step` at the end. Sequences are ids 0..batch-1; each
- * holds context tokens before the first step and gains one per step. */
+/* A decode workload. Sequences are ids 0..batch-1; each holds context
+ * tokens before the first step and gains one per step. Each step, for each
+ * (sequence, layer) in the order: `advance`, an `access` of every page the
+ * attention reads (all, or the sinks and the last window pages), then a
+ * `new` page when the next step's token starts one; `step` at the end. */
 struct sim_gen {
     uint32_t layers, batch;
     uint64_t context, tokens, page_tokens;
@@ -114,6 +114,7 @@ struct sim_result {
     const char *policy;
     uint64_t bytes[SIM_LINKS], pages[SIM_LINKS];
     uint64_t prefetched;      /* DRAM->HBM pages moved by prefetch (part of pages[SIM_H2D]) */
+    uint64_t prefetched_ssd;  /* SSD->DRAM pages moved by prefetch (part of pages[SIM_SSD_READ]) */
     uint64_t prefetch_unused; /* of those, evicted before any use */
     uint64_t accesses, hits, groups, steps;
     double total_s, stall_s, compute_s; /* whole run */
@@ -130,6 +131,9 @@ int sim_run(const struct sim_world *w, const struct kvt_policy_ops *ops,
 
 /* Total bytes over all links. */
 uint64_t sim_bytes_total(const struct sim_result *r);
+/* Bytes fetched up the tiers (dram->hbm + ssd->dram): what MIN minimises,
+ * and what the policies are compared by; write-backs are counted apart. */
+uint64_t sim_bytes_fetched(const struct sim_result *r);
 
 int sim_main(int argc, char **argv);
 

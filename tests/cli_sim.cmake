@@ -1,0 +1,107 @@
+# Runs `kvtier sim` end to end: --json with small settings lists every policy
+# built with positive figures; a trace written by --write-trace replays to the
+# same bytes; bad arguments exit 2 naming the option; a malformed trace exits
+# 1 naming the line. Called with -DKVTIER=<the command> -DWORK=<a scratch directory>.
+
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+function(sim_json out_var)
+  execute_process(COMMAND ${KVTIER} sim ${ARGN} --json
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "kvtier sim ${ARGN} exited ${rc}: ${err}")
+  endif()
+  if(NOT err MATCHES "kvtier sim: ")
+    message(FATAL_ERROR "with --json the human text belongs on stderr; got: ${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+function(expect out key want)
+  string(JSON got GET "${out}" ${key})
+  if(NOT got STREQUAL "${want}")
+    message(FATAL_ERROR "${key}: got '${got}', want '${want}'\n${out}")
+  endif()
+endfunction()
+
+function(expect_positive out)
+  string(JSON got GET "${out}" ${ARGN})
+  if(NOT got GREATER 0)
+    message(FATAL_ERROR "${ARGN}: got '${got}', want > 0\n${out}")
+  endif()
+endfunction()
+
+# llama3-8b cut to 2 layers, batch 2, 1k context (65 pages a group): 4 steps
+# read 2 x 2 x 65 pages each.
+sim_json(out --layers 2 --batch 2 --context 1k --tokens 4 --write-trace "${WORK}/t.trace")
+expect("${out}" "trace;source" generated)
+expect("${out}" "trace;accesses" 1040)
+expect("${out}" "trace;steps" 4)
+expect("${out}" "model;h2d_gbps" 50)
+expect("${out}" "model;start" warm)
+string(JSON npol LENGTH "${out}" policies)
+if(npol LESS 2)
+  message(FATAL_ERROR "expected lru and belady at least, got ${npol} policies\n${out}")
+endif()
+math(EXPR last "${npol} - 1")
+set(names "")
+foreach(i RANGE ${last})
+  string(JSON name GET "${out}" policies ${i} policy)
+  list(APPEND names ${name})
+  expect_positive("${out}" policies ${i} bytes "dram->hbm")
+  expect_positive("${out}" policies ${i} pages "dram->hbm")
+  foreach(key bytes_fetched accesses step_s bound_s step_over_bound total_s)
+    expect_positive("${out}" policies ${i} ${key})
+  endforeach()
+  string(JSON hr GET "${out}" policies ${i} hit_ratio)
+  if(hr LESS 0 OR hr GREATER 1)
+    message(FATAL_ERROR "${name}: hit_ratio ${hr} is not a ratio")
+  endif()
+  string(JSON b GET "${out}" policies ${i} bytes "dram->hbm")
+  set(bytes_${name} ${b})
+endforeach()
+foreach(want lru belady)
+  list(FIND names ${want} at)
+  if(at LESS 0)
+    message(FATAL_ERROR "policy ${want} missing from ${names}")
+  endif()
+endforeach()
+list(FIND names decode at)
+if(NOT at LESS 0)
+  expect_positive("${out}" lru_over_decode)
+  expect_positive("${out}" decode_over_belady)
+endif()
+
+# The written trace replays to the same figures.
+string(JSON hbm GET "${out}" model hbm_pages)
+sim_json(again --trace "${WORK}/t.trace" --hbm-pages ${hbm})
+expect("${again}" "trace;source" file)
+expect("${again}" "trace;accesses" 1040)
+foreach(i RANGE ${last})
+  string(JSON name GET "${again}" policies ${i} policy)
+  expect("${again}" "policies;${i};bytes;dram->hbm" ${bytes_${name}})
+endforeach()
+
+# Bad arguments: exit 2, and the message names the option.
+function(expect_usage_error opt)
+  execute_process(COMMAND ${KVTIER} sim ${ARGN} OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "${opt}")
+    message(FATAL_ERROR "kvtier sim ${ARGN}: want exit 2 naming ${opt}, got ${rc}: ${err}")
+  endif()
+endfunction()
+expect_usage_error("--hbm-frac" --hbm-frac 2)
+expect_usage_error("--order" --order diagonal)
+expect_usage_error("--h2d-gbps" --h2d-gbps 0)
+expect_usage_error("--layers" --trace "${WORK}/t.trace" --layers 2)
+expect_usage_error("--bogus" --bogus)
+expect_usage_error("--hbm-pages" --layers 1 --batch 1 --context 1k --tokens 1 --hbm-pages 3)
+
+# A malformed trace: exit 1, and the message names the line.
+file(WRITE "${WORK}/bad.trace" "kvtier-trace 1\npage_bytes 4096\n# fine so far\nacess 1 2 3\n")
+execute_process(COMMAND ${KVTIER} sim --trace "${WORK}/bad.trace" ERROR_VARIABLE err
+                RESULT_VARIABLE rc OUTPUT_QUIET)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "line 4: unknown record 'acess'")
+  message(FATAL_ERROR "malformed trace: want exit 1 naming line 4, got ${rc}: ${err}")
+endif()
