@@ -275,6 +275,11 @@ typedef struct kvt_stats {          /* counters since open; fields may be added 
     uint64_t bytes_put, bytes_get;  /* bytes copied in by kvt_put / out by kvt_get */
     uint64_t ssd_bad_slots;         /* SSD slots retired after I/O errors */
     uint64_t io_fallback;           /* 1: io_uring was unavailable, the pread/pwrite pool runs */
+    uint64_t prefetch_pages;        /* pages brought into HBM ahead of use */
+    uint64_t prefetch_wasted;       /* of those, evicted before any acquire used them */
+    uint64_t prefetch_inflight_max; /* most DRAM->HBM pages in flight when a prefetch was
+                                       queued (a prefetch never takes this past
+                                       prefetch_bytes / page_bytes) */
 } kvt_stats;
 
 /* Fills *out with a consistent snapshot. Never fails on a valid engine, even

@@ -369,8 +369,9 @@ static void decode_schedule(void *priv, const kvt_schedule *s)
      * the window is applied once maxidx is known. */
     refile_all(d, old_nb, old_bkt);
     free(old_bkt);
+    if (d->have)
+        scan_maxidx(d); /* pages made before the schedule: lengths, working set */
     if (d->have && d->window) {
-        scan_maxidx(d);
         uint32_t *again = malloc((size_t)T * d->nb * 2 * sizeof(uint32_t));
         if (again) {
             memcpy(again, d->bkt, (size_t)T * d->nb * 2 * sizeof(uint32_t));

@@ -336,6 +336,129 @@ static void test_dram_with_ssd(void **state)
             compare_dram(&shapes[s], fracs[i]);
 }
 
+/* Runs the trace and returns the engine's stats (decode policy). */
+static kvt_stats run_stats(const struct shape *sh, const struct trace *t, uint32_t cap,
+                           size_t prefetch_pages)
+{
+    uint64_t np = (uint64_t)sh->batch * sh->layers * (sh->pages + sh->steps + 1);
+    kvt_config c = t_config(PB, cap, np + 16);
+    c.policy = "decode";
+    c.prefetch_bytes = prefetch_pages * PB;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    uint64_t ids[16];
+    for (uint32_t s = 0; s < sh->batch; s++)
+        ids[s] = seq_id(s);
+    kvt_schedule sc = { ids, sh->batch, sh->layers, sh->order, sh->window, sh->sinks };
+    assert_int_equal(kvt_set_schedule(e, &sc), 0);
+    kvt_key grp[256];
+    void *ptr[256];
+    size_t ng = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const struct ev *v = &t->ev[i];
+        void *p;
+        if (v->kind == EV_CREATE) {
+            assert_int_equal(kvt_create(e, v->key, &p), 0);
+            t_fill(p, PB, v->key, 1);
+            assert_int_equal(kvt_release(e, &v->key, 1, 1), 0);
+        } else if (v->kind == EV_ADVANCE) {
+            assert_int_equal(kvt_advance(e, v->key.id, v->key.layer), 0);
+            ng = 0;
+        } else if (v->kind == EV_ACCESS) {
+            grp[ng++] = v->key;
+        } else {
+            assert_int_equal(kvt_acquire(e, grp, ng, ptr), 0);
+            assert_int_equal(kvt_release(e, grp, ng, 0), 0);
+        }
+    }
+    kvt_stats s = t_stats(e);
+    kvt_close(e);
+    return s;
+}
+
+/* The prefetcher never has more than prefetch_bytes in flight, and with
+ * room to spare it never brings a page that is then evicted unused. */
+static void test_prefetch_bounded_and_useful(void **state)
+{
+    struct shape sh = { 4, 4, 16, 8, 0, 0, 0, KVT_ORDER_LAYER_MAJOR };
+    struct trace t = { 0 };
+    generate(&sh, &t);
+    uint32_t ws = working_set(&sh);
+    for (size_t budget = 1; budget <= 16; budget *= 4) {
+        kvt_stats s = run_stats(&sh, &t, ws / 2, budget);
+        print_message("prefetch budget %zu pages: %llu prefetched, %llu wasted, %llu max in "
+                      "flight\n", budget, (unsigned long long)s.prefetch_pages,
+                      (unsigned long long)s.prefetch_wasted,
+                      (unsigned long long)s.prefetch_inflight_max);
+        assert_true(s.prefetch_pages > 0); /* it did prefetch: the bound is not vacuous */
+        assert_true(s.prefetch_inflight_max <= budget);
+    }
+    /* Capacity for everything: every prefetched page is used. */
+    kvt_stats s = run_stats(&sh, &t, ws + 32, 16);
+    assert_int_equal(s.prefetch_wasted, 0);
+    /* At half capacity, prefetches may lose a race with demand, but stay rare. */
+    s = run_stats(&sh, &t, ws / 2, 16);
+    assert_true(s.prefetch_wasted * 20 <= s.prefetch_pages + 20);
+    free(t.ev);
+}
+
+/* A sequence finishes and another joins mid-run: the schedule changes, the
+ * old pages go (kvt_drop_id), every read stays exact, and the policy keeps
+ * prefetching for the new batch. */
+static void test_schedule_change_mid_run(void **state)
+{
+    /* HBM a quarter of the batch's pages: prefetching over live pages is
+     * allowed (see prefetch.c) and so must keep happening. */
+    const uint32_t layers = 4, pages = 40;
+    kvt_config c = t_config(PB, 2 * layers * pages / 4, 8 * layers * pages);
+    c.policy = "decode";
+    c.prefetch_bytes = 16 * PB;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    uint64_t ids[3] = { 11, 12, 13 };
+    for (uint32_t s = 0; s < 3; s++)
+        for (uint32_t l = 0; l < layers; l++)
+            for (uint32_t i = 0; i < pages; i++) {
+                kvt_key k = t_key(ids[s], l, i);
+                void *p;
+                assert_int_equal(kvt_create(e, k, &p), 0);
+                t_fill(p, PB, k, 1);
+                assert_int_equal(kvt_release(e, &k, 1, 1), 0);
+            }
+    kvt_key grp[64];
+    void *ptr[64];
+    for (int phase = 0; phase < 2; phase++) {
+        kvt_schedule sc = { ids, 2, layers, KVT_ORDER_LAYER_MAJOR, 0, 0 };
+        assert_int_equal(kvt_set_schedule(e, &sc), 0);
+        kvt_stats s0 = t_stats(e);
+        for (int step = 0; step < 4; step++)
+            for (uint32_t l = 0; l < layers; l++)
+                for (uint32_t s = 0; s < 2; s++) {
+                    assert_int_equal(kvt_advance(e, ids[s], l), 0);
+                    for (uint32_t i = 0; i < pages; i++)
+                        grp[i] = t_key(ids[s], l, i);
+                    assert_int_equal(kvt_acquire(e, grp, pages, ptr), 0);
+                    for (uint32_t i = 0; i < pages; i++)
+                        assert_true(t_check(ptr[i], PB, grp[i], 1));
+                    assert_int_equal(kvt_release(e, grp, pages, 0), 0);
+                }
+        kvt_stats s1 = t_stats(e);
+        print_message("phase %d: %llu pages prefetched, %llu wasted, stall %llu us\n", phase,
+                      (unsigned long long)(s1.prefetch_pages - s0.prefetch_pages),
+                      (unsigned long long)(s1.prefetch_wasted - s0.prefetch_wasted),
+                      (unsigned long long)((s1.stall_ns - s0.stall_ns) / 1000));
+        assert_true(s1.prefetch_pages > s0.prefetch_pages);
+        /* sequence ids[0] finishes; ids[2] joins in its place */
+        if (phase == 0) {
+            assert_int_equal(kvt_drop_id(e, ids[0]), 0);
+            kvt_key gone = t_key(ids[0], 0, 0);
+            assert_int_equal(kvt_exists(e, &gone, 1, NULL), 0);
+            ids[0] = ids[2];
+        }
+    }
+    kvt_close(e);
+}
+
 static void test_large_batch(void **state)
 {
     sweep((struct shape){ 8, 2, 12, 12, 0, 0, 0, KVT_ORDER_LAYER_MAJOR });
@@ -350,6 +473,8 @@ int main(void)
         cmocka_unit_test(test_window_and_sinks),
         cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_dram_with_ssd),
+        cmocka_unit_test(test_prefetch_bounded_and_useful),
+        cmocka_unit_test(test_schedule_change_mid_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,7 @@ uint32_t kvt_record_new(kvt_engine *e)
 static void page_pin(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->flags &= (uint16_t)~PG_PREFETCHED; /* used: the prefetch paid off */
     if (p->pins++ == 0)
         e->st.pinned_pages++;
     kvt_page_sync(e, pg, true);

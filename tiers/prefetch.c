@@ -104,6 +104,7 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
         uint32_t s = kvt_arena_alloc(h, cand[i]);
         p->slot[KVT_TIER_HBM] = s;
         p->xfer = XFER_UP;
+        p->flags |= PG_PREFETCHED;
         batch[k] = cand[i];
         c[k++] = (struct kvt_copy){ kvt_arena_ptr(h, s),
                                     kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
@@ -118,8 +119,14 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
             kvt_inflight_push(e, KVT_H2D, batch[j], f);
         } else {
             kvt_pg(&e->pt, batch[j])->xfer = XFER_NONE;
+            kvt_pg(&e->pt, batch[j])->flags &= (uint16_t)~PG_PREFETCHED;
             kvt_page_trim(e, batch[j]);
         }
+    }
+    if (r == 0) {
+        e->st.prefetch_pages += k;
+        if (e->inflight[KVT_H2D].len > e->st.prefetch_inflight_max)
+            e->st.prefetch_inflight_max = e->inflight[KVT_H2D].len;
     }
 }
 

@@ -88,6 +88,7 @@ enum {
     PG_LOST = 1u << 9,        /* its only copy failed to read: checksum (or I/O, with LOST_IO) */
     PG_LOST_IO = 1u << 10,
     PG_LISTED_SSD = 1u << 11, /* the policy holds it as an SSD candidate (for prefetch) */
+    PG_PREFETCHED = 1u << 12, /* brought into HBM by a prefetch and not acquired since */
 };
 
 enum kvt_xfer {

@@ -61,6 +61,11 @@ static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     uint16_t old = p->flags, nf = (uint16_t)((old | set) & ~clear);
+    /* A prefetched page leaving HBM unused: the prefetch was wasted. */
+    if ((old & PG_PREFETCHED) && (old & PG_VALID_HBM) && !(nf & PG_VALID_HBM)) {
+        e->st.prefetch_wasted++;
+        nf &= (uint16_t)~PG_PREFETCHED;
+    }
     static const uint16_t valid[3] = { PG_VALID_HBM, PG_VALID_DRAM, PG_VALID_SSD };
     for (int t = 0; t < 3; t++) {
         if ((nf & valid[t]) && !(old & valid[t]))
