@@ -99,24 +99,6 @@ static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struc
     return missing;
 }
 
-/* Queues one batch of DRAM->HBM copies. */
-static int submit_up(kvt_engine *e, const uint32_t *batch, const struct kvt_copy *c, uint32_t k)
-{
-    uint64_t f;
-    int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
-    for (uint32_t j = 0; j < k; j++) {
-        if (r == 0) {
-            kvt_inflight_push(e, KVT_H2D, batch[j], f);
-        } else {
-            kvt_pg(&e->pt, batch[j])->xfer = XFER_NONE;
-            kvt_page_trim(e, batch[j]);
-        }
-    }
-    if (r < 0)
-        return kvt_fail(r, "queueing a DRAM->HBM copy failed: %s", kvt_strerror(r));
-    return 0;
-}
-
 /* Queues DRAM->HBM copies for pages that have a DRAM copy and no HBM slot,
  * as far as free HBM slots go. */
 static int stage_up(kvt_engine *e, const uint32_t *pages, size_t n)
@@ -136,13 +118,13 @@ static int stage_up(kvt_engine *e, const uint32_t *pages, size_t n)
                                   kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
                                   e->page_bytes };
         if (++k == BATCH) {
-            int r = submit_up(e, batch, c, k);
+            int r = kvt_submit_up(e, batch, c, k);
             if (r < 0)
                 return r;
             k = 0;
         }
     }
-    return k ? submit_up(e, batch, c, k) : 0;
+    return k ? kvt_submit_up(e, batch, c, k) : 0;
 }
 
 /* Makes every page of an acquire have an HBM slot (valid, or a copy in

@@ -110,24 +110,11 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
                                     kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
                                     e->page_bytes };
     }
-    if (!k)
+    if (!k || kvt_submit_up(e, batch, c, k) < 0)
         return;
-    uint64_t f;
-    int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
-    for (uint32_t j = 0; j < k; j++) {
-        if (r == 0) {
-            kvt_inflight_push(e, KVT_H2D, batch[j], f);
-        } else {
-            kvt_pg(&e->pt, batch[j])->xfer = XFER_NONE;
-            kvt_pg(&e->pt, batch[j])->flags &= (uint16_t)~PG_PREFETCHED;
-            kvt_page_trim(e, batch[j]);
-        }
-    }
-    if (r == 0) {
-        e->st.prefetch_pages += k;
-        if (e->inflight[KVT_H2D].len > e->st.prefetch_inflight_max)
-            e->st.prefetch_inflight_max = e->inflight[KVT_H2D].len;
-    }
+    e->st.prefetch_pages += k;
+    if (e->inflight[KVT_H2D].len > e->st.prefetch_inflight_max)
+        e->st.prefetch_inflight_max = e->inflight[KVT_H2D].len;
 }
 
 static void prefetch_dram(kvt_engine *e, uint32_t budget)

@@ -325,6 +325,7 @@ int kvt_admit(kvt_engine *e);
 void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch);
 void kvt_page_trim(kvt_engine *e, uint32_t pg);
 int kvt_inflight_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fence);
+int kvt_submit_up(kvt_engine *e, const uint32_t *pages, const struct kvt_copy *c, uint32_t k);
 int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w);
 /* Waits (unlocked) for w; stall adds the time to stall_ns. */
 int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall);

@@ -158,6 +158,27 @@ int kvt_inflight_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fen
     return 0;
 }
 
+/* Queues one batch of DRAM->HBM copies (HBM slots set, xfer = XFER_UP). On
+ * error the pages are as before: no copy, slot freed. */
+int kvt_submit_up(kvt_engine *e, const uint32_t *pages, const struct kvt_copy *c, uint32_t k)
+{
+    uint64_t f;
+    int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
+    for (uint32_t j = 0; j < k; j++) {
+        if (r == 0) {
+            kvt_inflight_push(e, KVT_H2D, pages[j], f);
+        } else {
+            struct kvt_page *p = kvt_pg(&e->pt, pages[j]);
+            p->xfer = XFER_NONE;
+            p->flags &= (uint16_t)~PG_PREFETCHED;
+            kvt_page_trim(e, pages[j]);
+        }
+    }
+    if (r < 0)
+        return kvt_fail(r, "queueing a DRAM->HBM copy failed: %s", kvt_strerror(r));
+    return 0;
+}
+
 static uint64_t inflight_last(const struct kvt_inflight *q)
 {
     return q->len ? q->fence[(q->head + q->len - 1) % q->cap] : 0;
