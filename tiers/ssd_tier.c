@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 
 #include "tiers/tiers.h"
@@ -86,6 +87,12 @@ static int open_io(kvt_engine *e)
     int r = kvt_io_open(e->cfg.io_backend, &p, &e->io, &e->io_priv, e->io_note, sizeof(e->io_note));
     if (r < 0)
         return kvt_fail(r, "cannot set up SSD I/O: %s", e->io_note[0] ? e->io_note : kvt_strerror(r));
+    /* Pages then go through the kernel's copy of the buffer each time: slower,
+     * still correct. Say so once (RLIMIT_MEMLOCK is the usual cause). */
+    const char *how = e->io->describe(e->io_priv);
+    static _Atomic int told;
+    if (how && strstr(how, "unregistered buffers:") && !atomic_exchange(&told, 1))
+        fprintf(stderr, "kvtier: SSD I/O runs with %s\n", strstr(how, "unregistered"));
     return 0;
 }
 
