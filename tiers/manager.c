@@ -241,10 +241,15 @@ static void count_lookup(kvt_engine *e, uint32_t pg)
         return;
     }
     e->st.misses[KVT_TIER_HBM]++;
-    if (p->flags & PG_VALID_DRAM)
+    if (p->flags & PG_VALID_DRAM) {
         e->st.hits[KVT_TIER_DRAM]++;
+        return;
+    }
+    e->st.misses[KVT_TIER_DRAM]++;
+    if (p->flags & PG_VALID_SSD)
+        e->st.hits[KVT_TIER_SSD]++;
     else
-        e->st.misses[KVT_TIER_DRAM]++;
+        e->st.misses[KVT_TIER_SSD]++;
 }
 
 KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void **dev_ptrs,

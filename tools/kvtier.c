@@ -11,6 +11,7 @@ int plan_main(int argc, char **argv);
 int inspect_main(int argc, char **argv);
 int fsck_main(int argc, char **argv);
 int sim_main(int argc, char **argv);
+int run_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -20,6 +21,7 @@ static void usage(FILE *f)
             "kvtier keeps the KV cache of LLM decoding in HBM, pinned DRAM and SSD tiers.\n"
             "\n"
             "commands:\n"
+            "  run           decode over the tiers with real attention, verified bit-exactly\n"
             "  bench hbm     DRAM<->HBM throughput through kvtier beside a raw copy baseline,\n"
             "                and acquire+release operations per second\n"
             "  bench ssd     DRAM<->SSD throughput through kvtier beside raw io_uring O_DIRECT,\n"
@@ -30,8 +32,7 @@ static void usage(FILE *f)
             "  sim           replay an access trace per policy: bytes moved, hit ratio, stall\n"
             "  version       print the library version\n"
             "\n"
-            "Run 'kvtier <command> --help' for a command's options.\n"
-            "Still to come (see the issues): run.\n");
+            "Run 'kvtier <command> --help' for a command's options.\n");
 }
 
 int main(int argc, char **argv)
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
         return inspect_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "fsck"))
         return fsck_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run"))
+        return run_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "sim"))
         return sim_main(argc - 1, argv + 1);
     fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);

@@ -55,7 +55,7 @@ build() { # build DIR [cmake args...]
 install_missing
 if [ "$mode" = run ]; then
   build build -DKVT_BUILD_TESTS=OFF -DKVT_SANITIZE=OFF -DKVT_DEBUG=OFF
-  exec ./build/kvtier bench hbm
+  exec ./build/kvtier run
 fi
 
 build build -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=OFF -DKVT_DEBUG=OFF

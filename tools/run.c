@@ -1,0 +1,951 @@
+/*
+ * run.c — `kvtier run`: decode over the tiers with real attention, checked
+ * bit-exactly against a reference that never touches kvtier (see run.h).
+ *
+ * Order of a run: size the tiers; measure the links raw (DRAM<->HBM through
+ * the device back-end's own copy queue, SSD with O_DIRECT in the spill
+ * directory); open the engine; prefill (kvt_create of every page, in the
+ * schedule's order); the timed decode loop — per step, per layer, per
+ * sequence: kvt_advance, append the token's K/V to the tail page (a new page
+ * by kvt_create when the tail is full), kvt_acquire of all the pages,
+ * attention on the CPU team, kvt_release; then, outside the timed loop, the
+ * reference pass. The loop keeps a 64-bit hash of each q head's output bits,
+ * so the reference compares without holding the outputs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "include/kvtier.h"
+#include "tiers/tiers.h"
+#include "tools/attention.h"
+#include "tools/cli.h"
+#include "tools/run.h"
+#include "tools/trace_json.h"
+
+enum { TERM_COMPUTE, TERM_H2D, TERM_D2H, TERM_SSD_R, TERM_SSD_W, TERMS };
+static const char *const term_name[TERMS] = { "compute", "dram->hbm", "hbm->dram", "ssd->dram",
+                                              "dram->ssd" };
+static const char *const codec_name[] = { "none", "zstd", "zstd-shuffle16" };
+
+/* ------------------------------------------------------------- generator */
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x;
+}
+
+float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, uint32_t head,
+                   uint32_t dim, int kind)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + mix64(((uint64_t)seq << 32 | layer) + 0x1234567ull);
+    x = mix64(x ^ ((uint64_t)token << 24 | (uint64_t)head << 12 | dim) ^ ((uint64_t)kind << 62));
+    /* 24 bits: exact in a float, so the value does not depend on rounding */
+    return (float)((int32_t)(x >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
+}
+
+void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, float *p)
+{
+    for (int kind = 0; kind < 2; kind++)
+        for (uint32_t h = h0; h < h1; h++)
+            for (uint32_t t = 0; t < ntok; t++) {
+                float *row = p + attn_row(s, kind, h, t);
+                uint32_t tok = page * s->page_tokens + t;
+                for (uint32_t d = 0; d < s->head_dim; d++)
+                    row[d] = run_kv_value(seed, seq, layer, tok, h, d, kind);
+            }
+}
+
+static void fill_query(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                       uint32_t pos, float *q)
+{
+    for (uint32_t qh = 0; qh < s->q_heads; qh++)
+        for (uint32_t d = 0; d < s->head_dim; d++)
+            q[(size_t)qh * s->head_dim + d] = 4.0f * run_kv_value(seed, seq, layer, pos, qh, d, 2);
+}
+
+static uint64_t hash_head(const float *o, uint32_t D)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    const unsigned char *b = (const unsigned char *)o;
+    for (size_t i = 0; i < (size_t)D * sizeof(float); i++)
+        h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* ------------------------------------------------------------- options */
+
+void run_opts_default(struct run_opts *o)
+{
+    *o = (struct run_opts){ 0 };
+    o->model = kvt_preset_find("llama3-8b");
+    o->layers = 4;
+    o->batch = 2;
+    o->context = 4096;
+    o->tokens = 8;
+    o->page_tokens = 16;
+    o->hbm = o->dram = o->ssd = RUN_AUTO;
+    o->policy = "decode";
+    o->codec = KVT_CODEC_NONE;
+    o->device = KVT_DEVICE_HOST;
+    o->threads = 2;
+    o->seed = 1;
+    o->ref_seed = 1;
+    o->corrupt_step = -1;
+    o->progress = true;
+}
+
+static void run_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvtier run [options]\n"
+            "\n"
+            "A long-context decode over the HBM, DRAM and SSD tiers: a deterministic prefill\n"
+            "writes every KV page, then each step runs grouped-query attention of a new\n"
+            "query over every page of each (sequence, layer), acquired from kvtier, and\n"
+            "appends the token's K and V. Every output is checked bit-exactly against a\n"
+            "reference computed without kvtier. fp32 KV; CPU attention (host back-end).\n"
+            "\n"
+            "options:\n"
+            "  --model NAME      model shape preset (default llama3-8b):\n");
+    kvt_preset_list(f, "                      ");
+    fprintf(f,
+            "  --layers N        cut the model to its first N layers (default 4; 0 = all)\n"
+            "  --batch N         sequences decoded together (default 2)\n"
+            "  --context N       tokens already in each sequence, e.g. 4096 or 32k (default 4k)\n"
+            "  --tokens N        tokens to generate per sequence (default 8)\n"
+            "  --page-tokens N   tokens per page, 1..%u (default 16)\n"
+            "  --hbm N           HBM tier capacity, e.g. 512M (default: a quarter of the KV,\n"
+            "                    at least two (sequence, layer) groups)\n"
+            "  --dram N          DRAM tier capacity (default: half of the KV beyond HBM)\n"
+            "  --ssd N           SSD tier capacity, 0 = none (default: twice the KV)\n"
+            "  --ssd-dir DIR     spill directory (default: a temporary one, removed at exit)\n"
+            "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none)\n"
+            "  --policy P        decode or lru (default decode)\n"
+            "  --device D        host (default); CUDA needs a GPU attention kernel, not built yet\n"
+            "  --threads N       attention threads, the caller included (default 2)\n"
+            "  --link-gbps X     host back-end: cap each emulated DRAM<->HBM link at X GB/s\n"
+            "  --seed N          KV generator seed (default 1)\n"
+            "  --trace FILE      Chrome trace-event JSON of waits and compute (Perfetto)\n"
+            "  --no-progress     no progress output\n"
+            "  --json            one JSON object on stdout; text goes to stderr\n"
+            "  -h, --help        this text\n",
+            ATTN_MAX_PAGE_TOKENS);
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    uint64_t v;
+    if (cli_parse_count(s, &v) || v < lo || v > hi)
+        return -EINVAL;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_codec(const char *s, int *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, codec_name[i])) {
+            *out = i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+/* 0 to run, 1 after --help, -EINVAL after a message. */
+static int run_parse(int argc, char **argv, struct run_opts *o)
+{
+    static const struct option lo[] = {
+        { "model", 1, 0, 'm' },   { "layers", 1, 0, 'L' },    { "batch", 1, 0, 'b' },
+        { "context", 1, 0, 'c' }, { "tokens", 1, 0, 't' },    { "page-tokens", 1, 0, 'p' },
+        { "hbm", 1, 0, 'H' },     { "dram", 1, 0, 'D' },      { "ssd", 1, 0, 'S' },
+        { "ssd-dir", 1, 0, 'd' }, { "codec", 1, 0, 'C' },     { "policy", 1, 0, 'P' },
+        { "device", 1, 0, 'v' },  { "threads", 1, 0, 'T' },   { "link-gbps", 1, 0, 'l' },
+        { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
+        { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { 0, 0, 0, 0 },
+    };
+    run_opts_default(o);
+    uint64_t v;
+    int c, idx = -1;
+    char *end;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
+        switch (c) {
+        case 'm':
+            if (!(o->model = kvt_preset_find(optarg)))
+                goto bad;
+            break;
+        case 'L': if (parse_u32(optarg, 0, 100000, &o->layers)) goto bad; break;
+        case 'b': if (parse_u32(optarg, 1, 4096, &o->batch)) goto bad; break;
+        case 'c': if (cli_parse_count(optarg, &o->context) || !o->context || o->context > (1u << 30)) goto bad; break;
+        case 't': if (parse_u32(optarg, 1, 1u << 20, &o->tokens)) goto bad; break;
+        case 'p': if (parse_u32(optarg, 1, ATTN_MAX_PAGE_TOKENS, &o->page_tokens)) goto bad; break;
+        case 'H': if (cli_parse_size(optarg, &o->hbm) || !o->hbm) goto bad; break;
+        case 'D': if (cli_parse_size(optarg, &o->dram) || !o->dram) goto bad; break;
+        case 'S': if (cli_parse_size(optarg, &o->ssd)) goto bad; break;
+        case 'd': o->ssd_dir = optarg; break;
+        case 'C': if (parse_codec(optarg, &o->codec)) goto bad; break;
+        case 'P':
+            if (strcmp(optarg, "decode") && strcmp(optarg, "lru"))
+                goto bad;
+            o->policy = optarg;
+            break;
+        case 'v': if (cli_parse_device(optarg, &o->device)) goto bad; break;
+        case 'T': if (parse_u32(optarg, 1, 64, &o->threads)) goto bad; break;
+        case 'l':
+            o->link_gbps = strtod(optarg, &end);
+            if (end == optarg || *end || !(o->link_gbps >= 0))
+                goto bad;
+            break;
+        case 's':
+            if (cli_parse_count(optarg, &v))
+                goto bad;
+            o->seed = o->ref_seed = v;
+            break;
+        case 'r': o->trace_path = optarg; break;
+        case 'n': o->progress = false; break;
+        case 'j': o->json = true; break;
+        case 'h': run_usage(stdout); return 1;
+        case ':':
+            cli_error("run", 2, "option %s needs a value", argv[optind - 1]);
+            return -EINVAL;
+        default:
+            cli_error("run", 2, "unknown option '%s' (kvtier run --help)", argv[optind - 1]);
+            return -EINVAL;
+        }
+        idx = -1;
+    }
+    if (optind != argc) {
+        cli_error("run", 2, "unexpected argument '%s'", argv[optind]);
+        return -EINVAL;
+    }
+    return 0;
+bad:
+    cli_error("run", 2, "bad value '%s' for --%s", optarg, idx >= 0 ? lo[idx].name : "?");
+    return -EINVAL;
+}
+
+/* ------------------------------------------------------------- sizing */
+
+struct run_ctx {
+    const struct run_opts *o;
+    struct attn_shape sh;
+    uint32_t layers, pages_max; /* pages of a (sequence, layer) at the end */
+    size_t pb;
+    kvt_engine *e;
+    struct attn_pool *pool;
+    float **scratch; /* one page per thread, for the reference */
+    float *q, *out;
+    kvt_key *keys;
+    void **ptrs;
+    uint64_t *hashes; /* [step][layer][seq][q head] */
+    char tmpdir[4096];
+    const char *ssd_dir;
+    struct trace_json trace;
+};
+
+static uint64_t round_pages(uint64_t bytes, size_t pb) { return bytes / pb * pb; }
+
+/* The capacities left RUN_AUTO: a quarter of the KV in HBM (at least two
+ * groups, so the next group can be prefetched beside the one computed), half
+ * of the rest in DRAM, so that the KV overflows into SSD. */
+static int run_size(struct run_ctx *x, struct run_result *r)
+{
+    const struct run_opts *o = x->o;
+    uint64_t kv = (uint64_t)o->batch * x->layers * x->pages_max * x->pb;
+    uint64_t group = (uint64_t)x->pages_max * x->pb;
+    r->kv_bytes = kv;
+    r->page_bytes = x->pb;
+    r->pages = kv / x->pb;
+    uint64_t hbm = o->hbm, dram = o->dram, ssd = o->ssd;
+    if (hbm == RUN_AUTO) {
+        hbm = round_pages(kv / 4, x->pb);
+        if (hbm < 2 * group + 4 * x->pb)
+            hbm = 2 * group + 4 * x->pb;
+    }
+    if (dram == RUN_AUTO) {
+        dram = kv > hbm ? round_pages((kv - hbm) / 2, x->pb) : 0;
+        if (dram < group + 4 * x->pb)
+            dram = group + 4 * x->pb;
+    }
+    if (ssd == RUN_AUTO)
+        ssd = 2 * kv + 64 * x->pb;
+    if (hbm < group + 2 * x->pb) {
+        cli_error("run", 2,
+                  "--hbm %llu bytes is too small: one (sequence, layer) needs %u pages of %zu "
+                  "bytes, plus room to append",
+                  (unsigned long long)hbm, x->pages_max, x->pb);
+        return -EINVAL;
+    }
+    if (hbm + dram + ssd < kv + 2 * x->pb) {
+        cli_error("run", 2, "--hbm + --dram + --ssd (%llu bytes) cannot hold the KV (%llu bytes)",
+                  (unsigned long long)(hbm + dram + ssd), (unsigned long long)kv);
+        return -EINVAL;
+    }
+    r->cap[0] = hbm;
+    r->cap[1] = dram;
+    r->cap[2] = ssd;
+    return 0;
+}
+
+/* ------------------------------------------------------------- links */
+
+/* DRAM<->HBM raw: page-sized copies between the (still empty) arenas through
+ * the device back-end's queue, as `bench hbm` does; best of 3. GB/s. */
+static double raw_link(kvt_engine *e, enum kvt_dir dir)
+{
+    size_t pb = e->page_bytes;
+    uint32_t nh = e->arena[KVT_TIER_HBM].nslots, nd = e->arena[KVT_TIER_DRAM].nslots;
+    uint32_t n = nh < nd ? nh : nd, batch = 32;
+    if (n > 256)
+        n = 256;
+    struct kvt_copy c[32];
+    double best = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        uint64_t f = 0;
+        int rc = 0;
+        double t0 = cli_now();
+        for (uint32_t i = 0; i < n && !rc;) {
+            uint32_t k = 0;
+            for (; k < batch && i < n; k++, i++) {
+                uint8_t *hp = (uint8_t *)e->hbm_base + (size_t)i * pb;
+                uint8_t *dp = (uint8_t *)e->dram_base + (size_t)i * pb;
+                c[k] = dir == KVT_H2D ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
+            }
+            rc = e->dev->submit(e->dev_priv, dir, c, k, &f);
+        }
+        if (rc == 0)
+            rc = e->dev->wait(e->dev_priv, dir, f);
+        double dt = cli_now() - t0;
+        if (rc == 0 && rep > 0 && (double)n * pb / dt / 1e9 > best) /* rep 0 touches the pages */
+            best = (double)n * pb / dt / 1e9;
+    }
+    return best;
+}
+
+/* SSD raw: a 32 MiB file written then read back in page-sized O_DIRECT
+ * blocks in the spill directory, RAW_IO_DEPTH threads each with one request
+ * in flight (the engine keeps many in flight too; one synchronous reader
+ * would understate the link). Buffered + fdatasync + drop-cache where the
+ * file system refuses O_DIRECT. Done before the engine opens the directory. */
+#define RAW_IO_DEPTH 8
+
+struct raw_io {
+    int fd, write, bad;
+    size_t pb, n;
+    unsigned part;
+    void *buf;
+};
+
+static void *raw_io_part(void *a)
+{
+    struct raw_io *w = a;
+    for (size_t i = w->part; i < w->n; i += RAW_IO_DEPTH) {
+        ssize_t got = w->write ? pwrite(w->fd, w->buf, w->pb, (off_t)(i * w->pb))
+                               : pread(w->fd, w->buf, w->pb, (off_t)(i * w->pb));
+        if (got != (ssize_t)w->pb) {
+            w->bad = 1;
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* Runs the pass on RAW_IO_DEPTH threads; GB/s, 0 on failure. */
+static double raw_io_pass(int fd, size_t pb, size_t n, int write)
+{
+    struct raw_io w[RAW_IO_DEPTH];
+    pthread_t tid[RAW_IO_DEPTH];
+    unsigned started = 0;
+    int bad = 0;
+    double t0 = cli_now();
+    for (unsigned i = 0; i < RAW_IO_DEPTH; i++) {
+        w[i] = (struct raw_io){ fd, write, 0, pb, n, i, NULL };
+        if (posix_memalign(&w[i].buf, 4096, pb)) {
+            bad = 1;
+            break;
+        }
+        memset(w[i].buf, 0x5a, pb);
+        if (pthread_create(&tid[i], NULL, raw_io_part, &w[i])) {
+            free(w[i].buf);
+            bad = 1;
+            break;
+        }
+        started++;
+    }
+    for (unsigned i = 0; i < started; i++) {
+        pthread_join(tid[i], NULL);
+        bad |= w[i].bad;
+        free(w[i].buf);
+    }
+    if (write && !bad && fdatasync(fd))
+        bad = 1;
+    double dt = cli_now() - t0;
+    return bad ? 0 : (double)(n * pb) / dt / 1e9;
+}
+
+static void raw_ssd(const char *dir, size_t pb, double *rd, double *wr)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/kvtier-run-rawio.tmp", dir);
+    size_t n = (32u << 20) / pb;
+    *rd = *wr = 0;
+    int direct = 1;
+    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT, 0600);
+    if (fd < 0) {
+        direct = 0;
+        fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
+    }
+    if (fd < 0)
+        return;
+    *wr = raw_io_pass(fd, pb, n, 1);
+    if (!direct)
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (*wr > 0)
+        *rd = raw_io_pass(fd, pb, n, 0);
+    close(fd);
+    unlink(path);
+}
+
+/* ------------------------------------------------------------- attention jobs */
+
+struct attn_job {
+    struct run_ctx *x;
+    uint32_t n_tokens, seq, layer;
+    uint64_t seed;
+    int reference; /* pages regenerated, not acquired */
+};
+
+static const float *page_acquired(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, float *scr)
+{
+    return ((struct attn_job *)ctx)->x->ptrs[page];
+}
+
+static const float *page_regenerated(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
+                                     float *scr)
+{
+    struct attn_job *j = ctx;
+    const struct attn_shape *s = &j->x->sh;
+    uint32_t first = page * s->page_tokens;
+    uint32_t nt = j->n_tokens - first < s->page_tokens ? j->n_tokens - first : s->page_tokens;
+    run_fill_page(s, j->seed, j->seq, j->layer, page, nt, h0, h1, scr);
+    return scr;
+}
+
+static void attn_part(void *arg, unsigned part, unsigned nparts)
+{
+    struct attn_job *j = arg;
+    struct run_ctx *x = j->x;
+    uint32_t h0 = x->sh.kv_heads * part / nparts, h1 = x->sh.kv_heads * (part + 1) / nparts;
+    if (h0 < h1)
+        attn_decode(&x->sh, x->q, j->n_tokens, h0, h1,
+                    j->reference ? page_regenerated : page_acquired, j, x->scratch[part], x->out);
+}
+
+static uint64_t *hash_slot(struct run_ctx *x, uint32_t step, uint32_t layer, uint32_t seq)
+{
+    return x->hashes + (((size_t)step * x->layers + layer) * x->o->batch + seq) * x->sh.q_heads;
+}
+
+/* ------------------------------------------------------------- the loop */
+
+static uint64_t seq_id(uint32_t s) { return 1 + (uint64_t)s; }
+
+static void write_token(struct run_ctx *x, void *page, uint32_t seq, uint32_t layer, uint32_t pos)
+{
+    const struct attn_shape *s = &x->sh;
+    uint32_t t = pos % s->page_tokens;
+    for (int kind = 0; kind < 2; kind++)
+        for (uint32_t h = 0; h < s->kv_heads; h++) {
+            float *row = (float *)page + attn_row(s, kind, h, t);
+            for (uint32_t d = 0; d < s->head_dim; d++)
+                row[d] = run_kv_value(x->o->seed, seq, layer, pos, h, d, kind);
+        }
+}
+
+static int prefill(struct run_ctx *x)
+{
+    const struct run_opts *o = x->o;
+    uint32_t pt = x->sh.page_tokens;
+    uint32_t npages = (uint32_t)((o->context + pt - 1) / pt);
+    for (uint32_t l = 0; l < x->layers; l++)
+        for (uint32_t s = 0; s < o->batch; s++)
+            for (uint32_t i = 0; i < npages; i++) {
+                kvt_key k = { seq_id(s), l, i };
+                void *p;
+                int rc = kvt_create(x->e, k, &p);
+                if (rc)
+                    return rc;
+                uint32_t nt = o->context - (uint64_t)i * pt < pt ? (uint32_t)(o->context - (uint64_t)i * pt) : pt;
+                memset(p, 0, x->pb);
+                run_fill_page(&x->sh, o->seed, s, l, i, nt, 0, x->sh.kv_heads, p);
+                if ((rc = kvt_release(x->e, &k, 1, 1)))
+                    return rc;
+            }
+    return 0;
+}
+
+static void progress(const struct run_opts *o, uint32_t step, double elapsed)
+{
+    if (!o->progress)
+        return;
+    double tps = elapsed > 0 ? (double)step * o->batch / elapsed : 0;
+    if (isatty(2)) {
+        int w = 30, fill = (int)((double)step / o->tokens * w);
+        fprintf(stderr, "\r  [%.*s%*s] step %u/%u  %.1f tokens/s ", fill,
+                "##############################", w - fill, "", step, o->tokens, tps);
+        if (step == o->tokens)
+            fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "  step %u/%u  %.2f s  %.1f tokens/s\n", step, o->tokens, elapsed, tps);
+    }
+    fflush(stderr);
+}
+
+/* One (step, layer, sequence) group through kvtier. */
+static int decode_group(struct run_ctx *x, struct run_result *r, uint32_t step, uint32_t l,
+                        uint32_t s)
+{
+    const struct run_opts *o = x->o;
+    uint32_t pt = x->sh.page_tokens;
+    uint32_t pos = (uint32_t)o->context + step, n = pos + 1, np = (n + pt - 1) / pt;
+    int rc = kvt_advance(x->e, seq_id(s), l);
+    if (rc)
+        return rc;
+    int fresh = pos % pt == 0; /* the tail is full: the token opens a new page */
+    if (fresh) {
+        kvt_key k = { seq_id(s), l, pos / pt };
+        void *p;
+        if ((rc = kvt_create(x->e, k, &p)))
+            return rc;
+        memset(p, 0, x->pb);
+        write_token(x, p, s, l, pos);
+        if ((rc = kvt_release(x->e, &k, 1, 1)))
+            return rc;
+    }
+    for (uint32_t i = 0; i < np; i++)
+        x->keys[i] = (kvt_key){ seq_id(s), l, i };
+    double t0 = cli_now();
+    if ((rc = kvt_acquire(x->e, x->keys, np, x->ptrs)))
+        return rc;
+    double t1 = cli_now();
+    if (!fresh)
+        write_token(x, x->ptrs[np - 1], s, l, pos);
+    if (o->corrupt_step == (int64_t)step && s == 0 && l == 0)
+        ((uint8_t *)x->ptrs[0])[3] ^= 0x01; /* the exponent of K[0][0][0]: a test hook */
+    fill_query(&x->sh, o->seed, s, l, pos, x->q);
+    double t2 = cli_now();
+    struct attn_job j = { x, n, s, l, o->seed, 0 };
+    attn_pool_run(x->pool, attn_part, &j);
+    double t3 = cli_now();
+    uint64_t *hs = hash_slot(x, step, l, s);
+    for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
+        hs[qh] = hash_head(x->out + (size_t)qh * x->sh.head_dim, x->sh.head_dim);
+    if ((rc = kvt_release(x->e, x->keys, np - 1, 0)) ||
+        (rc = kvt_release(x->e, &x->keys[np - 1], 1, !fresh)))
+        return rc;
+    r->acquire_s += t1 - t0;
+    r->compute_s += t3 - t2;
+    if (o->trace_path) {
+        trace_span(&x->trace, "acquire", "wait", 1, t0, t1, step, s, l);
+        trace_span(&x->trace, "attention", "compute", 1, t2, t3, step, s, l);
+    }
+    return 0;
+}
+
+/* The bonus trace rows: cumulative bytes per link after each layer. */
+static void trace_links(struct run_ctx *x, const kvt_stats *s0)
+{
+    kvt_stats s;
+    kvt_get_stats(x->e, &s);
+    double now = cli_now();
+    trace_counter(&x->trace, "dram->hbm bytes", now, "bytes", (double)(s.bytes_up[0] - s0->bytes_up[0]));
+    trace_counter(&x->trace, "hbm->dram bytes", now, "bytes", (double)(s.bytes_down[0] - s0->bytes_down[0]));
+    trace_counter(&x->trace, "ssd->dram bytes", now, "bytes", (double)(s.bytes_up[1] - s0->bytes_up[1]));
+    trace_counter(&x->trace, "dram->ssd bytes", now, "bytes", (double)(s.bytes_down[1] - s0->bytes_down[1]));
+    trace_counter(&x->trace, "stall ms", now, "ms", (double)(s.stall_ns - s0->stall_ns) / 1e6);
+}
+
+static int decode(struct run_ctx *x, struct run_result *r)
+{
+    const struct run_opts *o = x->o;
+    kvt_stats s0, s1;
+    kvt_get_stats(x->e, &s0);
+    double t0 = cli_now();
+    int rc = 0;
+    for (uint32_t step = 0; step < o->tokens && !rc; step++) {
+        for (uint32_t l = 0; l < x->layers && !rc; l++) {
+            for (uint32_t s = 0; s < o->batch && !rc; s++)
+                rc = decode_group(x, r, step, l, s);
+            if (o->trace_path)
+                trace_links(x, &s0);
+        }
+        progress(o, step + 1, cli_now() - t0);
+    }
+    r->wall_s = cli_now() - t0;
+    kvt_get_stats(x->e, &s1);
+    r->end = s1;
+    kvt_stats *d = &r->delta;
+    *d = s1;
+    for (int t = 0; t < KVT_TIERS; t++) {
+        d->hits[t] -= s0.hits[t];
+        d->misses[t] -= s0.misses[t];
+        d->bytes_up[t] -= s0.bytes_up[t];
+        d->bytes_down[t] -= s0.bytes_down[t];
+    }
+    d->stall_ns -= s0.stall_ns;
+    d->prefetch_pages -= s0.prefetch_pages;
+    d->prefetch_wasted -= s0.prefetch_wasted;
+    r->stall_s = (double)d->stall_ns / 1e9;
+    return rc;
+}
+
+/* The reference pass: no kvtier, pages regenerated per thread. Returns 0 or
+ * 1 at the first mismatch (r->bad_*). */
+static int verify(struct run_ctx *x, struct run_result *r)
+{
+    const struct run_opts *o = x->o;
+    for (uint32_t step = 0; step < o->tokens; step++)
+        for (uint32_t l = 0; l < x->layers; l++)
+            for (uint32_t s = 0; s < o->batch; s++) {
+                uint32_t pos = (uint32_t)o->context + step;
+                fill_query(&x->sh, o->ref_seed, s, l, pos, x->q);
+                struct attn_job j = { x, pos + 1, s, l, o->ref_seed, 1 };
+                attn_pool_run(x->pool, attn_part, &j);
+                const uint64_t *hs = hash_slot(x, step, l, s);
+                for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
+                    if (hs[qh] != hash_head(x->out + (size_t)qh * x->sh.head_dim, x->sh.head_dim)) {
+                        r->bad_step = step;
+                        r->bad_seq = s;
+                        r->bad_layer = l;
+                        r->bad_head = qh;
+                        return 1;
+                    }
+            }
+    return 0;
+}
+
+/* ------------------------------------------------------------- set-up */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    return remove(path);
+}
+
+static void ctx_free(struct run_ctx *x)
+{
+    kvt_close(x->e);
+    x->e = NULL;
+    if (x->scratch)
+        for (unsigned i = 0; i < (x->pool ? attn_pool_threads(x->pool) : 0); i++)
+            free(x->scratch[i]);
+    free(x->scratch);
+    attn_pool_free(x->pool);
+    free(x->q);
+    free(x->out);
+    free(x->keys);
+    free(x->ptrs);
+    free(x->hashes);
+    trace_free(&x->trace);
+    if (x->tmpdir[0])
+        nftw(x->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int ctx_alloc(struct run_ctx *x)
+{
+    const struct run_opts *o = x->o;
+    size_t qf = (size_t)x->sh.q_heads * x->sh.head_dim;
+    if (!(x->pool = attn_pool_new(o->threads)))
+        return -ENOMEM;
+    unsigned nt = attn_pool_threads(x->pool);
+    x->scratch = calloc(nt, sizeof(float *));
+    x->q = malloc(qf * sizeof(float));
+    x->out = malloc(qf * sizeof(float));
+    x->keys = malloc(x->pages_max * sizeof(kvt_key));
+    x->ptrs = malloc(x->pages_max * sizeof(void *));
+    x->hashes = malloc((size_t)o->tokens * x->layers * o->batch * x->sh.q_heads * sizeof(uint64_t));
+    if (!x->scratch || !x->q || !x->out || !x->keys || !x->ptrs || !x->hashes)
+        return -ENOMEM;
+    for (unsigned i = 0; i < nt; i++)
+        if (!(x->scratch[i] = malloc(x->pb)))
+            return -ENOMEM;
+    return 0;
+}
+
+static int open_engine(struct run_ctx *x, struct run_result *r)
+{
+    const struct run_opts *o = x->o;
+    kvt_config c;
+    kvt_config_init(&c);
+    c.page_bytes = x->pb;
+    c.hbm_bytes = r->cap[0];
+    c.dram_bytes = r->cap[1];
+    c.ssd_bytes = r->cap[2];
+    c.ssd_dir = r->cap[2] ? x->ssd_dir : NULL;
+    c.device = o->device;
+    c.policy = o->policy;
+    c.codec = o->codec;
+    c.host_link_gbps = o->link_gbps;
+    c.fingerprint = 0x6b767472756e0000ull ^ ((uint64_t)x->sh.kv_heads << 32) ^
+                    ((uint64_t)x->sh.head_dim << 16) ^ x->sh.page_tokens;
+    int rc = kvt_open(&c, &x->e);
+    if (rc) {
+        cli_error("run", 1, "cannot open the engine: %s (%s)", kvt_strerror(rc), kvt_last_error());
+        return rc;
+    }
+    if (strcmp(kvt_device_name(x->e), "host")) {
+        cli_error("run", 1,
+                  "device %s: the attention runs on the CPU over page pointers, which needs the "
+                  "host back-end (--device host); a GPU attention kernel is not built yet",
+                  kvt_device_name(x->e));
+        return KVT_ENOTSUP;
+    }
+    uint64_t *ids = malloc(o->batch * sizeof(uint64_t));
+    if (!ids)
+        return -ENOMEM;
+    for (uint32_t s = 0; s < o->batch; s++)
+        ids[s] = seq_id(s);
+    kvt_schedule sc = { ids, o->batch, x->layers, KVT_ORDER_LAYER_MAJOR, 0, 0 };
+    rc = kvt_set_schedule(x->e, &sc);
+    free(ids);
+    return rc;
+}
+
+static void bound(struct run_result *r)
+{
+    const kvt_stats *d = &r->delta;
+    double gb[TERMS] = { 0, r->gbps_h2d, r->gbps_d2h, r->gbps_ssd_read, r->gbps_ssd_write };
+    double by[TERMS] = { 0, (double)d->bytes_up[0], (double)d->bytes_down[0],
+                         (double)d->bytes_up[1], (double)d->bytes_down[1] };
+    r->term_s[TERM_COMPUTE] = r->compute_s;
+    for (int i = 1; i < TERMS; i++)
+        r->term_s[i] = gb[i] > 0 ? by[i] / (gb[i] * 1e9) : 0;
+    r->bound_by = 0;
+    for (int i = 1; i < TERMS; i++)
+        if (r->term_s[i] > r->term_s[r->bound_by])
+            r->bound_by = i;
+    r->bound_s = r->term_s[r->bound_by];
+}
+
+int run_exec(const struct run_opts *o, struct run_result *r)
+{
+    struct run_ctx x = { .o = o };
+    memset(r, 0, sizeof(*r));
+    if (!o->model || kvt_shape_is_mla(o->model)) {
+        cli_error("run", 2, "--model: an MLA shape has no per-head K and V for this kernel");
+        return -EINVAL;
+    }
+    x.layers = o->layers && o->layers < o->model->layers ? o->layers : o->model->layers;
+    x.sh = (struct attn_shape){ o->model->q_heads, o->model->kv_heads, o->model->head_dim,
+                                o->page_tokens };
+    if (attn_shape_check(&x.sh)) {
+        cli_error("run", 2,
+                  "--model %s: the CPU kernel needs head_dim a multiple of 8 (<= %u) and at "
+                  "most %u q heads per kv head",
+                  o->model->name, ATTN_MAX_HEAD_DIM, ATTN_MAX_GROUP);
+        return -EINVAL;
+    }
+    x.pb = (attn_page_floats(&x.sh) * sizeof(float) + 4095) / 4096 * 4096;
+    uint64_t final_tokens = o->context + o->tokens;
+    if (final_tokens > UINT32_MAX - 1) {
+        cli_error("run", 2, "--context + --tokens is too large");
+        return -EINVAL;
+    }
+    x.pages_max = (uint32_t)((final_tokens + o->page_tokens - 1) / o->page_tokens);
+    int rc = run_size(&x, r);
+    if (rc)
+        return rc;
+    trace_init(&x.trace, cli_now());
+    if ((rc = ctx_alloc(&x))) {
+        cli_error("run", 1, "out of memory");
+        goto out;
+    }
+    x.ssd_dir = o->ssd_dir;
+    if (r->cap[2] && !x.ssd_dir) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(x.tmpdir, sizeof x.tmpdir, "%s/kvtier-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(x.tmpdir)) {
+            rc = -errno;
+            cli_error("run", 1, "cannot make a spill directory %s: %s", x.tmpdir, strerror(-rc));
+            x.tmpdir[0] = 0;
+            goto out;
+        }
+        x.ssd_dir = x.tmpdir;
+    }
+    if (r->cap[2]) {
+        mkdir(x.ssd_dir, 0700);
+        raw_ssd(x.ssd_dir, x.pb, &r->gbps_ssd_read, &r->gbps_ssd_write);
+    }
+    if ((rc = open_engine(&x, r)))
+        goto out;
+    r->gbps_h2d = raw_link(x.e, KVT_H2D);
+    r->gbps_d2h = raw_link(x.e, KVT_D2H);
+    double t0 = cli_now();
+    if ((rc = prefill(&x))) {
+        cli_error("run", 1, "prefill: %s (%s)", kvt_strerror(rc), kvt_last_error());
+        goto out;
+    }
+    r->prefill_s = cli_now() - t0;
+    if ((rc = decode(&x, r))) {
+        cli_error("run", 1, "decode: %s (%s)", kvt_strerror(rc), kvt_last_error());
+        goto out;
+    }
+    bound(r);
+    t0 = cli_now();
+    rc = verify(&x, r);
+    r->verify_s = cli_now() - t0;
+    r->verified = rc == 0;
+    if (rc)
+        cli_error("run", 1,
+                  "verification FAILED: step %u, sequence %u, layer %u, q head %u differs from "
+                  "the reference",
+                  r->bad_step, r->bad_seq, r->bad_layer, r->bad_head);
+    if (o->trace_path) {
+        int w = trace_write(&x.trace, o->trace_path);
+        if (w) {
+            cli_error("run", 1, "cannot write --trace %s: %s", o->trace_path, strerror(-w));
+            if (!rc)
+                rc = w;
+        }
+    }
+out:
+    ctx_free(&x);
+    return rc;
+}
+
+/* ------------------------------------------------------------- report */
+
+static const char *const tier_name[KVT_TIERS] = { "hbm", "dram", "ssd" };
+
+/* Bytes into / out of tier t over the decode: HBM's come from its own
+ * counters; DRAM's are its up/down plus HBM's; the SSD's are DRAM's down/up. */
+static void tier_io(const kvt_stats *d, int t, uint64_t *in, uint64_t *out)
+{
+    switch (t) {
+    case 0: *in = d->bytes_up[0]; *out = d->bytes_down[0]; break;
+    case 1: *in = d->bytes_up[1] + d->bytes_down[0]; *out = d->bytes_down[1] + d->bytes_up[0]; break;
+    default: *in = d->bytes_down[1]; *out = d->bytes_up[1]; break;
+    }
+}
+
+static double ratio(uint64_t a, uint64_t b) { return a + b ? (double)a / (double)(a + b) : 0; }
+
+static void report_text(FILE *f, const struct run_opts *o, const struct run_result *r, uint32_t layers)
+{
+    char b[5][32];
+    const kvt_stats *d = &r->delta;
+    fprintf(f, "kvtier run: %s (%u of %u layers, %u q / %u kv heads x %u), batch %u, context %llu + %u tokens, fp32 KV\n",
+            o->model->name, layers, o->model->layers, o->model->q_heads, o->model->kv_heads,
+            o->model->head_dim, o->batch, (unsigned long long)o->context, o->tokens);
+    fprintf(f, "  pages of %u tokens, %s; KV %s (%llu pages, %.1fx HBM); policy %s, codec %s, %u threads\n",
+            o->page_tokens, cli_bytes(b[0], 32, (double)r->page_bytes), cli_bytes(b[1], 32, (double)r->kv_bytes),
+            (unsigned long long)r->pages, (double)r->kv_bytes / (double)r->cap[0], o->policy,
+            codec_name[o->codec], o->threads);
+    fprintf(f, "  %-5s %11s %11s %11s %11s %9s %9s %7s\n", "tier", "capacity", "resident",
+            "bytes in", "bytes out", "hits", "misses", "hit%");
+    for (int t = 0; t < KVT_TIERS; t++) {
+        uint64_t in, out;
+        tier_io(d, t, &in, &out);
+        fprintf(f, "  %-5s %11s %11s %11s %11s %9llu %9llu %6.1f%%\n", tier_name[t],
+                cli_bytes(b[0], 32, (double)r->cap[t]),
+                cli_bytes(b[1], 32, (double)r->end.resident_pages[t] * (double)r->page_bytes),
+                cli_bytes(b[2], 32, (double)in), cli_bytes(b[3], 32, (double)out),
+                (unsigned long long)d->hits[t], (unsigned long long)d->misses[t],
+                100 * ratio(d->hits[t], d->misses[t]));
+    }
+    uint64_t ntok = (uint64_t)o->tokens * o->batch;
+    fprintf(f, "  verified: %s", r->verified ? "yes, every output bit-exact against the reference"
+                                             : "NO");
+    if (!r->verified)
+        fprintf(f, " (first mismatch: step %u, sequence %u, layer %u, q head %u)", r->bad_step,
+                r->bad_seq, r->bad_layer, r->bad_head);
+    fprintf(f, "\n  tokens: %llu in %.3f s = %.2f tokens/s (prefill %.2f s, reference %.2f s)\n",
+            (unsigned long long)ntok, r->wall_s, (double)ntok / r->wall_s, r->prefill_s, r->verify_s);
+    fprintf(f, "  stall: %.3f s = %.1f%% of wall; acquire %.3f s, attention %.3f s; %llu pages prefetched (%llu wasted)\n",
+            r->stall_s, 100 * r->stall_s / r->wall_s, r->acquire_s, r->compute_s,
+            (unsigned long long)d->prefetch_pages, (unsigned long long)d->prefetch_wasted);
+    fprintf(f, "  links measured raw in this run: dram->hbm %.2f GB/s, hbm->dram %.2f GB/s, ssd read %.2f GB/s, ssd write %.2f GB/s\n",
+            r->gbps_h2d, r->gbps_d2h, r->gbps_ssd_read, r->gbps_ssd_write);
+    fprintf(f, "  bound: %.3f s (%s) = max(compute %.3f", r->bound_s, term_name[r->bound_by],
+            r->term_s[0]);
+    for (int i = 1; i < TERMS; i++)
+        fprintf(f, ", %s %.3f", term_name[i], r->term_s[i]);
+    fprintf(f, "); wall/bound %.2f\n", r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
+}
+
+static void report_json(const struct run_opts *o, const struct run_result *r, uint32_t layers)
+{
+    const kvt_stats *d = &r->delta;
+    uint64_t ntok = (uint64_t)o->tokens * o->batch;
+    printf("{\"verified\": %s, \"tokens\": %llu, \"steps\": %u, \"batch\": %u, \"model\": \"%s\", "
+           "\"layers\": %u, \"context\": %llu, \"page_tokens\": %u, \"page_bytes\": %llu, "
+           "\"policy\": \"%s\", \"codec\": \"%s\", \"device\": \"host\", \"threads\": %u, "
+           "\"tokens_per_s\": %.4f, \"kv_bytes\": %llu, \"tiers\": {",
+           r->verified ? "true" : "false", (unsigned long long)ntok, o->tokens, o->batch,
+           o->model->name, layers, (unsigned long long)o->context, o->page_tokens,
+           (unsigned long long)r->page_bytes, o->policy, codec_name[o->codec], o->threads,
+           (double)ntok / r->wall_s, (unsigned long long)r->kv_bytes);
+    for (int t = 0; t < KVT_TIERS; t++) {
+        uint64_t in, out;
+        tier_io(d, t, &in, &out);
+        printf("%s\"%s\": {\"capacity_bytes\": %llu, \"resident_bytes\": %llu, \"bytes_in\": %llu, "
+               "\"bytes_out\": %llu, \"bytes_up\": %llu, \"bytes_down\": %llu, \"hits\": %llu, "
+               "\"misses\": %llu, \"hit_ratio\": %.4f}",
+               t ? ", " : "", tier_name[t], (unsigned long long)r->cap[t],
+               (unsigned long long)(r->end.resident_pages[t] * r->page_bytes),
+               (unsigned long long)in, (unsigned long long)out,
+               (unsigned long long)d->bytes_up[t], (unsigned long long)d->bytes_down[t],
+               (unsigned long long)d->hits[t], (unsigned long long)d->misses[t],
+               ratio(d->hits[t], d->misses[t]));
+    }
+    printf("}, \"links_gbps\": {\"dram->hbm\": %.4f, \"hbm->dram\": %.4f, \"ssd->dram\": %.4f, "
+           "\"dram->ssd\": %.4f}, \"terms_s\": {",
+           r->gbps_h2d, r->gbps_d2h, r->gbps_ssd_read, r->gbps_ssd_write);
+    for (int i = 0; i < TERMS; i++)
+        printf("%s\"%s\": %.6f", i ? ", " : "", term_name[i], r->term_s[i]);
+    printf("}, \"prefetch_pages\": %llu, \"prefetch_wasted\": %llu, \"stall_s\": %.6f, "
+           "\"stall_fraction\": %.6f, \"compute_s\": %.6f, \"acquire_s\": %.6f, "
+           "\"prefill_s\": %.6f, \"verify_s\": %.6f, \"bound_s\": %.6f, \"bound_by\": \"%s\", "
+           "\"wall_s\": %.6f, \"bound_ratio\": %.4f",
+           (unsigned long long)d->prefetch_pages, (unsigned long long)d->prefetch_wasted,
+           r->stall_s, r->stall_s / r->wall_s, r->compute_s, r->acquire_s, r->prefill_s,
+           r->verify_s, r->bound_s, term_name[r->bound_by], r->wall_s,
+           r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
+    if (!r->verified)
+        printf(", \"mismatch\": {\"step\": %u, \"seq\": %u, \"layer\": %u, \"head\": %u}",
+               r->bad_step, r->bad_seq, r->bad_layer, r->bad_head);
+    printf("}\n");
+    fflush(stdout);
+}
+
+int run_main(int argc, char **argv)
+{
+    struct run_opts o;
+    int rc = run_parse(argc, argv, &o);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    struct run_result r;
+    rc = run_exec(&o, &r);
+    if (rc < 0)
+        return rc == -EINVAL ? 2 : 1;
+    uint32_t layers = o.layers && o.layers < o.model->layers ? o.layers : o.model->layers;
+    report_text(o.json ? stderr : stdout, &o, &r, layers);
+    if (o.json)
+        report_json(&o, &r, layers);
+    return rc ? 1 : 0;
+}

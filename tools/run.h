@@ -1,0 +1,76 @@
+/*
+ * run.h — `kvtier run`: a long-context decode over the tiers with real
+ * attention, verified bit-exactly against a reference computed without
+ * kvtier.
+ *
+ * The KV is a function of (seed, sequence, layer, token, head, dim): the
+ * prefill writes every page from it (kvt_create), each decode step appends
+ * one token's K and V the same way, and the reference regenerates each page
+ * when it needs it, so it never holds more than one page per thread. The
+ * query of (step, sequence, layer) comes from the same generator.
+ */
+#ifndef KVT_RUN_H
+#define KVT_RUN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "include/kvtier.h"
+#include "tools/attention.h"
+#include "tools/presets.h"
+
+#define RUN_AUTO UINT64_MAX /* a capacity derived from the KV size */
+
+struct run_opts {
+    const struct kvt_shape *model;
+    uint32_t layers;      /* 0 = the model's */
+    uint32_t batch, tokens, page_tokens;
+    uint64_t context;
+    uint64_t hbm, dram, ssd; /* bytes, or RUN_AUTO; ssd 0 = no SSD tier */
+    const char *ssd_dir;     /* NULL: a temporary directory, removed at the end */
+    const char *policy;
+    int codec, device;
+    unsigned threads;
+    double link_gbps;
+    uint64_t seed;
+    const char *trace_path; /* NULL: no trace */
+    bool json, progress;
+    /* test hooks */
+    uint64_t ref_seed;   /* the reference's generator seed (= seed unless a test says) */
+    int64_t corrupt_step; /* >= 0: flip a bit of (seq 0, layer 0)'s first page in HBM then */
+};
+
+struct run_result {
+    bool verified;
+    uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */
+    kvt_stats delta;  /* counters over the decode loop */
+    kvt_stats end;    /* counters at its end */
+    uint64_t kv_bytes, page_bytes, pages;
+    uint64_t cap[KVT_TIERS];
+    double wall_s, compute_s, acquire_s, stall_s, prefill_s, verify_s;
+    double gbps_h2d, gbps_d2h, gbps_ssd_read, gbps_ssd_write;
+    double term_s[5]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd */
+    double bound_s;
+    int bound_by;     /* index into term_s */
+};
+
+void run_opts_default(struct run_opts *o);
+
+/* Runs the decode. Returns 0 when every output matched the reference, 1 on
+ * a mismatch (r->bad_* say where; also printed), or a negative error (a
+ * message has been printed to stderr). r is filled as far as the run got. */
+int run_exec(const struct run_opts *o, struct run_result *r);
+
+/* The command: parses argv (argv[0] = "run"), runs, prints. */
+int run_main(int argc, char **argv);
+
+/* The generator: one exactly representable value in [-1, 1). kind 0 K, 1 V,
+ * 2 the query (head = q head, token = the position decoded). */
+float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, uint32_t head,
+                   uint32_t dim, int kind);
+/* Writes K and V of tokens [page*page_tokens, +ntok) for kv heads [h0, h1)
+ * into a page in attention.h's layout; nothing else of the page is touched. */
+void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, float *p);
+
+#endif

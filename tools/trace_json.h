@@ -1,0 +1,43 @@
+/*
+ * trace_json.h — Chrome trace-event JSON (opens in Perfetto and
+ * chrome://tracing) for `kvtier run --trace FILE`.
+ *
+ * Events are kept in memory and written at the end, so tracing costs the
+ * timed loop one array append per event. Names must be static strings (they
+ * are stored by pointer and written unescaped: plain ASCII without quotes).
+ */
+#ifndef KVT_TRACE_JSON_H
+#define KVT_TRACE_JSON_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct trace_ev {
+    const char *name, *cat;
+    char ph;              /* 'X' complete, 'C' counter */
+    uint32_t tid;
+    double ts_us, dur_us; /* dur_us: 'X' only */
+    const char *arg_name; /* one numeric argument, or NULL */
+    double arg;
+    uint32_t step, seq, layer; /* written as args of 'X' events */
+};
+
+struct trace_json {
+    struct trace_ev *ev;
+    size_t n, cap;
+    double t0; /* seconds of cli_now() that becomes ts 0 */
+    int oom;   /* an append failed: the file says so in its metadata */
+};
+
+void trace_init(struct trace_json *t, double t0);
+/* A complete event from t_start to t_end (seconds of cli_now()). */
+void trace_span(struct trace_json *t, const char *name, const char *cat, uint32_t tid,
+                double t_start, double t_end, uint32_t step, uint32_t seq, uint32_t layer);
+/* A counter sample: series name, one value. */
+void trace_counter(struct trace_json *t, const char *name, double at, const char *series,
+                   double value);
+/* Writes {"traceEvents": [...], "displayTimeUnit": "ms"}. Returns 0 or -errno. */
+int trace_write(const struct trace_json *t, const char *path);
+void trace_free(struct trace_json *t);
+
+#endif
