@@ -232,6 +232,27 @@ static uint32_t first_usable(struct decode *d, int t, uint32_t b, kvt_usable_fn 
     return KVT_NONE;
 }
 
+/* Within a group the pages are read in index order, so the furthest use is
+ * the highest index (sink pages, read first, are kept longest). Buckets are
+ * not sorted: look at up to 64 usable candidates and take the highest, which
+ * bounds the cost on groups of thousands of pages. */
+static uint32_t furthest_usable(struct decode *d, int t, uint32_t b, kvt_usable_fn usable,
+                                void *ctx)
+{
+    uint32_t s = SENT | b, best = KVT_NONE, best_idx = 0, seen = 0;
+    for (uint32_t n = lk(d, t, s)[0]; n != s && seen < 64; n = lk(d, t, n)[0]) {
+        if (usable && !usable(ctx, n))
+            continue;
+        uint32_t idx = d->host.key_of(d->host.ctx, n)->index;
+        if (best == KVT_NONE || idx > best_idx) {
+            best = n;
+            best_idx = idx;
+        }
+        seen++;
+    }
+    return best;
+}
+
 static uint32_t decode_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx)
 {
     struct decode *d = priv;
@@ -240,7 +261,7 @@ static uint32_t decode_victim(void *priv, int tier, kvt_usable_fn usable, void *
         v = first_usable(d, tier, B_UNSCHED(d), usable, ctx);
     /* Furthest next use first: the group just computed, then backwards. */
     for (uint32_t k = 1; v == KVT_NONE && k <= d->S; k++)
-        v = first_usable(d, tier, (d->P + d->S - k) % d->S, usable, ctx);
+        v = furthest_usable(d, tier, (d->P + d->S - k) % d->S, usable, ctx);
     return v;
 }
 
