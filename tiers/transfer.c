@@ -330,36 +330,33 @@ static uint32_t redundant_victim(kvt_engine *e)
     return KVT_NONE;
 }
 
-static bool clean_on_ssd(void *ctx, uint32_t pg)
-{
-    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
-    return p->xfer == XFER_NONE && !p->busy && (p->flags & PG_VALID_SSD) &&
-           !(p->pins && !(p->flags & PG_VALID_HBM));
-}
-
 static bool movable_dram(void *ctx, uint32_t pg)
 {
     const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
     return p->xfer == XFER_NONE && !p->busy && !(p->pins && !(p->flags & PG_VALID_HBM));
 }
 
-/* The DRAM copy the policy would drop first, if SSD also holds it. When the
- * policy's first choice is a page only in DRAM, none: that one must be
- * written down (kvt_make_room_dram) rather than a page needed sooner
- * dropped in its place. */
+/* With an SSD tier: the DRAM copy the policy would drop first, if it can go
+ * now (SSD or HBM also holds the page). When the policy's first choice is a
+ * page only in DRAM, none: that one must be written down
+ * (kvt_make_room_dram) rather than a page needed sooner dropped in its
+ * place. Copies of pages in HBM are not taken first-in first-out here: a
+ * page whose DRAM copy goes while SSD still has it would be read from SSD
+ * again the next time it leaves HBM (sink pages, read first, suffered most). */
 static uint32_t ssd_backed_victim(kvt_engine *e)
 {
     if (!e->ssd)
         return KVT_NONE;
     uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, movable_dram, e);
-    return v != KVT_NONE && clean_on_ssd(e, v) ? v : KVT_NONE;
+    if (v == KVT_NONE)
+        return KVT_NONE;
+    const struct kvt_page *p = kvt_pg(&e->pt, v);
+    return (p->flags & (PG_VALID_SSD | PG_VALID_HBM)) ? v : KVT_NONE;
 }
 
 static void restore_spare(kvt_engine *e)
 {
-    uint32_t v = ssd_backed_victim(e);
-    if (v == KVT_NONE)
-        v = redundant_victim(e);
+    uint32_t v = e->ssd ? ssd_backed_victim(e) : redundant_victim(e);
     if (v == KVT_NONE)
         return;
     page_flags(e, v, 0, PG_VALID_DRAM);
@@ -387,9 +384,7 @@ uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how)
         /* Pages SSD also holds go in the policy's order (no I/O now, a read
          * later); then copies of pages current in HBM (no I/O now, a
          * write-back when that page leaves HBM). */
-        uint32_t v = ssd_backed_victim(e);
-        if (v == KVT_NONE)
-            v = redundant_victim(e);
+        uint32_t v = e->ssd ? ssd_backed_victim(e) : redundant_victim(e);
         if (v != KVT_NONE) {
             page_flags(e, v, 0, PG_VALID_DRAM);
             kvt_page_sync(e, v, false);
