@@ -94,3 +94,18 @@ int cli_error(const char *cmd, int code, const char *fmt, ...)
     fputc('\n', stderr);
     return code;
 }
+
+void cli_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}

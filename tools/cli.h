@@ -19,6 +19,9 @@ int cli_parse_device(const char *s, int *out);
 double cli_now(void);
 /* Formats bytes as "256 KiB", "1.5 GiB". Returns buf. */
 const char *cli_bytes(char *buf, size_t n, double bytes);
+/* Prints s to stdout as a JSON string (quotes, escapes): names come from
+ * argv, paths from the environment. */
+void cli_json_str(const char *s);
 /* Prints "kvtier <cmd>: <msg>" to stderr and returns 2 (usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

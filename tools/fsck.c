@@ -251,21 +251,6 @@ static const char *key_str(const kvt_key *k, char *buf, size_t n)
     return buf;
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 static double ratio(uint64_t raw, uint64_t stored)
 {
     return stored ? (double)raw / (double)stored : 0;
@@ -536,7 +521,7 @@ static void inspect_json_index(const struct inspect *in)
 static void inspect_json(const struct spill *s, const struct inspect *in, const struct usage *u)
 {
     printf("{\"dir\": ");
-    json_str(s->dir);
+    cli_json_str(s->dir);
     printf(", \"in_use\": %s, \"layout\": {\"format\": %d, \"page_bytes\": %zu, "
            "\"slot_bytes\": %zu, "
            "\"slots_per_segment\": %" PRIu32 ", \"segment_bytes\": %" PRIu64 "}, \"segments\": [",
@@ -986,7 +971,7 @@ static void fsck_json(const struct fsck *f, bool repair)
 {
     char d[256];
     printf("{\"dir\": ");
-    json_str(f->sp.dir);
+    cli_json_str(f->sp.dir);
     printf(", \"index\": %s, \"entries\": %zu, \"ok\": %" PRIu64 ", \"bad\": %" PRIu64
            ", \"bytes_verified\": %" PRIu64 ", \"bad_by_reason\": {",
            f->sp.ix ? "true" : "false", f->n, f->ok, f->bad, f->bytes_verified);
@@ -1002,7 +987,7 @@ static void fsck_json(const struct fsck *f, bool repair)
                ", \"reason\": \"%s\", \"segment\": %" PRIu32 ", \"offset\": %" PRIu64
                ", \"detail\": ", first ? "" : ", ", r->key.id, r->key.layer, r->key.index,
                reason_names[r->reason], r->e.segment, r->e.offset);
-        json_str(d);
+        cli_json_str(d);
         putchar('}');
         first = 0;
     }

@@ -579,22 +579,6 @@ static void plan_text(FILE *t, const struct plan_opts *o, const struct plan_out 
     text_bound(t, o, p, ns);
 }
 
-/* s as a JSON string: names come from argv and paths from the environment. */
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void json_tiers(const char *key, const uint64_t v[PLAN_TIERS], const uint64_t *extra)
 {
     printf("\"%s\": {", key);
@@ -614,11 +598,11 @@ static void json_shape(const struct plan_opts *o)
 {
     const struct kvt_shape *s = &o->in.shape;
     printf("{\"model\": ");
-    json_str(s->name);
+    cli_json_str(s->name);
     printf(", \"attn\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"head_dim\": %u, "
            "\"kv_lora_rank\": %u, \"rope_dim\": %u, \"dtype\": ",
            s->attn, s->layers, s->kv_heads, s->head_dim, s->kv_lora_rank, s->rope_dim);
-    json_str(o->dtype);
+    cli_json_str(o->dtype);
     printf(", \"bits_per_element\": %u, \"context\": %llu, \"batch\": %llu, "
            "\"page_tokens\": %llu, ",
            o->in.bits, (unsigned long long)o->in.context, (unsigned long long)o->in.batch,
@@ -658,7 +642,7 @@ static void plan_json(const struct plan_opts *o, const struct plan_out *p, const
     printf("\"assumptions\": [");
     for (int i = 0; i < ns->n; i++) {
         printf(i ? ", " : "");
-        json_str(ns->s[i]);
+        cli_json_str(ns->s[i]);
     }
     printf("]}\n");
 }

@@ -1976,21 +1976,6 @@ static void sim_text(FILE *f, const struct sim_report *rp)
         fprintf(f, "  (fetched: dram->hbm + ssd->dram; write-backs are counted apart)\n");
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void json_trace(const struct sim_report *rp)
 {
     const struct sim_opts *o = rp->o;
@@ -1998,13 +1983,13 @@ static void json_trace(const struct sim_report *rp)
     printf("\"trace\": {\"source\": ");
     if (o->trace_path) {
         printf("\"file\", \"file\": ");
-        json_str(o->trace_path);
+        cli_json_str(o->trace_path);
     } else {
         const struct sim_gen *g = &o->gen;
         printf("\"generated\", \"model\": ");
-        json_str(o->shape->name);
+        cli_json_str(o->shape->name);
         printf(", \"model_layers\": %u, \"dtype\": ", o->shape->layers);
-        json_str(o->dtype);
+        cli_json_str(o->dtype);
         printf(", \"context\": %llu, \"tokens\": %llu, \"page_tokens\": %llu",
                (unsigned long long)g->context, (unsigned long long)g->tokens,
                (unsigned long long)g->page_tokens);
@@ -2037,7 +2022,7 @@ static void json_model(const struct sim_report *rp)
            m->cold ? "cold" : "warm");
     for (size_t i = 0; i < NRULES; i++) {
         printf(i ? ", " : "");
-        json_str(rules[i]);
+        cli_json_str(rules[i]);
     }
     printf("]}, ");
 }
@@ -2053,7 +2038,7 @@ static void json_links(const char *key, const uint64_t v[SIM_LINKS])
 static void json_result(const struct sim_result *r)
 {
     printf("{\"policy\": ");
-    json_str(r->policy);
+    cli_json_str(r->policy);
     printf(", ");
     json_links("bytes", r->bytes);
     json_links("pages", r->pages);
@@ -2088,7 +2073,7 @@ static void sim_json(const struct sim_report *rp)
     printf("], \"skipped\": [");
     for (int i = 0; i < rp->n_skipped; i++) {
         printf(i ? ", " : "");
-        json_str(rp->skipped[i]);
+        cli_json_str(rp->skipped[i]);
     }
     printf("]");
     static const char *const pairs[][3] = { { "lru_over_decode", "lru", "decode" },
