@@ -544,6 +544,7 @@ static uint64_t belady_next_use(void *priv, uint32_t pg)
 const struct kvt_policy_ops kvt_policy_belady_ops = {
     .name = "belady",
     .version = KVT_POLICY_OPS_VERSION,
+    .offline = true,
     .create = belady_create,
     .destroy = belady_destroy,
     .reserve = belady_reserve,

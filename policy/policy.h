@@ -49,6 +49,7 @@ typedef bool (*kvt_usable_fn)(void *ctx, uint32_t pg);
 struct kvt_policy_ops {
     const char *name;
     int version;
+    bool offline;       /* needs the whole future trace: the simulator only, never an engine */
     int (*create)(const struct kvt_policy_params *p, void **priv);
     void (*destroy)(void *priv);
     /* Page numbers up to cap may be used from now on. -ENOMEM. */
@@ -87,7 +88,5 @@ extern const struct kvt_policy_ops kvt_policy_decode_ops;
 
 /* The policy called name, or NULL. */
 const struct kvt_policy_ops *kvt_policy_find(const char *name);
-/* Names a config may give but this build lacks (for a KVT_ENOTSUP message). */
-bool kvt_policy_planned(const char *name);
 
 #endif /* KVT_POLICY_H */

@@ -64,7 +64,8 @@ KVT_API int kvt_config_check(const kvt_config *c)
     if (c->device < KVT_DEVICE_AUTO)
         return kvt_fail(KVT_ECONFIG, "device must be a CUDA ordinal >= 0, KVT_DEVICE_HOST or "
                                      "KVT_DEVICE_AUTO (got %d)", c->device);
-    if (c->policy && !kvt_policy_find(c->policy) && !kvt_policy_planned(c->policy))
+    const struct kvt_policy_ops *pol = c->policy ? kvt_policy_find(c->policy) : NULL;
+    if (c->policy && !pol)
         return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"decode\" or \"lru\")",
                         c->policy);
     if (c->codec < KVT_CODEC_NONE || c->codec > KVT_CODEC_ZSTD_SHUFFLE16)
@@ -76,11 +77,9 @@ KVT_API int kvt_config_check(const kvt_config *c)
     if (!(c->host_link_gbps >= 0) || isinf(c->host_link_gbps))
         return kvt_fail(KVT_ECONFIG, "host_link_gbps must be >= 0 (got %g)", c->host_link_gbps);
     /* Valid, but not for an engine: */
-    if (c->policy && !strcmp(c->policy, "belady"))
-        return kvt_fail(KVT_ENOTSUP, "policy \"belady\" needs the whole future trace: it runs "
-                                     "only in the simulator (kvtier sim)");
-    if (c->policy && kvt_policy_planned(c->policy))
-        return kvt_fail(KVT_ENOTSUP, "policy \"%s\" is not built into this kvtier yet", c->policy);
+    if (pol && pol->offline)
+        return kvt_fail(KVT_ENOTSUP, "policy \"%s\" needs the whole future trace: it runs "
+                                     "only in the simulator (kvtier sim)", c->policy);
     if (c->ssd_bytes && c->ssd_bytes < c->page_bytes)
         return kvt_fail(KVT_ECONFIG, "ssd_bytes (%zu) is smaller than one page (page_bytes = %zu)",
                         c->ssd_bytes, c->page_bytes);

@@ -1636,8 +1636,7 @@ static int opt_policies(struct sim_opts *o, const char *val)
             return bad_value("policies", val, "at most 8 names");
         const struct kvt_policy_ops *ops = kvt_policy_find(p);
         if (!ops) {
-            cli_error("sim", 2, "%s policy '%s' for --policies", kvt_policy_planned(p) ?
-                      "this kvtier does not have the" : "no", p);
+            cli_error("sim", 2, "no policy '%s' for --policies (decode, lru, belady)", p);
             return -EINVAL;
         }
         o->pol_names[o->n_pol++] = ops->name;
@@ -1714,17 +1713,6 @@ static int sim_option(int c, const char *a, struct sim_opts *o)
     return e;
 }
 
-static int sim_getopt_error(int c, char **argv)
-{
-    if (c == ':')
-        cli_error("sim", 2, "option '%s' needs a value", argv[optind - 1]);
-    else if (optopt)
-        cli_error("sim", 2, "unknown option '-%c' (see kvtier sim --help)", optopt);
-    else
-        cli_error("sim", 2, "unknown option '%s' (see kvtier sim --help)", argv[optind - 1]);
-    return -EINVAL;
-}
-
 /* The shape behind a generated trace: preset, layers, dtype, page bytes. */
 static int sim_shape(struct sim_opts *o)
 {
@@ -1769,7 +1757,7 @@ static int sim_parse(int argc, char **argv, struct sim_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return sim_getopt_error(c, argv);
+            return cli_getopt_error("sim", c, argv);
         if ((e = sim_option(c, optarg, o)))
             return e;
     }
