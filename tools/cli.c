@@ -3,6 +3,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,4 +109,15 @@ void cli_json_str(const char *s)
             putchar(ch);
     }
     putchar('"');
+}
+
+int cli_getopt_error(const char *cmd, int c, char **argv)
+{
+    if (c == ':')
+        cli_error(cmd, 2, "option '%s' needs a value", argv[optind - 1]);
+    else if (optopt)
+        cli_error(cmd, 2, "unknown option '-%c' (see kvtier %s --help)", optopt, cmd);
+    else
+        cli_error(cmd, 2, "unknown option '%s' (see kvtier %s --help)", argv[optind - 1], cmd);
+    return -EINVAL;
 }

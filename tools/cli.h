@@ -22,6 +22,9 @@ const char *cli_bytes(char *buf, size_t n, double bytes);
 /* Prints s to stdout as a JSON string (quotes, escapes): names come from
  * argv, paths from the environment. */
 void cli_json_str(const char *s);
+/* getopt_long's own complaint (c is ':' or '?') as a clear error naming the
+ * option; returns -EINVAL. */
+int cli_getopt_error(const char *cmd, int c, char **argv);
 /* Prints "kvtier <cmd>: <msg>" to stderr and returns 2 (usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

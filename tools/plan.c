@@ -381,18 +381,6 @@ static int plan_option(int c, int li, const char *v, struct plan_opts *o, struct
     }
 }
 
-/* getopt's own complaint for an unknown option or a missing value. */
-static int plan_getopt_error(int c, char **argv)
-{
-    if (c == ':')
-        cli_error("plan", 2, "option '%s' needs a value", argv[optind - 1]);
-    else if (optopt)
-        cli_error("plan", 2, "unknown option '-%c' (see kvtier plan --help)", optopt);
-    else
-        cli_error("plan", 2, "unknown option '%s' (see kvtier plan --help)", argv[optind - 1]);
-    return -EINVAL;
-}
-
 /* Returns 0, 1 after --help, or -EINVAL having said why. */
 static int plan_parse(int argc, char **argv, struct plan_opts *o)
 {
@@ -407,7 +395,7 @@ static int plan_parse(int argc, char **argv, struct plan_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return plan_getopt_error(c, argv);
+            return cli_getopt_error("plan", c, argv);
         if ((r = plan_option(c, li, optarg, o, &a)))
             return r;
     }

@@ -185,7 +185,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     char *end;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", lo, &idx)) != -1) {
         switch (c) {
         case 'm':
             if (!(o->model = kvt_preset_find(optarg)))
@@ -222,12 +222,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         case 'n': o->progress = false; break;
         case 'j': o->json = true; break;
         case 'h': run_usage(stdout); return 1;
-        case ':':
-            cli_error("run", 2, "option %s needs a value", argv[optind - 1]);
-            return -EINVAL;
         default:
-            cli_error("run", 2, "unknown option '%s' (kvtier run --help)", argv[optind - 1]);
-            return -EINVAL;
+            return cli_getopt_error("run", c, argv);
         }
         idx = -1;
     }
