@@ -171,8 +171,8 @@ static uint64_t belady(const struct shape *sh, const struct trace *t, uint32_t c
  * groups, so every group passes through DRAM). The prefill moves nothing up. */
 static char ssd_dir[64];
 
-static uint64_t run_engine_tiers(const struct shape *sh, const struct trace *t, uint32_t cap,
-                                 uint32_t dram_cap, const char *policy)
+static kvt_stats replay(const struct shape *sh, const struct trace *t, uint32_t cap,
+                        uint32_t dram_cap, const char *policy, size_t prefetch_pages)
 {
     uint64_t np = (uint64_t)sh->batch * sh->layers * (sh->pages + sh->steps + 1);
     kvt_config c = t_config(PB, cap, dram_cap ? dram_cap : np + 16);
@@ -183,7 +183,7 @@ static uint64_t run_engine_tiers(const struct shape *sh, const struct trace *t, 
         c.ssd_bytes = (np + 16) * PB;
     }
     c.policy = policy;
-    c.prefetch_bytes = getenv("PF") ? (size_t)atoi(getenv("PF")) * PB : 8 * PB;
+    c.prefetch_bytes = prefetch_pages * PB;
     kvt_engine *e;
     assert_int_equal(kvt_open(&c, &e), 0);
     uint64_t *ids = malloc(sh->batch * sizeof(uint64_t));
@@ -228,6 +228,13 @@ static uint64_t run_engine_tiers(const struct shape *sh, const struct trace *t, 
         snprintf(cmd, sizeof(cmd), "rm -rf %s", ssd_dir);
         assert_int_equal(system(cmd), 0);
     }
+    return s;
+}
+
+static uint64_t run_engine_tiers(const struct shape *sh, const struct trace *t, uint32_t cap,
+                                 uint32_t dram_cap, const char *policy)
+{
+    kvt_stats s = replay(sh, t, cap, dram_cap, policy, 8);
     return s.bytes_up[dram_cap ? KVT_TIER_DRAM : KVT_TIER_HBM] / PB;
 }
 
@@ -334,46 +341,6 @@ static void test_dram_with_ssd(void **state)
             compare_dram(&shapes[s], fracs[i]);
 }
 
-/* Runs the trace and returns the engine's stats (decode policy). */
-static kvt_stats run_stats(const struct shape *sh, const struct trace *t, uint32_t cap,
-                           size_t prefetch_pages)
-{
-    uint64_t np = (uint64_t)sh->batch * sh->layers * (sh->pages + sh->steps + 1);
-    kvt_config c = t_config(PB, cap, np + 16);
-    c.policy = "decode";
-    c.prefetch_bytes = prefetch_pages * PB;
-    kvt_engine *e;
-    assert_int_equal(kvt_open(&c, &e), 0);
-    uint64_t ids[16];
-    for (uint32_t s = 0; s < sh->batch; s++)
-        ids[s] = seq_id(s);
-    kvt_schedule sc = { ids, sh->batch, sh->layers, sh->order, sh->window, sh->sinks };
-    assert_int_equal(kvt_set_schedule(e, &sc), 0);
-    kvt_key grp[256];
-    void *ptr[256];
-    size_t ng = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const struct ev *v = &t->ev[i];
-        void *p;
-        if (v->kind == EV_CREATE) {
-            assert_int_equal(kvt_create(e, v->key, &p), 0);
-            t_fill(p, PB, v->key, 1);
-            assert_int_equal(kvt_release(e, &v->key, 1, 1), 0);
-        } else if (v->kind == EV_ADVANCE) {
-            assert_int_equal(kvt_advance(e, v->key.id, v->key.layer), 0);
-            ng = 0;
-        } else if (v->kind == EV_ACCESS) {
-            grp[ng++] = v->key;
-        } else {
-            assert_int_equal(kvt_acquire(e, grp, ng, ptr), 0);
-            assert_int_equal(kvt_release(e, grp, ng, 0), 0);
-        }
-    }
-    kvt_stats s = t_stats(e);
-    kvt_close(e);
-    return s;
-}
-
 /* The prefetcher never has more than prefetch_bytes in flight, and with
  * room to spare it never brings a page that is then evicted unused. */
 static void test_prefetch_bounded_and_useful(void **state)
@@ -383,7 +350,7 @@ static void test_prefetch_bounded_and_useful(void **state)
     generate(&sh, &t);
     uint32_t ws = working_set(&sh);
     for (size_t budget = 1; budget <= 16; budget *= 4) {
-        kvt_stats s = run_stats(&sh, &t, ws / 2, budget);
+        kvt_stats s = replay(&sh, &t, ws / 2, 0, "decode", budget);
         print_message("prefetch budget %zu pages: %llu prefetched, %llu wasted, %llu max in "
                       "flight\n", budget, (unsigned long long)s.prefetch_pages,
                       (unsigned long long)s.prefetch_wasted,
@@ -392,10 +359,10 @@ static void test_prefetch_bounded_and_useful(void **state)
         assert_true(s.prefetch_inflight_max <= budget);
     }
     /* Capacity for everything: every prefetched page is used. */
-    kvt_stats s = run_stats(&sh, &t, ws + 32, 16);
+    kvt_stats s = replay(&sh, &t, ws + 32, 0, "decode", 16);
     assert_int_equal(s.prefetch_wasted, 0);
     /* At half capacity, prefetches may lose a race with demand, but stay rare. */
-    s = run_stats(&sh, &t, ws / 2, 16);
+    s = replay(&sh, &t, ws / 2, 0, "decode", 16);
     assert_true(s.prefetch_wasted * 20 <= s.prefetch_pages + 20);
     free(t.ev);
 }
