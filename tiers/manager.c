@@ -281,6 +281,13 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     }
     if ((r = ticket_new(e, pages, (uint32_t)n, fence, t)) < 0)
         goto out_unpin;
+    if (e->pol->prefetch) {
+        /* The caller computes now: that is when the disk and the links
+         * should be bringing up what comes next (the mover would otherwise
+         * sleep until the next advance, and reads would wait for demand). */
+        e->acquired_ns = kvt_now_ns();
+        kvt_mover_wake(e);
+    }
     pthread_mutex_unlock(&e->lock);
     return 0;
 
@@ -597,6 +604,11 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
     if (!e->pol->advance)
         return 0; /* the policy ignores the position: no need to take the lock */
     pthread_mutex_lock(&e->lock);
+    if (e->acquired_ns) {
+        /* The caller's compute on the last group: what prefetch can hide. */
+        e->compute_ns = kvt_smooth(e->compute_ns, kvt_now_ns() - e->acquired_ns);
+        e->acquired_ns = 0;
+    }
     e->pol->advance(e->pol_priv, id, layer);
     /* The position moved: what should come up next changed. */
     if (e->pol->prefetch)

@@ -68,21 +68,49 @@ static bool room_for(kvt_engine *e, int tier, uint32_t x, bool live_ok)
     return true;
 }
 
-static uint32_t budget_pages(const kvt_engine *e)
+/* Pages a stage may have in flight: prefetch_bytes when set, else 1/8 of
+ * HBM for DRAM->HBM and 1/4 of DRAM for SSD->DRAM (a disk read is ~10x a
+ * copy, so the disk stage must run further ahead to keep the disk busy
+ * through the caller's compute; live_depth() bounds it by what that compute
+ * can hide). */
+static uint32_t budget_pages(const kvt_engine *e, int tier)
 {
-    size_t b = e->cfg.prefetch_bytes ? e->cfg.prefetch_bytes : e->cfg.hbm_bytes / 8;
+    size_t b = e->cfg.prefetch_bytes ? e->cfg.prefetch_bytes
+               : tier == KVT_TIER_HBM ? e->cfg.hbm_bytes / 8
+                                      : e->cfg.dram_bytes / 4;
     size_t n = b / e->page_bytes;
     return n ? (uint32_t)n : 1;
 }
 
 /* How many pages in flight may have displaced live pages: 1/128 of the
- * pages a step must miss anyway (those beyond the tier's capacity). */
+ * pages a step must miss anyway (those beyond the tier's capacity).
+ *
+ * For SSD->DRAM, up to one group's share of those misses when the caller
+ * computes long enough to hide them: as many as the disk reads while the
+ * caller computes one group (kvt_advance and the SSD pipeline measure both
+ * times). A disk read takes ~10x a DRAM->HBM copy, so with the 1/128 depth
+ * alone a group's reads start only when it is acquired, and the caller's
+ * compute and the disk take turns instead of overlapping (kvtier run: 65%
+ * stall). Reading further ahead than one compute interval hides nothing
+ * more; reading more than a group's share of the misses would displace
+ * pages the step still needs. A caller that computes next to nothing
+ * between acquires (a replay) keeps the 1/128 depth. */
 static uint32_t live_depth(const kvt_engine *e, int tier)
 {
     uint64_t cap = tier == KVT_TIER_HBM ? e->arena[KVT_TIER_HBM].nslots
                                         : e->arena[KVT_TIER_DRAM].nslots - 1;
     uint64_t pages = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
-    return pages > cap ? (uint32_t)((pages - cap) / 128) : 0;
+    uint64_t depth = pages > cap ? (pages - cap) / 128 : 0;
+    uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
+    if (tier == KVT_TIER_DRAM && pages > cap && groups && e->ssd_ns_per_page) {
+        uint64_t overlap = e->compute_ns / e->ssd_ns_per_page;
+        uint64_t share = (pages - cap) / groups;
+        if (overlap > share)
+            overlap = share;
+        if (overlap > depth)
+            depth = overlap;
+    }
+    return (uint32_t)depth;
 }
 
 static void prefetch_hbm(kvt_engine *e, uint32_t budget)
@@ -147,7 +175,6 @@ void kvt_prefetch(kvt_engine *e)
 {
     if (!e->pol->prefetch || !e->pol->next_use || e->failed)
         return;
-    uint32_t budget = budget_pages(e);
-    prefetch_hbm(e, budget);
-    prefetch_dram(e, budget);
+    prefetch_hbm(e, budget_pages(e, KVT_TIER_HBM));
+    prefetch_dram(e, budget_pages(e, KVT_TIER_DRAM));
 }

@@ -166,7 +166,8 @@ static int queue_push(kvt_engine *e, uint32_t pg)
         e->ssd_queue_cap = nc;
     }
     e->ssd_queue[e->ssd_queued++] = pg;
-    e->ssd_busy++;
+    if (!e->ssd_busy++)
+        e->ssd_mark_ns = kvt_now_ns(); /* the disk starts working: see pipe_pace() */
     kvt_mover_wake(e);
     return 0;
 }
@@ -664,6 +665,18 @@ static int pipe_deletes(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n)
     return r;
 }
 
+/* The disk's pace: busy time per finished job, for sizing how far ahead
+ * prefetch reads (prefetch.c). Time counts only while jobs were waiting the
+ * whole interval (e->ssd_busy was non-zero at its start), so idle gaps do
+ * not make the disk look slow. Called under the lock with n jobs finished. */
+static void pipe_pace(kvt_engine *e, uint32_t n)
+{
+    uint64_t now = kvt_now_ns();
+    if (e->ssd_mark_ns && now > e->ssd_mark_ns)
+        e->ssd_ns_per_page = kvt_smooth(e->ssd_ns_per_page, (now - e->ssd_mark_ns) / n);
+    e->ssd_mark_ns = e->ssd_busy > n ? now : 0;
+}
+
 bool kvt_ssd_round(kvt_engine *e)
 {
     if (!kvt_ssd_pending(e))
@@ -717,6 +730,7 @@ bool kvt_ssd_round(kvt_engine *e)
         e->job_free[e->njob_free++] = e->finished[i];
     }
     if (e->nfinished) {
+        pipe_pace(e, e->nfinished);
         e->ssd_busy -= e->nfinished;
         e->nfinished = 0;
         e->ssd_rounds++;

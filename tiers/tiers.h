@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "include/kvtier.h"
 #include "io/codec.h"
@@ -279,7 +280,27 @@ struct kvt_engine {
     bool mover_started, mover_stop, mover_kick;
     uint32_t watermark;             /* HBM slots kept free or clean */
     uint32_t room_waiters;          /* callers waiting for HBM slots being freed for them */
+
+    /* Overlap (prefetch.c): how long the caller computes between acquires,
+     * and how long the disk takes per page, both measured as they happen. */
+    uint64_t acquired_ns;           /* when the last acquire returned; 0 = consumed */
+    uint64_t compute_ns;            /* smoothed gap from an acquire to the next advance */
+    uint64_t ssd_mark_ns;           /* last time the SSD pipeline's work was counted */
+    uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
 };
+
+static inline uint64_t kvt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Exponential smoothing with weight 1/4 for the new sample (0 = no history). */
+static inline uint64_t kvt_smooth(uint64_t avg, uint64_t sample)
+{
+    return avg ? (3 * avg + sample) / 4 : sample;
+}
 
 /* Opens with an explicit device back-end (tests inject the faulty one). */
 int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,

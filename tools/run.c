@@ -451,6 +451,21 @@ static void raw_ssd(const char *dir, size_t pb, double *rd, double *wr)
     unlink(path);
 }
 
+/* The SSD link once more, after the decode: a virtual disk's speed drifts
+ * by tens of per cent over seconds, and a bound taken from one slow moment
+ * would flatter the run (wall/bound below 1). The best of before and after
+ * is the link's speed. (DRAM<->HBM is not measured again: the arenas hold
+ * the engine's pages now.) */
+static void links_again(struct run_ctx *x, struct run_result *r)
+{
+    if (!r->cap[2])
+        return;
+    double rd = 0, wr = 0;
+    raw_ssd(x->ssd_dir, x->pb, &rd, &wr);
+    r->gbps_ssd_read = rd > r->gbps_ssd_read ? rd : r->gbps_ssd_read;
+    r->gbps_ssd_write = wr > r->gbps_ssd_write ? wr : r->gbps_ssd_write;
+}
+
 /* ------------------------------------------------------------- attention jobs */
 
 struct attn_job {
@@ -834,6 +849,7 @@ int run_exec(const struct run_opts *o, struct run_result *r)
         cli_error("run", 1, "decode: %s (%s)", kvt_strerror(rc), kvt_last_error());
         goto out;
     }
+    links_again(&x, r);
     bound(r);
     t0 = cli_now();
     rc = verify(&x, r);
