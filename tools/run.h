@@ -40,6 +40,14 @@ struct run_opts {
     int64_t corrupt_step; /* >= 0: flip a bit of (seq 0, layer 0)'s first page in HBM then */
 };
 
+#define RUN_LINK_SAMPLES 16
+
+/* Raw throughput samples of one link (GB/s), before and after the decode. */
+struct run_link {
+    double s[RUN_LINK_SAMPLES];
+    unsigned n;
+};
+
 struct run_result {
     bool verified;
     uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */
@@ -48,7 +56,8 @@ struct run_result {
     uint64_t kv_bytes, page_bytes, pages;
     uint64_t cap[KVT_TIERS];
     double wall_s, compute_s, acquire_s, stall_s, prefill_s, verify_s;
-    double gbps_h2d, gbps_d2h, gbps_ssd_read, gbps_ssd_write;
+    double gbps_h2d, gbps_d2h, gbps_ssd_read, gbps_ssd_write; /* SSD: medians of the samples */
+    struct run_link ssd_read, ssd_write;
     double term_s[5]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd */
     double bound_s;
     int bound_by;     /* index into term_s */
