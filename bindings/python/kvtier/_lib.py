@@ -1,0 +1,338 @@
+"""ctypes declarations of include/kvtier.h, the library lookup and error mapping.
+
+Everything here mirrors the header one to one; the Pythonic layer is engine.py.
+Struct layouts are declared field by field in header order: ctypes applies the
+same C alignment rules as the compiler, and tests/python/test_binding.py checks
+every offset against offsetof() from a C compiler when one is installed.
+"""
+
+import ctypes
+import ctypes.util
+import errno as _errno
+import os
+from pathlib import Path
+
+# ------------------------------------------------------------------ constants
+
+KVT_EBASE = -30500
+KVT_ECORRUPT = -30500
+KVT_EFINGERPRINT = -30501
+KVT_ENOTFOUND = -30502
+KVT_EFULL = -30503
+KVT_EDEVICE = -30504
+KVT_ECONFIG = -30505
+KVT_ENOTSUP = -30506
+KVT_EFAILED = -30507
+KVT_ELAST = -30507
+
+KVT_ALL_LAYERS = 0xFFFFFFFF
+
+KVT_TIER_NONE = -1
+KVT_TIER_HBM = 0
+KVT_TIER_DRAM = 1
+KVT_TIER_SSD = 2
+KVT_TIERS = 3
+
+KVT_DEVICE_HOST = -1
+KVT_DEVICE_AUTO = -2
+
+KVT_CODEC_NONE = 0
+KVT_CODEC_ZSTD = 1
+KVT_CODEC_ZSTD_SHUFFLE16 = 2
+
+KVT_IO_AUTO = 0
+KVT_IO_URING = 1
+KVT_IO_PSYNC = 2
+
+KVT_ORDER_LAYER_MAJOR = 0
+KVT_ORDER_SEQ_MAJOR = 1
+
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+# ---------------------------------------------------------------- structures
+
+
+class KvtKey(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64),
+                ("layer", ctypes.c_uint32),
+                ("index", ctypes.c_uint32)]
+
+
+class KvtConfig(ctypes.Structure):
+    _fields_ = [("page_bytes", ctypes.c_size_t),
+                ("hbm_bytes", ctypes.c_size_t),
+                ("dram_bytes", ctypes.c_size_t),
+                ("ssd_bytes", ctypes.c_size_t),
+                ("ssd_dir", ctypes.c_char_p),
+                ("device", ctypes.c_int),
+                ("policy", ctypes.c_char_p),
+                ("codec", ctypes.c_int),
+                ("persist", ctypes.c_int),
+                ("fingerprint", ctypes.c_uint64),
+                ("io_backend", ctypes.c_int),
+                ("queue_depth", ctypes.c_uint),
+                ("host_link_gbps", ctypes.c_double),
+                ("prefetch_bytes", ctypes.c_size_t)]
+
+
+class KvtSchedule(ctypes.Structure):
+    _fields_ = [("ids", ctypes.POINTER(ctypes.c_uint64)),
+                ("n_ids", ctypes.c_size_t),
+                ("n_layers", ctypes.c_uint32),
+                ("order", ctypes.c_int),
+                ("window_pages", ctypes.c_uint32),
+                ("sink_pages", ctypes.c_uint32)]
+
+
+_U64x3 = ctypes.c_uint64 * 3
+
+
+class KvtStats(ctypes.Structure):
+    # Header order; the comment in kvtier.h says fields may be added at the end.
+    _fields_ = [("resident_pages", _U64x3),
+                ("hits", _U64x3),
+                ("misses", _U64x3),
+                ("bytes_up", _U64x3),
+                ("bytes_down", _U64x3),
+                ("stall_ns", ctypes.c_uint64),
+                ("errors_io", ctypes.c_uint64),
+                ("errors_corrupt", ctypes.c_uint64),
+                ("capacity_pages", _U64x3),
+                ("pinned_pages", ctypes.c_uint64),
+                ("pages", ctypes.c_uint64),
+                ("meta_bytes", ctypes.c_uint64),
+                ("errors_device", ctypes.c_uint64),
+                ("bytes_put", ctypes.c_uint64),
+                ("bytes_get", ctypes.c_uint64),
+                ("ssd_bad_slots", ctypes.c_uint64),
+                ("io_fallback", ctypes.c_uint64),
+                ("prefetch_pages", ctypes.c_uint64),
+                ("prefetch_wasted", ctypes.c_uint64),
+                ("prefetch_inflight_max", ctypes.c_uint64)]
+
+
+# kvt_config_init() and kvt_get_stats() write sizeof(their struct) bytes and take
+# no size argument. A newer library with fields appended would write past a
+# struct declared from an older header, so both are handed a buffer this much
+# larger than what we declare; the extra bytes are never read.
+STRUCT_SLACK = 1024
+
+
+def padded(struct_type):
+    """A zeroed instance of struct_type backed by STRUCT_SLACK spare bytes.
+
+    Returns (struct, backing); the caller keeps both alive together (the struct
+    is a view into backing)."""
+    backing = ctypes.create_string_buffer(ctypes.sizeof(struct_type) + STRUCT_SLACK)
+    return struct_type.from_buffer(backing), backing
+
+
+# ------------------------------------------------------------ library lookup
+
+_LIB_NAMES = ("libkvtier.so", "libkvtier.so.0", "libkvtier.dylib")
+
+
+def _candidates():
+    env = os.environ.get("KVTIER_LIB")
+    if env:
+        p = Path(env)
+        # A directory or a file: both are accepted, the variable is explicit.
+        if p.is_dir():
+            yield from (p / n for n in _LIB_NAMES)
+        else:
+            yield p
+        return  # an explicit choice is never silently replaced by another copy
+    here = Path(__file__).resolve().parent
+    yield from (here / n for n in _LIB_NAMES)                 # installed beside the package
+    build = here.parent.parent.parent / "build"                # bindings/python/kvtier -> repo/build
+    yield from (build / n for n in _LIB_NAMES)
+    found = ctypes.util.find_library("kvtier")                 # system install (ldconfig)
+    if found:
+        yield Path(found)
+
+
+def find_library():
+    """The path of the libkvtier to load (KVTIER_LIB, beside the package, the
+    repository's build/ directory, then the system). Raises OSError if none."""
+    tried = []
+    for p in _candidates():
+        tried.append(str(p))
+        if p.is_absolute() and not p.exists():
+            continue
+        return str(p)
+    raise OSError("libkvtier not found; build it (cmake --build build) or set KVTIER_LIB. "
+                  "Tried: " + ", ".join(tried))
+
+
+def _declare(lib):
+    c_int, c_size_t, c_uint64, c_uint32, c_void_p = (
+        ctypes.c_int, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p)
+    P = ctypes.POINTER
+    engine_p = c_void_p  # opaque struct kvt_engine *
+    sigs = {
+        "kvt_version_number": (ctypes.c_uint, []),
+        "kvt_version_string": (ctypes.c_char_p, []),
+        "kvt_strerror": (ctypes.c_char_p, [c_int]),
+        "kvt_last_error": (ctypes.c_char_p, []),
+        "kvt_config_init": (None, [P(KvtConfig)]),
+        "kvt_open": (c_int, [P(KvtConfig), P(engine_p)]),
+        "kvt_close": (None, [engine_p]),
+        "kvt_create": (c_int, [engine_p, KvtKey, P(c_void_p)]),
+        "kvt_acquire": (c_int, [engine_p, P(KvtKey), c_size_t, P(c_void_p)]),
+        "kvt_acquire_async": (c_int, [engine_p, P(KvtKey), c_size_t, P(c_void_p), P(c_uint64)]),
+        "kvt_wait": (c_int, [engine_p, c_uint64]),
+        "kvt_wait_stream": (c_int, [engine_p, c_uint64, c_void_p]),
+        "kvt_release": (c_int, [engine_p, P(KvtKey), c_size_t, c_int]),
+        "kvt_drop": (c_int, [engine_p, P(KvtKey), c_size_t]),
+        "kvt_drop_id": (c_int, [engine_p, c_uint64]),
+        "kvt_put": (c_int, [engine_p, P(KvtKey), c_size_t, P(c_void_p), c_int]),
+        "kvt_get": (c_int, [engine_p, P(KvtKey), c_size_t, P(c_void_p), c_int, P(c_int)]),
+        "kvt_exists": (c_int, [engine_p, P(KvtKey), c_size_t, P(c_int)]),
+        "kvt_set_schedule": (c_int, [engine_p, P(KvtSchedule)]),
+        "kvt_advance": (c_int, [engine_p, c_uint64, c_uint32]),
+        "kvt_get_stats": (c_int, [engine_p, P(KvtStats)]),
+        "kvt_flush": (c_int, [engine_p]),
+        "kvt_page_bytes": (c_size_t, [engine_p]),
+        "kvt_device_name": (ctypes.c_char_p, [engine_p]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+_lib = None
+lib_path = None
+
+
+def lib():
+    """The loaded library (loaded once, on first use, so that importing the
+    package never fails just because the library is not built yet)."""
+    global _lib, lib_path
+    if _lib is None:
+        path = find_library()
+        # CDLL (not PyDLL): ctypes releases the GIL around every call, so a
+        # blocking kvt_acquire does not stall other Python threads.
+        _lib = _declare(ctypes.CDLL(path))
+        lib_path = path
+    return _lib
+
+
+# --------------------------------------------------------------------- errors
+
+
+class KvtError(Exception):
+    """A kvtier call failed. Attributes: code (the negative return value),
+    name ('KVT_ENOTFOUND', 'EBUSY', ...), message (kvt_strerror), detail
+    (kvt_last_error, possibly empty), func (the C function)."""
+
+    def __init__(self, code, message="", detail="", func=""):
+        self.code = code
+        self.name = error_name(code)
+        self.message = message
+        self.detail = detail
+        self.func = func
+        text = f"{func}: " if func else ""
+        text += f"{message} [{self.name}]"
+        if detail and detail != message:
+            text += f": {detail}"
+        super().__init__(text)
+
+    @property
+    def errno(self):
+        """The OS errno (positive) for an OS error, else None."""
+        return -self.code if KVT_EBASE < self.code < 0 else None
+
+
+class KvtCorrupt(KvtError):
+    pass
+
+
+class KvtFingerprint(KvtError):
+    pass
+
+
+class KvtNotFound(KvtError, LookupError):
+    pass
+
+
+class KvtFull(KvtError):
+    pass
+
+
+class KvtDeviceError(KvtError):
+    pass
+
+
+class KvtConfigError(KvtError, ValueError):
+    pass
+
+
+class KvtNotSupported(KvtError):
+    pass
+
+
+class KvtFailed(KvtError):
+    pass
+
+
+class KvtBusy(KvtError):
+    """-EBUSY: a page is pinned or being read; the call changed nothing, retry."""
+
+
+class KvtExists(KvtError):
+    pass
+
+
+class KvtInvalid(KvtError):
+    pass
+
+
+_CLASSES = {
+    KVT_ECORRUPT: KvtCorrupt, KVT_EFINGERPRINT: KvtFingerprint, KVT_ENOTFOUND: KvtNotFound,
+    KVT_EFULL: KvtFull, KVT_EDEVICE: KvtDeviceError, KVT_ECONFIG: KvtConfigError,
+    KVT_ENOTSUP: KvtNotSupported, KVT_EFAILED: KvtFailed,
+    -_errno.EBUSY: KvtBusy, -_errno.EEXIST: KvtExists, -_errno.EINVAL: KvtInvalid,
+}
+
+_LIB_NAMES_BY_CODE = {
+    KVT_ECORRUPT: "KVT_ECORRUPT", KVT_EFINGERPRINT: "KVT_EFINGERPRINT",
+    KVT_ENOTFOUND: "KVT_ENOTFOUND", KVT_EFULL: "KVT_EFULL", KVT_EDEVICE: "KVT_EDEVICE",
+    KVT_ECONFIG: "KVT_ECONFIG", KVT_ENOTSUP: "KVT_ENOTSUP", KVT_EFAILED: "KVT_EFAILED",
+}
+
+
+def error_name(code):
+    """'KVT_EFULL' for library codes, 'EBUSY' for -EBUSY, else the number."""
+    if code in _LIB_NAMES_BY_CODE:
+        return _LIB_NAMES_BY_CODE[code]
+    if KVT_EBASE < code < 0 and -code in _errno.errorcode:
+        return _errno.errorcode[-code]
+    return str(code)
+
+
+def strerror(code):
+    """kvt_strerror(code) as str."""
+    return lib().kvt_strerror(int(code)).decode("utf-8", "replace")
+
+
+def last_error():
+    """kvt_last_error() of the calling thread as str ('' when there is none)."""
+    return lib().kvt_last_error().decode("utf-8", "replace")
+
+
+def make_error(code, func=""):
+    """The exception for a negative return value. Reads kvt_last_error()
+    first: it is thread-local and only valid until this thread's next call."""
+    detail = last_error()
+    message = strerror(code)
+    return _CLASSES.get(code, KvtError)(code, message, detail, func)
+
+
+def check(rc, func):
+    """Raises the mapped KvtError when rc < 0; returns rc otherwise."""
+    if rc < 0:
+        raise make_error(rc, func)
+    return rc

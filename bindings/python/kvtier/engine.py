@@ -1,0 +1,586 @@
+"""The Pythonic face of kvt_engine: configuration as keyword arguments, errors
+as exceptions, pages in and out as buffers.
+
+Buffers. put() reads and get() writes any object that exposes its memory
+without a copy: bytes/bytearray/memoryview/array/numpy arrays (the buffer
+protocol, C-contiguous), torch tensors (contiguous, CPU or CUDA, through
+data_ptr()) and objects with __cuda_array_interface__. The object must be
+exactly page_bytes long; every buffer of a batch is checked before the engine
+is called, so a wrong one changes nothing. The engine reads or writes the
+memory in place; the binding never copies.
+"""
+
+import ctypes
+import dataclasses
+import hashlib
+import os
+import threading
+from collections import namedtuple
+
+from . import _lib
+from ._lib import (KvtConfig, KvtKey, KvtSchedule, KvtStats, check)
+
+Key = namedtuple("Key", "id layer index")
+Key.__doc__ = "The identity of one page: (id, layer, index); see kvt_key."
+
+Exists = namedtuple("Exists", "prefix where")
+Exists.__doc__ = ("Result of Engine.exists(): prefix = number of leading keys held, "
+                  "where[i] = fastest tier holding key i (0 HBM, 1 DRAM, 2 SSD, -1 none).")
+
+
+def version():
+    """(number, string) of the linked library, e.g. (100, '0.1.0')."""
+    L = _lib.lib()
+    return int(L.kvt_version_number()), L.kvt_version_string().decode()
+
+
+# ----------------------------------------------------------------- buffers
+
+class _PyBuffer(ctypes.Structure):
+    # Py_buffer from Include/pybuffer.h; part of the stable ABI since 3.11 and
+    # unchanged in layout since 3.3.
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p),
+                ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
+                ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
+                ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
+                ("internal", ctypes.c_void_p)]
+
+
+_PyBUF_WRITABLE = 0x0001
+_PyBUF_C_CONTIGUOUS = 0x0020 | 0x0010 | 0x0008
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+class _Borrowed:
+    """The raw memory of a batch of buffers, held for the duration of one call.
+
+    Buffer-protocol exports are kept (a bytearray cannot be resized under the
+    engine) and released by close(). Torch tensors and CUDA-array objects are
+    only referenced."""
+
+    def __init__(self):
+        self.views = []
+
+    def add(self, obj, nbytes, writable, what):
+        """Returns (address, on_device) of obj after checking it is exactly
+        nbytes of contiguous memory (writable when asked). Raises ValueError
+        (or TypeError for an object with no memory to borrow)."""
+        if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # torch.Tensor
+            if not obj.is_contiguous():
+                raise ValueError(f"{what}: tensor is not contiguous")
+            size = obj.numel() * obj.element_size()
+            if size != nbytes:
+                raise ValueError(f"{what}: tensor holds {size} bytes, the page is {nbytes}")
+            return obj.data_ptr(), obj.device.type == "cuda"
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        if cai is not None:
+            if cai.get("strides") is not None:
+                raise ValueError(f"{what}: CUDA array is not contiguous")
+            size = int(cai["typestr"][2:])  # "|u1", "<f2": the item size in bytes
+            for d in cai["shape"]:
+                size *= int(d)
+            if size != nbytes:
+                raise ValueError(f"{what}: CUDA array holds {size} bytes, the page is {nbytes}")
+            if writable and cai["data"][1]:
+                raise ValueError(f"{what}: CUDA array is read-only")
+            return int(cai["data"][0]), True
+        view = _PyBuffer()
+        flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if writable else 0)
+        try:
+            _get_buffer(obj, ctypes.byref(view), flags)
+        except (BufferError, ValueError) as exc:  # numpy says ValueError for read-only
+            raise ValueError(f"{what}: {exc} (need a C-contiguous"
+                             f"{' writable' if writable else ''} buffer)") from None
+        except TypeError:
+            raise TypeError(f"{what}: {type(obj).__name__} exposes no memory "
+                            "(want bytes-like, numpy array, torch tensor)") from None
+        self.views.append(view)
+        if view.len != nbytes:
+            raise ValueError(f"{what}: buffer holds {view.len} bytes, the page is {nbytes}")
+        # A zero-length buffer may have buf == NULL; nbytes > 0 here always.
+        return view.buf, False
+
+    def close(self):
+        for v in self.views:
+            _release_buffer(ctypes.byref(v))
+        self.views.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class DevicePage:
+    """A CUDA page exposed through __cuda_array_interface__ (version 3), so
+    torch.as_tensor(page, device='cuda') / cupy wrap it without a copy.
+    Borrows the memory: valid only while the page stays pinned."""
+
+    def __init__(self, ptr, nbytes, device_ordinal=0):
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
+            "version": 3, "strides": None, "stream": None}
+
+
+def _host_memoryview(ptr, nbytes):
+    # A writable memoryview over memory the engine owns: no copy, no ownership.
+    return memoryview((ctypes.c_ubyte * nbytes).from_address(ptr)).cast("B")
+
+
+# ---------------------------------------------------------------- keys
+
+def _u(value, bits, what):
+    v = int(value)
+    if not 0 <= v < (1 << bits):
+        raise ValueError(f"{what} {value} is outside 0..2**{bits}-1")
+    return v
+
+
+def _key_array(keys):
+    """A ctypes kvt_key[n] from (id, layer, index) triples, range-checked
+    (ctypes would silently wrap a negative or oversized int)."""
+    if isinstance(keys, (Key, tuple)) and len(keys) == 3 and not isinstance(keys[0], (tuple, list)):
+        raise TypeError("pass a sequence of keys, e.g. [key], not a single key")
+    keys = list(keys)
+    arr = (KvtKey * len(keys))()
+    for i, k in enumerate(keys):
+        kid, layer, index = k
+        arr[i].id = _u(kid, 64, "key id")
+        arr[i].layer = _u(layer, 32, "key layer")
+        arr[i].index = _u(index, 32, "key index")
+    return arr
+
+
+def _fingerprint(fp):
+    # An int is used as is; text/bytes (a model name, a hash of the config) are
+    # hashed to 64 bits so callers need not invent numbers.
+    if isinstance(fp, str):
+        fp = fp.encode()
+    if isinstance(fp, (bytes, bytearray)):
+        return int.from_bytes(hashlib.blake2b(fp, digest_size=8, person=b"kvtier-fp").digest(), "little")
+    return _u(fp, 64, "fingerprint")
+
+
+_DEVICES = {"host": _lib.KVT_DEVICE_HOST, "auto": _lib.KVT_DEVICE_AUTO}
+_CODECS = {"none": _lib.KVT_CODEC_NONE, "zstd": _lib.KVT_CODEC_ZSTD,
+           "zstd_shuffle16": _lib.KVT_CODEC_ZSTD_SHUFFLE16}
+_IOS = {"auto": _lib.KVT_IO_AUTO, "uring": _lib.KVT_IO_URING, "io_uring": _lib.KVT_IO_URING,
+        "psync": _lib.KVT_IO_PSYNC}
+_ORDERS = {"layer": _lib.KVT_ORDER_LAYER_MAJOR, "layer_major": _lib.KVT_ORDER_LAYER_MAJOR,
+           "seq": _lib.KVT_ORDER_SEQ_MAJOR, "seq_major": _lib.KVT_ORDER_SEQ_MAJOR}
+
+
+def _choice(value, table, what):
+    if isinstance(value, str):
+        try:
+            return table[value.lower()]
+        except KeyError:
+            raise ValueError(f"{what} {value!r}: one of {sorted(table)}") from None
+    return int(value)
+
+
+def _device(value):
+    if isinstance(value, str) and value.lower().startswith("cuda"):
+        _, _, n = value.partition(":")
+        return int(n or 0)
+    return _choice(value, _DEVICES, "device")
+
+
+CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir", "device",
+                 "policy", "codec", "persist", "fingerprint", "io_backend", "queue_depth",
+                 "host_link_gbps", "prefetch_bytes")
+
+
+def make_config(**kw):
+    """A kvt_config from keyword arguments (names as in kvt_config); fields not
+    given keep kvt_config_init()'s defaults. Returns (config, keepalive): the
+    config's char pointers point into keepalive, which must outlive its use.
+    Strings accepted: device 'host'/'auto'/'cuda[:N]', codec 'none'/'zstd'/
+    'zstd_shuffle16', io_backend 'auto'/'uring'/'psync'; fingerprint an int or
+    str/bytes (hashed to 64 bits). Unknown names raise TypeError."""
+    unknown = set(kw) - set(CONFIG_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown kvtier config field(s): {', '.join(sorted(unknown))}")
+    cfg, backing = _lib.padded(KvtConfig)
+    _lib.lib().kvt_config_init(ctypes.byref(cfg))
+    keep = [backing]
+    for name, value in kw.items():
+        if value is None:
+            continue
+        if name in ("ssd_dir", "policy"):
+            b = os.fsencode(value)
+            keep.append(b)
+            setattr(cfg, name, b)
+        elif name == "device":
+            cfg.device = _device(value)
+        elif name == "codec":
+            cfg.codec = _choice(value, _CODECS, "codec")
+        elif name == "io_backend":
+            cfg.io_backend = _choice(value, _IOS, "io_backend")
+        elif name == "fingerprint":
+            cfg.fingerprint = _fingerprint(value)
+        elif name == "persist":
+            cfg.persist = 1 if value else 0
+        elif name == "host_link_gbps":
+            cfg.host_link_gbps = float(value)
+        else:
+            # size_t / unsigned fields: refuse negatives rather than let ctypes wrap them.
+            bits = 32 if name == "queue_depth" else 8 * ctypes.sizeof(ctypes.c_size_t)
+            setattr(cfg, name, _u(value, bits, name))
+    return cfg, keep
+
+
+# ---------------------------------------------------------------- stats
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """kvt_stats, every field in header order. Per-tier fields are 3-tuples
+    indexed by tier (0 HBM, 1 DRAM, 2 SSD)."""
+    resident_pages: tuple
+    hits: tuple
+    misses: tuple
+    bytes_up: tuple
+    bytes_down: tuple
+    stall_ns: int
+    errors_io: int
+    errors_corrupt: int
+    capacity_pages: tuple
+    pinned_pages: int
+    pages: int
+    meta_bytes: int
+    errors_device: int
+    bytes_put: int
+    bytes_get: int
+    ssd_bad_slots: int
+    io_fallback: int
+    prefetch_pages: int
+    prefetch_wasted: int
+    prefetch_inflight_max: int
+
+    @classmethod
+    def _from_c(cls, s):
+        vals = {}
+        for name, ctype in KvtStats._fields_:
+            v = getattr(s, name)
+            vals[name] = tuple(int(x) for x in v) if isinstance(v, ctypes.Array) else int(v)
+        return cls(**vals)
+
+    def as_dict(self):
+        """The fields as a plain dict (header order)."""
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- pinned pages
+
+class Pinned:
+    """Pages pinned in HBM by acquire()/create() (or a waited acquire_async()).
+
+    Holds the keys and the device addresses. The addresses, and every view
+    made from them, are valid until release() (or the engine's close); a view
+    used after that reads memory the engine reuses. Used as a context manager
+    it releases on exit, with dirty=self.dirty (True for create())."""
+
+    def __init__(self, engine, keys, ptrs, dirty=False):
+        self._engine = engine
+        self.keys = [Key(k.id, k.layer, k.index) for k in keys]
+        self.ptrs = list(ptrs)
+        self.dirty = dirty
+        self.released = False
+        self.page_bytes = engine.page_bytes
+        self.on_device = engine.device_name == "cuda"
+
+    def __len__(self):
+        return len(self.ptrs)
+
+    def _ptr(self, i):
+        if self.released:
+            raise ValueError("pages were released; their addresses are no longer valid")
+        return self.ptrs[i]
+
+    def memoryview(self, i=0):
+        """A writable memoryview of page i (host back-end only). Borrowed."""
+        if self.on_device:
+            raise ValueError("a CUDA page has no host memoryview; use cuda_array() or torch()")
+        return _host_memoryview(self._ptr(i), self.page_bytes)
+
+    def numpy(self, i=0, dtype="uint8"):
+        """A writable numpy view of page i (host back-end), no copy. Borrowed."""
+        import numpy as np
+        return np.frombuffer(self.memoryview(i), dtype=np.uint8).view(dtype)
+
+    def cuda_array(self, i=0):
+        """A DevicePage (``__cuda_array_interface__``) for page i on the CUDA back-end."""
+        if not self.on_device:
+            raise ValueError("the host back-end has no CUDA pages; use numpy()/memoryview()")
+        return DevicePage(self._ptr(i), self.page_bytes)
+
+    def torch(self, i=0, dtype=None):
+        """A torch tensor viewing page i (uint8, or dtype), no copy: CPU on the
+        host back-end, CUDA on the cuda back-end. Borrowed like the others."""
+        import torch
+        if self.on_device:
+            t = torch.as_tensor(self.cuda_array(i), device="cuda")
+        else:
+            t = torch.frombuffer(self.memoryview(i), dtype=torch.uint8)
+        return t if dtype is None else t.view(dtype)
+
+    def release(self, dirty=None):
+        """kvt_release() of these pages (dirty defaults to self.dirty). Once
+        only; later calls are no-ops."""
+        if self.released:
+            return
+        self._engine.release(self.keys, self.dirty if dirty is None else dirty)
+        self.released = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        # After close() the engine freed the pins itself: nothing to release.
+        if not self.released and not self._engine.closed:
+            self.release()
+
+
+class Ticket:
+    """An asynchronous acquire: wait() (or Engine.wait) once, then use .pages.
+    Owned by the engine until waited; close() waits for forgotten tickets."""
+
+    def __init__(self, engine, value, pinned):
+        self._engine = engine
+        self.value = value
+        self._pinned = pinned
+        self.done = False
+
+    def wait(self):
+        """kvt_wait(); returns the Pinned pages. On error the pins are gone."""
+        return self._engine.wait(self)
+
+    def wait_stream(self, stream=None):
+        """kvt_wait_stream(); returns the Pinned pages (usable by work queued
+        on the stream after this call)."""
+        return self._engine.wait_stream(self, stream)
+
+
+# ---------------------------------------------------------------- engine
+
+class Engine:
+    """An open kvt_engine. Configuration is keyword arguments named as the
+    fields of kvt_config (see CONFIG_FIELDS); omitted ones keep the library's
+    defaults. The engine owns the library handle until close() (also via
+    ``with``). Thread-safe like kvt_engine, except close()."""
+
+    def __init__(self, **config):
+        cfg, keep = make_config(**config)
+        L = _lib.lib()
+        handle = ctypes.c_void_p()
+        check(L.kvt_open(ctypes.byref(cfg), ctypes.byref(handle)), "kvt_open")
+        del keep  # kvt_open copied the strings
+        self._L = L
+        self._h = handle
+        self._tickets = {}
+        self._lock = threading.Lock()
+        self.page_bytes = int(L.kvt_page_bytes(handle))
+        self.device_name = L.kvt_device_name(handle).decode()
+
+    # ---- lifetime
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("the kvtier engine is closed")
+        return self._h
+
+    def close(self):
+        """kvt_close(): waits for forgotten tickets, flushes, frees. Pointers
+        and views handed out become invalid. Idempotent."""
+        if self._h is None:
+            return
+        for t in list(self._tickets.values()):
+            try:
+                self.wait(t)
+            except _lib.KvtError:
+                pass  # the ticket's pins are dropped either way; close must go on
+        h, self._h = self._h, None
+        self._L.kvt_close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # Best effort for engines never closed; close() is the contract.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- engine-managed pages
+
+    def create(self, key):
+        """kvt_create(): a new pinned page in HBM, contents undefined. Returns a
+        Pinned (dirty=True) of one page; write it, then release()."""
+        k = _key_array([key])
+        ptr = ctypes.c_void_p()
+        check(self._L.kvt_create(self._handle(), k[0], ctypes.byref(ptr)), "kvt_create")
+        return Pinned(self, k, [ptr.value], dirty=True)
+
+    def acquire(self, keys):
+        """kvt_acquire(): pins the pages in HBM (blocking until resident) and
+        returns them as Pinned. On error nothing is pinned."""
+        k = _key_array(keys)
+        ptrs = (ctypes.c_void_p * len(k))()
+        check(self._L.kvt_acquire(self._handle(), k, len(k), ptrs), "kvt_acquire")
+        return Pinned(self, k, ptrs)
+
+    def acquire_async(self, keys):
+        """kvt_acquire_async(): returns a Ticket at once; the pins are held from
+        now on and the contents are valid after wait()."""
+        k = _key_array(keys)
+        ptrs = (ctypes.c_void_p * len(k))()
+        t = ctypes.c_uint64()
+        check(self._L.kvt_acquire_async(self._handle(), k, len(k), ptrs, ctypes.byref(t)),
+              "kvt_acquire_async")
+        ticket = Ticket(self, t.value, Pinned(self, k, ptrs))
+        with self._lock:
+            self._tickets[t.value] = ticket
+        return ticket
+
+    def _consume(self, ticket):
+        with self._lock:
+            if ticket.done or self._tickets.pop(ticket.value, None) is None:
+                raise ValueError("ticket already waited for (or from another engine)")
+            ticket.done = True
+
+    def wait(self, ticket):
+        """kvt_wait(); returns the ticket's Pinned pages. On error the pins
+        have been dropped and the KvtError is raised."""
+        self._consume(ticket)
+        rc = self._L.kvt_wait(self._handle(), ticket.value)
+        if rc < 0:
+            ticket._pinned.released = True
+            check(rc, "kvt_wait")
+        return ticket._pinned
+
+    def wait_stream(self, ticket, stream=None):
+        """kvt_wait_stream(); stream is a torch.cuda.Stream, a raw cudaStream_t
+        int, or None (the legacy default stream). Returns the Pinned pages."""
+        self._consume(ticket)
+        raw = getattr(stream, "cuda_stream", stream)
+        rc = self._L.kvt_wait_stream(self._handle(), ticket.value, ctypes.c_void_p(raw or None))
+        if rc < 0:
+            ticket._pinned.released = True
+            check(rc, "kvt_wait_stream")
+        return ticket._pinned
+
+    def release(self, keys, dirty=False):
+        """kvt_release() of pinned keys; dirty=True says the caller wrote them."""
+        k = _key_array(keys)
+        check(self._L.kvt_release(self._handle(), k, len(k), 1 if dirty else 0), "kvt_release")
+
+    def drop(self, keys):
+        """kvt_drop(): removes the pages from every tier (absent keys ignored)."""
+        k = _key_array(keys)
+        check(self._L.kvt_drop(self._handle(), k, len(k)), "kvt_drop")
+
+    def drop_id(self, id):
+        """kvt_drop_id(): removes every page of sequence/hash id."""
+        check(self._L.kvt_drop_id(self._handle(), _u(id, 64, "id")), "kvt_drop_id")
+
+    # ---- engine-owned buffers
+
+    def put(self, keys, srcs):
+        """kvt_put(): copies one page_bytes buffer per key into kvtier. The
+        buffers are borrowed for the call; all must live on the same side
+        (host, or CUDA when the engine runs on CUDA). Wrong sizes raise
+        ValueError before the engine is touched."""
+        k = _key_array(keys)
+        srcs = list(srcs)
+        if len(srcs) != len(k):
+            raise ValueError(f"{len(k)} keys but {len(srcs)} buffers")
+        with _Borrowed() as b:
+            ptrs, on_device = self._addresses(b, srcs, writable=False, what="put")
+            check(self._L.kvt_put(self._handle(), k, len(k), ptrs, on_device), "kvt_put")
+
+    def get(self, keys, dsts=None):
+        """kvt_get(): copies each page into dsts[i] (borrowed, page_bytes,
+        writable). Returns a list with dsts[i] where found, None where the key
+        is in no tier. Without dsts, new bytearrays are allocated (owned by the
+        caller). A miss is not an error; KVT_ECORRUPT reads as a miss."""
+        k = _key_array(keys)
+        if dsts is None:
+            dsts = [bytearray(self.page_bytes) for _ in range(len(k))]
+        dsts = list(dsts)
+        if len(dsts) != len(k):
+            raise ValueError(f"{len(k)} keys but {len(dsts)} buffers")
+        found = (ctypes.c_int * len(k))()
+        with _Borrowed() as b:
+            ptrs, on_device = self._addresses(b, dsts, writable=True, what="get")
+            check(self._L.kvt_get(self._handle(), k, len(k), ptrs, on_device, found), "kvt_get")
+        return [d if f else None for d, f in zip(dsts, found)]
+
+    def exists(self, keys):
+        """kvt_exists(): Exists(prefix, where) — the hit-prefix length and the
+        fastest tier of each key (-1 when none)."""
+        k = _key_array(keys)
+        where = (ctypes.c_int * len(k))()
+        n = check(self._L.kvt_exists(self._handle(), k, len(k), where), "kvt_exists")
+        return Exists(n, [int(w) for w in where])
+
+    def _addresses(self, borrowed, bufs, writable, what):
+        addrs = (ctypes.c_void_p * len(bufs))()
+        sides = set()
+        for i, obj in enumerate(bufs):
+            addrs[i], dev = borrowed.add(obj, self.page_bytes, writable, f"{what}: buffer {i}")
+            sides.add(dev)
+        if len(sides) > 1:
+            raise ValueError(f"{what}: host and CUDA buffers mixed in one call")
+        on_device = sides.pop() if sides else False
+        if on_device and self.device_name != "cuda":
+            raise ValueError(f"{what}: CUDA buffers given to an engine on the "
+                             f"{self.device_name} back-end")
+        return addrs, 1 if on_device else 0
+
+    # ---- decode position
+
+    def set_schedule(self, ids, n_layers, order="layer", window_pages=0, sink_pages=0):
+        """kvt_set_schedule(): the sequences of the batch in compute order, the
+        layer count and the loop order ('layer' = for layer {for seq}, 'seq' =
+        for seq {for layer}, or a KVT_ORDER_* int). Everything is copied."""
+        ids = [_u(i, 64, "id") for i in ids]
+        arr = (ctypes.c_uint64 * len(ids))(*ids)
+        s = KvtSchedule(ids=ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint64)) if ids else None,
+                        n_ids=len(ids), n_layers=_u(n_layers, 32, "n_layers"),
+                        order=_choice(order, _ORDERS, "order"),
+                        window_pages=_u(window_pages, 32, "window_pages"),
+                        sink_pages=_u(sink_pages, 32, "sink_pages"))
+        check(self._L.kvt_set_schedule(self._handle(), ctypes.byref(s)), "kvt_set_schedule")
+
+    def advance(self, id, layer):
+        """kvt_advance(): "now computing (id, layer)"."""
+        check(self._L.kvt_advance(self._handle(), _u(id, 64, "id"), _u(layer, 32, "layer")),
+              "kvt_advance")
+
+    # ---- statistics
+
+    def stats(self):
+        """kvt_get_stats() as a Stats dataclass (a snapshot; owned by the caller)."""
+        s, _backing = _lib.padded(KvtStats)
+        check(self._L.kvt_get_stats(self._handle(), ctypes.byref(s)), "kvt_get_stats")
+        return Stats._from_c(s)
+
+    def flush(self):
+        """kvt_flush(): every dirty page gets a copy below HBM (durable with persist)."""
+        check(self._L.kvt_flush(self._handle()), "kvt_flush")

@@ -1,0 +1,133 @@
+"""Errors surface as exceptions carrying the library's own text, and a bad
+buffer is refused before the engine is touched."""
+
+import errno
+
+import numpy as np
+import pytest
+import torch
+
+import kvtier
+from conftest import PAGE
+
+
+def test_bad_config_names_the_field(tmp_path):
+    with pytest.raises(kvtier.KvtConfigError) as ei:
+        kvtier.Engine(page_bytes=1000, hbm_bytes=PAGE, dram_bytes=PAGE, device="host")
+    err = ei.value
+    assert err.code == -30505 and err.name == "KVT_ECONFIG"
+    assert err.message == kvtier.strerror(-30505)
+    assert "page_bytes" in err.detail and "page_bytes" in str(err)
+    assert isinstance(err, ValueError)  # a config error is also a ValueError
+
+    with pytest.raises(kvtier.KvtConfigError, match="ssd_dir"):
+        kvtier.Engine(page_bytes=PAGE, hbm_bytes=PAGE, dram_bytes=PAGE, ssd_bytes=8 * PAGE,
+                      device="host")
+    with pytest.raises(kvtier.KvtNotSupported, match="belady"):
+        kvtier.Engine(page_bytes=PAGE, hbm_bytes=PAGE, dram_bytes=PAGE, policy="belady",
+                      device="host")
+
+
+def test_ssd_dir_in_use_is_ebusy(make_engine, tmp_path):
+    make_engine(ssd_dir=str(tmp_path / "shared"))
+    with pytest.raises(kvtier.KvtBusy) as ei:
+        make_engine(ssd_dir=str(tmp_path / "shared"))
+    assert ei.value.errno == errno.EBUSY and ei.value.name == "EBUSY"
+
+
+def test_acquire_missing_key_is_enotfound_and_pins_nothing(make_engine):
+    e = make_engine()
+    e.put([(1, 0, 0)], [bytes(PAGE)])
+    with pytest.raises(kvtier.KvtNotFound) as ei:
+        e.acquire([(1, 0, 0), (1, 0, 1)])
+    assert ei.value.code == -30502 and "(1,0,1)" in ei.value.detail.replace(" ", "")
+    assert isinstance(ei.value, LookupError)
+    assert e.stats().pinned_pages == 0
+
+
+def test_efull_when_pins_fill_hbm(make_engine):
+    e = make_engine(hbm_bytes=2 * PAGE)
+    e.put([(1, 0, i) for i in range(3)], [bytes(PAGE)] * 3)
+    with pytest.raises(kvtier.KvtFull):
+        e.acquire([(1, 0, i) for i in range(3)])
+    assert e.stats().pinned_pages == 0
+
+
+def test_key_out_of_range_is_refused_not_wrapped(make_engine):
+    e = make_engine()
+    for bad in [(-1, 0, 0), (1 << 64, 0, 0), (1, 1 << 32, 0), (1, 0, -1)]:
+        with pytest.raises(ValueError):
+            e.put([bad], [bytes(PAGE)])
+    with pytest.raises(TypeError, match="sequence of keys"):
+        e.exists((1, 0, 0))
+    assert e.stats().pages == 0
+
+
+@pytest.mark.parametrize("bad", [
+    bytes(PAGE - 1),
+    bytearray(PAGE + 1),
+    np.zeros(PAGE // 2, np.uint16)[::2],               # right size? no: and not contiguous
+    np.zeros((2, PAGE), np.uint8)[:, ::2],             # PAGE bytes, but not contiguous
+    torch.zeros(PAGE // 4 + 1, dtype=torch.float32),
+    torch.zeros((PAGE, 2), dtype=torch.uint8).t()[0],  # PAGE bytes, strided view
+])
+def test_wrong_buffer_refused_before_anything_is_written(make_engine, bad):
+    e = make_engine()
+    good = bytes([1]) * PAGE
+    keys = [(5, 0, 0), (5, 0, 1)]
+    with pytest.raises(ValueError):
+        e.put(keys, [good, bad])  # the good first buffer must not be stored either
+    s = e.stats()
+    assert s.bytes_put == 0 and s.pages == 0 and e.exists(keys).prefix == 0
+
+
+def test_get_into_wrong_buffer_leaves_targets_untouched(make_engine):
+    e = make_engine()
+    e.put([(5, 0, 0), (5, 0, 1)], [bytes([1]) * PAGE, bytes([2]) * PAGE])
+    ok = bytearray(PAGE)
+    for bad in [bytearray(PAGE - 4096 + 1), bytes(PAGE), np.zeros(PAGE, np.uint8)[::-1]]:
+        with pytest.raises(ValueError):
+            e.get([(5, 0, 0), (5, 0, 1)], [ok, bad])
+        assert ok == bytearray(PAGE)
+    ro = np.zeros(PAGE, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        e.get([(5, 0, 0)], [ro])
+    assert e.stats().bytes_get == 0
+    with pytest.raises(TypeError):
+        e.put([(6, 0, 0)], [object()])
+    with pytest.raises(ValueError, match="2 keys but 1"):
+        e.put([(6, 0, 0), (6, 0, 1)], [bytes(PAGE)])
+
+
+class FakeCudaArray:
+    """A __cuda_array_interface__ exporter; the host engine must refuse it
+    before dereferencing the (bogus) address."""
+
+    def __init__(self, nbytes):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (0xdead0000, False), "version": 3,
+                                         "strides": None}
+
+
+def test_cuda_buffers_refused_by_a_host_engine(make_engine):
+    e = make_engine()
+    with pytest.raises(ValueError, match="CUDA buffers given to an engine on the host"):
+        e.put([(1, 0, 0)], [FakeCudaArray(PAGE)])
+    with pytest.raises(ValueError, match="bytes, the page is"):
+        e.put([(1, 0, 0)], [FakeCudaArray(PAGE - 1)])
+    with pytest.raises(ValueError, match="mixed"):
+        e.put([(1, 0, 0), (1, 0, 1)], [bytes(PAGE), FakeCudaArray(PAGE)])
+    assert e.stats().pages == 0
+
+
+def test_error_code_mapping_covers_the_library_block():
+    for code, cls in [(-30500, kvtier.KvtCorrupt), (-30501, kvtier.KvtFingerprint),
+                      (-30502, kvtier.KvtNotFound), (-30503, kvtier.KvtFull),
+                      (-30504, kvtier.KvtDeviceError), (-30505, kvtier.KvtConfigError),
+                      (-30506, kvtier.KvtNotSupported), (-30507, kvtier.KvtFailed)]:
+        err = kvtier._lib.make_error(code, "f")
+        assert type(err) is cls and err.code == code and err.errno is None
+        assert err.message == kvtier.strerror(code) and err.message
+    err = kvtier._lib.make_error(-errno.EIO, "f")
+    assert type(err) is kvtier.KvtError and err.errno == errno.EIO and err.name == "EIO"
