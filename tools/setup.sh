@@ -64,3 +64,26 @@ echo "setup: the same suite under AddressSanitizer + UndefinedBehaviorSanitizer"
 build build-asan -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=ON -DKVT_DEBUG=ON -DCMAKE_BUILD_TYPE=Debug
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
+
+# The Python binding's tests (tests/python) against build/libkvtier.so. Debian's
+# python3 (not whatever python3 is first on PATH) because Debian's torch is
+# built for it; a venv that sees the system packages (torch, numpy, pytest)
+# holds transformers, which Debian does not package. The pin is the newest
+# release that runs on Debian's torch 1.13: 4.46+ imports torch.distributed.fsdp
+# from generate(), which fails on torch 1.13 under Python 3.11.
+echo "setup: Python binding tests"
+pkgs=(python3 python3-venv python3-pip python3-numpy python3-torch python3-pytest)
+install_missing
+transformers_pin=4.45.2
+pyvenv=build/pyvenv
+[ -x "$pyvenv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$pyvenv"
+if ! "$pyvenv/bin/python" -c "import sys, transformers; sys.exit(transformers.__version__ != '$transformers_pin')" 2>/dev/null; then
+  PIP_NO_INPUT=1 "$pyvenv/bin/python" -m pip install -q --disable-pip-version-check "transformers==$transformers_pin"
+fi
+# Exit 5 (no tests collected) is a failure like any other non-zero status.
+py_rc=0
+KVTIER_LIB="$top/build/libkvtier.so" "$pyvenv/bin/python" -m pytest tests/python -q || py_rc=$?
+if [ "$py_rc" -ne 0 ]; then
+  echo "setup: Python tests failed (pytest exit $py_rc$([ "$py_rc" -eq 5 ] && echo ': no tests collected'))" >&2
+  exit "$py_rc"
+fi
