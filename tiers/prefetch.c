@@ -94,7 +94,14 @@ static uint32_t budget_pages(const kvt_engine *e, int tier)
  * stall). Reading further ahead than one compute interval hides nothing
  * more; reading more than a group's share of the misses would displace
  * pages the step still needs. A caller that computes next to nothing
- * between acquires (a replay) keeps the 1/128 depth. */
+ * between acquires (a replay) keeps the 1/128 depth.
+ *
+ * Only with the default budget (prefetch_bytes 0): the deeper reads buy
+ * time with bytes (up to a group's share more per step than MIN), and a
+ * caller that sets prefetch_bytes asked for the byte-frugal behaviour (the
+ * MIN comparisons of tests/test_decode.c hold it to 1.02x, and a depth
+ * that follows measured times would make them depend on the machine's
+ * load). */
 static uint32_t live_depth(const kvt_engine *e, int tier)
 {
     uint64_t cap = tier == KVT_TIER_HBM ? e->arena[KVT_TIER_HBM].nslots
@@ -102,7 +109,8 @@ static uint32_t live_depth(const kvt_engine *e, int tier)
     uint64_t pages = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
     uint64_t depth = pages > cap ? (pages - cap) / 128 : 0;
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
-    if (tier == KVT_TIER_DRAM && pages > cap && groups && e->ssd_ns_per_page) {
+    if (tier == KVT_TIER_DRAM && !e->cfg.prefetch_bytes && pages > cap && groups &&
+        e->ssd_ns_per_page) {
         uint64_t overlap = e->compute_ns / e->ssd_ns_per_page;
         uint64_t share = (pages - cap) / groups;
         if (overlap > share)
