@@ -107,6 +107,27 @@ typedef enum {
 #define KVT_IO_URING 1
 #define KVT_IO_PSYNC 2
 
+/* One batch of transfers between two tiers that has completed, reported to
+ * kvt_config.on_transfer (tracing, monitoring). Times are CLOCK_MONOTONIC
+ * nanoseconds: start_ns when the batch was queued, end_ns when kvtier saw it
+ * complete (so a span includes time spent queued behind earlier batches). */
+#define KVT_XFER_DRAM_TO_HBM 0
+#define KVT_XFER_HBM_TO_DRAM 1
+#define KVT_XFER_SSD_TO_DRAM 2
+#define KVT_XFER_DRAM_TO_SSD 3
+
+typedef struct kvt_transfer_event {
+    int kind;                   /* KVT_XFER_* */
+    uint32_t pages;
+    uint64_t bytes;             /* page bytes moved (SSD: before the codec) */
+    uint64_t start_ns, end_ns;
+} kvt_transfer_event;
+
+/* Called from kvtier's own threads (and from API calls that find transfers
+ * complete) with the engine's lock held: it must be quick, thread-safe, and
+ * must not call into kvtier. ev is valid during the call only. */
+typedef void (*kvt_transfer_fn)(void *arg, const kvt_transfer_event *ev);
+
 typedef struct kvt_config {
     size_t page_bytes;          /* bytes per page; a multiple of 4096 */
     size_t hbm_bytes;           /* capacity of the HBM tier; at least one page */
@@ -124,7 +145,9 @@ typedef struct kvt_config {
     double host_link_gbps;      /* host back-end: cap each emulated link at this many GB/s
                                    (1e9 bytes/s); 0 = uncapped, unless KVT_HOST_LINK_GBPS is set */
     size_t prefetch_bytes;      /* decode policy: bytes brought up ahead of use at most, per
-                                   link; 0 = 1/8 of the HBM tier */
+                                   link; 0 = 1/8 of HBM (DRAM->HBM), 1/4 of DRAM (SSD->DRAM) */
+    kvt_transfer_fn on_transfer; /* NULL = no reports; see kvt_transfer_event */
+    void *on_transfer_arg;      /* passed to on_transfer (borrowed until kvt_close) */
 } kvt_config;
 
 /* Fills *cfg with defaults: 256 KiB pages, 1 GiB HBM, 4 GiB DRAM, no SSD,

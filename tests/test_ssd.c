@@ -538,6 +538,63 @@ static void test_three_tier_roundtrip(void **state)
     assert_stats_sane(e);
 }
 
+/* kvt_config.on_transfer: every completed batch is reported, with the right
+ * kind, and the pages reported add up to the byte counters of each link at
+ * any snapshot (reports and counters change together, under the lock). */
+struct xfer_tally {
+    uint64_t pages[4], events[4], bad_time;
+};
+
+static void tally_transfer(void *arg, const kvt_transfer_event *ev)
+{
+    struct xfer_tally *t = arg;
+    if (ev->kind < 0 || ev->kind > 3 || ev->pages == 0 || ev->bytes != (uint64_t)ev->pages * PB) {
+        t->bad_time++;
+        return;
+    }
+    t->pages[ev->kind] += ev->pages;
+    t->events[ev->kind]++;
+    t->bad_time += ev->start_ns > ev->end_ns || ev->start_ns == 0;
+}
+
+static void assert_tally_matches(kvt_engine *e, const struct xfer_tally *t)
+{
+    kvt_stats s = t_stats(e);
+    assert_int_equal(t->bad_time, 0);
+    assert_int_equal(t->pages[KVT_XFER_DRAM_TO_HBM] * PB, s.bytes_up[KVT_TIER_HBM]);
+    assert_int_equal(t->pages[KVT_XFER_HBM_TO_DRAM] * PB, s.bytes_down[KVT_TIER_HBM]);
+    assert_int_equal(t->pages[KVT_XFER_SSD_TO_DRAM] * PB, s.bytes_up[KVT_TIER_DRAM]);
+    assert_int_equal(t->pages[KVT_XFER_DRAM_TO_SSD] * PB, s.bytes_down[KVT_TIER_DRAM]);
+}
+
+static void test_transfer_reports(void **state)
+{
+    struct fx *f = *state;
+    static struct xfer_tally t;
+    memset(&t, 0, sizeof(t));
+    kvt_config c = fx_config(f, 4, 8, 64, 0);
+    c.on_transfer = tally_transfer;
+    c.on_transfer_arg = &t;
+    kvt_engine *e = fx_open_cfg(f, &c);
+    enum { N = 40 };
+    kvt_key keys[N];
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = t_key(9, 0, i);
+        create_v(e, keys[i], 1);
+    }
+    assert_tally_matches(e, &t);
+    for (uint32_t i = 0; i < N; i += 4) {
+        void *p[4];
+        assert_int_equal(kvt_acquire(e, &keys[i], 4, p), 0);
+        assert_int_equal(kvt_release(e, &keys[i], 4, 0), 0);
+    }
+    assert_int_equal(kvt_flush(e), 0);
+    assert_tally_matches(e, &t);
+    for (int k = 0; k < 4; k++)
+        assert_true(t.events[k] > 0); /* every link moved something: none vacuous */
+    fx_close(f);
+}
+
 /* (2) put/get through the SSD; exists reports SSD for SSD-only pages and the
  * hit prefix stops at the first missing key. */
 static void test_put_get_exists(void **state)
@@ -1673,6 +1730,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T6(test_three_tier_roundtrip),
         T6(test_put_get_exists),
+        T2(test_transfer_reports),
         T2(test_get_batch_larger_than_dram),
         T6(test_overwrite_on_ssd),
         T6(test_drop_on_ssd),

@@ -172,7 +172,9 @@ static int open_inflight(kvt_engine *e)
         q->cap = cap;
         q->page = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint32_t));
         q->fence = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint64_t));
-        if (!q->page || !q->fence)
+        if (e->cfg.on_transfer)
+            q->t_ns = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint64_t));
+        if (!q->page || !q->fence || (e->cfg.on_transfer && !q->t_ns))
             return -ENOMEM;
     }
     return 0;
@@ -184,8 +186,11 @@ static void close_inflight(kvt_engine *e)
         struct kvt_inflight *q = &e->inflight[d];
         kvt_meta_free(&e->meta_bytes, q->page, (size_t)q->cap * sizeof(uint32_t));
         kvt_meta_free(&e->meta_bytes, q->fence, (size_t)q->cap * sizeof(uint64_t));
+        if (q->t_ns)
+            kvt_meta_free(&e->meta_bytes, q->t_ns, (size_t)q->cap * sizeof(uint64_t));
         q->page = NULL;
         q->fence = NULL;
+        q->t_ns = NULL;
     }
 }
 

@@ -424,6 +424,8 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
         memset(j, 0, sizeof(*j));
         j->pg = pg;
         j->key = p->key;
+        if (e->cfg.on_transfer)
+            j->t_ns = kvt_now_ns();
         if (p->xfer == XFER_SSD_READ && p->slot[KVT_TIER_DRAM] == KVT_NONE) {
             j->transient = true;
             j->dram = transient_of(e, pg)->buf;
@@ -721,13 +723,26 @@ bool kvt_ssd_round(kvt_engine *e)
         e->ssd_rounds++; /* freed slots: waiters look again */
         pthread_cond_broadcast(&e->xfer_cv);
     }
+    uint32_t done[2] = { 0, 0 };
+    uint64_t first[2] = { UINT64_MAX, UINT64_MAX };
     for (uint32_t i = 0; i < e->nfinished; i++) {
         struct kvt_ssd_job *j = &e->jobs[e->finished[i]];
+        if (j->res == 0) {
+            done[j->write]++;
+            first[j->write] = j->t_ns < first[j->write] ? j->t_ns : first[j->write];
+        }
         if (j->write)
             finish_write(e, j);
         else
             finish_read(e, j);
         e->job_free[e->njob_free++] = e->finished[i];
+    }
+    if (e->cfg.on_transfer && (done[0] || done[1])) {
+        /* One report per direction per round: the jobs that finished in it,
+         * from the earliest one's start. */
+        uint64_t now = kvt_now_ns();
+        kvt_report(e, KVT_XFER_SSD_TO_DRAM, done[0], first[0], now);
+        kvt_report(e, KVT_XFER_DRAM_TO_SSD, done[1], first[1], now);
     }
     if (e->nfinished) {
         pipe_pace(e, e->nfinished);

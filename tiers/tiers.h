@@ -154,6 +154,7 @@ static inline bool kvt_key_eq(const kvt_key *a, const kvt_key *b)
 struct kvt_inflight {
     uint32_t *page;
     uint64_t *fence;
+    uint64_t *t_ns;      /* when queued (kept only with cfg.on_transfer) */
     uint32_t cap, head, len;
 };
 
@@ -190,6 +191,7 @@ struct kvt_ssd_job {
     int fd;
     uint64_t off;
     bool submitted;         /* in the I/O back-end now */
+    uint64_t t_ns;          /* when taken into the pipeline (with cfg.on_transfer) */
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
 };
 
@@ -288,6 +290,9 @@ struct kvt_engine {
     uint64_t ssd_mark_ns;           /* last time the SSD pipeline's work was counted */
     uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
 };
+
+/* Reports a completed batch to cfg.on_transfer, if set (locked). */
+void kvt_report(kvt_engine *e, int kind, uint32_t pages, uint64_t start_ns, uint64_t end_ns);
 
 static inline uint64_t kvt_now_ns(void)
 {

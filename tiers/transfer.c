@@ -151,6 +151,8 @@ int kvt_inflight_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fen
     uint32_t i = (q->head + q->len) % q->cap;
     q->page[i] = pg;
     q->fence[i] = fence;
+    if (q->t_ns)
+        q->t_ns[i] = kvt_now_ns();
     q->len++;
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     p->xfer = dir == KVT_H2D ? XFER_UP : XFER_DOWN;
@@ -227,12 +229,30 @@ static void engine_fail(kvt_engine *e, int err)
 
 static void restore_spare(kvt_engine *e);
 
+void kvt_report(kvt_engine *e, int kind, uint32_t pages, uint64_t start_ns, uint64_t end_ns)
+{
+    if (!e->cfg.on_transfer || !pages)
+        return;
+    kvt_transfer_event ev = { kind, pages, (uint64_t)pages * e->page_bytes, start_ns, end_ns };
+    e->cfg.on_transfer(e->cfg.on_transfer_arg, &ev);
+}
+
 void kvt_settle(kvt_engine *e)
 {
     for (int d = 0; d < KVT_DIRS; d++) {
         struct kvt_inflight *q = &e->inflight[d];
+        /* Reports go out per fence (one submitted batch). */
+        uint64_t run_fence = UINT64_MAX, run_start = 0, now = 0;
+        uint32_t run_pages = 0;
+        int kind = d == KVT_H2D ? KVT_XFER_DRAM_TO_HBM : KVT_XFER_HBM_TO_DRAM;
         while (q->len) {
             uint32_t pg = q->page[q->head];
+            if (q->t_ns && q->fence[q->head] != run_fence) {
+                kvt_report(e, kind, run_pages, run_start, now);
+                run_fence = q->fence[q->head];
+                run_start = q->t_ns[q->head];
+                run_pages = 0;
+            }
             int r = e->dev->poll(e->dev_priv, (enum kvt_dir)d, q->fence[q->head]);
             if (r == -EINPROGRESS && !e->failed)
                 break;
@@ -240,6 +260,10 @@ void kvt_settle(kvt_engine *e)
                 /* Failed engine: a copy that may never complete is abandoned
                  * as failed; its target is never marked valid. */
                 r = KVT_EDEVICE;
+            }
+            if (q->t_ns) {
+                now = now ? now : kvt_now_ns();
+                run_pages += r == 0;
             }
             q->head = (q->head + 1) % q->cap;
             q->len--;
@@ -250,6 +274,7 @@ void kvt_settle(kvt_engine *e)
             else
                 complete_down(e, pg, r == 0);
         }
+        kvt_report(e, kind, run_pages, run_start, now);
     }
     if (e->arena[KVT_TIER_DRAM].nfree == 0)
         restore_spare(e);
