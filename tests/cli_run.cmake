@@ -26,8 +26,13 @@ string(JSON n LENGTH "${trace}" traceEvents)
 if(n LESS 10)
   message(FATAL_ERROR "trace has ${n} events")
 endif()
-string(JSON ph GET "${trace}" traceEvents 3 ph)
-string(JSON ts GET "${trace}" traceEvents 3 ts)
+# After the 7 metadata events (process and track names) come timed ones;
+# tests/python/test_trace.py checks every event against the format.
+string(JSON ph GET "${trace}" traceEvents 7 ph)
+string(JSON ts GET "${trace}" traceEvents 7 ts)
+if(NOT ph MATCHES "^[XC]$")
+  message(FATAL_ERROR "trace event 7 has phase ${ph}")
+endif()
 
 # Bad arguments: exit 2, the message names the value and the option.
 foreach(bad "--context;banana" "--hbm;4X" "--policy;fifo" "--model;gpt-9")

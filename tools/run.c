@@ -762,6 +762,18 @@ static int ctx_alloc(struct run_ctx *x)
     return 0;
 }
 
+/* kvt_config.on_transfer: each completed batch becomes a span on its link's
+ * track (only with --trace). */
+static void on_transfer(void *arg, const kvt_transfer_event *ev)
+{
+    static const char *const names[TRACE_LINKS] = { "dram->hbm", "hbm->dram", "ssd->dram",
+                                                    "dram->ssd" };
+    struct run_ctx *x = arg;
+    if (ev->kind >= 0 && ev->kind < TRACE_LINKS)
+        trace_link(&x->trace, ev->kind, names[ev->kind], (double)ev->start_ns * 1e-9,
+                   (double)ev->end_ns * 1e-9, ev->pages, (double)ev->bytes);
+}
+
 static int open_engine(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
@@ -776,6 +788,10 @@ static int open_engine(struct run_ctx *x, struct run_result *r)
     c.policy = o->policy;
     c.codec = o->codec;
     c.host_link_gbps = o->link_gbps;
+    if (o->trace_path) {
+        c.on_transfer = on_transfer;
+        c.on_transfer_arg = x;
+    }
     c.fingerprint = 0x6b767472756e0000ull ^ ((uint64_t)x->sh.kv_heads << 32) ^
                     ((uint64_t)x->sh.head_dim << 16) ^ x->sh.page_tokens;
     int rc = kvt_open(&c, &x->e);

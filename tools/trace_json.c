@@ -11,6 +11,7 @@ void trace_init(struct trace_json *t, double t0)
 {
     memset(t, 0, sizeof(*t));
     t->t0 = t0;
+    pthread_mutex_init(&t->lock, NULL);
 }
 
 static struct trace_ev *trace_push(struct trace_json *t)
@@ -33,7 +34,9 @@ static struct trace_ev *trace_push(struct trace_json *t)
 void trace_span(struct trace_json *t, const char *name, const char *cat, uint32_t tid,
                 double t_start, double t_end, uint32_t step, uint32_t seq, uint32_t layer)
 {
+    pthread_mutex_lock(&t->lock);
     struct trace_ev *e = trace_push(t);
+    pthread_mutex_unlock(&t->lock);
     if (!e)
         return;
     e->name = name;
@@ -47,10 +50,39 @@ void trace_span(struct trace_json *t, const char *name, const char *cat, uint32_
     e->layer = layer;
 }
 
+void trace_link(struct trace_json *t, int link, const char *name, double t_start, double t_end,
+                uint32_t pages, double bytes)
+{
+    if (link < 0 || link >= TRACE_LINKS)
+        return;
+    pthread_mutex_lock(&t->lock);
+    double ts = (t_start - t->t0) * 1e6, te = (t_end - t->t0) * 1e6;
+    if (ts < t->link_end[link])
+        ts = t->link_end[link];
+    if (te < ts)
+        te = ts;
+    t->link_end[link] = te;
+    struct trace_ev *e = trace_push(t);
+    if (e) {
+        e->name = name;
+        e->cat = link < 2 ? "copy" : "io";
+        e->ph = 'X';
+        e->tid = TRACE_LINK_TID + (uint32_t)link;
+        e->ts_us = ts;
+        e->dur_us = te - ts;
+        e->link = 1;
+        e->step = pages;
+        e->bytes = bytes;
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
 void trace_counter(struct trace_json *t, const char *name, double at, const char *series,
                    double value)
 {
+    pthread_mutex_lock(&t->lock);
     struct trace_ev *e = trace_push(t);
+    pthread_mutex_unlock(&t->lock);
     if (!e)
         return;
     e->name = name;
@@ -72,10 +104,23 @@ int trace_write(const struct trace_json *t, const char *path)
                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 1, "
                "\"args\": {\"name\": \"engine loop\"}},\n"
                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 2, "
-               "\"args\": {\"name\": \"links (from kvt_stats)\"}}");
+               "\"args\": {\"name\": \"bytes per link (from kvt_stats)\"}}");
+    static const char *const link_names[TRACE_LINKS] = { "dram->hbm copies", "hbm->dram copies",
+                                                          "ssd->dram reads", "dram->ssd writes" };
+    for (int l = 0; l < TRACE_LINKS; l++)
+        fprintf(f,
+                ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+                "\"args\": {\"name\": \"%s\"}}",
+                TRACE_LINK_TID + l, link_names[l]);
     for (size_t i = 0; i < t->n; i++) {
         const struct trace_ev *e = &t->ev[i];
-        if (e->ph == 'X')
+        if (e->ph == 'X' && e->link)
+            fprintf(f,
+                    ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+                    "\"dur\": %.3f, \"pid\": 1, \"tid\": %u, \"args\": {\"pages\": %u, "
+                    "\"bytes\": %.0f}}",
+                    e->name, e->cat, e->ts_us, e->dur_us, e->tid, e->step, e->bytes);
+        else if (e->ph == 'X')
             fprintf(f,
                     ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
                     "\"dur\": %.3f, \"pid\": 1, \"tid\": %u, \"args\": {\"step\": %u, "
@@ -97,6 +142,7 @@ int trace_write(const struct trace_json *t, const char *path)
 
 void trace_free(struct trace_json *t)
 {
+    pthread_mutex_destroy(&t->lock);
     free(t->ev);
     memset(t, 0, sizeof(*t));
 }

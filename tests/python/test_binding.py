@@ -35,7 +35,8 @@ def header_struct_fields(name):
 
 @pytest.mark.parametrize("cname,ctype", [("kvt_key", _lib.KvtKey), ("kvt_config", _lib.KvtConfig),
                                           ("kvt_schedule", _lib.KvtSchedule),
-                                          ("kvt_stats", _lib.KvtStats)])
+                                          ("kvt_stats", _lib.KvtStats),
+                                          ("kvt_transfer_event", _lib.KvtTransferEvent)])
 def test_struct_fields_follow_header_order(cname, ctype):
     assert [f[0] for f in ctype._fields_] == header_struct_fields(cname)
 
@@ -46,6 +47,7 @@ def test_struct_layout_matches_c_compiler(tmp_path):
     if cc is None:
         pytest.skip("no C compiler to compute offsetof (ctypes layout still checked by order)")
     structs = {"kvt_key": _lib.KvtKey, "kvt_config": _lib.KvtConfig,
+               "kvt_transfer_event": _lib.KvtTransferEvent,
                "kvt_schedule": _lib.KvtSchedule, "kvt_stats": _lib.KvtStats}
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "kvtier.h"', "int main(void){"]
     expect = []

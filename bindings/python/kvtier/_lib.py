@@ -59,6 +59,19 @@ class KvtKey(ctypes.Structure):
                 ("index", ctypes.c_uint32)]
 
 
+class KvtTransferEvent(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int),
+                ("pages", ctypes.c_uint32),
+                ("bytes", ctypes.c_uint64),
+                ("start_ns", ctypes.c_uint64),
+                ("end_ns", ctypes.c_uint64)]
+
+
+# void (*)(void *arg, const kvt_transfer_event *ev). Not exposed by Engine:
+# kvtier calls it with its lock held, from its own threads.
+KvtTransferFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(KvtTransferEvent))
+
+
 class KvtConfig(ctypes.Structure):
     _fields_ = [("page_bytes", ctypes.c_size_t),
                 ("hbm_bytes", ctypes.c_size_t),
@@ -73,7 +86,9 @@ class KvtConfig(ctypes.Structure):
                 ("io_backend", ctypes.c_int),
                 ("queue_depth", ctypes.c_uint),
                 ("host_link_gbps", ctypes.c_double),
-                ("prefetch_bytes", ctypes.c_size_t)]
+                ("prefetch_bytes", ctypes.c_size_t),
+                ("on_transfer", KvtTransferFn),
+                ("on_transfer_arg", ctypes.c_void_p)]
 
 
 class KvtSchedule(ctypes.Structure):
