@@ -97,7 +97,7 @@ void run_opts_default(struct run_opts *o)
     o->layers = 4;
     o->batch = 2;
     o->context = 4096;
-    o->tokens = 8;
+    o->tokens = 16;
     o->page_tokens = 16;
     o->hbm = o->dram = o->ssd = RUN_AUTO;
     o->policy = "decode";
@@ -128,7 +128,7 @@ static void run_usage(FILE *f)
             "  --layers N        cut the model to its first N layers (default 4; 0 = all)\n"
             "  --batch N         sequences decoded together (default 2)\n"
             "  --context N       tokens already in each sequence, e.g. 4096 or 32k (default 4k)\n"
-            "  --tokens N        tokens to generate per sequence (default 8)\n"
+            "  --tokens N        tokens to generate per sequence (default 16)\n"
             "  --page-tokens N   tokens per page, 1..%u (default 16)\n"
             "  --hbm N           HBM tier capacity, e.g. 512M (default: a quarter of the KV,\n"
             "                    at least two (sequence, layer) groups)\n"
@@ -397,10 +397,11 @@ static double raw_io_pass(int fd, size_t pb, size_t n, int write)
 }
 
 /* The SSD link as the engine uses it: io_uring O_DIRECT, page-sized
- * blocks, the engine's queue depth, over a fresh preallocated 64 MiB file:
- * two write passes and four read passes, each a sample (~40 ms). Falls
+ * blocks, the engine's queue depth, over a fresh preallocated 256 MiB file:
+ * one write pass and two read passes, each a sample of ~0.1-0.2 s (shorter
+ * passes catch this disk's bursts and lulls rather than its speed). Falls
  * back to the thread pool below where io_uring is not available. */
-#define RAW_SPAN (64u << 20)
+#define RAW_SPAN (256u << 20)
 
 static void sample_add(struct run_link *l, double gbps)
 {
@@ -418,9 +419,9 @@ static int raw_ssd_uring(const char *dir, size_t pb, struct run_result *res)
         return -errno;
     int r = -posix_fallocate(fd, 0, (off_t)span);
     close(fd);
-    for (int pass = 0; pass < 6 && r == 0; pass++) {
+    for (int pass = 0; pass < 3 && r == 0; pass++) {
         double g = 0;
-        bool write = pass < 2;
+        bool write = pass < 1;
         r = kvt_io_raw_bench(path, span, pb, 32, span / pb, write, &g);
         sample_add(write ? &res->ssd_write : &res->ssd_read, g);
     }
@@ -486,7 +487,7 @@ static double link_median(const struct run_link *l)
  * median of every pass before and after. A virtual disk's speed swings
  * from one pass to the next (here 1.0-2.4 GB/s between consecutive 128 MiB
  * reads); the decode sees the disk's usual speed over a second or more,
- * not its best 40 ms, and the best would set a bound no run could meet.
+ * not its best moment, and the best would set a bound no run could meet.
  * (DRAM<->HBM is not measured again: the arenas hold the engine's pages.) */
 static void links_again(struct run_ctx *x, struct run_result *r)
 {
