@@ -57,7 +57,8 @@ struct run_result {
     uint64_t cap[KVT_TIERS];
     double wall_s, compute_s, acquire_s, stall_s, prefill_s, verify_s;
     double gbps_h2d, gbps_d2h, gbps_ssd_read, gbps_ssd_write; /* SSD: medians of the samples */
-    struct run_link ssd_read, ssd_write;
+    struct run_link ssd_read, ssd_write; /* passes over a scratch file */
+    struct run_link spill_read;          /* read passes over the engine's spill segment */
     double term_s[5]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd */
     double bound_s;
     int bound_by;     /* index into term_s */
