@@ -231,9 +231,14 @@ int kvt_drop_id(kvt_engine *e, uint64_t id);
  * or wherever room can be made). src_on_device=1 says src[i] are device
  * pointers. An existing key is overwritten. src buffers are read during the
  * call only. Capacity is counted in pages: HBM pages + DRAM pages (+ SSD).
- * Errors: KVT_EFULL (no tier can hold them; no new key is stored), -EBUSY (an
- * existing page with that key is pinned, or being read by a concurrent
- * kvt_get: retry). When the engine is full, an
+ * Pages go in batches of half the DRAM tier (each batch holds DRAM slots
+ * until it is committed, then moves down to SSD as the next needs room), so
+ * one call may store more pages than HBM and DRAM hold. Each batch is all or
+ * nothing; on an error the batches before the failing one stay stored
+ * (kvt_exists says which), and with n up to half of DRAM that means none.
+ * Errors: KVT_EFULL (no tier can hold them), -EBUSY (an existing page with
+ * that key is pinned, or being read by a concurrent kvt_get: retry; checked
+ * for every key before anything is stored). When the engine is full, an
  * overwrite may free the old page first: if the call then fails, that key is
  * absent (never half-written). */
 int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,

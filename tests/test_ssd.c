@@ -691,6 +691,50 @@ static void test_get_batch_larger_than_dram(void **state)
     assert_no_errors(e);
 }
 
+/* One kvt_put of more pages than HBM and DRAM hold together: it goes in
+ * batches that move down to SSD as the next needs room, and every page
+ * reads back. (It used to fail with KVT_EFULL: every page of a call held a
+ * DRAM or HBM slot until the whole call was committed.) */
+static void test_put_batch_larger_than_hbm_and_dram(void **state)
+{
+    struct fx *f = *state;
+    kvt_engine *e = fx_open(f, 4, 8, 64, 0);
+    enum { N = 40 };
+    static kvt_key keys[N];
+    static const void *src[N];
+    unsigned char *bufs = malloc((size_t)N * PB);
+    assert_non_null(bufs);
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = t_key(21, 0, i);
+        gen_page(bufs + (size_t)i * PB, keys[i], 3);
+        src[i] = bufs + (size_t)i * PB;
+    }
+    int r = kvt_put(e, keys, N, src, 0);
+    if (r)
+        print_error("put of %d pages into 4+8 slots over SSD: %s (%s)\n", N, kvt_strerror(r),
+                    kvt_last_error());
+    free(bufs);
+    assert_int_equal(r, 0);
+    kvt_stats s = t_stats(e);
+    assert_int_equal(s.pages, N);
+    assert_int_equal(s.bytes_put, (uint64_t)N * PB);
+    assert_true(s.resident_pages[KVT_TIER_SSD] >= N - 12 - 1);
+    assert_int_equal(kvt_exists(e, keys, N, NULL), N);
+    for (uint32_t i = 0; i < N; i += NSCRATCH) {
+        void *b[NSCRATCH];
+        int found[NSCRATCH];
+        uint32_t m = N - i < NSCRATCH ? N - i : NSCRATCH;
+        for (uint32_t j = 0; j < m; j++)
+            b[j] = buf_at((int)j);
+        assert_int_equal(kvt_get(e, &keys[i], m, b, 0, found), 0);
+        for (uint32_t j = 0; j < m; j++) {
+            assert_int_equal(found[j], 1);
+            assert_true(page_ok(b[j], keys[i + j], 3));
+        }
+    }
+    assert_no_errors(e);
+}
+
 /* (3) Overwrites of pages already on SSD — by put, and by acquire, rewrite and
  * dirty release — survive eviction, flush, close and reopen; the old version
  * never comes back (copy-on-write). */
@@ -1732,6 +1776,7 @@ int main(void)
         T6(test_put_get_exists),
         T2(test_transfer_reports),
         T2(test_get_batch_larger_than_dram),
+        T2(test_put_batch_larger_than_hbm_and_dram),
         T6(test_overwrite_on_ssd),
         T6(test_drop_on_ssd),
         T6(test_persist_reopen),

@@ -117,26 +117,13 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
     return r;
 }
 
-KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
-                    int src_on_device)
+/* One batch of a put (locked; unlocks to copy): reserves a slot for every
+ * page, copies, then makes them visible. All or nothing for the batch. */
+static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
+                     int src_on_device, struct reservation *res)
 {
-    if (n && (!keys || !src))
-        return kvt_fail(-EINVAL, "keys and src must not be NULL");
-    for (size_t i = 0; i < n; i++)
-        if (!src[i])
-            return kvt_fail(-EINVAL, "src[%zu] is NULL", i);
-    struct reservation *res = malloc((n ? n : 1) * sizeof(*res));
-    if (!res)
-        return kvt_fail(-ENOMEM, "out of memory");
-    KVT_ENTER(e);
     size_t k = 0;
-    int r = kvt_check_failed(e);
-    for (size_t i = 0; i < n && r == 0; i++) {
-        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
-        if (old != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, old)))
-            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
-                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
-    }
+    int r = 0;
     for (; k < n && r == 0; k++) {
         if (kvt_admit(e) < 0) {
             /* Full: an overwrite may give up the old page to make room. If the
@@ -191,12 +178,47 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
     }
     r = put_commit(e, keys, res, n);
     kvt_mover_kick(e);
-    pthread_mutex_unlock(&e->lock);
-    free(res);
     return r;
 
 out_unreserve:
     unreserve(e, res, k);
+    return r;
+}
+
+/* Pages of one put batch: every page of a batch holds a slot in HBM or DRAM
+ * until the batch is committed, so a put larger than that goes in batches
+ * of half of DRAM (at least one page), each written down to SSD as the next
+ * needs room. */
+static size_t put_batch_pages(const kvt_engine *e)
+{
+    size_t b = (e->arena[KVT_TIER_DRAM].nslots - 1) / 2;
+    return b ? b : 1;
+}
+
+KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
+                    int src_on_device)
+{
+    if (n && (!keys || !src))
+        return kvt_fail(-EINVAL, "keys and src must not be NULL");
+    for (size_t i = 0; i < n; i++)
+        if (!src[i])
+            return kvt_fail(-EINVAL, "src[%zu] is NULL", i);
+    KVT_ENTER(e);
+    int r = kvt_check_failed(e);
+    for (size_t i = 0; i < n && r == 0; i++) {
+        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
+        if (old != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, old)))
+            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
+                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
+    }
+    size_t batch = n < put_batch_pages(e) ? n : put_batch_pages(e);
+    struct reservation *res = r == 0 ? malloc((batch ? batch : 1) * sizeof(*res)) : NULL;
+    if (r == 0 && !res)
+        r = kvt_fail(-ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && r == 0; i += batch) {
+        size_t m = n - i < batch ? n - i : batch;
+        r = put_batch(e, keys + i, m, src + i, src_on_device, res);
+    }
     pthread_mutex_unlock(&e->lock);
     free(res);
     return r;

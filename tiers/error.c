@@ -21,7 +21,7 @@ KVT_API const char *kvt_strerror(int err)
     case KVT_ECORRUPT: return "stored page failed its checksum (treated as missing)";
     case KVT_EFINGERPRINT: return "stored page belongs to another model fingerprint";
     case KVT_ENOTFOUND: return "no page with this key in any tier";
-    case KVT_EFULL: return "no tier can hold the page (pinned pages fill the tiers)";
+    case KVT_EFULL: return "no tier can hold the page";
     case KVT_EDEVICE: return "device error: the GPU or its driver failed or cannot be used";
     case KVT_ECONFIG: return "invalid configuration (see kvt_last_error for the field)";
     case KVT_ENOTSUP: return "not supported by this build of kvtier or this back-end";
