@@ -216,10 +216,8 @@ class KVTierCache(Cache):
                 raise ValueError(f"{len(self._seq_ids)} seq_ids for a batch of {B}")
             s = self._engine.stats()
             # Pin at most half of HBM at once, so the policy keeps room to
-            # prefetch; put at most a DRAM's worth per call (a kvt_put batch is
-            # placed in HBM/DRAM before anything moves down to SSD).
+            # prefetch.
             self._acquire_chunk = max(1, s.capacity_pages[0] // 2)
-            self._put_chunk = max(1, s.capacity_pages[1])
             e = self._engine
             self._esize = k.element_size()
             self._page_elems = e.page_bytes // self._esize
@@ -285,6 +283,5 @@ class KVTierCache(Cache):
         body[:, :, 0] = k.reshape(B, H, n, P, D).permute(2, 0, 1, 3, 4)
         body[:, :, 1] = v.reshape(B, H, n, P, D).permute(2, 0, 1, 3, 4)
         keys = [(sid, layer_idx, first_page + j) for j in range(n) for sid in self._seq_ids]
-        rows = list(stage.unbind(0))
-        for i in range(0, len(keys), self._put_chunk):
-            self._engine.put(keys[i:i + self._put_chunk], rows[i:i + self._put_chunk])
+        # One call: kvt_put batches by itself what HBM and DRAM cannot hold.
+        self._engine.put(keys, list(stage.unbind(0)))

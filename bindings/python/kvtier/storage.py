@@ -63,9 +63,10 @@ class KVTierStorage:
         self._shape = shape
         self._known = set()   # keys set through this object (for clear() on a borrowed engine)
         s = engine.stats()
-        # One kvt_put batch is placed in HBM/DRAM before anything moves to SSD,
-        # so a batch larger than DRAM would fail with KVT_EFULL.
-        self._put_chunk = max(1, s.capacity_pages[1])
+        # Puts go in parts of half a DRAM's worth, the batch kvt_put itself
+        # commits all or nothing: when the store fills, the counts and _known
+        # then say exactly which keys were stored.
+        self._put_chunk = max(1, s.capacity_pages[1] // 2)
         self._counts = {"get": 0, "get_hit": 0, "set": 0, "set_stored": 0, "set_skipped": 0,
                         "set_failed": 0}
 
