@@ -14,40 +14,33 @@ void trace_init(struct trace_json *t, double t0)
     pthread_mutex_init(&t->lock, NULL);
 }
 
-static struct trace_ev *trace_push(struct trace_json *t)
+/* Appends a copy of *ev. Locked by the caller: a push may move the array,
+ * so an event is filled before it goes in, never through a pointer held
+ * after the lock is dropped. */
+static void trace_push(struct trace_json *t, const struct trace_ev *ev)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 4096;
-        struct trace_ev *ev = realloc(t->ev, cap * sizeof(*ev));
-        if (!ev) {
+        struct trace_ev *a = realloc(t->ev, cap * sizeof(*a));
+        if (!a) {
             t->oom = 1;
-            return NULL;
+            return;
         }
-        t->ev = ev;
+        t->ev = a;
         t->cap = cap;
     }
-    struct trace_ev *e = &t->ev[t->n++];
-    memset(e, 0, sizeof(*e));
-    return e;
+    t->ev[t->n++] = *ev;
 }
 
 void trace_span(struct trace_json *t, const char *name, const char *cat, uint32_t tid,
                 double t_start, double t_end, uint32_t step, uint32_t seq, uint32_t layer)
 {
+    struct trace_ev ev = { .name = name, .cat = cat, .ph = 'X', .tid = tid,
+                           .ts_us = (t_start - t->t0) * 1e6, .dur_us = (t_end - t_start) * 1e6,
+                           .step = step, .seq = seq, .layer = layer };
     pthread_mutex_lock(&t->lock);
-    struct trace_ev *e = trace_push(t);
+    trace_push(t, &ev);
     pthread_mutex_unlock(&t->lock);
-    if (!e)
-        return;
-    e->name = name;
-    e->cat = cat;
-    e->ph = 'X';
-    e->tid = tid;
-    e->ts_us = (t_start - t->t0) * 1e6;
-    e->dur_us = (t_end - t_start) * 1e6;
-    e->step = step;
-    e->seq = seq;
-    e->layer = layer;
 }
 
 void trace_link(struct trace_json *t, int link, const char *name, double t_start, double t_end,
@@ -62,35 +55,21 @@ void trace_link(struct trace_json *t, int link, const char *name, double t_start
     if (te < ts)
         te = ts;
     t->link_end[link] = te;
-    struct trace_ev *e = trace_push(t);
-    if (e) {
-        e->name = name;
-        e->cat = link < 2 ? "copy" : "io";
-        e->ph = 'X';
-        e->tid = TRACE_LINK_TID + (uint32_t)link;
-        e->ts_us = ts;
-        e->dur_us = te - ts;
-        e->link = 1;
-        e->step = pages;
-        e->bytes = bytes;
-    }
+    struct trace_ev ev = { .name = name, .cat = link < 2 ? "copy" : "io", .ph = 'X',
+                           .tid = TRACE_LINK_TID + (uint32_t)link, .ts_us = ts,
+                           .dur_us = te - ts, .link = 1, .pages = pages, .bytes = bytes };
+    trace_push(t, &ev);
     pthread_mutex_unlock(&t->lock);
 }
 
 void trace_counter(struct trace_json *t, const char *name, double at, const char *series,
                    double value)
 {
+    struct trace_ev ev = { .name = name, .cat = "stats", .ph = 'C',
+                           .ts_us = (at - t->t0) * 1e6, .arg_name = series, .arg = value };
     pthread_mutex_lock(&t->lock);
-    struct trace_ev *e = trace_push(t);
+    trace_push(t, &ev);
     pthread_mutex_unlock(&t->lock);
-    if (!e)
-        return;
-    e->name = name;
-    e->cat = "stats";
-    e->ph = 'C';
-    e->ts_us = (at - t->t0) * 1e6;
-    e->arg_name = series;
-    e->arg = value;
 }
 
 int trace_write(const struct trace_json *t, const char *path)
@@ -119,7 +98,7 @@ int trace_write(const struct trace_json *t, const char *path)
                     ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
                     "\"dur\": %.3f, \"pid\": 1, \"tid\": %u, \"args\": {\"pages\": %u, "
                     "\"bytes\": %.0f}}",
-                    e->name, e->cat, e->ts_us, e->dur_us, e->tid, e->step, e->bytes);
+                    e->name, e->cat, e->ts_us, e->dur_us, e->tid, e->pages, e->bytes);
         else if (e->ph == 'X')
             fprintf(f,
                     ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "

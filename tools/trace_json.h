@@ -20,8 +20,9 @@ struct trace_ev {
     double ts_us, dur_us; /* dur_us: 'X' only */
     const char *arg_name; /* one numeric argument, or NULL */
     double arg;
-    uint32_t step, seq, layer; /* written as args of 'X' events (link spans: pages, -, -) */
+    uint32_t step, seq, layer; /* written as args of engine-loop 'X' events */
     int link;             /* an 'X' event on a link track: args are pages and bytes */
+    uint32_t pages;
     double bytes;
 };
 
