@@ -12,7 +12,6 @@
  * so nothing a failed transfer touched is ever served.
  */
 #include <errno.h>
-#include <time.h>
 
 #include "tiers/tiers.h"
 
@@ -282,14 +281,12 @@ void kvt_settle(kvt_engine *e)
 
 int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = kvt_now_ns();
     pthread_mutex_unlock(&e->lock);
     int r = e->dev->wait(e->dev_priv, dir, f);
     pthread_mutex_lock(&e->lock);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (stall)
-        e->st.stall_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+        e->st.stall_ns += kvt_now_ns() - t0;
     kvt_settle(e);
     return r;
 }
@@ -314,13 +311,11 @@ int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall)
         return kvt_wait_fence(e, w->kind == KVT_WAIT_D2H ? KVT_D2H : KVT_H2D, w->v, stall);
     if (w->kind != KVT_WAIT_SSD)
         return 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = kvt_now_ns();
     while (e->ssd_rounds == w->v && (e->ssd_busy || e->ndels) && !e->failed)
         pthread_cond_wait(&e->xfer_cv, &e->lock);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (stall)
-        e->st.stall_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+        e->st.stall_ns += kvt_now_ns() - t0;
     kvt_settle(e);
     return 0;
 }
