@@ -238,12 +238,6 @@ static uint64_t run_engine_tiers(const struct shape *sh, const struct trace *t, 
     return s.bytes_up[dram_cap ? KVT_TIER_DRAM : KVT_TIER_HBM] / PB;
 }
 
-static uint64_t run_engine(const struct shape *sh, const struct trace *t, uint32_t cap,
-                           const char *policy)
-{
-    return run_engine_tiers(sh, t, cap, 0, policy);
-}
-
 static uint32_t working_set(const struct shape *sh)
 {
     uint32_t per = sh->window ? sh->window + sh->sinks : sh->pages;
@@ -252,46 +246,27 @@ static uint32_t working_set(const struct shape *sh)
     return sh->batch * sh->layers * per;
 }
 
-static void compare(const struct shape *sh, double frac)
+/* Decode and LRU against MIN on one generated trace. At HBM (dram false):
+ * HBM of frac of the working set, at least two groups, no tier below. At
+ * DRAM (dram true), with the SSD below: HBM holds one group, so DRAM sees
+ * every access; SSD->DRAM traffic against MIN at DRAM's size (at least four
+ * groups). */
+static void compare_at(const struct shape *sh, double frac, bool dram)
 {
     struct trace t = { 0 };
     generate(sh, &t);
     uint32_t ws = working_set(sh);
     uint32_t group = sh->window ? sh->window + sh->sinks + 2 : sh->pages + sh->steps;
-    uint32_t cap = (uint32_t)(frac * ws);
-    if (cap < 2 * group)
-        cap = 2 * group;
+    uint32_t cap = (uint32_t)(frac * ws), floor = (dram ? 4 : 2) * group;
+    if (cap < floor)
+        cap = floor;
+    uint32_t hbm = dram ? group : cap, dram_cap = dram ? cap : 0;
     uint64_t min = belady(sh, &t, cap);
-    uint64_t dec = run_engine(sh, &t, cap, "decode");
-    uint64_t lru = run_engine(sh, &t, cap, "lru");
-    print_message("batch %u layers %u pages %u window %u sinks %u %s cap %u/%u: MIN %llu decode %llu "
-                  "(%.3f) lru %llu (%.2f)\n",
-                  sh->batch, sh->layers, sh->pages, sh->window, sh->sinks,
-                  sh->order == KVT_ORDER_LAYER_MAJOR ? "layer-major" : "seq-major", cap, ws,
-                  (unsigned long long)min, (unsigned long long)dec,
-                  min ? (double)dec / (double)min : 1.0, (unsigned long long)lru,
-                  min ? (double)lru / (double)min : 1.0);
-    assert_true((double)dec <= 1.02 * (double)min + 1.0);
-    free(t.ev);
-}
-
-/* The same at the DRAM tier with the SSD below: HBM holds two groups, so
- * DRAM sees every access; SSD->DRAM traffic against MIN at DRAM's size. */
-static void compare_dram(const struct shape *sh, double frac)
-{
-    struct trace t = { 0 };
-    generate(sh, &t);
-    uint32_t ws = working_set(sh);
-    uint32_t group = sh->window ? sh->window + sh->sinks + 2 : sh->pages + sh->steps;
-    uint32_t cap = (uint32_t)(frac * ws);
-    if (cap < 4 * group)
-        cap = 4 * group;
-    uint64_t min = belady(sh, &t, cap);
-    uint64_t dec = run_engine_tiers(sh, &t, group, cap, "decode");
-    uint64_t lru = run_engine_tiers(sh, &t, group, cap, "lru");
-    print_message("DRAM: batch %u layers %u pages %u window %u %s cap %u/%u: MIN %llu decode %llu "
-                  "(%.3f) lru %llu (%.2f)\n",
-                  sh->batch, sh->layers, sh->pages, sh->window,
+    uint64_t dec = run_engine_tiers(sh, &t, hbm, dram_cap, "decode");
+    uint64_t lru = run_engine_tiers(sh, &t, hbm, dram_cap, "lru");
+    print_message("%sbatch %u layers %u pages %u window %u sinks %u %s cap %u/%u: MIN %llu "
+                  "decode %llu (%.3f) lru %llu (%.2f)\n",
+                  dram ? "DRAM: " : "", sh->batch, sh->layers, sh->pages, sh->window, sh->sinks,
                   sh->order == KVT_ORDER_LAYER_MAJOR ? "layer-major" : "seq-major", cap, ws,
                   (unsigned long long)min, (unsigned long long)dec,
                   min ? (double)dec / (double)min : 1.0, (unsigned long long)lru,
@@ -305,7 +280,7 @@ static const double fracs[] = { 0.10, 0.30, 0.50, 0.75, 0.95 };
 static void sweep(struct shape sh)
 {
     for (size_t i = 0; i < sizeof(fracs) / sizeof(fracs[0]); i++)
-        compare(&sh, fracs[i]);
+        compare_at(&sh, fracs[i], false);
 }
 
 static void test_full_layer_major(void **state)
@@ -338,7 +313,7 @@ static void test_dram_with_ssd(void **state)
     };
     for (size_t s = 0; s < 2; s++)
         for (size_t i = 0; i < sizeof(fracs) / sizeof(fracs[0]); i++)
-            compare_dram(&shapes[s], fracs[i]);
+            compare_at(&shapes[s], fracs[i], true);
 }
 
 /* The prefetcher never has more than prefetch_bytes in flight, and with
