@@ -409,6 +409,21 @@ static void sample_add(struct run_link *l, double gbps)
         l->s[l->n++] = gbps;
 }
 
+/* passes raw io_uring passes over the first span bytes of path, each a
+ * sample of l. 0 or the first pass's error. */
+static int uring_passes(const char *path, uint64_t span, size_t pb, bool write, int passes,
+                        struct run_link *l)
+{
+    for (int pass = 0; pass < passes; pass++) {
+        double g = 0;
+        int r = kvt_io_raw_bench(path, span, pb, 32, span / pb, write, &g);
+        if (r)
+            return r;
+        sample_add(l, g);
+    }
+    return 0;
+}
+
 static int raw_ssd_uring(const char *dir, size_t pb, struct run_result *res)
 {
     char path[4200];
@@ -419,12 +434,10 @@ static int raw_ssd_uring(const char *dir, size_t pb, struct run_result *res)
         return -errno;
     int r = -posix_fallocate(fd, 0, (off_t)span);
     close(fd);
-    for (int pass = 0; pass < 3 && r == 0; pass++) {
-        double g = 0;
-        bool write = pass < 1;
-        r = kvt_io_raw_bench(path, span, pb, 32, span / pb, write, &g);
-        sample_add(write ? &res->ssd_write : &res->ssd_read, g);
-    }
+    if (r == 0)
+        r = uring_passes(path, span, pb, true, 1, &res->ssd_write);
+    if (r == 0)
+        r = uring_passes(path, span, pb, false, 2, &res->ssd_read);
     unlink(path);
     return r;
 }
@@ -497,12 +510,8 @@ static void raw_spill_reads(struct run_ctx *x, struct run_result *r)
     uint64_t written = r->end.resident_pages[KVT_TIER_SSD] * x->pb / 10 * 9;
     uint64_t span = written < RAW_SPAN ? written : RAW_SPAN;
     span = span / x->pb * x->pb;
-    for (int pass = 0; pass < 2 && span >= 64 * x->pb; pass++) {
-        double g = 0;
-        if (kvt_io_raw_bench(path, span, x->pb, 32, span / x->pb, false, &g))
-            break;
-        sample_add(&r->spill_read, g);
-    }
+    if (span >= 64 * x->pb)
+        uring_passes(path, span, x->pb, false, 2, &r->spill_read);
 }
 
 /* The SSD link again after the decode, and its speed for the bound: the
