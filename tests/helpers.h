@@ -75,4 +75,25 @@ static inline kvt_stats t_stats(kvt_engine *e)
     return s;
 }
 
+/* The fastest tier holding k, or KVT_TIER_NONE; kvt_exists' answer checked
+ * against itself. */
+static inline kvt_tier t_where(kvt_engine *e, kvt_key k)
+{
+    kvt_tier w = (kvt_tier)99;
+    int r = kvt_exists(e, &k, 1, &w);
+    assert_true(r == 0 || r == 1);
+    assert_true(r == 1 ? w != KVT_TIER_NONE : w == KVT_TIER_NONE);
+    return w;
+}
+
+/* Optional arguments of a test program (debugging): a test-name pattern to
+ * run, then one to skip. */
+static inline void t_filter_args(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    if (argc > 2)
+        cmocka_set_skip_filter(argv[2]);
+}
+
 #endif /* KVT_TEST_HELPERS_H */

@@ -373,11 +373,7 @@ static void test_version(void **state)
 
 int main(int argc, char **argv)
 {
-    /* optional: a test-name pattern to run, then one to skip (debugging) */
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    if (argc > 2)
-        cmocka_set_skip_filter(argv[2]);
+    t_filter_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_init_defaults),
         cmocka_unit_test(test_open_minimal_config),

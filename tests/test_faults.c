@@ -589,11 +589,7 @@ static void test_host_fail_batch_writeback(void **state)
 
 int main(int argc, char **argv)
 {
-    /* optional: a test-name pattern to run, then one to skip (debugging) */
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    if (argc > 2)
-        cmocka_set_skip_filter(argv[2]);
+    t_filter_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_hbm_alloc_fault),
         cmocka_unit_test(test_open_host_alloc_fault),

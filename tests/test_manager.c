@@ -125,15 +125,6 @@ static void assert_acquire(kvt_engine *e, kvt_key k, uint32_t v)
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
 }
 
-static kvt_tier where_of(kvt_engine *e, kvt_key k)
-{
-    kvt_tier w = (kvt_tier)99;
-    int r = kvt_exists(e, &k, 1, &w);
-    assert_true(r == 0 || r == 1);
-    assert_true(r == 1 ? w != KVT_TIER_NONE : w == KVT_TIER_NONE);
-    return w;
-}
-
 /* Invariants that hold for every snapshot. */
 static void assert_stats_consistent(const kvt_stats *s)
 {
@@ -170,7 +161,7 @@ static void test_create_release_acquire(void **state)
     assert_int_equal(t_stats(e).pinned_pages, 1);
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
     assert_get(e, k, 1);
-    assert_int_equal(where_of(e, k), KVT_TIER_HBM);
+    assert_int_equal(t_where(e, k), KVT_TIER_HBM);
 }
 
 static void test_create_existing_key(void **state)
@@ -197,7 +188,7 @@ static void test_promote_from_dram(void **state)
     kvt_engine *e = *state;
     kvt_key k = t_key(5, 1, 0);
     assert_int_equal(put_page(e, k, 1), 0);
-    assert_int_equal(where_of(e, k), KVT_TIER_DRAM);
+    assert_int_equal(t_where(e, k), KVT_TIER_DRAM);
 
     kvt_stats s0 = t_stats(e);
     void *p = NULL;
@@ -212,7 +203,7 @@ static void test_promote_from_dram(void **state)
     assert_int_equal(s1.resident_pages[KVT_TIER_DRAM], s0.resident_pages[KVT_TIER_DRAM]);
     assert_int_equal(s1.pinned_pages, 1);
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
-    assert_int_equal(where_of(e, k), KVT_TIER_HBM);
+    assert_int_equal(t_where(e, k), KVT_TIER_HBM);
 
     kvt_stats s2 = t_stats(e);
     assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
@@ -312,7 +303,7 @@ static void test_dirty_writeback_survives_eviction(void **state)
         assert_int_equal(kvt_release(e, &k, 1, 1), 0);
         for (int i = 0; i < 3; i++) /* three other pages through two slots */
             assert_acquire(e, f[i], 50);
-        assert_int_equal(where_of(e, k), KVT_TIER_DRAM); /* it really left HBM */
+        assert_int_equal(t_where(e, k), KVT_TIER_DRAM); /* it really left HBM */
         kvt_stats s1 = t_stats(e);
         assert_true(s1.bytes_down[KVT_TIER_HBM] - s0.bytes_down[KVT_TIER_HBM] >= PB);
         assert_get(e, k, v);
@@ -333,7 +324,7 @@ static void test_dirty_release_supersedes_dram_copy(void **state)
     t_fill(p, PB, k, 2);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
     assert_get(e, k, 2);
-    assert_int_equal(where_of(e, k), KVT_TIER_HBM);
+    assert_int_equal(t_where(e, k), KVT_TIER_HBM);
     assert_acquire(e, k, 2);
 
     /* clean pin/unpin does not disturb it */
@@ -344,7 +335,7 @@ static void test_dirty_release_supersedes_dram_copy(void **state)
     /* force it out and back */
     for (uint32_t i = 0; i < 6; i++)
         create_page(e, t_key(7, 0, i), i);
-    assert_int_equal(where_of(e, k), KVT_TIER_DRAM);
+    assert_int_equal(t_where(e, k), KVT_TIER_DRAM);
     assert_get(e, k, 2);
     assert_acquire(e, k, 2);
 }
@@ -369,7 +360,7 @@ static void test_all_pinned_hbm_full(void **state)
     kvt_key x = t_key(22, 0, 0);
     void *px = NULL;
     assert_int_equal(kvt_create(e, x, &px), KVT_EFULL);
-    assert_int_equal(where_of(e, x), KVT_TIER_NONE);
+    assert_int_equal(t_where(e, x), KVT_TIER_NONE);
 
     void *pp[2] = { NULL, NULL };
     assert_int_equal(kvt_acquire(e, &pk, 1, pp), KVT_EFULL);
@@ -452,7 +443,7 @@ static void test_total_capacity_create(void **state)
     void *p = NULL;
     assert_int_equal(kvt_create(e, x, &p), KVT_EFULL);
     assert_int_equal(put_page(e, x, 1), KVT_EFULL);
-    assert_int_equal(where_of(e, x), KVT_TIER_NONE);
+    assert_int_equal(t_where(e, x), KVT_TIER_NONE);
     s = t_stats(e);
     assert_int_equal(s.pages, 6);
     assert_int_equal(s.pinned_pages, 0);
@@ -480,7 +471,7 @@ static void test_total_capacity_put(void **state)
 
     kvt_key x = t_key(41, 0, 6);
     assert_int_equal(put_page(e, x, 1), KVT_EFULL);
-    assert_int_equal(where_of(e, x), KVT_TIER_NONE);
+    assert_int_equal(t_where(e, x), KVT_TIER_NONE);
     void *p = NULL;
     assert_int_equal(kvt_create(e, x, &p), KVT_EFULL);
     /* overwriting an existing key needs no new slot */
@@ -500,8 +491,8 @@ static void test_total_capacity_put(void **state)
     t_fill(b1, PB, two[1], 1);
     const void *src[2] = { b0, b1 };
     assert_int_equal(kvt_put(e, two, 2, src, 0), KVT_EFULL);
-    assert_int_equal(where_of(e, two[0]), KVT_TIER_NONE);
-    assert_int_equal(where_of(e, two[1]), KVT_TIER_NONE);
+    assert_int_equal(t_where(e, two[0]), KVT_TIER_NONE);
+    assert_int_equal(t_where(e, two[1]), KVT_TIER_NONE);
     assert_int_equal(t_stats(e).pages, 5);
     assert_int_equal(kvt_put(e, two, 1, src, 0), 0);
     assert_get(e, two[0], 1);
@@ -518,7 +509,7 @@ static void test_acquire_when_every_slot_full(void **state)
     for (uint32_t i = 0; i < 6; i++)
         assert_int_equal(put_page(e, t_key(42, 0, i), i + 1), 0);
     kvt_key k = t_key(42, 0, 0);
-    assert_int_equal(where_of(e, k), KVT_TIER_DRAM);
+    assert_int_equal(t_where(e, k), KVT_TIER_DRAM);
     void *p = NULL;
     int r = kvt_acquire(e, &k, 1, &p);
     if (r)
@@ -618,7 +609,7 @@ static void test_put_overwrite(void **state)
     assert_int_equal(t_stats(e).pages, 1);
 
     assert_acquire(e, k, 2); /* now HBM (clean) + DRAM */
-    assert_int_equal(where_of(e, k), KVT_TIER_HBM);
+    assert_int_equal(t_where(e, k), KVT_TIER_HBM);
     assert_int_equal(put_page(e, k, 3), 0);
     assert_get(e, k, 3);
     assert_acquire(e, k, 3);
@@ -675,10 +666,10 @@ static void test_exists_where_and_prefix(void **state)
     assert_int_equal(kvt_exists(e, ks3, 3, w), 3);
 
     assert_acquire(e, a, 1); /* promoted: fastest copy is HBM now */
-    assert_int_equal(where_of(e, a), KVT_TIER_HBM);
+    assert_int_equal(t_where(e, a), KVT_TIER_HBM);
     assert_acquire(e, c, 1); /* two slots: b leaves (written back) */
-    assert_int_equal(where_of(e, b), KVT_TIER_DRAM);
-    assert_int_equal(where_of(e, c), KVT_TIER_HBM);
+    assert_int_equal(t_where(e, b), KVT_TIER_DRAM);
+    assert_int_equal(t_where(e, c), KVT_TIER_HBM);
     assert_get(e, b, 1);
 }
 
@@ -1054,11 +1045,7 @@ static void test_schedule_args(void **state)
 
 int main(int argc, char **argv)
 {
-    /* optional: a test-name pattern to run, then one to skip (debugging) */
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    if (argc > 2)
-        cmocka_set_skip_filter(argv[2]);
+    t_filter_args(argc, argv);
     const struct CMUnitTest tests[] = {
         T(test_create_release_acquire, setup_h4_d8),
         T(test_create_existing_key, setup_h4_d8),

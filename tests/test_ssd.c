@@ -249,15 +249,6 @@ static void expect_acquire(kvt_engine *e, kvt_key k, uint32_t v)
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
 }
 
-static kvt_tier where_of(kvt_engine *e, kvt_key k)
-{
-    kvt_tier w = (kvt_tier)99;
-    int r = kvt_exists(e, &k, 1, &w);
-    assert_true(r == 0 || r == 1);
-    assert_true(r == 1 ? w != KVT_TIER_NONE : w == KVT_TIER_NONE);
-    return w;
-}
-
 /* Absent everywhere: get misses (dst untouched), exists says NONE, acquire
  * says ENOTFOUND. */
 static void expect_missing(kvt_engine *e, kvt_key k)
@@ -272,7 +263,7 @@ static void expect_missing(kvt_engine *e, kvt_key k)
     for (size_t i = 0; i < PB; i++)
         if (u[i] != 0x5C)
             fail_msg("get of a missing page wrote dst[%zu]", i);
-    assert_int_equal(where_of(e, k), KVT_TIER_NONE);
+    assert_int_equal(t_where(e, k), KVT_TIER_NONE);
     void *p = NULL;
     assert_int_equal(kvt_acquire(e, &k, 1, &p), KVT_ENOTFOUND);
 }
@@ -633,7 +624,7 @@ static void test_put_get_exists(void **state)
 
     /* a get of an SSD-only page brings it up to DRAM */
     expect_get(e, keys[an_ssd_page], 1);
-    assert_int_equal(where_of(e, keys[an_ssd_page]), KVT_TIER_DRAM);
+    assert_int_equal(t_where(e, keys[an_ssd_page]), KVT_TIER_DRAM);
     for (uint32_t i = 0; i < N; i++)
         expect_get(e, keys[i], 1);
     kvt_stats s2 = t_stats(e);
@@ -672,7 +663,7 @@ static void test_get_batch_larger_than_dram(void **state)
     kvt_key batch[16];
     size_t nb = 0;
     for (uint32_t i = 0; i < N && nb < 16; i++)
-        if (where_of(e, keys[i]) == KVT_TIER_SSD)
+        if (t_where(e, keys[i]) == KVT_TIER_SSD)
             batch[nb++] = keys[i];
     assert_int_equal(nb, 16);
     void *b[16];
@@ -1014,7 +1005,7 @@ static void test_capacity_full(void **state)
     void *p = NULL;
     assert_int_equal(kvt_create(e, x, &p), KVT_EFULL);
     assert_int_equal(put_v(e, x, 1), KVT_EFULL);
-    assert_int_equal(where_of(e, x), KVT_TIER_NONE);
+    assert_int_equal(t_where(e, x), KVT_TIER_NONE);
     assert_int_equal(t_stats(e).pages, CAP);
     assert_int_equal(t_stats(e).pinned_pages, 0);
 
@@ -1711,7 +1702,7 @@ static void test_flush_more_than_ssd(void **state)
     uint32_t present = 0;
     for (uint32_t i = 0; i < N; i++) {
         kvt_key k = t_key(161, 0, i);
-        if (where_of(e, k) == KVT_TIER_NONE) {
+        if (t_where(e, k) == KVT_TIER_NONE) {
             expect_missing(e, k);
         } else {
             expect_get(e, k, 1);
