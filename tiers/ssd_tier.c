@@ -384,6 +384,12 @@ bool kvt_ssd_pending(const kvt_engine *e)
                       e->nfinished);
 }
 
+/* pipe_take's scratch for order_write_slots() (below). */
+struct kvt_slot_order {
+    kvt_key key;
+    uint32_t job, slot;
+};
+
 int kvt_ssd_pipeline_init(kvt_engine *e)
 {
     uint32_t n = e->round_max;
@@ -392,7 +398,8 @@ int kvt_ssd_pipeline_init(kvt_engine *e)
     e->job_free = malloc(n * sizeof(uint32_t));
     e->uncommitted = malloc(n * sizeof(uint32_t));
     e->finished = malloc(n * sizeof(uint32_t));
-    if (!e->jobs || !e->reqs || !e->job_free || !e->uncommitted || !e->finished)
+    e->order = malloc(2 * (size_t)n * sizeof(*e->order));
+    if (!e->jobs || !e->reqs || !e->job_free || !e->uncommitted || !e->finished || !e->order)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
         e->job_free[i] = n - 1 - i;
@@ -407,9 +414,56 @@ void kvt_ssd_pipeline_fini(kvt_engine *e)
     free(e->job_free);
     free(e->uncommitted);
     free(e->finished);
+    free(e->order);
+    e->order = NULL;
     e->jobs = NULL;
     e->reqs = NULL;
     e->job_free = e->uncommitted = e->finished = NULL;
+}
+
+static int by_key(const void *x, const void *y)
+{
+    const kvt_key *a = &((const struct kvt_slot_order *)x)->key;
+    const kvt_key *b = &((const struct kvt_slot_order *)y)->key;
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    if (a->layer != b->layer)
+        return a->layer < b->layer ? -1 : 1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+static int by_slot(const void *x, const void *y)
+{
+    uint32_t a = ((const struct kvt_slot_order *)x)->slot;
+    uint32_t b = ((const struct kvt_slot_order *)y)->slot;
+    return (a > b) - (a < b);
+}
+
+/* Gives the write jobs among got[0..n) their slots in key order. Slots are
+ * allocated in eviction order, which is the policy's (the decode policy
+ * gives up a group's pages from its end), so a group's pages landed in
+ * descending or interleaved slots, and every later read of the group, in
+ * page order, walked the file backwards: ~1.0 GB/s here where forward
+ * reads of the same file run at 1.5-1.8. Permuting the batch's slots puts
+ * each run of a group's pages in ascending slots. */
+static void order_write_slots(kvt_engine *e, const uint32_t *got, uint32_t n)
+{
+    struct kvt_slot_order *o = e->order;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct kvt_ssd_job *j = &e->jobs[got[i]];
+        if (j->write)
+            o[k++] = (struct kvt_slot_order){ j->key, got[i], j->slot };
+    }
+    if (k < 2)
+        return;
+    qsort(o, k, sizeof(*o), by_slot);
+    struct kvt_slot_order *sorted = o + e->round_max; /* the second half holds the slots */
+    for (uint32_t i = 0; i < k; i++)
+        sorted[i].slot = o[i].slot;
+    qsort(o, k, sizeof(*o), by_key);
+    for (uint32_t i = 0; i < k; i++)
+        e->jobs[o[i].job].slot = sorted[i].slot;
 }
 
 /* Takes queued jobs into free pipeline slots and resolves where each goes.
@@ -436,7 +490,6 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
         if (j->write) {
             j->slot = (uint32_t)p->fence;
             j->evict = p->fence >> 32;
-            kvt_ssd_dirty(e->ssd, j->slot);
         } else {
             j->slot = p->ssd_slot;
             const struct kvt_ssd_meta *m = &e->ssd_meta[j->slot];
@@ -449,9 +502,15 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
         bool bounce = j->write ? e->cfg.codec != KVT_CODEC_NONE : j->codec != KVT_CODEC_NONE;
         j->bounce = bounce ? (int)ji : -1;
         j->buf = bounce ? e->bounce + (size_t)ji * e->page_bytes : j->dram;
+        got[n++] = ji;
+    }
+    order_write_slots(e, got, n);
+    for (uint32_t i = 0; i < n; i++) {
+        struct kvt_ssd_job *j = &e->jobs[got[i]];
+        if (j->write)
+            kvt_ssd_dirty(e->ssd, j->slot);
         if (kvt_ssd_locate(e->ssd, j->slot, &j->fd, &j->off) < 0)
             j->fd = -1;
-        got[n++] = ji;
     }
     if (k) /* (the queue may not be allocated yet: memmove(NULL, ...) is undefined) */
         memmove(e->ssd_queue, e->ssd_queue + k, (e->ssd_queued - k) * sizeof(uint32_t));
