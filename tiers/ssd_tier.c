@@ -114,6 +114,7 @@ int kvt_ssd_tier_open(kvt_engine *e)
         e->bounce = NULL;
         return kvt_fail(-ENOMEM, "out of memory for the SSD tier");
     }
+    (void)madvise(e->bounce, bb, MADV_HUGEPAGE); /* DMA targets: see device_host.c */
     if ((r = kvt_ssd_pipeline_init(e)) < 0)
         return kvt_fail(r, "out of memory for the SSD pipeline");
     if ((r = kvt_codec_new(e->cfg.codec, 0, pb, &e->codec)) < 0)
