@@ -59,6 +59,8 @@ struct run_result {
     double gbps_h2d, gbps_d2h, gbps_ssd_read, gbps_ssd_write; /* SSD: medians of the samples */
     struct run_link ssd_read, ssd_write; /* passes over a scratch file */
     struct run_link spill_read;          /* read passes over the engine's spill segment */
+    double decode_gbps[5]; /* per link: bytes the decode moved / wall_s (index as term_s) */
+    double link_gbps[5];   /* per link: the speed the bound uses, max(raw, decode_gbps) */
     double term_s[5]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd */
     double bound_s;
     int bound_by;     /* index into term_s */
