@@ -172,9 +172,11 @@ static uint64_t belady(const struct shape *sh, const struct trace *t, uint32_t c
 static char ssd_dir[64];
 
 /* inspect, when set, sees the engine after the trace, before it closes. */
+typedef void (*inspect_fn)(const struct shape *, kvt_engine *, void *arg);
+
 static kvt_stats replay_with(const struct shape *sh, const struct trace *t, uint32_t cap,
                              uint32_t dram_cap, const char *policy, size_t prefetch_pages,
-                             void (*inspect)(const struct shape *, kvt_engine *))
+                             inspect_fn inspect, void *arg)
 {
     uint64_t np = (uint64_t)sh->batch * sh->layers * (sh->pages + sh->steps + 1);
     kvt_config c = t_config(PB, cap, dram_cap ? dram_cap : np + 16);
@@ -222,7 +224,7 @@ static kvt_stats replay_with(const struct shape *sh, const struct trace *t, uint
     }
     kvt_stats s = t_stats(e);
     if (inspect)
-        inspect(sh, e);
+        inspect(sh, e, arg);
     kvt_close(e);
     free(ids);
     free(grp);
@@ -238,7 +240,7 @@ static kvt_stats replay_with(const struct shape *sh, const struct trace *t, uint
 static kvt_stats replay(const struct shape *sh, const struct trace *t, uint32_t cap,
                         uint32_t dram_cap, const char *policy, size_t prefetch_pages)
 {
-    return replay_with(sh, t, cap, dram_cap, policy, prefetch_pages, NULL);
+    return replay_with(sh, t, cap, dram_cap, policy, prefetch_pages, NULL, NULL);
 }
 
 static uint64_t run_engine_tiers(const struct shape *sh, const struct trace *t, uint32_t cap,
@@ -415,10 +417,13 @@ static void test_schedule_change_mid_run(void **state)
 
 /* Pairs of consecutive pages of a group whose SSD slots are consecutive
  * too, against all pairs that both have a slot. */
-static uint32_t forward_pairs, slot_pairs;
+struct pairs {
+    uint32_t forward, slotted;
+};
 
-static void count_forward(const struct shape *sh, kvt_engine *e)
+static void count_forward(const struct shape *sh, kvt_engine *e, void *arg)
 {
+    struct pairs *c = arg;
     for (uint32_t s = 0; s < sh->batch; s++)
         for (uint32_t l = 0; l < sh->layers; l++) {
             uint32_t prev = KVT_NONE;
@@ -427,8 +432,8 @@ static void count_forward(const struct shape *sh, kvt_engine *e)
                 uint32_t pg = kvt_ptable_find(&e->pt, &k);
                 uint32_t slot = pg == KVT_NONE ? KVT_NONE : kvt_pg(&e->pt, pg)->ssd_slot;
                 if (prev != KVT_NONE && slot != KVT_NONE) {
-                    slot_pairs++;
-                    forward_pairs += slot == prev + 1;
+                    c->slotted++;
+                    c->forward += slot == prev + 1;
                 }
                 prev = slot;
             }
@@ -446,12 +451,12 @@ static void test_ssd_layout_forward(void **state)
     struct trace t = { 0 };
     generate(&sh, &t);
     uint32_t group = sh.pages + sh.steps;
-    forward_pairs = slot_pairs = 0;
-    replay_with(&sh, &t, group, 2 * group, "decode", 8, count_forward);
-    print_message("%u of %u consecutive page pairs in consecutive SSD slots\n", forward_pairs,
-                  slot_pairs);
-    assert_true(slot_pairs >= sh.batch * sh.layers * sh.pages / 2);
-    assert_true(forward_pairs * 10 >= slot_pairs * 8);
+    struct pairs c = { 0, 0 };
+    replay_with(&sh, &t, group, 2 * group, "decode", 8, count_forward, &c);
+    print_message("%u of %u consecutive page pairs in consecutive SSD slots\n", c.forward,
+                  c.slotted);
+    assert_true(c.slotted >= sh.batch * sh.layers * sh.pages / 2);
+    assert_true(c.forward * 10 >= c.slotted * 8);
     free(t.ev);
 }
 

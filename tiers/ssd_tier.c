@@ -388,7 +388,7 @@ bool kvt_ssd_pending(const kvt_engine *e)
 /* pipe_take's scratch for order_write_slots() (below). */
 struct kvt_slot_order {
     kvt_key key;
-    uint32_t job, slot;
+    uint32_t job;
 };
 
 int kvt_ssd_pipeline_init(kvt_engine *e)
@@ -399,8 +399,10 @@ int kvt_ssd_pipeline_init(kvt_engine *e)
     e->job_free = malloc(n * sizeof(uint32_t));
     e->uncommitted = malloc(n * sizeof(uint32_t));
     e->finished = malloc(n * sizeof(uint32_t));
-    e->order = malloc(2 * (size_t)n * sizeof(*e->order));
-    if (!e->jobs || !e->reqs || !e->job_free || !e->uncommitted || !e->finished || !e->order)
+    e->order = malloc(n * sizeof(*e->order));
+    e->order_slot = malloc(n * sizeof(uint32_t));
+    if (!e->jobs || !e->reqs || !e->job_free || !e->uncommitted || !e->finished || !e->order ||
+        !e->order_slot)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
         e->job_free[i] = n - 1 - i;
@@ -416,7 +418,9 @@ void kvt_ssd_pipeline_fini(kvt_engine *e)
     free(e->uncommitted);
     free(e->finished);
     free(e->order);
+    free(e->order_slot);
     e->order = NULL;
+    e->order_slot = NULL;
     e->jobs = NULL;
     e->reqs = NULL;
     e->job_free = e->uncommitted = e->finished = NULL;
@@ -433,10 +437,9 @@ static int by_key(const void *x, const void *y)
     return (a->index > b->index) - (a->index < b->index);
 }
 
-static int by_slot(const void *x, const void *y)
+static int by_u32(const void *x, const void *y)
 {
-    uint32_t a = ((const struct kvt_slot_order *)x)->slot;
-    uint32_t b = ((const struct kvt_slot_order *)y)->slot;
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
     return (a > b) - (a < b);
 }
 
@@ -450,21 +453,20 @@ static int by_slot(const void *x, const void *y)
 static void order_write_slots(kvt_engine *e, const uint32_t *got, uint32_t n)
 {
     struct kvt_slot_order *o = e->order;
-    uint32_t k = 0;
+    uint32_t *slot = e->order_slot, k = 0;
     for (uint32_t i = 0; i < n; i++) {
         const struct kvt_ssd_job *j = &e->jobs[got[i]];
-        if (j->write)
-            o[k++] = (struct kvt_slot_order){ j->key, got[i], j->slot };
+        if (j->write) {
+            o[k] = (struct kvt_slot_order){ j->key, got[i] };
+            slot[k++] = j->slot;
+        }
     }
     if (k < 2)
         return;
-    qsort(o, k, sizeof(*o), by_slot);
-    struct kvt_slot_order *sorted = o + e->round_max; /* the second half holds the slots */
-    for (uint32_t i = 0; i < k; i++)
-        sorted[i].slot = o[i].slot;
+    qsort(slot, k, sizeof(*slot), by_u32);
     qsort(o, k, sizeof(*o), by_key);
     for (uint32_t i = 0; i < k; i++)
-        e->jobs[o[i].job].slot = sorted[i].slot;
+        e->jobs[o[i].job].slot = slot[i];
 }
 
 /* Takes queued jobs into free pipeline slots and resolves where each goes.

@@ -265,7 +265,8 @@ struct kvt_engine {
     uint32_t *job_free, njob_free;  /* free job numbers */
     uint32_t *uncommitted, nuncommitted; /* written, waiting for the group commit */
     uint32_t *finished, nfinished;  /* done (read verified / write committed) */
-    struct kvt_slot_order *order;   /* 2 x round_max: scratch of pipe_take's slot ordering */
+    struct kvt_slot_order *order;   /* round_max: scratch of pipe_take's slot ordering */
+    uint32_t *order_slot;           /* round_max: its slots, sorted */
     uint32_t ssd_inflight;          /* jobs submitted and not yet reaped */
     uint32_t *ssd_queue, ssd_queued, ssd_queue_cap;  /* pages with an SSD job waiting */
     struct kvt_ssd_del *dels;       /* index deletions waiting for the mover */
