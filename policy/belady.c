@@ -65,30 +65,16 @@ struct belady {
 
 /* ------------------------------------------------------------- keys */
 
-static uint32_t key_hash(const kvt_key *k)
-{
-    uint64_t x = k->id * 0x9E3779B97F4A7C15ull ^ ((uint64_t)k->layer << 32 | k->index);
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (uint32_t)x;
-}
-
-static bool key_eq(const kvt_key *a, const kvt_key *b)
-{
-    return a->id == b->id && a->layer == b->layer && a->index == b->index;
-}
-
 /* The key number of k in the trace, or KVT_NONE. */
 static uint32_t key_find(const struct belady *b, const kvt_key *k)
 {
     if (!b->loaded || !k || !b->nkeys)
         return KVT_NONE;
-    for (uint32_t i = key_hash(k) & b->tmask;; i = (i + 1) & b->tmask) {
+    for (uint32_t i = (uint32_t)kvt_key_hash(k) & b->tmask;; i = (i + 1) & b->tmask) {
         uint32_t v = b->tab[i];
         if (!v)
             return KVT_NONE;
-        if (key_eq(&b->kkey[v - 1], k))
+        if (kvt_key_eq(&b->kkey[v - 1], k))
             return v - 1;
     }
 }
@@ -305,7 +291,7 @@ static int build_grow_table(struct build *w)
     if (!t)
         return -ENOMEM;
     for (uint32_t k = 0; k < w->nkeys; k++) {
-        uint32_t i = key_hash(&w->kkey[k]) & (size - 1);
+        uint32_t i = (uint32_t)kvt_key_hash(&w->kkey[k]) & (size - 1);
         while (t[i])
             i = (i + 1) & (size - 1);
         t[i] = k + 1;
@@ -319,9 +305,9 @@ static int build_grow_table(struct build *w)
 /* The key number of k, adding it when new; KVT_NONE when out of memory. */
 static uint32_t build_key(struct build *w, const kvt_key *k)
 {
-    uint32_t i = key_hash(k) & w->tmask;
+    uint32_t i = (uint32_t)kvt_key_hash(k) & w->tmask;
     for (; w->tab[i]; i = (i + 1) & w->tmask)
-        if (key_eq(&w->kkey[w->tab[i] - 1], k))
+        if (kvt_key_eq(&w->kkey[w->tab[i] - 1], k))
             return w->tab[i] - 1;
     if (w->nkeys == w->kcap) {
         uint32_t nc = w->kcap ? w->kcap * 2 : 64;

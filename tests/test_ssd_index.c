@@ -23,6 +23,7 @@
 #include "helpers.h"
 #include "kvt_build.h"
 #include "tiers/ssd_index.h"
+#include "tiers/tiers.h"
 
 #define FP 0xF1F2F3F4ull
 #define SMALL_MAP ((size_t)64 << 10)
@@ -581,15 +582,6 @@ static int collect_fn(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v
     return c->n == c->stop_at ? 42 : 0;
 }
 
-static int key_cmp(const kvt_key *a, const kvt_key *b)
-{
-    if (a->id != b->id)
-        return a->id < b->id ? -1 : 1;
-    if (a->layer != b->layer)
-        return a->layer < b->layer ? -1 : 1;
-    return a->index < b->index ? -1 : a->index > b->index;
-}
-
 static void test_foreach_order(void **state)
 {
     static const uint64_t ids[] = { 0, 1, 255, 256, 1ull << 32, (1ull << 63) - 1, 1ull << 63,
@@ -622,7 +614,7 @@ static void test_foreach_order(void **state)
     assert_int_equal(kvt_index_foreach(ix, collect_fn, c), 0);
     assert_int_equal(c->n, 225);
     for (size_t i = 1; i < c->n; i++)
-        assert_true(key_cmp(&c->keys[i - 1], &c->keys[i]) < 0);
+        assert_true(kvt_key_cmp(&c->keys[i - 1], &c->keys[i]) < 0);
     assert_int_equal(c->keys[0].id, 0);
     assert_int_equal(c->keys[224].id, UINT64_MAX);
     assert_int_equal(c->keys[224].layer, UINT32_MAX);

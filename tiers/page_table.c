@@ -15,16 +15,6 @@
 
 #include "tiers/tiers.h"
 
-static inline uint64_t key_hash(const kvt_key *k)
-{
-    uint64_t h = k->id * 0x9E3779B97F4A7C15ull;
-    h ^= (((uint64_t)k->layer << 32) | k->index) * 0xC2B2AE3D27D4EB4Full;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return h;
-}
-
 static int index_alloc(struct kvt_ptable *t, uint32_t nb)
 {
     uint32_t *ix = kvt_meta_alloc(t->meta, (size_t)nb * sizeof(uint32_t));
@@ -109,7 +99,7 @@ void kvt_ptable_delete(struct kvt_ptable *t, uint32_t pg)
 
 uint32_t kvt_ptable_find(const struct kvt_ptable *t, const kvt_key *k)
 {
-    uint32_t i = (uint32_t)key_hash(k) & t->index_mask;
+    uint32_t i = (uint32_t)kvt_key_hash(k) & t->index_mask;
     for (;;) {
         uint32_t pg = t->index[i];
         if (pg == KVT_NONE)
@@ -122,7 +112,7 @@ uint32_t kvt_ptable_find(const struct kvt_ptable *t, const kvt_key *k)
 
 static void index_place(struct kvt_ptable *t, uint32_t pg)
 {
-    uint32_t i = (uint32_t)key_hash(&t->pages[pg].key) & t->index_mask;
+    uint32_t i = (uint32_t)kvt_key_hash(&t->pages[pg].key) & t->index_mask;
     while (t->index[i] != KVT_NONE)
         i = (i + 1) & t->index_mask;
     t->index[i] = pg;
@@ -160,7 +150,7 @@ int kvt_ptable_insert(struct kvt_ptable *t, uint32_t pg)
 void kvt_ptable_remove(struct kvt_ptable *t, uint32_t pg)
 {
     uint32_t m = t->index_mask;
-    uint32_t i = (uint32_t)key_hash(&t->pages[pg].key) & m;
+    uint32_t i = (uint32_t)kvt_key_hash(&t->pages[pg].key) & m;
     while (t->index[i] != pg) {
         if (t->index[i] == KVT_NONE)
             return; /* not indexed */
@@ -170,7 +160,7 @@ void kvt_ptable_remove(struct kvt_ptable *t, uint32_t pg)
      * their home bucket is not inside (hole, their position]. */
     uint32_t hole = i;
     for (uint32_t j = (i + 1) & m; t->index[j] != KVT_NONE; j = (j + 1) & m) {
-        uint32_t home = (uint32_t)key_hash(&t->pages[t->index[j]].key) & m;
+        uint32_t home = (uint32_t)kvt_key_hash(&t->pages[t->index[j]].key) & m;
         bool movable = (hole <= j) ? (home <= hole || home > j) : (home <= hole && home > j);
         if (movable) {
             t->index[hole] = t->index[j];

@@ -428,13 +428,8 @@ void kvt_ssd_pipeline_fini(kvt_engine *e)
 
 static int by_key(const void *x, const void *y)
 {
-    const kvt_key *a = &((const struct kvt_slot_order *)x)->key;
-    const kvt_key *b = &((const struct kvt_slot_order *)y)->key;
-    if (a->id != b->id)
-        return a->id < b->id ? -1 : 1;
-    if (a->layer != b->layer)
-        return a->layer < b->layer ? -1 : 1;
-    return (a->index > b->index) - (a->index < b->index);
+    return kvt_key_cmp(&((const struct kvt_slot_order *)x)->key,
+                       &((const struct kvt_slot_order *)y)->key);
 }
 
 static int by_u32(const void *x, const void *y)

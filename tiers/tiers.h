@@ -147,6 +147,25 @@ static inline bool kvt_key_eq(const kvt_key *a, const kvt_key *b)
 {
     return a->id == b->id && a->layer == b->layer && a->index == b->index;
 }
+/* Order by id, then layer, then index (the SSD index's key order). */
+static inline int kvt_key_cmp(const kvt_key *a, const kvt_key *b)
+{
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    if (a->layer != b->layer)
+        return a->layer < b->layer ? -1 : 1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+/* A well-mixed hash for open-addressing tables keyed by kvt_key. */
+static inline uint64_t kvt_key_hash(const kvt_key *k)
+{
+    uint64_t h = k->id * 0x9E3779B97F4A7C15ull;
+    h ^= (((uint64_t)k->layer << 32) | k->index) * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    return h;
+}
 
 /* ------------------------------------------------------------- in flight */
 

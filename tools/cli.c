@@ -85,6 +85,17 @@ const char *cli_bytes(char *buf, size_t n, double b)
     return buf;
 }
 
+const char *cli_secs(char *buf, size_t n, double s)
+{
+    if (s == 0 || s >= 1)
+        snprintf(buf, n, "%.3g s", s);
+    else if (s >= 1e-3)
+        snprintf(buf, n, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, n, "%.3g us", s * 1e6);
+    return buf;
+}
+
 int cli_error(const char *cmd, int code, const char *fmt, ...)
 {
     va_list ap;

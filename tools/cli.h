@@ -19,6 +19,8 @@ int cli_parse_device(const char *s, int *out);
 double cli_now(void);
 /* Formats bytes as "256 KiB", "1.5 GiB". Returns buf. */
 const char *cli_bytes(char *buf, size_t n, double bytes);
+/* Formats seconds as "1.5 s", "250 ms", "12 us" (3 significant digits). Returns buf. */
+const char *cli_secs(char *buf, size_t n, double s);
 /* Prints s to stdout as a JSON string (quotes, escapes): names come from
  * argv, paths from the environment. */
 void cli_json_str(const char *s);

@@ -458,17 +458,6 @@ static void plan_notes(const struct plan_opts *o, struct notes *ns)
     note(ns, "sizes are binary (1 GiB = 2^30 bytes); bandwidths decimal (1 GB/s = 1e9 bytes/s)");
 }
 
-static const char *fmt_secs(char *buf, size_t n, double s)
-{
-    if (s == 0 || s >= 1)
-        snprintf(buf, n, "%.3g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, n, "%.3g ms", s * 1e3);
-    else
-        snprintf(buf, n, "%.3g us", s * 1e6);
-    return buf;
-}
-
 /* "2 (K, V) x 80 layers x 8 kv heads x 128 dims x 2 B = 327680 B" */
 static void text_formula(FILE *t, const struct plan_in *in, const struct plan_out *p)
 {
@@ -544,10 +533,10 @@ static void text_bound(FILE *t, const struct plan_opts *o, const struct plan_out
         for (int l = 0; l < PLAN_TIERS; l++)
             fprintf(t, "  %-10s %12s %8g %10s\n", link_name[l],
                     cli_bytes(b1, sizeof b1, (double)bytes[l]), o->in.gbps[l],
-                    fmt_secs(b2, sizeof b2, p->term_s[l]));
+                    cli_secs(b2, sizeof b2, p->term_s[l]));
         fprintf(t, "  step >= %s (the %s link): at most %.3g tokens/s for the batch of %llu, "
                    "%.3g per sequence\n",
-                fmt_secs(b1, sizeof b1, p->bound_s), link_name[p->bound_by], p->tokens_per_s,
+                cli_secs(b1, sizeof b1, p->bound_s), link_name[p->bound_by], p->tokens_per_s,
                 (unsigned long long)o->in.batch, p->tokens_per_s / (double)o->in.batch);
     }
     fprintf(t, "\nAssumptions\n");

@@ -493,15 +493,6 @@ struct sim_world {
     uint64_t *sched_ids; /* the schedule's ids, sorted: advance checks */
 };
 
-static uint32_t key_hash(const kvt_key *k)
-{
-    uint64_t x = k->id * 0x9E3779B97F4A7C15ull ^ ((uint64_t)k->layer << 32 | k->index);
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (uint32_t)x;
-}
-
 static uint32_t id_hash(uint64_t id)
 {
     id *= 0x9E3779B97F4A7C15ull;
@@ -510,12 +501,12 @@ static uint32_t id_hash(uint64_t id)
 
 static uint32_t world_find(const struct sim_world *w, const kvt_key *k)
 {
-    for (uint32_t i = key_hash(k) & w->tmask;; i = (i + 1) & w->tmask) {
+    for (uint32_t i = (uint32_t)kvt_key_hash(k) & w->tmask;; i = (i + 1) & w->tmask) {
         uint32_t v = w->tab[i];
         if (!v)
             return KVT_NONE;
         const kvt_key *o = &w->keys[v - 1];
-        if (o->id == k->id && o->layer == k->layer && o->index == k->index)
+        if (kvt_key_eq(o, k))
             return v - 1;
     }
 }
@@ -597,10 +588,10 @@ static int cmp_u64(const void *a, const void *b)
 /* The page of k, numbered now if new. */
 static uint32_t world_add(struct sim_world *w, const kvt_key *k, bool *fresh)
 {
-    uint32_t i = key_hash(k) & w->tmask;
+    uint32_t i = (uint32_t)kvt_key_hash(k) & w->tmask;
     for (uint32_t v; (v = w->tab[i]); i = (i + 1) & w->tmask) {
         const kvt_key *o = &w->keys[v - 1];
-        if (o->id == k->id && o->layer == k->layer && o->index == k->index) {
+        if (kvt_key_eq(o, k)) {
             *fresh = false;
             return v - 1;
         }
@@ -1800,17 +1791,6 @@ struct sim_report {
     int n_skipped;
 };
 
-static const char *fmt_secs(char *buf, size_t n, double s)
-{
-    if (s == 0 || s >= 1)
-        snprintf(buf, n, "%.3g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, n, "%.3g ms", s * 1e3);
-    else
-        snprintf(buf, n, "%.3g us", s * 1e6);
-    return buf;
-}
-
 static const struct sim_result *find_result(const struct sim_report *rp, const char *name)
 {
     for (int i = 0; i < rp->n; i++)
@@ -1903,10 +1883,10 @@ static void c_hit(const struct sim_result *r, char *b, size_t n)
 }
 static void c_stall(const struct sim_result *r, char *b, size_t n)
 {
-    fmt_secs(b, n, r->stall_s / (r->steps ? (double)r->steps : 1));
+    cli_secs(b, n, r->stall_s / (r->steps ? (double)r->steps : 1));
 }
-static void c_step(const struct sim_result *r, char *b, size_t n) { fmt_secs(b, n, r->step_s); }
-static void c_bound(const struct sim_result *r, char *b, size_t n) { fmt_secs(b, n, r->bound_s); }
+static void c_step(const struct sim_result *r, char *b, size_t n) { cli_secs(b, n, r->step_s); }
+static void c_bound(const struct sim_result *r, char *b, size_t n) { cli_secs(b, n, r->bound_s); }
 static void c_by(const struct sim_result *r, char *b, size_t n) { snprintf(b, n, "%s", sim_term_name[r->bound_by]); }
 static void c_ratio(const struct sim_result *r, char *b, size_t n)
 {
