@@ -11,7 +11,8 @@
  * every byte moved or a negative errno (-EIO, -ENOSPC, ...) when it did not.
  *
  * Threads: one thread owns an I/O context (the engine's mover); submit and
- * reap are not called concurrently on the same context.
+ * reap are not called concurrently on the same context. Back-ends may run
+ * threads of their own behind it (uring: a reaper; psync: a pool).
  */
 #ifndef KVT_IO_H
 #define KVT_IO_H
@@ -48,10 +49,11 @@ struct kvt_io_ops {
     int (*open)(const struct kvt_io_params *p, void **priv);
     /* Waits for every request in flight, then frees the context. */
     void (*close)(void *priv);
-    /* Queues n requests. Blocks only while `depth` requests are already in
-     * flight (reaping none: completions stay queued for reap()). The
-     * requests must stay valid until reaped. Returns 0 or -errno (nothing
-     * of this call queued). */
+    /* Queues n requests. May block while `depth` requests are already in
+     * flight (psync does; uring never blocks: its reaper takes requests from
+     * its queue as slots free), reaping none: completions stay queued for
+     * reap(). The requests must stay valid until reaped. Returns 0 or
+     * -errno (nothing of this call queued). */
     int (*submit)(void *priv, struct kvt_io_req *const *reqs, size_t n);
     /* Moves up to max completed requests into done[], waiting until at
      * least min_wait have completed (0 = do not wait). Returns the count or
@@ -103,6 +105,13 @@ uint64_t kvt_io_faulty_count(enum kvt_io_fault_op op);
  * entries, doubling from 16. 0 or -ENOMEM (nothing changed). Shared by the
  * back-ends' completion lists, which must never allocate on a completion. */
 int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need);
+
+/* Asks for a short scheduler slice for the calling thread, so that it runs
+ * at once when woken instead of waiting for a CPU-bound thread's slice (see
+ * io/sched_hint.c). For the threads that feed the disk. Best effort: 0, or
+ * -errno where the kernel refuses (before Linux 6.12 it may also accept and
+ * ignore it). */
+int kvt_io_short_slice(void);
 
 /* Raw io_uring O_DIRECT throughput, the baseline of `kvtier bench ssd`: n
  * requests of block bytes at the given depth over a file at path (which must

@@ -6,6 +6,9 @@
  * corrupted page in HBM and a wrong reference seed caught, naming the step.
  */
 #include <math.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 #include "tools/attention.h"
@@ -69,10 +72,50 @@ static void test_kernel(void **state)
 static void test_pool(void **state)
 {
     /* the team gives the same bits as one thread */
-    struct attn_pool *p = attn_pool_new(3);
+    struct attn_pool *p = attn_pool_new(3, 0);
     assert_non_null(p);
     assert_int_equal(attn_pool_threads(p), 3);
     attn_pool_free(p);
+}
+
+struct nice_job {
+    pid_t caller;
+    int nice[4];
+    int on_caller[4];
+};
+
+static void nice_part(void *arg, unsigned part, unsigned nparts)
+{
+    struct nice_job *j = arg;
+    assert_true(part < nparts && nparts <= 4);
+    j->nice[part] = getpriority(PRIO_PROCESS, 0);
+    j->on_caller[part] = (pid_t)syscall(SYS_gettid) == j->caller;
+}
+
+/* A niced pool runs every part on workers at that nice value and leaves the
+ * caller's own priority alone; an unniced one runs part 0 on the caller. */
+static void test_pool_nice(void **state)
+{
+    (void)state;
+    int mine = getpriority(PRIO_PROCESS, 0);
+    struct nice_job j = { .caller = (pid_t)syscall(SYS_gettid) };
+    struct attn_pool *p = attn_pool_new(2, 7);
+    assert_non_null(p);
+    attn_pool_run(p, nice_part, &j);
+    attn_pool_free(p);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(j.nice[i], mine > 7 ? mine : 7);
+        assert_false(j.on_caller[i]);
+    }
+    assert_int_equal(getpriority(PRIO_PROCESS, 0), mine);
+    p = attn_pool_new(2, 0);
+    assert_non_null(p);
+    attn_pool_run(p, nice_part, &j);
+    attn_pool_free(p);
+    assert_true(j.on_caller[0]);
+    assert_false(j.on_caller[1]);
+    assert_int_equal(j.nice[0], mine);
+    assert_int_equal(j.nice[1], mine);
 }
 
 static void small_opts(struct run_opts *o)
@@ -134,6 +177,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel),      cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_nice),
         cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_lru),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),
         cmocka_unit_test(test_wrong_seed),

@@ -25,6 +25,9 @@ static uint32_t mover_deficit(kvt_engine *e)
 static void *mover_main(void *arg)
 {
     kvt_engine *e = arg;
+    /* It hands the disk its work and the callers their pages: it should not
+     * wait behind the caller's compute when woken (io/sched_hint.c). */
+    (void)kvt_io_short_slice();
     pthread_mutex_lock(&e->lock);
     /* On stop, SSD jobs still queued are run first: their callers wait. */
     while (!e->mover_stop || kvt_ssd_pending(e)) {

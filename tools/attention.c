@@ -13,6 +13,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "tools/attention.h"
 
@@ -156,8 +159,10 @@ void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
 /* ------------------------------------------------------------- threads */
 
 struct attn_pool {
-    unsigned threads;
-    pthread_t *tid;
+    unsigned threads; /* parts per job */
+    unsigned first;   /* the first part a worker runs: 1 when the caller runs part 0 */
+    int nice;
+    pthread_t *tid;   /* tid[first..threads) */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     uint64_t gen;     /* bumped per job; a worker runs when it moves */
@@ -177,6 +182,11 @@ static void *worker(void *a)
     struct attn_pool *p = ((struct worker_arg *)a)->p;
     unsigned part = ((struct worker_arg *)a)->part;
     free(a);
+    /* Best effort: an unprivileged thread may always raise its nice value
+     * (on Linux it is per thread), and a pool that runs unniced computes
+     * the same bits. */
+    if (p->nice)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), p->nice);
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -197,19 +207,21 @@ static void *worker(void *a)
     return NULL;
 }
 
-struct attn_pool *attn_pool_new(unsigned threads)
+struct attn_pool *attn_pool_new(unsigned threads, int nice)
 {
     struct attn_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
     p->threads = threads ? threads : 1;
+    p->nice = nice > 0 ? (nice > 19 ? 19 : nice) : 0;
+    p->first = p->nice ? 0 : 1;
     p->tid = calloc(p->threads, sizeof(pthread_t));
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     if (!p->tid)
         goto out_free;
-    for (unsigned i = 1; i < p->threads; i++) {
+    for (unsigned i = p->first; i < p->threads; i++) {
         struct worker_arg *a = malloc(sizeof(*a));
         if (!a)
             goto out_stop;
@@ -226,6 +238,7 @@ struct attn_pool *attn_pool_new(unsigned threads)
     }
     return p;
 out_free:
+    free(p->tid);
     free(p);
     return NULL;
 }
@@ -234,18 +247,19 @@ unsigned attn_pool_threads(const struct attn_pool *p) { return p->threads; }
 
 void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg)
 {
-    if (p->threads == 1) {
+    if (p->threads == 1 && p->first) {
         fn(arg, 0, 1);
         return;
     }
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
-    p->pending = p->threads - 1;
+    p->pending = p->threads - p->first;
     p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    fn(arg, 0, p->threads);
+    if (p->first)
+        fn(arg, 0, p->threads);
     pthread_mutex_lock(&p->mu);
     while (p->pending)
         pthread_cond_wait(&p->done, &p->mu);
@@ -260,7 +274,7 @@ void attn_pool_free(struct attn_pool *p)
     p->stop = 1;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    for (unsigned i = 1; i < p->threads; i++)
+    for (unsigned i = p->first; i < p->threads; i++)
         pthread_join(p->tid[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->go);

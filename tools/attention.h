@@ -66,15 +66,17 @@ void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
 
 /* ------------------------------------------------------------- threads */
 
-/* A fixed team: the caller plus threads-1 workers that run part p of nparts
- * of each job. threads 1 = no worker, everything on the caller. */
+/* A fixed team that runs part p of nparts of each job. With nice 0: the
+ * caller plus threads-1 workers (threads 1 = no worker, everything on the
+ * caller). With nice 1..19: threads workers at that nice value while the
+ * caller waits, so that the caller's thread keeps its own priority. */
 struct attn_pool;
 typedef void (*attn_job_fn)(void *arg, unsigned part, unsigned nparts);
 /* NULL on failure (out of memory, thread creation). */
-struct attn_pool *attn_pool_new(unsigned threads);
+struct attn_pool *attn_pool_new(unsigned threads, int nice);
 unsigned attn_pool_threads(const struct attn_pool *p);
-/* Runs fn(arg, part, n) for every part, the caller doing part 0; returns when
- * all parts are done. */
+/* Runs fn(arg, part, n) for every part, the caller doing part 0 when the
+ * pool is not niced; returns when all parts are done. */
 void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg);
 void attn_pool_free(struct attn_pool *p);
 

@@ -104,6 +104,7 @@ void run_opts_default(struct run_opts *o)
     o->codec = KVT_CODEC_NONE;
     o->device = KVT_DEVICE_HOST;
     o->threads = 2;
+    o->nice = RUN_ATTN_NICE;
     o->seed = 1;
     o->ref_seed = 1;
     o->corrupt_step = -1;
@@ -138,7 +139,9 @@ static void run_usage(FILE *f)
             "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none)\n"
             "  --policy P        decode or lru (default decode)\n"
             "  --device D        host (default); CUDA needs a GPU attention kernel, not built yet\n"
-            "  --threads N       attention threads, the caller included (default 2)\n"
+            "  --threads N       attention threads (default 2)\n"
+            "  --nice N          their nice value, 0-19 (default 19: the I/O threads come first;\n"
+            "                    0 = the caller's priority, the caller computing a part)\n"
             "  --link-gbps X     host back-end: cap each emulated DRAM<->HBM link at X GB/s\n"
             "  --seed N          KV generator seed (default 1)\n"
             "  --trace FILE      Chrome trace-event JSON of waits and compute (Perfetto)\n"
@@ -177,7 +180,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         { "ssd-dir", 1, 0, 'd' }, { "codec", 1, 0, 'C' },     { "policy", 1, 0, 'P' },
         { "device", 1, 0, 'v' },  { "threads", 1, 0, 'T' },   { "link-gbps", 1, 0, 'l' },
         { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
-        { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { 0, 0, 0, 0 },
+        { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
+        { 0, 0, 0, 0 },
     };
     run_opts_default(o);
     uint64_t v;
@@ -208,6 +212,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             break;
         case 'v': if (cli_parse_device(optarg, &o->device)) goto bad; break;
         case 'T': if (parse_u32(optarg, 1, 64, &o->threads)) goto bad; break;
+        case 'N': if (parse_u32(optarg, 0, 19, &o->nice)) goto bad; break;
         case 'l':
             o->link_gbps = strtod(optarg, &end);
             if (end == optarg || *end || !(o->link_gbps >= 0))
@@ -777,7 +782,7 @@ static int ctx_alloc(struct run_ctx *x)
 {
     const struct run_opts *o = x->o;
     size_t qf = (size_t)x->sh.q_heads * x->sh.head_dim;
-    if (!(x->pool = attn_pool_new(o->threads)))
+    if (!(x->pool = attn_pool_new(o->threads, (int)o->nice)))
         return -ENOMEM;
     unsigned nt = attn_pool_threads(x->pool);
     x->scratch = calloc(nt, sizeof(float *));

@@ -31,6 +31,7 @@ struct run_opts {
     const char *policy;
     int codec, device;
     unsigned threads;
+    uint32_t nice;        /* the attention threads' nice value; 0 = the caller's, part 0 on it */
     double link_gbps;
     uint64_t seed;
     const char *trace_path; /* NULL: no trace */
@@ -41,6 +42,16 @@ struct run_opts {
 };
 
 #define RUN_LINK_SAMPLES 16
+
+/* The attention stands in for a GPU, yet here it shares the CPU with the
+ * threads that drive the disk and the copies (the engine's mover, the
+ * io_uring reaper, the host back-end's copy threads). At the caller's
+ * priority, two attention threads on two cores kept a woken reaper waiting
+ * ~0.1 ms on average and milliseconds at worst, long enough for the disk's
+ * queue to drain: the disk was idle 15-20% of the decode with requests
+ * queued. Niced, they yield at once; the compute still gets every cycle the
+ * I/O path leaves. */
+#define RUN_ATTN_NICE 19
 
 /* Raw throughput samples of one link (GB/s), before and after the decode. */
 struct run_link {
