@@ -75,6 +75,7 @@ static int psync_transfer(const struct kvt_io_req *r)
 static void *psync_worker(void *arg)
 {
     struct psync *s = arg;
+    pthread_setname_np(pthread_self(), "kvt-psync");
     (void)kvt_io_short_slice(); /* best effort: see io/sched_hint.c */
     pthread_mutex_lock(&s->lock);
     for (;;) {

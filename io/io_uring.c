@@ -282,6 +282,7 @@ static void uring_break(struct uring *u, int rc)
 static void *uring_reaper(void *arg)
 {
     struct uring *u = arg;
+    pthread_setname_np(pthread_self(), "kvt-reaper");
     (void)kvt_io_short_slice(); /* best effort: see io/sched_hint.c */
     pthread_mutex_lock(&u->m);
     for (;;) {

@@ -93,6 +93,7 @@ static void *host_copy_thread(void *arg)
     struct host_dev_arg *a = arg;
     struct host_dev *d = a->d;
     struct host_queue *q = &d->q[a->dir];
+    pthread_setname_np(pthread_self(), a->dir == KVT_H2D ? "kvt-h2d" : "kvt-d2h");
 
     pthread_mutex_lock(&d->mu);
     for (;;) {

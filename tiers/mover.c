@@ -25,6 +25,7 @@ static uint32_t mover_deficit(kvt_engine *e)
 static void *mover_main(void *arg)
 {
     kvt_engine *e = arg;
+    pthread_setname_np(pthread_self(), "kvt-mover");
     /* It hands the disk its work and the callers their pages: it should not
      * wait behind the caller's compute when woken (io/sched_hint.c). */
     (void)kvt_io_short_slice();

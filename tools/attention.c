@@ -181,6 +181,7 @@ static void *worker(void *a)
 {
     struct attn_pool *p = ((struct worker_arg *)a)->p;
     unsigned part = ((struct worker_arg *)a)->part;
+    pthread_setname_np(pthread_self(), "kvt-attn");
     free(a);
     /* Best effort: an unprivileged thread may always raise its nice value
      * (on Linux it is per thread), and a pool that runs unniced computes
