@@ -16,6 +16,8 @@
 struct reservation {
     uint32_t pg;
     int tier;
+    void *dst;  /* the slot's memory, resolved under the lock: the page table may be
+                   reallocated by another thread while the copy runs unlocked */
 };
 
 /* A slot for a new page: DRAM first (that is what storage is for), else HBM.
@@ -154,11 +156,13 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
     if (r < 0)
         goto out_unreserve;
 
+    for (size_t i = 0; i < n; i++)
+        res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);
     pthread_mutex_unlock(&e->lock);
     for (size_t i = 0; i < n && r == 0; i++) {
         bool to_dev = res[i].tier == KVT_TIER_HBM;
-        r = e->dev->copy_sync(e->dev_priv, copy_kind(src_on_device, to_dev),
-                              slot_ptr(e, res[i].pg, res[i].tier), src[i], e->page_bytes);
+        r = e->dev->copy_sync(e->dev_priv, copy_kind(src_on_device, to_dev), res[i].dst, src[i],
+                              e->page_bytes);
     }
     pthread_mutex_lock(&e->lock);
     if (r < 0) {
@@ -228,6 +232,8 @@ struct get_src {
     uint32_t pg;
     int tier;               /* KVT_TIER_SSD: read into tbuf, copy from there */
     void *tbuf;             /* transient read buffer, or NULL */
+    const void *src;        /* where the copy out reads: resolved under the lock, since
+                               the page table may be reallocated once it is dropped */
     int tstate;             /* 0 none, 1 queued, 2 done */
     int tres;
 };
@@ -321,6 +327,10 @@ static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_sr
                        : (p->flags & PG_VALID_HBM) ? KVT_TIER_HBM
                        : (p->flags & PG_VALID_DRAM) ? KVT_TIER_DRAM
                        : (g[i].tstate == 2 && g[i].tres == 0) ? KVT_TIER_SSD : KVT_TIER_NONE;
+        if (g[i].tier == KVT_TIER_SSD)
+            g[i].src = g[i].tbuf;
+        else if (g[i].tier != KVT_TIER_NONE)
+            g[i].src = slot_ptr(e, g[i].pg, g[i].tier); /* busy: the slot stays */
         for (int t = 0; t < KVT_TIERS; t++) {
             if (t == g[i].tier) {
                 e->st.hits[t]++;
@@ -392,7 +402,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
     if (!g)
         return kvt_fail(-ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
-        g[i] = (struct get_src){ KVT_NONE, KVT_TIER_NONE, NULL, 0, 0 };
+        g[i] = (struct get_src){ KVT_NONE, KVT_TIER_NONE, NULL, NULL, 0, 0 };
     if (found)
         memset(found, 0, n * sizeof(*found));
     KVT_ENTER(e);
@@ -410,9 +420,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
             continue;
         }
         cr = e->dev->copy_sync(e->dev_priv, copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device),
-                               dst[i],
-                               g[i].tier == KVT_TIER_SSD ? g[i].tbuf : slot_ptr(e, g[i].pg, g[i].tier),
-                               e->page_bytes);
+                               dst[i], g[i].src, e->page_bytes);
         if (found)
             found[i] = cr == 0;
     }

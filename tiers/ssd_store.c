@@ -27,7 +27,9 @@ struct kvt_ssd {
     size_t page_bytes, slot_bytes;
     uint32_t slots_per_seg, nslots, nsegs;
     int *seg_fd;                /* -1 until made or opened */
-    uint8_t *seg_state;         /* SEG_* */
+    uint8_t *seg_state;         /* SEG_*, under the engine lock */
+    uint8_t *seg_dirty;         /* written since the last sync: the mover's alone, which
+                                   syncs unlocked (a bit in seg_state raced seg_open) */
     uint8_t *slot_state;        /* SLOT_* */
     uint32_t *free_stack, nfree;
     uint64_t bad;
@@ -36,7 +38,6 @@ struct kvt_ssd {
 
 enum { SEG_UNKNOWN = 0, SEG_READY = 1, SEG_FAILED = 2 };
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_BAD = 2 };
-#define SEG_DIRTY 0x80
 
 /* ------------------------------------------------------------- layout */
 
@@ -216,9 +217,10 @@ static int alloc_maps(struct kvt_ssd *s)
     s->nsegs = (s->nslots + s->slots_per_seg - 1) / s->slots_per_seg;
     s->seg_fd = malloc(s->nsegs * sizeof(int));
     s->seg_state = calloc(s->nsegs, 1);
+    s->seg_dirty = calloc(s->nsegs, 1);
     s->slot_state = calloc(s->nslots, 1);
     s->free_stack = malloc((size_t)s->nslots * sizeof(uint32_t));
-    if (!s->seg_fd || !s->seg_state || !s->slot_state || !s->free_stack)
+    if (!s->seg_fd || !s->seg_state || !s->seg_dirty || !s->slot_state || !s->free_stack)
         return -ENOMEM;
     for (uint32_t i = 0; i < s->nsegs; i++)
         s->seg_fd[i] = -1;
@@ -292,6 +294,7 @@ void kvt_ssd_close(struct kvt_ssd *s)
         close(s->lock_fd); /* drops the flock */
     free(s->seg_fd);
     free(s->seg_state);
+    free(s->seg_dirty);
     free(s->slot_state);
     free(s->free_stack);
     free(s->dir);
@@ -320,7 +323,7 @@ static int seg_open(struct kvt_ssd *s, uint32_t seg)
 {
     if (s->seg_state[seg] & SEG_READY)
         return 0;
-    if ((s->seg_state[seg] & 0x7f) == SEG_FAILED)
+    if (s->seg_state[seg] == SEG_FAILED)
         return -ENOSPC;
     char path[4096];
     kvt_ssd_segment_path(s->dir, seg, path, sizeof(path));
@@ -410,16 +413,16 @@ int kvt_ssd_locate(struct kvt_ssd *s, uint32_t slot, int *fd, uint64_t *off)
 
 void kvt_ssd_dirty(struct kvt_ssd *s, uint32_t slot)
 {
-    s->seg_state[slot / s->slots_per_seg] |= SEG_DIRTY;
+    s->seg_dirty[slot / s->slots_per_seg] = 1;
 }
 
 int kvt_ssd_sync(struct kvt_ssd *s)
 {
     int r = 0;
     for (uint32_t i = 0; i < s->nsegs; i++) {
-        if (!(s->seg_state[i] & SEG_DIRTY))
+        if (!s->seg_dirty[i])
             continue;
-        s->seg_state[i] &= (uint8_t)~SEG_DIRTY;
+        s->seg_dirty[i] = 0;
         if (fdatasync(s->seg_fd[i]) < 0 && !r)
             r = kvt_fail(-errno, "fdatasync of segment %u failed: %s", i, strerror(errno));
     }
