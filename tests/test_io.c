@@ -187,7 +187,8 @@ static void test_roundtrip(void **state)
     f->ops->close(io);
 }
 
-/* 100 requests at depth 8 in one submit(), which blocks for room, not reaping. */
+/* 100 requests at depth 8 in one submit(): psync blocks for room, uring queues them for
+ * its reaper; neither reaps. */
 static void test_batch_over_depth(void **state)
 {
     struct fx *f = *state;
