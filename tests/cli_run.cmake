@@ -21,6 +21,11 @@ endforeach()
 foreach(k tokens_per_s kv_bytes stall_fraction bound_s wall_s bound_ratio)
   string(JSON v GET "${out}" ${k})
 endforeach()
+# The attention threads yield to the I/O threads by default (tools/run.h).
+string(JSON nice GET "${out}" nice)
+if(NOT nice EQUAL 19)
+  message(FATAL_ERROR "attention nice ${nice}, want the default 19: ${out}")
+endif()
 # Each link's speed in the bound is at least what the decode itself moved on
 # it, so no term exceeds the wall time and wall/bound is never below 1.
 foreach(l "dram->hbm" "hbm->dram" "ssd->dram" "dram->ssd")
@@ -49,7 +54,7 @@ if(NOT ph MATCHES "^[XC]$")
 endif()
 
 # Bad arguments: exit 2, the message names the value and the option.
-foreach(bad "--context;banana" "--hbm;4X" "--policy;fifo" "--model;gpt-9")
+foreach(bad "--context;banana" "--hbm;4X" "--policy;fifo" "--model;gpt-9" "--nice;20")
   list(GET bad 0 opt)
   list(GET bad 1 val)
   execute_process(COMMAND ${KVTIER} run ${opt} ${val}

@@ -995,10 +995,10 @@ static void report_text(FILE *f, const struct run_opts *o, const struct run_resu
     fprintf(f, "kvtier run: %s (%u of %u layers, %u q / %u kv heads x %u), batch %u, context %llu + %u tokens, fp32 KV\n",
             o->model->name, layers, o->model->layers, o->model->q_heads, o->model->kv_heads,
             o->model->head_dim, o->batch, (unsigned long long)o->context, o->tokens);
-    fprintf(f, "  pages of %u tokens, %s; KV %s (%llu pages, %.1fx HBM); policy %s, codec %s, %u threads\n",
+    fprintf(f, "  pages of %u tokens, %s; KV %s (%llu pages, %.1fx HBM); policy %s, codec %s, %u threads (nice %u)\n",
             o->page_tokens, cli_bytes(b[0], 32, (double)r->page_bytes), cli_bytes(b[1], 32, (double)r->kv_bytes),
             (unsigned long long)r->pages, (double)r->kv_bytes / (double)r->cap[0], o->policy,
-            codec_name[o->codec], o->threads);
+            codec_name[o->codec], o->threads, o->nice);
     fprintf(f, "  %-5s %11s %11s %11s %11s %9s %9s %7s\n", "tier", "capacity", "resident",
             "bytes in", "bytes out", "hits", "misses", "hit%");
     for (int t = 0; t < KVT_TIERS; t++) {
@@ -1054,10 +1054,10 @@ static void report_json(const struct run_opts *o, const struct run_result *r, ui
     printf("{\"verified\": %s, \"tokens\": %llu, \"steps\": %u, \"batch\": %u, \"model\": \"%s\", "
            "\"layers\": %u, \"context\": %llu, \"page_tokens\": %u, \"page_bytes\": %llu, "
            "\"policy\": \"%s\", \"codec\": \"%s\", \"device\": \"host\", \"threads\": %u, "
-           "\"tokens_per_s\": %.4f, \"kv_bytes\": %llu, \"tiers\": {",
+           "\"nice\": %u, \"tokens_per_s\": %.4f, \"kv_bytes\": %llu, \"tiers\": {",
            r->verified ? "true" : "false", (unsigned long long)ntok, o->tokens, o->batch,
            o->model->name, layers, (unsigned long long)o->context, o->page_tokens,
-           (unsigned long long)r->page_bytes, o->policy, codec_name[o->codec], o->threads,
+           (unsigned long long)r->page_bytes, o->policy, codec_name[o->codec], o->threads, o->nice,
            (double)ntok / r->wall_s, (unsigned long long)r->kv_bytes);
     for (int t = 0; t < KVT_TIERS; t++) {
         uint64_t in, out;
