@@ -321,7 +321,7 @@ static uint64_t seg_len(const struct kvt_ssd *s, uint32_t seg)
  * allocation, instead of an ENOSPC in the middle of a write-back. */
 static int seg_open(struct kvt_ssd *s, uint32_t seg)
 {
-    if (s->seg_state[seg] & SEG_READY)
+    if (s->seg_state[seg] == SEG_READY)
         return 0;
     if (s->seg_state[seg] == SEG_FAILED)
         return -ENOSPC;
