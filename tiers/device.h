@@ -76,7 +76,10 @@ struct kvt_device_ops {
                   uint64_t *fence);
     /* 0 when fence f of dir has completed without error, -EINPROGRESS while
      * pending, a negative error (KVT_EDEVICE) when it or an earlier batch
-     * failed. Cheap: no system call on the host back-end. */
+     * failed. Either answer but -EINPROGRESS means the device no longer
+     * touches the memory of batch f or any earlier batch of dir: the caller
+     * may free or reuse it, even after a failure. Cheap: no system call on
+     * the host back-end. */
     int (*poll)(void *priv, enum kvt_dir dir, uint64_t f);
     /* Blocks until poll() would not return -EINPROGRESS; returns what it
      * would. */

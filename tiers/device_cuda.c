@@ -445,10 +445,16 @@ static int fence_lookup_locked(const struct cuda_dev *s, const struct cuda_dir *
     return 1;
 }
 
-static int lookup_error(const struct cuda_dev *s, int rc)
+/* In the failed state, a fence is reported failed only once its stream has
+ * drained (device.h: the caller may then free the memory). A broken context
+ * answers at once; after a non-sticky error elsewhere (a bad submit in the
+ * other direction) this stream may still be copying into our arenas. */
+static int lookup_error(const struct cuda_dev *s, const struct cuda_dir *d, int rc)
 {
-    if (rc == KVT_EDEVICE)
+    if (rc == KVT_EDEVICE) {
+        (void)cudaStreamSynchronize(d->stream);
         return failed_earlier(s);
+    }
     return kvt_fail(rc, "cuda device %d: fence not issued", s->ordinal);
 }
 
@@ -472,7 +478,7 @@ static int cuda_poll(void *priv, enum kvt_dir dir, uint64_t f)
     }
     pthread_mutex_unlock(&s->lock);
     if (rc != 1)
-        return rc ? lookup_error(s, rc) : 0;
+        return rc ? lookup_error(s, d, rc) : 0;
     if (e == cudaSuccess)
         return 0;
     if (e == cudaErrorNotReady)
@@ -498,7 +504,7 @@ static int cuda_wait(void *priv, enum kvt_dir dir, uint64_t f)
     }
     pthread_mutex_unlock(&s->lock);
     if (rc != 1)
-        return rc ? lookup_error(s, rc) : 0;
+        return rc ? lookup_error(s, d, rc) : 0;
     /* Not under s->lock: the wait may be long. If a submit re-records the event
      * meanwhile, we wait for a later batch, which implies ours. */
     cudaError_t e = cudaEventSynchronize(ev);
@@ -528,7 +534,7 @@ static int cuda_stream_wait(void *priv, enum kvt_dir dir, uint64_t f, void *stre
         e = cudaStreamWaitEvent((cudaStream_t)stream, d->ev[i], 0);
     pthread_mutex_unlock(&s->lock);
     if (rc < 0)
-        return lookup_error(s, rc);
+        return lookup_error(s, d, rc);
     return e == cudaSuccess ? 0 : arg_error(s, "cudaStreamWaitEvent", e);
 }
 

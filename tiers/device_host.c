@@ -36,6 +36,7 @@ struct host_queue {
     struct host_batch *head, *tail;
     uint64_t submitted;                 /* last fence handed out (under mu) */
     _Atomic uint64_t completed;         /* last fence done without error */
+    _Atomic uint64_t retired;           /* last fence the thread is done with */
     double next_free_s;                 /* link cap: when the link is idle again */
 };
 
@@ -120,6 +121,7 @@ static void *host_copy_thread(void *arg)
             atomic_store_explicit(&q->completed, b->fence, memory_order_release);
         else
             atomic_store(&d->failed, 1);
+        atomic_store_explicit(&q->retired, b->fence, memory_order_release);
         free(b);
         pthread_cond_broadcast(&d->done_cv);
     }
@@ -216,22 +218,47 @@ static int host_submit(void *priv, enum kvt_dir dir, const struct kvt_copy *c, s
     return 0;
 }
 
+/* A failed fence is reported only once its thread has let go of the batch:
+ * the other direction's thread may still be inside a memcpy it began before
+ * the failure, and a caller that took the error for "done" would free or
+ * reuse that memory under it (kvt_close unmapping the arenas did: SIGSEGV in
+ * kvt-d2h). After a failure the threads skip every queued batch, so pending
+ * fences retire at once. 'locked': the caller holds mu. */
+static int host_fence_state(struct host_dev *d, enum kvt_dir dir, uint64_t f, bool locked)
+{
+    struct host_queue *q = &d->q[dir];
+    /* retired before completed: the thread stores completed, then retired,
+     * so a batch seen retired is seen completed too if it succeeded. In the
+     * other order a success landing between the two loads reads as failed. */
+    uint64_t retired = atomic_load_explicit(&q->retired, memory_order_acquire);
+    if (atomic_load_explicit(&q->completed, memory_order_acquire) >= f)
+        return 0;
+    if (retired >= f)
+        return KVT_EDEVICE; /* retired, not completed: it or an earlier one failed */
+    if (!atomic_load(&d->failed))
+        return -EINPROGRESS;
+    /* Failed: a fence never handed out can never complete. */
+    if (!locked)
+        pthread_mutex_lock(&d->mu);
+    bool never = f > q->submitted;
+    if (!locked)
+        pthread_mutex_unlock(&d->mu);
+    return never ? KVT_EDEVICE : -EINPROGRESS;
+}
+
 static int host_poll(void *priv, enum kvt_dir dir, uint64_t f)
 {
-    struct host_dev *d = priv;
-    if (atomic_load_explicit(&d->q[dir].completed, memory_order_acquire) >= f)
-        return 0;
-    return atomic_load(&d->failed) ? KVT_EDEVICE : -EINPROGRESS;
+    return host_fence_state(priv, dir, f, false);
 }
 
 static int host_wait(void *priv, enum kvt_dir dir, uint64_t f)
 {
     struct host_dev *d = priv;
-    int r = host_poll(d, dir, f);
+    int r = host_fence_state(d, dir, f, false);
     if (r != -EINPROGRESS)
         return r;
     pthread_mutex_lock(&d->mu);
-    while ((r = host_poll(d, dir, f)) == -EINPROGRESS)
+    while ((r = host_fence_state(d, dir, f, true)) == -EINPROGRESS)
         pthread_cond_wait(&d->done_cv, &d->mu);
     pthread_mutex_unlock(&d->mu);
     return r;
