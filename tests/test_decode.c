@@ -283,7 +283,16 @@ static void compare_at(const struct shape *sh, double frac, bool dram)
                   (unsigned long long)min, (unsigned long long)dec,
                   min ? (double)dec / (double)min : 1.0, (unsigned long long)lru,
                   min ? (double)lru / (double)min : 1.0);
-    assert_true((double)dec <= 1.02 * (double)min + 1.0);
+    /* At DRAM the count also depends on timing: the SSD reads, the prefetch
+     * and the mover's write-backs run on their own threads, and which of
+     * them is ahead when room is needed decides an eviction now and then.
+     * Under the test suite's load (ctest -j2) the windowed shape at cap
+     * 114/120 read 100-107 pages against MIN's 102 over 40 runs, so a
+     * fixed 2% + 1 failed about one run in twenty. One group's pages of
+     * slack absorb that and still fail a policy that is not near MIN (LRU
+     * reads 17x MIN there). At HBM the replay is deterministic enough for +1. */
+    double slack = dram ? (double)group : 1.0;
+    assert_true((double)dec <= 1.02 * (double)min + slack);
     free(t.ev);
 }
 
