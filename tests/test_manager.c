@@ -301,8 +301,16 @@ static void test_dirty_writeback_survives_eviction(void **state)
         assert_true(t_check(p, PB, k, v - 1));
         t_fill(p, PB, k, v);
         assert_int_equal(kvt_release(e, &k, 1, 1), 0);
-        for (int i = 0; i < 3; i++) /* three other pages through two slots */
-            assert_acquire(e, f[i], 50);
+        /* Other pages through the two slots until k leaves HBM. Usually
+         * three do it; but k's write-back is asynchronous, and while it is
+         * in flight the engine evicts a clean page instead, so under load
+         * k was still in HBM after three (2 of 400 runs four at a time;
+         * once in a ctest -j4 soak). The bound only ends a broken engine's
+         * loop. */
+        unsigned n = 0;
+        do
+            assert_acquire(e, f[n % 3], 50);
+        while (++n < 3 || (t_where(e, k) == KVT_TIER_HBM && n < 100000));
         assert_int_equal(t_where(e, k), KVT_TIER_DRAM); /* it really left HBM */
         kvt_stats s1 = t_stats(e);
         assert_true(s1.bytes_down[KVT_TIER_HBM] - s0.bytes_down[KVT_TIER_HBM] >= PB);
