@@ -64,7 +64,7 @@ endif()
 list(APPEND KVT_DEP_LIBS ${LMDB_LIB} ${ZSTD_LIB})
 message(STATUS "kvtier: LMDB ${LMDB_LIB}, zstd ${ZSTD_LIB}")
 
-if(KVT_SANITIZE)
+if(KVT_SANITIZE OR KVT_SANITIZE_THREAD)
   set(KVT_SANITIZE_NUM 1)
 else()
   set(KVT_SANITIZE_NUM 0)

@@ -37,8 +37,8 @@ static void fill_and_measure(size_t hbm_pages, size_t dram_pages)
     print_message("%zu pages: %.1f B/page counted, %.1f B/page by mallinfo2\n", total, counted, heap);
     assert_true(counted <= 128.0);
 #if KVT_BUILD_SANITIZE
-    /* AddressSanitizer's allocator does not feed glibc's mallinfo2: only the
-     * engine's own count is checked in that build. */
+    /* The sanitizers' allocators do not feed glibc's mallinfo2: only the
+     * engine's own count is checked in those builds. */
     (void)heap;
 #else
     assert_true(heap <= 128.0);

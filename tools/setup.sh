@@ -3,9 +3,11 @@
 #
 #   tools/setup.sh run    install, build, run the main job
 #   tools/setup.sh test   install, build, run every test (and again under
-#                         AddressSanitizer + UndefinedBehaviorSanitizer)
+#                         AddressSanitizer + UndefinedBehaviorSanitizer, and
+#                         under ThreadSanitizer)
 #
-# Works as root, or as a user with sudo. Build trees: build/ and build-asan/.
+# Works as root, or as a user with sudo. Build trees: build/, build-asan/ and
+# build-tsan/.
 set -euo pipefail
 
 mode=${1:-}
@@ -64,6 +66,12 @@ echo "setup: the same suite under AddressSanitizer + UndefinedBehaviorSanitizer"
 build build-asan -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=ON -DKVT_DEBUG=ON -DCMAKE_BUILD_TYPE=Debug
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$jobs")
+# ThreadSanitizer needs the fixed address-space layout that setarch -R gives
+# (with high-entropy ASLR it stops with "unexpected memory mapping").
+echo "setup: the same suite under ThreadSanitizer"
+build build-tsan -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE_THREAD=ON -DKVT_DEBUG=ON -DCMAKE_BUILD_TYPE=Debug
+(cd build-tsan && TSAN_OPTIONS="suppressions=$top/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
+   setarch "$(uname -m)" -R ctest --output-on-failure -j"$jobs")
 
 # The Python binding's tests (tests/python) against build/libkvtier.so. Debian's
 # python3 (not whatever python3 is first on PATH) because Debian's torch is
