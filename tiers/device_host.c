@@ -34,7 +34,7 @@ struct host_queue {
     pthread_t thread;
     bool started;
     struct host_batch *head, *tail;
-    uint64_t submitted;                 /* last fence handed out (under mu) */
+    _Atomic uint64_t submitted;         /* last fence handed out (written under mu) */
     _Atomic uint64_t completed;         /* last fence done without error */
     _Atomic uint64_t retired;           /* last fence the thread is done with */
     double next_free_s;                 /* link cap: when the link is idle again */
@@ -206,7 +206,7 @@ static int host_submit(void *priv, enum kvt_dir dir, const struct kvt_copy *c, s
 
     struct host_queue *q = &d->q[dir];
     pthread_mutex_lock(&d->mu);
-    uint64_t f = b->fence = ++q->submitted;
+    uint64_t f = b->fence = atomic_fetch_add(&q->submitted, 1) + 1;
     if (q->tail)
         q->tail->next = b;
     else
@@ -223,9 +223,10 @@ static int host_submit(void *priv, enum kvt_dir dir, const struct kvt_copy *c, s
  * the failure, and a caller that took the error for "done" would free or
  * reuse that memory under it (kvt_close unmapping the arenas did: SIGSEGV in
  * kvt-d2h). After a failure the threads skip every queued batch, so pending
- * fences retire at once. 'locked': the caller holds mu. */
-static int host_fence_state(struct host_dev *d, enum kvt_dir dir, uint64_t f, bool locked)
+ * fences retire at once. */
+static int host_poll(void *priv, enum kvt_dir dir, uint64_t f)
 {
+    struct host_dev *d = priv;
     struct host_queue *q = &d->q[dir];
     /* retired before completed: the thread stores completed, then retired,
      * so a batch seen retired is seen completed too if it succeeded. In the
@@ -235,30 +236,20 @@ static int host_fence_state(struct host_dev *d, enum kvt_dir dir, uint64_t f, bo
         return 0;
     if (retired >= f)
         return KVT_EDEVICE; /* retired, not completed: it or an earlier one failed */
-    if (!atomic_load(&d->failed))
-        return -EINPROGRESS;
     /* Failed: a fence never handed out can never complete. */
-    if (!locked)
-        pthread_mutex_lock(&d->mu);
-    bool never = f > q->submitted;
-    if (!locked)
-        pthread_mutex_unlock(&d->mu);
-    return never ? KVT_EDEVICE : -EINPROGRESS;
-}
-
-static int host_poll(void *priv, enum kvt_dir dir, uint64_t f)
-{
-    return host_fence_state(priv, dir, f, false);
+    if (atomic_load(&d->failed) && f > atomic_load(&q->submitted))
+        return KVT_EDEVICE;
+    return -EINPROGRESS;
 }
 
 static int host_wait(void *priv, enum kvt_dir dir, uint64_t f)
 {
     struct host_dev *d = priv;
-    int r = host_fence_state(d, dir, f, false);
+    int r = host_poll(d, dir, f);
     if (r != -EINPROGRESS)
         return r;
     pthread_mutex_lock(&d->mu);
-    while ((r = host_fence_state(d, dir, f, true)) == -EINPROGRESS)
+    while ((r = host_poll(d, dir, f)) == -EINPROGRESS)
         pthread_cond_wait(&d->done_cv, &d->mu);
     pthread_mutex_unlock(&d->mu);
     return r;
