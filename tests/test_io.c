@@ -572,27 +572,17 @@ static void test_raw_bench(void **state)
     assert_int_equal(kvt_io_raw_bench(f->path, FILE_BYTES, 1000, 4, 8, false, &gbps), -EINVAL);
 }
 
-/* The kernel's struct sched_attr, as io/sched_hint.c spells it. */
-struct t_sched_attr {
-    uint32_t size, policy;
-    uint64_t flags;
-    int32_t nice;
-    uint32_t prio;
-    uint64_t runtime, deadline, period;
-    uint32_t util_min, util_max;
-};
-
 static void *t_slice_thread(void *arg)
 {
     int *out = arg; /* [rc, nice before, nice after, runtime in us] */
     assert_int_equal(setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 3), 0);
     out[1] = getpriority(PRIO_PROCESS, 0);
     out[0] = kvt_io_short_slice();
-    struct t_sched_attr a;
+    struct kvt_sched_attr a;
     memset(&a, 0, sizeof(a));
     if (syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0) == 0) {
-        out[2] = a.nice;
-        out[3] = (int)(a.runtime / 1000);
+        out[2] = a.sched_nice;
+        out[3] = (int)(a.sched_runtime / 1000);
     }
     return NULL;
 }
