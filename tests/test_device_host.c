@@ -116,6 +116,43 @@ static void test_both_directions_batches(void **state)
     }
 }
 
+/* Every shape a copy can have, through the streaming path (whole aligned
+ * 64-byte blocks of 4 KiB and more) and through memcpy (short, ragged or
+ * misaligned): each destination holds exactly the source bytes, and the
+ * bytes just outside it are untouched. */
+static void test_copy_shapes(void **state)
+{
+    struct fix *f = *state;
+    static const struct { size_t dst_off, src_off, bytes; } shape[] = {
+        { 0, 0, 4096 },          /* streamed: the smallest page */
+        { 0, 0, 131072 },        /* streamed: kvtier run's page */
+        { 64, 128, 4096 + 64 },  /* streamed: aligned, not a page multiple */
+        { 0, 0, 100 },           /* memcpy: short */
+        { 0, 0, 4096 + 8 },      /* memcpy: not whole 64-byte blocks */
+        { 8, 0, 8192 },          /* memcpy: destination misaligned */
+        { 0, 24, 8192 },         /* memcpy: source misaligned */
+    };
+    const size_t n = sizeof(shape) / sizeof(shape[0]), area = 256 << 10;
+    struct kvt_copy c[sizeof(shape) / sizeof(shape[0])];
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *dst = f->a + i * area, *src = f->b + i * area;
+        memset(dst, 0xee, area);
+        t_fill(src + shape[i].src_off, shape[i].bytes, t_key(3, 3, (uint32_t)i), 9);
+        c[i] = (struct kvt_copy){ dst + shape[i].dst_off, src + shape[i].src_off, shape[i].bytes };
+    }
+    uint64_t fence;
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, c, n, &fence), 0);
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_H2D, fence), 0);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *dst = f->a + i * area;
+        assert_true(t_check(dst + shape[i].dst_off, shape[i].bytes, t_key(3, 3, (uint32_t)i), 9));
+        for (size_t b = 0; b < shape[i].dst_off; b++)
+            assert_int_equal(dst[b], 0xee);
+        for (size_t b = shape[i].dst_off + shape[i].bytes; b < area; b++)
+            assert_int_equal(dst[b], 0xee);
+    }
+}
+
 static void test_failure_is_sticky(void **state)
 {
     struct fix *f = *state;
@@ -248,6 +285,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_submit_is_not_inline, setup_slow, teardown),
         cmocka_unit_test_setup_teardown(test_fences_in_order_per_direction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_both_directions_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_shapes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_is_sticky, setup, teardown),
         cmocka_unit_test(test_failure_waits_for_running_copy),
         cmocka_unit_test_setup_teardown(test_copy_sync, setup, teardown),

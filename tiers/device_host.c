@@ -9,8 +9,9 @@
  * transfers take the time a PCIe link would, so overlap of copies with compute
  * can be seen and tested.
  *
- * Memory ordering: the copy thread finishes its memcpy, then publishes the
- * fence with a release store of completed[dir]; poll() loads it with acquire.
+ * Memory ordering: the copy thread finishes its copies (and an sfence orders
+ * their non-temporal stores), then publishes the fence with a release store
+ * of completed[dir]; poll() loads it with acquire.
  * A caller that sees fence f done therefore sees every byte of batch f.
  */
 #include <errno.h>
@@ -68,6 +69,43 @@ static void sleep_until(double t)
         ;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <emmintrin.h>
+/* A page copy with non-temporal stores. A plain memcpy of a 128 KiB page
+ * first reads every destination line for ownership, then writes it back:
+ * three passes over memory where the copy needs two, and the pages it
+ * streams through push the caller's working set out of the cache. A GPU's
+ * copy engine does neither to the host. `kvtier bench hbm` on this 2-core VM:
+ * dram->hbm 11.8 -> 18.2 GB/s, hbm->dram 14.3 -> 19.3 GB/s. Only whole
+ * 16-byte-aligned blocks of 64 bytes go this way (pages always are); the
+ * stores are weakly ordered, hence host_copy_fence() before the fence that
+ * publishes the batch. Returns false where memcpy must do it. */
+static bool host_copy_stream(void *dst, const void *src, size_t bytes)
+{
+    if (bytes < 4096 || bytes % 64 || ((uintptr_t)dst | (uintptr_t)src) % 16)
+        return false;
+    __m128i *d = dst;
+    const __m128i *s = src;
+    for (size_t i = 0; i < bytes / 16; i += 4) {
+        __m128i a = _mm_load_si128(s + i), b = _mm_load_si128(s + i + 1);
+        __m128i c = _mm_load_si128(s + i + 2), e = _mm_load_si128(s + i + 3);
+        _mm_stream_si128(d + i, a);
+        _mm_stream_si128(d + i + 1, b);
+        _mm_stream_si128(d + i + 2, c);
+        _mm_stream_si128(d + i + 3, e);
+    }
+    return true;
+}
+#define host_copy_fence() _mm_sfence()
+#else
+static bool host_copy_stream(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    return false;
+}
+#define host_copy_fence() ((void)0)
+#endif
+
 /* Runs one batch: the copies, then the cap's delay. Returns false to fail it. */
 static bool host_run_batch(struct host_dev *d, struct host_queue *q, struct host_batch *b,
                            bool fail)
@@ -76,9 +114,11 @@ static bool host_run_batch(struct host_dev *d, struct host_queue *q, struct host
         return false;
     size_t bytes = 0;
     for (size_t i = 0; i < b->n; i++) {
-        memcpy(b->c[i].dst, b->c[i].src, b->c[i].bytes);
+        if (!host_copy_stream(b->c[i].dst, b->c[i].src, b->c[i].bytes))
+            memcpy(b->c[i].dst, b->c[i].src, b->c[i].bytes);
         bytes += b->c[i].bytes;
     }
+    host_copy_fence();
     if (d->bytes_per_s > 0) {
         double start = now_s();
         if (q->next_free_s < start)

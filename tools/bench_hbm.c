@@ -5,8 +5,8 @@
  *
  * The baseline moves the same bytes between the same two arenas in the same
  * page-sized blocks and batches, with no manager: straight into the device
- * back-end's copy queue (memcpy on the host back-end's copy thread — the
- * emulated link itself —, cudaMemcpyAsync on CUDA). The ratio is therefore
+ * back-end's copy queue (the host back-end's copy thread — the emulated link
+ * itself, non-temporal stores —, cudaMemcpyAsync on CUDA). The ratio is therefore
  * what the manager costs on top of the link. Each figure is the best of --reps runs, so a stray
  * scheduler hiccup on a 2-core machine does not decide a ratio.
  */
@@ -39,7 +39,7 @@ static void bench_usage(FILE *f)
             "usage: kvtier bench hbm [options]\n"
             "\n"
             "DRAM->HBM and HBM->DRAM throughput through the tier manager, each beside a raw\n"
-            "copy of the same bytes between the same arenas (memcpy on the host back-end,\n"
+            "copy of the same bytes between the same arenas (the host back-end's copy,\n"
             "cudaMemcpyAsync on CUDA), as a ratio; and acquire+release per second.\n"
             "\n"
             "options:\n"
@@ -103,7 +103,7 @@ bad:
 /* Copies `pages` blocks between the arenas with no manager (cycling over all
  * HBM slots and the first nd DRAM slots: the span the manager phase uses), in
  * batches of `batch` through the device back-end's own queue: on the host
- * back-end that is the copy thread's memcpy (the emulated link itself), on
+ * back-end that is the copy thread's page copy (the emulated link itself), on
  * CUDA cudaMemcpyAsync on the direction's stream. Not pipelined: waits for
  * each batch, as an acquire does; pipelined: queues everything, then waits,
  * as a flush does. Returns GB/s. */
@@ -281,7 +281,7 @@ static int bench_hbm(const struct bench_opts *o)
         return cli_error("bench hbm", 2, "--dram must hold at least twice --hbm plus one batch");
     }
     bool host = !strcmp(kvt_device_name(e), "host");
-    const char *base = host ? "memcpy" : "cudaMemcpyAsync";
+    const char *base = host ? "host copy" : "cudaMemcpyAsync";
     uint64_t n_up = 2ull * nh + o->batch, m_down = nh - e->watermark;
     uint64_t rounds = o->quick ? 2 : 4;
     struct link_result l[2] = { { "dram->hbm", base, 0, 0 }, { "hbm->dram", base, 0, 0 } };
