@@ -142,6 +142,19 @@ static void run_ok(const char *policy, int codec)
     assert_true(r.delta.bytes_up[KVT_TIER_DRAM] > 0);  /* SSD -> DRAM */
     assert_true(r.end.resident_pages[KVT_TIER_SSD] > 0);
     assert_true(r.wall_s > 0 && r.bound_s > 0);
+    /* term_s: compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd, ssd. The
+     * SSD is one device: its term is the two directions' sum, capped at the
+     * wall time; the bound is the largest of compute, the two DRAM<->HBM
+     * links and that sum, and never above the wall time. */
+    double ssd = r.term_s[3] + r.term_s[4];
+    assert_true(r.term_s[5] == (ssd < r.wall_s ? ssd : r.wall_s));
+    double b = r.term_s[0];
+    for (int i = 1; i < 6; i++)
+        if (i != 3 && i != 4 && r.term_s[i] > b)
+            b = r.term_s[i];
+    assert_true(r.bound_s == b);
+    assert_true(r.bound_s <= r.wall_s);
+    assert_true(r.term_s[3] > 0); /* the decode read from SSD */
 }
 
 static void test_run_decode(void **state) { run_ok("decode", KVT_CODEC_NONE); }

@@ -72,7 +72,8 @@ struct run_result {
     struct run_link spill_read;          /* read passes over the engine's spill segment */
     double decode_gbps[5]; /* per link: bytes the decode moved / wall_s (index as term_s) */
     double link_gbps[5];   /* per link: the speed the bound uses, max(raw, decode_gbps) */
-    double term_s[5]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd */
+    double term_s[6]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd, and
+                       * ssd: the last two summed (one device), capped at wall_s */
     double bound_s;
     int bound_by;     /* index into term_s */
 };
