@@ -12,6 +12,7 @@
 
 #include "tests/helpers.h"
 #include "tools/attention.h"
+#include "tools/attn_math.h"
 #include "tools/run.h"
 
 static const struct attn_shape SH = { 8, 2, 32, 8 }; /* 4 q heads per kv head */
@@ -65,6 +66,85 @@ static void test_kernel(void **state)
         for (uint32_t i = 0; i < np; i++)
             free(pages[i]);
         free(pages);
+        free(scr);
+    }
+}
+
+/* Distance in units in the last place between two positive floats. */
+static uint32_t ulps(float a, float b)
+{
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    return (uint32_t)(ia > ib ? ia - ib : ib - ia);
+}
+
+/* attn_exp against e^x in double rounded to float, over [-87, 0]: a dense
+ * sweep plus the edges. */
+static void test_attn_exp(void **state)
+{
+    uint32_t worst = 0;
+    for (uint32_t i = 0; i <= 2000000; i++) {
+        float x = -87.0f * (float)i / 2000000.0f;
+        uint32_t u = ulps(attn_exp(x), (float)exp((double)x));
+        worst = u > worst ? u : worst;
+    }
+    assert_true(worst <= 2);
+    assert_true(attn_exp(0.0f) == 1.0f);
+    assert_true(attn_exp(-0.0f) == 1.0f);
+    assert_true(attn_exp(-87.5f) == 0.0f);
+    assert_true(attn_exp(-INFINITY) == 0.0f);
+    assert_true(attn_exp(NAN) == 0.0f);
+}
+
+/* The order a GPU kernel computes in (one q head per block; a score per
+ * token; one thread folds the softmax state; one thread per output
+ * element), written with attn_math.h's scalar helpers, gives the CPU
+ * kernel's bits exactly, for llama3-8b's head shape. */
+static void test_gpu_order(void **state)
+{
+    const struct attn_shape sh = { 32, 8, 128, 16 };
+    const uint32_t G = sh.q_heads / sh.kv_heads, D = sh.head_dim, pt = sh.page_tokens;
+    const uint32_t lens[] = { 1, 16, 17, 100 };
+    size_t pf = attn_page_floats(&sh);
+    const float scale = (float)(1.0 / sqrt((double)D));
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        uint32_t n = lens[li], np = (n + pt - 1) / pt;
+        float **pages = calloc(np, sizeof(float *));
+        for (uint32_t i = 0; i < np; i++) {
+            pages[i] = calloc(pf, sizeof(float));
+            uint32_t nt = n - i * pt < pt ? n - i * pt : pt;
+            run_fill_page(&sh, 11, 1, 2, i, nt, 0, sh.kv_heads, pages[i]);
+        }
+        size_t qf = (size_t)sh.q_heads * D;
+        float *q = malloc(qf * sizeof(float)), *out = malloc(qf * sizeof(float));
+        float *gpu = malloc(qf * sizeof(float)), *scr = malloc(pf * sizeof(float));
+        for (size_t i = 0; i < qf; i++)
+            q[i] = 4.0f * run_kv_value(5, 0, 0, (uint32_t)(i / D), (uint32_t)(i % D), 0, 2);
+        attn_decode(&sh, q, n, 0, sh.kv_heads, from_array, pages, scr, out);
+        for (uint32_t qh = 0; qh < sh.q_heads; qh++) {
+            uint32_t h = qh / G;
+            float m = -INFINITY, l = 0, c, sc[16], p[16], acc[128] = { 0 };
+            for (uint32_t pg = 0; pg < np; pg++) {
+                uint32_t nt = n - pg * pt < pt ? n - pg * pt : pt;
+                for (uint32_t t = 0; t < nt; t++)
+                    sc[t] = attn_score(q + (size_t)qh * D, pages[pg] + attn_row(&sh, 0, h, t), D,
+                                       scale);
+                attn_fold_stats(sc, nt, &m, &l, &c, p);
+                for (uint32_t d = 0; d < D; d++)
+                    acc[d] = attn_fold_acc(acc[d], c, p, pages[pg] + attn_row(&sh, 1, h, 0) + d,
+                                           nt, D);
+            }
+            for (uint32_t d = 0; d < D; d++)
+                gpu[(size_t)qh * D + d] = ATTN_DIV(acc[d], l);
+        }
+        assert_memory_equal(out, gpu, qf * sizeof(float));
+        for (uint32_t i = 0; i < np; i++)
+            free(pages[i]);
+        free(pages);
+        free(q);
+        free(out);
+        free(gpu);
         free(scr);
     }
 }
@@ -189,7 +269,8 @@ static void test_wrong_seed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel),      cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_kernel),      cmocka_unit_test(test_attn_exp),
+        cmocka_unit_test(test_gpu_order),   cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_nice),
         cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_lru),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),

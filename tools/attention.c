@@ -3,8 +3,11 @@
  * and the small thread team that splits it by kv head.
  *
  * Vectorised with GCC/Clang vector extensions (8 floats: two SSE registers,
- * one AVX register), no -ffast-math: every sum has a fixed association, so
- * the result is a function of the values alone. Bit-exact verification in
+ * one AVX register), no -ffast-math and no FMA contraction
+ * (-ffp-contract=off), exponentials by attn_exp (tools/attn_math.h): every
+ * sum has a fixed association, so the result is a function of the values
+ * alone, and the scalar helpers of attn_math.h (the order a GPU kernel
+ * follows) give the same bits. Bit-exact verification in
  * `kvtier run` depends on that; do not add reductions whose order depends
  * on alignment, thread count or where a page sits.
  */
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include "tools/attention.h"
+#include "tools/attn_math.h"
 
 /* 8-float vectors in static functions only: no ABI is crossed. */
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -75,13 +79,13 @@ static void page_fold(const float *sc, const float *v, uint32_t nt, uint32_t D, 
     for (uint32_t t = 0; t < nt; t++)
         if (sc[t] > mx)
             mx = sc[t];
-    float c = expf(*m - mx); /* 0 on the first page: m is -inf */
+    float c = attn_exp(*m - mx); /* 0 on the first page: m is -inf */
     float sum = *l * c;
     v8f cv = splat8(c);
     for (uint32_t d = 0; d < D; d += 8)
         st8(acc + d, ld8(acc + d) * cv);
     for (uint32_t t = 0; t < nt; t++) {
-        float p = expf(sc[t] - mx);
+        float p = attn_exp(sc[t] - mx);
         sum += p;
         v8f pv = splat8(p);
         const float *vr = v + (size_t)t * D;
