@@ -24,7 +24,7 @@
 #include <string.h>
 
 #ifdef __CUDACC__
-#define ATTN_HD static __host__ __device__ inline
+#define ATTN_HD static __device__ inline
 #define ATTN_MUL(a, b) __fmul_rn((a), (b))
 #define ATTN_ADD(a, b) __fadd_rn((a), (b))
 #define ATTN_DIV(a, b) __fdiv_rn((a), (b))

@@ -31,6 +31,9 @@
 #include "io/io.h"
 #include "tools/run.h"
 #include "tools/trace_json.h"
+#if KVT_HAVE_CUDA_ATTN
+#include "tools/attention_cuda.h"
+#endif
 
 /* The terms of the bound: compute and one per link direction, then the SSD
  * as the one device it is (its two directions share it; see bound()). */
@@ -140,7 +143,8 @@ static void run_usage(FILE *f)
             "  --ssd-dir DIR     spill directory (default: a temporary one, removed at exit)\n"
             "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none)\n"
             "  --policy P        decode or lru (default decode)\n"
-            "  --device D        host (default); CUDA needs a GPU attention kernel, not built yet\n"
+            "  --device D        host (default), or a CUDA ordinal: pages in GPU memory and the\n"
+            "                    attention on the GPU (builds where CMake found nvcc)\n"
             "  --threads N       attention threads (default 2)\n"
             "  --nice N          their nice value, 0-19 (default 19: the I/O threads come first;\n"
             "                    0 = the caller's priority, the caller computing a part)\n"
@@ -254,6 +258,10 @@ struct run_ctx {
     kvt_engine *e;
     struct attn_pool *pool;
     float **scratch; /* one page per thread, for the reference */
+    void *stage;     /* one page in host memory: what is written into a device page */
+#if KVT_HAVE_CUDA_ATTN
+    struct attn_cuda *gpu;
+#endif
     float *q, *out;
     kvt_key *keys;
     void **ptrs;
@@ -580,16 +588,44 @@ static uint64_t *hash_slot(struct run_ctx *x, uint32_t step, uint32_t layer, uin
 
 static uint64_t seq_id(uint32_t s) { return 1 + (uint64_t)s; }
 
-static void write_token(struct run_ctx *x, void *page, uint32_t seq, uint32_t layer, uint32_t pos)
+/* Page bytes go in and out through the device back-end's synchronous copy,
+ * so one path serves host pages and device pages alike (on the host
+ * back-end it is a memcpy). */
+static int page_copy(struct run_ctx *x, enum kvt_copy_kind kind, void *dst, const void *src,
+                     size_t bytes)
+{
+    int rc = x->e->dev->copy_sync(x->e->dev_priv, kind, dst, src, bytes);
+    if (rc)
+        cli_error("run", 1, "copying page bytes: %s", kvt_strerror(rc));
+    return rc;
+}
+
+/* Writes the token at pos (its K and V rows, one per kv head) into page. */
+static int write_token(struct run_ctx *x, void *page, uint32_t seq, uint32_t layer, uint32_t pos)
 {
     const struct attn_shape *s = &x->sh;
     uint32_t t = pos % s->page_tokens;
+    float *row = x->stage;
     for (int kind = 0; kind < 2; kind++)
         for (uint32_t h = 0; h < s->kv_heads; h++) {
-            float *row = (float *)page + attn_row(s, kind, h, t);
             for (uint32_t d = 0; d < s->head_dim; d++)
                 row[d] = run_kv_value(x->o->seed, seq, layer, pos, h, d, kind);
+            int rc = page_copy(x, KVT_COPY_H2D, (float *)page + attn_row(s, kind, h, t), row,
+                               s->head_dim * sizeof(float));
+            if (rc)
+                return rc;
         }
+    return 0;
+}
+
+/* A new page: zeros, then the tokens [first, first + nt) of (seq, layer). */
+static int write_page(struct run_ctx *x, void *page, uint32_t seq, uint32_t layer, uint32_t i,
+                      uint32_t nt)
+{
+    memset(x->stage, 0, x->pb);
+    if (nt)
+        run_fill_page(&x->sh, x->o->seed, seq, layer, i, nt, 0, x->sh.kv_heads, x->stage);
+    return page_copy(x, KVT_COPY_H2D, page, x->stage, x->pb);
 }
 
 static int prefill(struct run_ctx *x)
@@ -606,9 +642,7 @@ static int prefill(struct run_ctx *x)
                 if (rc)
                     return rc;
                 uint32_t nt = o->context - (uint64_t)i * pt < pt ? (uint32_t)(o->context - (uint64_t)i * pt) : pt;
-                memset(p, 0, x->pb);
-                run_fill_page(&x->sh, o->seed, s, l, i, nt, 0, x->sh.kv_heads, p);
-                if ((rc = kvt_release(x->e, &k, 1, 1)))
+                if ((rc = write_page(x, p, s, l, i, nt)) || (rc = kvt_release(x->e, &k, 1, 1)))
                     return rc;
             }
     return 0;
@@ -631,6 +665,33 @@ static void progress(const struct run_opts *o, uint32_t step, double elapsed)
     fflush(stderr);
 }
 
+/* The test hook of --corrupt-step: flips the lowest exponent bit of K[0][0][0]. */
+static int corrupt(struct run_ctx *x, void *page)
+{
+    uint8_t b[4];
+    int rc = page_copy(x, KVT_COPY_D2H, b, page, sizeof b);
+    b[3] ^= 0x01;
+    return rc ? rc : page_copy(x, KVT_COPY_H2D, page, b, sizeof b);
+}
+
+/* x->out = the attention of x->q over the n tokens in the acquired pages. */
+static int attention(struct run_ctx *x, uint32_t n, uint32_t s, uint32_t l)
+{
+#if KVT_HAVE_CUDA_ATTN
+    if (x->gpu) {
+        char err[256];
+        uint32_t np = (n + x->sh.page_tokens - 1) / x->sh.page_tokens;
+        int rc = attn_cuda_run(x->gpu, x->q, n, x->ptrs, np, x->out, err, sizeof err);
+        if (rc)
+            cli_error("run", 1, "attention on the GPU: %s", err);
+        return rc;
+    }
+#endif
+    struct attn_job j = { x, n, s, l, x->o->seed, 0 };
+    attn_pool_run(x->pool, attn_part, &j);
+    return 0;
+}
+
 /* One (step, layer, sequence) group through kvtier. */
 static int decode_group(struct run_ctx *x, struct run_result *r, uint32_t step, uint32_t l,
                         uint32_t s)
@@ -647,9 +708,8 @@ static int decode_group(struct run_ctx *x, struct run_result *r, uint32_t step, 
         void *p;
         if ((rc = kvt_create(x->e, k, &p)))
             return rc;
-        memset(p, 0, x->pb);
-        write_token(x, p, s, l, pos);
-        if ((rc = kvt_release(x->e, &k, 1, 1)))
+        if ((rc = write_page(x, p, s, l, pos / pt, 0)) || (rc = write_token(x, p, s, l, pos)) ||
+            (rc = kvt_release(x->e, &k, 1, 1)))
             return rc;
     }
     for (uint32_t i = 0; i < np; i++)
@@ -658,14 +718,14 @@ static int decode_group(struct run_ctx *x, struct run_result *r, uint32_t step, 
     if ((rc = kvt_acquire(x->e, x->keys, np, x->ptrs)))
         return rc;
     double t1 = cli_now();
-    if (!fresh)
-        write_token(x, x->ptrs[np - 1], s, l, pos);
-    if (o->corrupt_step == (int64_t)step && s == 0 && l == 0)
-        ((uint8_t *)x->ptrs[0])[3] ^= 0x01; /* the exponent of K[0][0][0]: a test hook */
+    if (!fresh && (rc = write_token(x, x->ptrs[np - 1], s, l, pos)))
+        return rc;
+    if (o->corrupt_step == (int64_t)step && s == 0 && l == 0 && (rc = corrupt(x, x->ptrs[0])))
+        return rc;
     fill_query(&x->sh, o->seed, s, l, pos, x->q);
     double t2 = cli_now();
-    struct attn_job j = { x, n, s, l, o->seed, 0 };
-    attn_pool_run(x->pool, attn_part, &j);
+    if ((rc = attention(x, n, s, l)))
+        return rc;
     double t3 = cli_now();
     uint64_t *hs = hash_slot(x, step, l, s);
     for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
@@ -769,6 +829,10 @@ static void ctx_free(struct run_ctx *x)
         for (unsigned i = 0; i < (x->pool ? attn_pool_threads(x->pool) : 0); i++)
             free(x->scratch[i]);
     free(x->scratch);
+    free(x->stage);
+#if KVT_HAVE_CUDA_ATTN
+    attn_cuda_free(x->gpu);
+#endif
     attn_pool_free(x->pool);
     free(x->q);
     free(x->out);
@@ -793,7 +857,8 @@ static int ctx_alloc(struct run_ctx *x)
     x->keys = malloc(x->pages_max * sizeof(kvt_key));
     x->ptrs = malloc(x->pages_max * sizeof(void *));
     x->hashes = malloc((size_t)o->tokens * x->layers * o->batch * x->sh.q_heads * sizeof(uint64_t));
-    if (!x->scratch || !x->q || !x->out || !x->keys || !x->ptrs || !x->hashes)
+    x->stage = malloc(x->pb);
+    if (!x->scratch || !x->q || !x->out || !x->keys || !x->ptrs || !x->hashes || !x->stage)
         return -ENOMEM;
     for (unsigned i = 0; i < nt; i++)
         if (!(x->scratch[i] = malloc(x->pb)))
@@ -811,6 +876,29 @@ static void on_transfer(void *arg, const kvt_transfer_event *ev)
     if (ev->kind >= 0 && ev->kind < TRACE_LINKS)
         trace_link(&x->trace, ev->kind, names[ev->kind], (double)ev->start_ns * 1e-9,
                    (double)ev->end_ns * 1e-9, ev->pages, (double)ev->bytes);
+}
+
+/* Where the attention runs: on the CPU over host pages, or with the CUDA
+ * back-end on the GPU over its device pages (where the kernel was built). */
+static int open_attention(struct run_ctx *x)
+{
+    if (!strcmp(kvt_device_name(x->e), "host"))
+        return 0;
+#if KVT_HAVE_CUDA_ATTN
+    if (!strcmp(kvt_device_name(x->e), "cuda")) {
+        char err[256];
+        int ordinal = x->o->device >= 0 ? x->o->device : 0; /* AUTO opens device 0 */
+        int rc = attn_cuda_new(ordinal, &x->sh, x->pages_max, &x->gpu, err, sizeof err);
+        if (rc)
+            cli_error("run", 1, "device %d: %s", ordinal, err);
+        return rc;
+    }
+#endif
+    cli_error("run", 1,
+              "device %s: this build has no GPU attention kernel for it (tools/attention_cuda.cu "
+              "is built where CMake finds nvcc, outside the sanitizer builds)",
+              kvt_device_name(x->e));
+    return KVT_ENOTSUP;
 }
 
 static int open_engine(struct run_ctx *x, struct run_result *r)
@@ -838,13 +926,8 @@ static int open_engine(struct run_ctx *x, struct run_result *r)
         cli_error("run", 1, "cannot open the engine: %s (%s)", kvt_strerror(rc), kvt_last_error());
         return rc;
     }
-    if (strcmp(kvt_device_name(x->e), "host")) {
-        cli_error("run", 1,
-                  "device %s: the attention runs on the CPU over page pointers, which needs the "
-                  "host back-end (--device host); a GPU attention kernel is not built yet",
-                  kvt_device_name(x->e));
-        return KVT_ENOTSUP;
-    }
+    if ((rc = open_attention(x)))
+        return rc;
     uint64_t *ids = malloc(o->batch * sizeof(uint64_t));
     if (!ids)
         return -ENOMEM;
@@ -949,6 +1032,7 @@ int run_exec(const struct run_opts *o, struct run_result *r)
     }
     if ((rc = open_engine(&x, r)))
         goto out;
+    snprintf(r->device, sizeof r->device, "%s", kvt_device_name(x.e));
     r->gbps_h2d = raw_link(x.e, KVT_H2D);
     r->gbps_d2h = raw_link(x.e, KVT_D2H);
     double t0 = cli_now();
@@ -1068,11 +1152,12 @@ static void report_json(const struct run_opts *o, const struct run_result *r, ui
     uint64_t ntok = (uint64_t)o->tokens * o->batch;
     printf("{\"verified\": %s, \"tokens\": %llu, \"steps\": %u, \"batch\": %u, \"model\": \"%s\", "
            "\"layers\": %u, \"context\": %llu, \"page_tokens\": %u, \"page_bytes\": %llu, "
-           "\"policy\": \"%s\", \"codec\": \"%s\", \"device\": \"host\", \"threads\": %u, "
+           "\"policy\": \"%s\", \"codec\": \"%s\", \"device\": \"%s\", \"threads\": %u, "
            "\"nice\": %u, \"tokens_per_s\": %.4f, \"kv_bytes\": %llu, \"tiers\": {",
            r->verified ? "true" : "false", (unsigned long long)ntok, o->tokens, o->batch,
            o->model->name, layers, (unsigned long long)o->context, o->page_tokens,
-           (unsigned long long)r->page_bytes, o->policy, codec_name[o->codec], o->threads, o->nice,
+           (unsigned long long)r->page_bytes, o->policy, codec_name[o->codec],
+           r->device[0] ? r->device : "host", o->threads, o->nice,
            (double)ntok / r->wall_s, (unsigned long long)r->kv_bytes);
     for (int t = 0; t < KVT_TIERS; t++) {
         uint64_t in, out;

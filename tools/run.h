@@ -61,6 +61,7 @@ struct run_link {
 
 struct run_result {
     bool verified;
+    char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
     uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */
     kvt_stats delta;  /* counters over the decode loop */
     kvt_stats end;    /* counters at its end */
