@@ -100,53 +100,70 @@ static void test_attn_exp(void **state)
 /* The order a GPU kernel computes in (one q head per block; a score per
  * token; one thread folds the softmax state; one thread per output
  * element), written with attn_math.h's scalar helpers, gives the CPU
- * kernel's bits exactly, for llama3-8b's head shape. */
+ * kernel's bits exactly: llama3-8b's heads, one q head per kv head, pages
+ * longer than a head (256 tokens of 64), ragged pages (7 tokens), and
+ * queries scaled up until exponentials underflow. */
+static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale)
+{
+    const uint32_t G = sh->q_heads / sh->kv_heads, D = sh->head_dim, pt = sh->page_tokens;
+    uint32_t np = (n + pt - 1) / pt;
+    size_t pf = attn_page_floats(sh), qf = (size_t)sh->q_heads * D;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float **pages = calloc(np, sizeof(float *));
+    for (uint32_t i = 0; i < np; i++) {
+        pages[i] = calloc(pf, sizeof(float));
+        uint32_t nt = n - i * pt < pt ? n - i * pt : pt;
+        run_fill_page(sh, 11, 1, 2, i, nt, 0, sh->kv_heads, pages[i]);
+    }
+    float *q = malloc(qf * sizeof(float)), *out = malloc(qf * sizeof(float));
+    float *gpu = malloc(qf * sizeof(float)), *scr = malloc(pf * sizeof(float));
+    float *sc = malloc(pt * sizeof(float)), *p = malloc(pt * sizeof(float));
+    float *acc = malloc(D * sizeof(float));
+    for (size_t i = 0; i < qf; i++)
+        q[i] = qscale * run_kv_value(5, 0, 0, (uint32_t)(i / D), (uint32_t)(i % D), 0, 2);
+    attn_decode(sh, q, n, 0, sh->kv_heads, from_array, pages, scr, out);
+    for (uint32_t qh = 0; qh < sh->q_heads; qh++) {
+        uint32_t h = qh / G;
+        float m = -INFINITY, l = 0, c;
+        memset(acc, 0, D * sizeof(float));
+        for (uint32_t pg = 0; pg < np; pg++) {
+            uint32_t nt = n - pg * pt < pt ? n - pg * pt : pt;
+            for (uint32_t t = 0; t < nt; t++)
+                sc[t] = attn_score(q + (size_t)qh * D, pages[pg] + attn_row(sh, 0, h, t), D, scale);
+            attn_fold_stats(sc, nt, &m, &l, &c, p);
+            for (uint32_t d = 0; d < D; d++)
+                acc[d] = attn_fold_acc(acc[d], c, p, pages[pg] + attn_row(sh, 1, h, 0) + d, nt, D);
+        }
+        for (uint32_t d = 0; d < D; d++)
+            gpu[(size_t)qh * D + d] = ATTN_DIV(acc[d], l);
+    }
+    assert_memory_equal(out, gpu, qf * sizeof(float));
+    for (uint32_t i = 0; i < np; i++)
+        free(pages[i]);
+    free(pages);
+    free(q);
+    free(out);
+    free(gpu);
+    free(scr);
+    free(sc);
+    free(p);
+    free(acc);
+}
+
 static void test_gpu_order(void **state)
 {
-    const struct attn_shape sh = { 32, 8, 128, 16 };
-    const uint32_t G = sh.q_heads / sh.kv_heads, D = sh.head_dim, pt = sh.page_tokens;
-    const uint32_t lens[] = { 1, 16, 17, 100 };
-    size_t pf = attn_page_floats(&sh);
-    const float scale = (float)(1.0 / sqrt((double)D));
-    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
-        uint32_t n = lens[li], np = (n + pt - 1) / pt;
-        float **pages = calloc(np, sizeof(float *));
-        for (uint32_t i = 0; i < np; i++) {
-            pages[i] = calloc(pf, sizeof(float));
-            uint32_t nt = n - i * pt < pt ? n - i * pt : pt;
-            run_fill_page(&sh, 11, 1, 2, i, nt, 0, sh.kv_heads, pages[i]);
+    static const struct attn_shape shapes[] = {
+        { 32, 8, 128, 16 }, /* llama3-8b */
+        { 8, 8, 64, 16 },   /* one q head per kv head */
+        { 8, 1, 64, 256 },  /* pages longer than a head */
+        { 16, 4, 128, 7 },  /* ragged pages */
+    };
+    const uint32_t lens[] = { 1, 16, 17, 300 };
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            gpu_order_case(&shapes[si], lens[li], 4.0f);
+            gpu_order_case(&shapes[si], lens[li], 1000.0f); /* exponentials underflow */
         }
-        size_t qf = (size_t)sh.q_heads * D;
-        float *q = malloc(qf * sizeof(float)), *out = malloc(qf * sizeof(float));
-        float *gpu = malloc(qf * sizeof(float)), *scr = malloc(pf * sizeof(float));
-        for (size_t i = 0; i < qf; i++)
-            q[i] = 4.0f * run_kv_value(5, 0, 0, (uint32_t)(i / D), (uint32_t)(i % D), 0, 2);
-        attn_decode(&sh, q, n, 0, sh.kv_heads, from_array, pages, scr, out);
-        for (uint32_t qh = 0; qh < sh.q_heads; qh++) {
-            uint32_t h = qh / G;
-            float m = -INFINITY, l = 0, c, sc[16], p[16], acc[128] = { 0 };
-            for (uint32_t pg = 0; pg < np; pg++) {
-                uint32_t nt = n - pg * pt < pt ? n - pg * pt : pt;
-                for (uint32_t t = 0; t < nt; t++)
-                    sc[t] = attn_score(q + (size_t)qh * D, pages[pg] + attn_row(&sh, 0, h, t), D,
-                                       scale);
-                attn_fold_stats(sc, nt, &m, &l, &c, p);
-                for (uint32_t d = 0; d < D; d++)
-                    acc[d] = attn_fold_acc(acc[d], c, p, pages[pg] + attn_row(&sh, 1, h, 0) + d,
-                                           nt, D);
-            }
-            for (uint32_t d = 0; d < D; d++)
-                gpu[(size_t)qh * D + d] = ATTN_DIV(acc[d], l);
-        }
-        assert_memory_equal(out, gpu, qf * sizeof(float));
-        for (uint32_t i = 0; i < np; i++)
-            free(pages[i]);
-        free(pages);
-        free(q);
-        free(out);
-        free(gpu);
-        free(scr);
-    }
 }
 
 static void test_pool(void **state)

@@ -15,6 +15,7 @@
 #include "tools/attn_math.h"
 
 struct attn_cuda {
+    int ordinal;             /* made current on every call: the caller's thread may differ */
     struct attn_shape s;
     uint32_t max_pages;
     float scale;
@@ -60,7 +61,7 @@ static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen)
 {
     if (err && errlen)
         snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
-    return -EIO;
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
 extern "C" int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t max_pages,
@@ -72,8 +73,11 @@ extern "C" int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t m
         return -EINVAL;
     }
     struct attn_cuda *a = (struct attn_cuda *)calloc(1, sizeof(*a));
-    if (!a)
+    if (!a) {
+        snprintf(err, errlen, "out of memory");
         return -ENOMEM;
+    }
+    a->ordinal = ordinal;
     a->s = *s;
     a->max_pages = max_pages;
     a->scale = (float)(1.0 / sqrt((double)s->head_dim)); /* as attn_decode */
@@ -105,7 +109,9 @@ extern "C" int attn_cuda_run(struct attn_cuda *a, const float *q, uint32_t n_tok
         return -EINVAL;
     }
     size_t qf = (size_t)s->q_heads * s->head_dim * sizeof(float);
-    cudaError_t e = cudaMemcpy(a->q, q, qf, cudaMemcpyHostToDevice);
+    cudaError_t e = cudaSetDevice(a->ordinal);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(a->q, q, qf, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
         e = cudaMemcpy(a->pages, pages, (size_t)npages * sizeof(void *), cudaMemcpyHostToDevice);
     if (e != cudaSuccess)
@@ -124,6 +130,7 @@ extern "C" void attn_cuda_free(struct attn_cuda *a)
 {
     if (!a)
         return;
+    cudaSetDevice(a->ordinal);
     cudaFree(a->q);
     cudaFree(a->out);
     cudaFree((void *)a->pages);

@@ -10,8 +10,8 @@
  * thread per output element rescales and accumulates. Correctness first:
  * a page at a time, with a barrier between the steps.
  *
- * Built only where CMake finds nvcc (KVT_HAVE_CUDA_ATTN). Every call is
- * synchronous on the calling thread's current device.
+ * Built only where CMake finds nvcc (KVT_HAVE_CUDA_ATTN). Every call makes
+ * the context's device current on the calling thread and is synchronous.
  */
 #ifndef KVT_ATTENTION_CUDA_H
 #define KVT_ATTENTION_CUDA_H
@@ -28,16 +28,15 @@ extern "C" {
 struct attn_cuda;
 
 /* Buffers for queries, outputs and up to max_pages page pointers on device
- * `ordinal`, which becomes the calling thread's current device. 0, or a
- * negative errno with a message in err. *out is the caller's, freed with
- * attn_cuda_free. */
+ * `ordinal`. 0, or a negative errno with a message in err (always written
+ * on failure). *out is the caller's, freed with attn_cuda_free. */
 int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t max_pages,
                   struct attn_cuda **out, char *err, size_t errlen);
 
 /* out[q_heads][head_dim] = attention of q[q_heads][head_dim] (host memory)
  * over tokens [0, n_tokens) of the pages at the device addresses pages[i]
  * (npages = the pages those tokens cover, at most max_pages). Waits for the
- * result. 0, or -EIO with a message in err (a CUDA error). */
+ * result. 0, or -EIO (-ENOMEM for GPU memory) with a message in err. */
 int attn_cuda_run(struct attn_cuda *a, const float *q, uint32_t n_tokens, void *const *pages,
                   uint32_t npages, float *out, char *err, size_t errlen);
 

@@ -8,7 +8,8 @@
  * schedule's order); the timed decode loop — per step, per layer, per
  * sequence: kvt_advance, append the token's K/V to the tail page (a new page
  * by kvt_create when the tail is full), kvt_acquire of all the pages,
- * attention on the CPU team, kvt_release; then, outside the timed loop, the
+ * attention (on the CPU team, or the GPU kernel of tools/attention_cuda.cu
+ * over device pages), kvt_release; then, outside the timed loop, the
  * reference pass. The loop keeps a 64-bit hash of each q head's output bits,
  * so the reference compares without holding the outputs.
  */
@@ -125,7 +126,8 @@ static void run_usage(FILE *f)
             "writes every KV page, then each step runs grouped-query attention of a new\n"
             "query over every page of each (sequence, layer), acquired from kvtier, and\n"
             "appends the token's K and V. Every output is checked bit-exactly against a\n"
-            "reference computed without kvtier. fp32 KV; CPU attention (host back-end).\n"
+            "reference computed without kvtier. fp32 KV; the attention on the CPU (host\n"
+            "back-end) or on the GPU (--device N).\n"
             "\n"
             "options:\n"
             "  --model NAME      model shape preset (default llama3-8b):\n");
@@ -259,6 +261,7 @@ struct run_ctx {
     struct attn_pool *pool;
     float **scratch; /* one page per thread, for the reference */
     void *stage;     /* one page in host memory: what is written into a device page */
+    bool said;       /* an error was reported where it happened (not an engine call's) */
 #if KVT_HAVE_CUDA_ATTN
     struct attn_cuda *gpu;
 #endif
@@ -595,8 +598,10 @@ static int page_copy(struct run_ctx *x, enum kvt_copy_kind kind, void *dst, cons
                      size_t bytes)
 {
     int rc = x->e->dev->copy_sync(x->e->dev_priv, kind, dst, src, bytes);
-    if (rc)
+    if (rc) {
         cli_error("run", 1, "copying page bytes: %s", kvt_strerror(rc));
+        x->said = true;
+    }
     return rc;
 }
 
@@ -682,8 +687,10 @@ static int attention(struct run_ctx *x, uint32_t n, uint32_t s, uint32_t l)
         char err[256];
         uint32_t np = (n + x->sh.page_tokens - 1) / x->sh.page_tokens;
         int rc = attn_cuda_run(x->gpu, x->q, n, x->ptrs, np, x->out, err, sizeof err);
-        if (rc)
+        if (rc) {
             cli_error("run", 1, "attention on the GPU: %s", err);
+            x->said = true;
+        }
         return rc;
     }
 #endif
@@ -1037,12 +1044,14 @@ int run_exec(const struct run_opts *o, struct run_result *r)
     r->gbps_d2h = raw_link(x.e, KVT_D2H);
     double t0 = cli_now();
     if ((rc = prefill(&x))) {
-        cli_error("run", 1, "prefill: %s (%s)", kvt_strerror(rc), kvt_last_error());
+        if (!x.said)
+            cli_error("run", 1, "prefill: %s (%s)", kvt_strerror(rc), kvt_last_error());
         goto out;
     }
     r->prefill_s = cli_now() - t0;
     if ((rc = decode(&x, r))) {
-        cli_error("run", 1, "decode: %s (%s)", kvt_strerror(rc), kvt_last_error());
+        if (!x.said)
+            cli_error("run", 1, "decode: %s (%s)", kvt_strerror(rc), kvt_last_error());
         goto out;
     }
     links_again(&x, r);
