@@ -38,8 +38,9 @@ static inline void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 static inline v8f splat8(float x) { return (v8f){ x, x, x, x, x, x, x, x }; }
 static inline float hsum8(const v8f *pv)
 {
-    v8f v = *pv;
-    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    float v[8];
+    memcpy(v, pv, sizeof v);
+    return attn_hsum8(v);
 }
 
 #define ATTN_MAX_Q_HEADS 1024u
@@ -71,29 +72,23 @@ static void page_scores(const float *qg, const float *k, uint32_t nt, uint32_t G
     }
 }
 
-/* Folds one page's scores and V rows into a q head's running state. */
+/* Folds one page's scores and V rows into a q head's running state: the
+ * softmax state by attn_math.h's helper (the GPU kernel's too), then the
+ * output, eight elements at a time, in the same per-element order. */
 static void page_fold(const float *sc, const float *v, uint32_t nt, uint32_t D, float *m,
                       float *l, float *acc)
 {
-    float mx = *m;
-    for (uint32_t t = 0; t < nt; t++)
-        if (sc[t] > mx)
-            mx = sc[t];
-    float c = attn_exp(*m - mx); /* 0 on the first page: m is -inf */
-    float sum = *l * c;
+    float c, p[ATTN_MAX_PAGE_TOKENS];
+    attn_fold_stats(sc, nt, m, l, &c, p);
     v8f cv = splat8(c);
     for (uint32_t d = 0; d < D; d += 8)
         st8(acc + d, ld8(acc + d) * cv);
     for (uint32_t t = 0; t < nt; t++) {
-        float p = attn_exp(sc[t] - mx);
-        sum += p;
-        v8f pv = splat8(p);
+        v8f pv = splat8(p[t]);
         const float *vr = v + (size_t)t * D;
         for (uint32_t d = 0; d < D; d += 8)
             st8(acc + d, ld8(acc + d) + pv * ld8(vr + d));
     }
-    *m = mx;
-    *l = sum;
 }
 
 void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,

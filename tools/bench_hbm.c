@@ -6,9 +6,10 @@
  * The baseline moves the same bytes between the same two arenas in the same
  * page-sized blocks and batches, with no manager: straight into the device
  * back-end's copy queue (the host back-end's copy thread — the emulated link
- * itself, non-temporal stores —, cudaMemcpyAsync on CUDA). The ratio is therefore
- * what the manager costs on top of the link. Each figure is the best of --reps runs, so a stray
- * scheduler hiccup on a 2-core machine does not decide a ratio.
+ * itself, non-temporal stores —, cudaMemcpyAsync on CUDA). The ratio is
+ * therefore what the manager costs on top of the link. Each figure is the
+ * best of --reps runs, so a stray scheduler hiccup on a 2-core machine does
+ * not decide a ratio.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -623,13 +623,12 @@ static int write_token(struct run_ctx *x, void *page, uint32_t seq, uint32_t lay
     return 0;
 }
 
-/* A new page: zeros, then the tokens [first, first + nt) of (seq, layer). */
+/* A new page i of (seq, layer): its first nt tokens, zeros after them. */
 static int write_page(struct run_ctx *x, void *page, uint32_t seq, uint32_t layer, uint32_t i,
                       uint32_t nt)
 {
     memset(x->stage, 0, x->pb);
-    if (nt)
-        run_fill_page(&x->sh, x->o->seed, seq, layer, i, nt, 0, x->sh.kv_heads, x->stage);
+    run_fill_page(&x->sh, x->o->seed, seq, layer, i, nt, 0, x->sh.kv_heads, x->stage);
     return page_copy(x, KVT_COPY_H2D, page, x->stage, x->pb);
 }
 
@@ -715,8 +714,8 @@ static int decode_group(struct run_ctx *x, struct run_result *r, uint32_t step, 
         void *p;
         if ((rc = kvt_create(x->e, k, &p)))
             return rc;
-        if ((rc = write_page(x, p, s, l, pos / pt, 0)) || (rc = write_token(x, p, s, l, pos)) ||
-            (rc = kvt_release(x->e, &k, 1, 1)))
+        /* pos opens the page: it is the page's token 0, written with it */
+        if ((rc = write_page(x, p, s, l, pos / pt, 1)) || (rc = kvt_release(x->e, &k, 1, 1)))
             return rc;
     }
     for (uint32_t i = 0; i < np; i++)
