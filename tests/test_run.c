@@ -8,6 +8,7 @@
 #include <math.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/helpers.h"
@@ -62,6 +63,16 @@ static void test_kernel(void **state)
         memset(ref, 0, sizeof ref);
         attn_decode(&SH, q, n, 1, 2, regenerate, &g, scr, ref);
         attn_decode(&SH, q, n, 0, 1, regenerate, &g, scr, ref);
+        assert_memory_equal(out, ref, sizeof out);
+        /* split over calls in uneven page ranges (kvtier run's pipeline) */
+        float m[8], l[8];
+        memset(ref, 0, sizeof ref);
+        attn_begin(&SH, 0, SH.kv_heads, m, l, ref);
+        for (uint32_t p0 = 0, step = 1; p0 < np; p0 += step, step++) {
+            uint32_t p1 = p0 + step < np ? p0 + step : np;
+            attn_pages(&SH, q, n, p0, p1, 0, SH.kv_heads, from_array, pages, scr, m, l, ref);
+        }
+        attn_end(&SH, 0, SH.kv_heads, l, ref);
         assert_memory_equal(out, ref, sizeof out);
         for (uint32_t i = 0; i < np; i++)
             free(pages[i]);
@@ -199,11 +210,24 @@ static void test_pool_nice(void **state)
     struct attn_pool *p = attn_pool_new(2, 7);
     assert_non_null(p);
     attn_pool_run(p, nice_part, &j);
-    attn_pool_free(p);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(j.nice[i], mine > 7 ? mine : 7);
         assert_false(j.on_caller[i]);
     }
+    /* start/join: the parts run on the workers, join gives when they ended */
+    memset(j.nice, 0xff, sizeof j.nice);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double before = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    attn_pool_start(p, nice_part, &j);
+    double done = attn_pool_join(p);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    assert_true(done >= before && done <= (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(j.nice[i], mine > 7 ? mine : 7);
+        assert_false(j.on_caller[i]);
+    }
+    attn_pool_free(p);
     assert_int_equal(getpriority(PRIO_PROCESS, 0), mine);
     p = attn_pool_new(2, 0);
     assert_non_null(p);
@@ -225,13 +249,14 @@ static void small_opts(struct run_opts *o)
     o->progress = false;
 }
 
-static void run_ok(const char *policy, int codec)
+static void run_ok(const char *policy, int codec, uint32_t chunk)
 {
     struct run_opts o;
     struct run_result r;
     small_opts(&o);
     o.policy = policy;
     o.codec = codec;
+    o.chunk_pages = chunk;
     assert_int_equal(run_exec(&o, &r), 0);
     assert_true(r.verified);
     assert_true(r.kv_bytes > r.cap[0] + r.cap[1]); /* the SSD tier is needed */
@@ -254,9 +279,12 @@ static void run_ok(const char *policy, int codec)
     assert_true(r.term_s[3] > 0); /* the decode read from SSD */
 }
 
-static void test_run_decode(void **state) { run_ok("decode", KVT_CODEC_NONE); }
-static void test_run_lru(void **state) { run_ok("lru", KVT_CODEC_NONE); }
-static void test_run_codec(void **state) { run_ok("decode", KVT_CODEC_ZSTD_SHUFFLE16); }
+/* 17 pages a group: chunks of 5 leave a short last one holding the tail,
+ * 17 is the whole group at once, 0 the default (~4 MiB: also whole here). */
+static void test_run_decode(void **state) { run_ok("decode", KVT_CODEC_NONE, 5); }
+static void test_run_whole(void **state) { run_ok("decode", KVT_CODEC_NONE, 17); }
+static void test_run_lru(void **state) { run_ok("lru", KVT_CODEC_NONE, 0); }
+static void test_run_codec(void **state) { run_ok("decode", KVT_CODEC_ZSTD_SHUFFLE16, 3); }
 
 static void test_corrupt_page(void **state)
 {
@@ -264,6 +292,7 @@ static void test_corrupt_page(void **state)
     struct run_result r;
     small_opts(&o);
     o.corrupt_step = 2;
+    o.chunk_pages = 4; /* the corrupt page is in the first chunk of several */
     assert_int_equal(run_exec(&o, &r), 1);
     assert_false(r.verified);
     assert_int_equal(r.bad_step, 2);
@@ -289,7 +318,8 @@ int main(void)
         cmocka_unit_test(test_kernel),      cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_gpu_order),   cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_nice),
-        cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_lru),
+        cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_whole),
+        cmocka_unit_test(test_run_lru),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),
         cmocka_unit_test(test_wrong_seed),
     };

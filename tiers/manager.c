@@ -284,8 +284,12 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     if (e->pol->prefetch) {
         /* The caller computes now: that is when the disk and the links
          * should be bringing up what comes next (the mover would otherwise
-         * sleep until the next advance, and reads would wait for demand). */
-        e->acquired_ns = kvt_now_ns();
+         * sleep until the next advance, and reads would wait for demand).
+         * A caller that takes its group in chunks computes from the first
+         * one on: timing from the last one measured a ninth of a group and
+         * cut the disk's read-ahead to match (kvtier run: the disk idle). */
+        if (!e->acquired_ns)
+            e->acquired_ns = kvt_now_ns();
         kvt_mover_wake(e);
     }
     pthread_mutex_unlock(&e->lock);

@@ -306,7 +306,7 @@ struct kvt_engine {
 
     /* Overlap (prefetch.c): how long the caller computes between acquires,
      * and how long the disk takes per page, both measured as they happen. */
-    uint64_t acquired_ns;           /* when the last acquire returned; 0 = consumed */
+    uint64_t acquired_ns;           /* when the first acquire since the last advance returned; 0 = none */
     uint64_t compute_ns;            /* smoothed gap from an acquire to the next advance */
     uint64_t ssd_mark_ns;           /* last time the SSD pipeline's work was counted */
     uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */

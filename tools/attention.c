@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tools/attention.h"
@@ -91,20 +92,25 @@ static void page_fold(const float *sc, const float *v, uint32_t nt, uint32_t D, 
     }
 }
 
-void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
-                 uint32_t h1, attn_page_fn get, void *ctx, float *scratch, float *out)
+void attn_begin(const struct attn_shape *s, uint32_t h0, uint32_t h1, float *m, float *l,
+                float *out)
 {
-    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
-    const float scale = (float)(1.0 / sqrt((double)D));
-    float m[ATTN_MAX_Q_HEADS], l[ATTN_MAX_Q_HEADS];
-    float sc[ATTN_MAX_GROUP * ATTN_MAX_PAGE_TOKENS];
+    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim;
     for (uint32_t qh = h0 * G; qh < h1 * G; qh++) {
         m[qh] = -INFINITY;
         l[qh] = 0;
         memset(out + (size_t)qh * D, 0, D * sizeof(float));
     }
-    uint32_t npages = (n_tokens + pt - 1) / pt;
-    for (uint32_t pg = 0; pg < npages; pg++) {
+}
+
+void attn_pages(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t pg0,
+                uint32_t pg1, uint32_t h0, uint32_t h1, attn_page_fn get, void *ctx,
+                float *scratch, float *m, float *l, float *out)
+{
+    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float sc[ATTN_MAX_GROUP * ATTN_MAX_PAGE_TOKENS];
+    for (uint32_t pg = pg0; pg < pg1; pg++) {
         const float *p = get(ctx, pg, h0, h1, scratch);
         uint32_t nt = n_tokens - pg * pt < pt ? n_tokens - pg * pt : pt;
         for (uint32_t h = h0; h < h1; h++) {
@@ -116,12 +122,27 @@ void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, 
             }
         }
     }
+}
+
+void attn_end(const struct attn_shape *s, uint32_t h0, uint32_t h1, const float *l, float *out)
+{
+    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim;
     for (uint32_t qh = h0 * G; qh < h1 * G; qh++) {
         v8f lv = splat8(l[qh]);
         float *o = out + (size_t)qh * D;
         for (uint32_t d = 0; d < D; d += 8)
             st8(o + d, ld8(o + d) / lv);
     }
+}
+
+void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
+                 uint32_t h1, attn_page_fn get, void *ctx, float *scratch, float *out)
+{
+    float m[ATTN_MAX_Q_HEADS], l[ATTN_MAX_Q_HEADS];
+    attn_begin(s, h0, h1, m, l, out);
+    attn_pages(s, q, n_tokens, 0, (n_tokens + s->page_tokens - 1) / s->page_tokens, h0, h1, get,
+               ctx, scratch, m, l, out);
+    attn_end(s, h0, h1, l, out);
 }
 
 void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
@@ -166,10 +187,18 @@ struct attn_pool {
     pthread_cond_t go, done;
     uint64_t gen;     /* bumped per job; a worker runs when it moves */
     unsigned pending; /* workers still running the current job */
+    double done_s;    /* when the last part of the last job finished */
     int stop;
     attn_job_fn fn;
     void *arg;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 struct worker_arg {
     struct attn_pool *p;
@@ -200,8 +229,10 @@ static void *worker(void *a)
         pthread_mutex_unlock(&p->mu);
         fn(arg, part, p->threads);
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
+        if (--p->pending == 0) {
+            p->done_s = now_s();
             pthread_cond_signal(&p->done);
+        }
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -245,10 +276,11 @@ out_free:
 
 unsigned attn_pool_threads(const struct attn_pool *p) { return p->threads; }
 
-void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg)
+void attn_pool_start(struct attn_pool *p, attn_job_fn fn, void *arg)
 {
     if (p->threads == 1 && p->first) {
         fn(arg, 0, 1);
+        p->done_s = now_s();
         return;
     }
     pthread_mutex_lock(&p->mu);
@@ -258,12 +290,28 @@ void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg)
     p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    if (p->first)
+    if (p->first) {
+        /* The caller's part: it runs here, so the job is not in the
+         * background (start then join is attn_pool_run). */
         fn(arg, 0, p->threads);
+        attn_pool_join(p);
+    }
+}
+
+double attn_pool_join(struct attn_pool *p)
+{
     pthread_mutex_lock(&p->mu);
     while (p->pending)
         pthread_cond_wait(&p->done, &p->mu);
+    double t = p->done_s;
     pthread_mutex_unlock(&p->mu);
+    return t;
+}
+
+void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg)
+{
+    attn_pool_start(p, fn, arg);
+    attn_pool_join(p);
 }
 
 void attn_pool_free(struct attn_pool *p)

@@ -59,6 +59,18 @@ typedef const float *(*attn_page_fn)(void *ctx, uint32_t page, uint32_t h0, uint
 void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
                  uint32_t h1, attn_page_fn get, void *ctx, float *scratch, float *out);
 
+/* The same, split over calls: attn_begin() sets the running state of the q
+ * heads of kv heads [h0, h1) (m and l: q_heads floats each, the caller's),
+ * attn_pages() folds pages [pg0, pg1) into it, attn_end() divides out by l.
+ * Called over consecutive page ranges, they give attn_decode()'s bits: the
+ * fold runs page by page in the same order either way. */
+void attn_begin(const struct attn_shape *s, uint32_t h0, uint32_t h1, float *m, float *l,
+                float *out);
+void attn_pages(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t pg0,
+                uint32_t pg1, uint32_t h0, uint32_t h1, attn_page_fn get, void *ctx,
+                float *scratch, float *m, float *l, float *out);
+void attn_end(const struct attn_shape *s, uint32_t h0, uint32_t h1, const float *l, float *out);
+
 /* The textbook formula in double precision over pages[], all q heads: for
  * tests, to bound the kernel's rounding. */
 void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
@@ -78,6 +90,13 @@ unsigned attn_pool_threads(const struct attn_pool *p);
 /* Runs fn(arg, part, n) for every part, the caller doing part 0 when the
  * pool is not niced; returns when all parts are done. */
 void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg);
+/* The same in two halves: start() hands the parts to the workers and
+ * returns at once when the pool is niced (the caller takes no part; with
+ * nice 0 it runs its part, and so the whole job, before returning); join()
+ * waits for them and returns when the job finished (CLOCK_MONOTONIC
+ * seconds). One job at a time. */
+void attn_pool_start(struct attn_pool *p, attn_job_fn fn, void *arg);
+double attn_pool_join(struct attn_pool *p);
 void attn_pool_free(struct attn_pool *p);
 
 #endif

@@ -148,6 +148,8 @@ static void run_usage(FILE *f)
             "  --device D        host (default), or a CUDA ordinal: pages in GPU memory and the\n"
             "                    attention on the GPU (builds where CMake found nvcc)\n"
             "  --threads N       attention threads (default 2)\n"
+            "  --chunk-pages N   CPU: pages computed while the next ones are acquired\n"
+            "                    (default: 4 MiB of them; the whole group = no pipeline)\n"
             "  --nice N          their nice value, 0-19 (default 19: the I/O threads come first;\n"
             "                    0 = the caller's priority, the caller computing a part)\n"
             "  --link-gbps X     host back-end: cap each emulated DRAM<->HBM link at X GB/s\n"
@@ -189,6 +191,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         { "device", 1, 0, 'v' },  { "threads", 1, 0, 'T' },   { "link-gbps", 1, 0, 'l' },
         { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
         { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
+        { "chunk-pages", 1, 0, 'k' },
         { 0, 0, 0, 0 },
     };
     run_opts_default(o);
@@ -221,6 +224,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         case 'v': if (cli_parse_device(optarg, &o->device)) goto bad; break;
         case 'T': if (parse_u32(optarg, 1, 64, &o->threads)) goto bad; break;
         case 'N': if (parse_u32(optarg, 0, 19, &o->nice)) goto bad; break;
+        case 'k': if (parse_u32(optarg, 1, 1u << 30, &o->chunk_pages)) goto bad; break;
         case 'l':
             o->link_gbps = strtod(optarg, &end);
             if (end == optarg || *end || !(o->link_gbps >= 0))
@@ -266,6 +270,7 @@ struct run_ctx {
     struct attn_cuda *gpu;
 #endif
     float *q, *out;
+    float *m, *l;    /* the attention's running state per q head, across chunks */
     kvt_key *keys;
     void **ptrs;
     uint64_t *hashes; /* [step][layer][seq][q head] */
@@ -553,7 +558,8 @@ struct attn_job {
     struct run_ctx *x;
     uint32_t n_tokens, seq, layer;
     uint64_t seed;
-    int reference; /* pages regenerated, not acquired */
+    int reference;     /* pages regenerated, not acquired */
+    uint32_t pg0, pg1; /* the pages this job folds in; 0, 0 = all of them */
 };
 
 static const float *page_acquired(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, float *scr)
@@ -577,9 +583,17 @@ static void attn_part(void *arg, unsigned part, unsigned nparts)
     struct attn_job *j = arg;
     struct run_ctx *x = j->x;
     uint32_t h0 = x->sh.kv_heads * part / nparts, h1 = x->sh.kv_heads * (part + 1) / nparts;
-    if (h0 < h1)
-        attn_decode(&x->sh, x->q, j->n_tokens, h0, h1,
-                    j->reference ? page_regenerated : page_acquired, j, x->scratch[part], x->out);
+    uint32_t np = (j->n_tokens + x->sh.page_tokens - 1) / x->sh.page_tokens;
+    uint32_t pg0 = j->pg0, pg1 = j->pg1 ? j->pg1 : np;
+    if (h0 >= h1)
+        return;
+    if (pg0 == 0)
+        attn_begin(&x->sh, h0, h1, x->m, x->l, x->out);
+    attn_pages(&x->sh, x->q, j->n_tokens, pg0, pg1, h0, h1,
+               j->reference ? page_regenerated : page_acquired, j, x->scratch[part], x->m, x->l,
+               x->out);
+    if (pg1 == np)
+        attn_end(&x->sh, h0, h1, x->l, x->out);
 }
 
 static uint64_t *hash_slot(struct run_ctx *x, uint32_t step, uint32_t layer, uint32_t seq)
@@ -678,23 +692,93 @@ static int corrupt(struct run_ctx *x, void *page)
     return rc ? rc : page_copy(x, KVT_COPY_H2D, page, b, sizeof b);
 }
 
-/* x->out = the attention of x->q over the n tokens in the acquired pages. */
-static int attention(struct run_ctx *x, uint32_t n, uint32_t s, uint32_t l)
-{
 #if KVT_HAVE_CUDA_ATTN
-    if (x->gpu) {
-        char err[256];
-        uint32_t np = (n + x->sh.page_tokens - 1) / x->sh.page_tokens;
-        int rc = attn_cuda_run(x->gpu, x->q, n, x->ptrs, np, x->out, err, sizeof err);
-        if (rc) {
-            cli_error("run", 1, "attention on the GPU: %s", err);
-            x->said = true;
-        }
-        return rc;
+/* x->out = the attention of x->q over the n tokens in the acquired device
+ * pages, on the GPU. */
+static int attention_gpu(struct run_ctx *x, uint32_t n)
+{
+    char err[256];
+    uint32_t np = (n + x->sh.page_tokens - 1) / x->sh.page_tokens;
+    int rc = attn_cuda_run(x->gpu, x->q, n, x->ptrs, np, x->out, err, sizeof err);
+    if (rc) {
+        cli_error("run", 1, "attention on the GPU: %s", err);
+        x->said = true;
     }
+    return rc;
+}
 #endif
-    struct attn_job j = { x, n, s, l, x->o->seed, 0 };
-    attn_pool_run(x->pool, attn_part, &j);
+
+/* Pages per chunk of the CPU path's pipeline: --chunk-pages, or ~4 MiB (at
+ * least one page). Smaller chunks overlap more but pay a pool hand-off and
+ * an acquire each (~20-40 us). */
+static uint32_t chunk_pages(const struct run_ctx *x)
+{
+    if (x->o->chunk_pages)
+        return x->o->chunk_pages;
+    size_t n = ((size_t)4 << 20) / x->pb;
+    return n ? (uint32_t)n : 1;
+}
+
+/* Acquires keys [c0, c1) of the group; the token at pos goes into the tail
+ * page (np - 1) when it is among them and not a fresh page (written whole). */
+static int acquire_chunk(struct run_ctx *x, struct run_result *r, uint32_t c0, uint32_t c1,
+                         uint32_t np, int fresh, uint32_t s, uint32_t l, uint32_t pos,
+                         uint32_t step)
+{
+    double t0 = cli_now();
+    int rc = kvt_acquire(x->e, x->keys + c0, c1 - c0, x->ptrs + c0);
+    double t1 = cli_now();
+    r->acquire_s += t1 - t0;
+    if (x->o->trace_path)
+        trace_span(&x->trace, "acquire", "wait", 1, t0, t1, step, s, l);
+    if (rc)
+        return rc;
+    if (c1 == np && !fresh && (rc = write_token(x, x->ptrs[np - 1], s, l, pos)))
+        return rc;
+    if (c0 == 0 && x->o->corrupt_step == (int64_t)step && s == 0 && l == 0)
+        rc = corrupt(x, x->ptrs[0]);
+    return rc;
+}
+
+/* The attention of the group, on the CPU, as a pipeline over chunks of its
+ * pages: chunk i is computed by the pool while chunk i + 1 is acquired, and
+ * released as soon as it is done. Acquiring the whole group first left
+ * both the links and the cores idle in turn: the caller waited for the last
+ * page before computing the first (in a run the tiers keep up with, ~190 of
+ * a group's 257 pages still to copy up at its acquire, ~2 ms a group), and
+ * the pages stayed pinned through the compute, out of the prefetcher's
+ * reach. The fold is page by page either way, so the bits are the same. */
+static int attend_chunked(struct run_ctx *x, struct run_result *r, uint32_t step, uint32_t l,
+                          uint32_t s, uint32_t n, uint32_t np, int fresh)
+{
+    uint32_t C = chunk_pages(x), pos = n - 1;
+    uint32_t c1 = C < np ? C : np;
+    int rc = acquire_chunk(x, r, 0, c1, np, fresh, s, l, pos, step);
+    if (rc)
+        return rc;
+    fill_query(&x->sh, x->o->seed, s, l, pos, x->q);
+    for (uint32_t c0 = 0; c0 < np; c0 = c1) {
+        c1 = c0 + C < np ? c0 + C : np;
+        struct attn_job j = { x, n, s, l, x->o->seed, 0, c0, c1 };
+        double t2 = cli_now();
+        attn_pool_start(x->pool, attn_part, &j);
+        uint32_t n1 = c1 + C < np ? c1 + C : np;
+        if (c1 < np)
+            rc = acquire_chunk(x, r, c1, n1, np, fresh, s, l, pos, step);
+        double t3 = attn_pool_join(x->pool);
+        r->compute_s += t3 - t2;
+        if (x->o->trace_path)
+            trace_span(&x->trace, "attention", "compute", 1, t2, t3, step, s, l);
+        /* the tail page (the last) was written unless it is new */
+        uint32_t clean = c1 == np ? c1 - c0 - 1 : c1 - c0;
+        int rr = kvt_release(x->e, x->keys + c0, clean, 0);
+        if (!rr && c1 == np)
+            rr = kvt_release(x->e, x->keys + np - 1, 1, !fresh);
+        if (rc)
+            return rc; /* the chunk after this one was not acquired */
+        if (rr)
+            return rr;
+    }
     return 0;
 }
 
@@ -720,31 +804,29 @@ static int decode_group(struct run_ctx *x, struct run_result *r, uint32_t step, 
     }
     for (uint32_t i = 0; i < np; i++)
         x->keys[i] = (kvt_key){ seq_id(s), l, i };
-    double t0 = cli_now();
-    if ((rc = kvt_acquire(x->e, x->keys, np, x->ptrs)))
+#if KVT_HAVE_CUDA_ATTN
+    if (x->gpu) {
+        /* One kernel over the whole group: every page acquired first. */
+        if ((rc = acquire_chunk(x, r, 0, np, np, fresh, s, l, pos, step)))
+            return rc;
+        fill_query(&x->sh, o->seed, s, l, pos, x->q);
+        double t2 = cli_now();
+        if ((rc = attention_gpu(x, n)))
+            return rc;
+        double t3 = cli_now();
+        r->compute_s += t3 - t2;
+        if (o->trace_path)
+            trace_span(&x->trace, "attention", "compute", 1, t2, t3, step, s, l);
+        if ((rc = kvt_release(x->e, x->keys, np - 1, 0)) ||
+            (rc = kvt_release(x->e, &x->keys[np - 1], 1, !fresh)))
+            return rc;
+    } else
+#endif
+    if ((rc = attend_chunked(x, r, step, l, s, n, np, fresh)))
         return rc;
-    double t1 = cli_now();
-    if (!fresh && (rc = write_token(x, x->ptrs[np - 1], s, l, pos)))
-        return rc;
-    if (o->corrupt_step == (int64_t)step && s == 0 && l == 0 && (rc = corrupt(x, x->ptrs[0])))
-        return rc;
-    fill_query(&x->sh, o->seed, s, l, pos, x->q);
-    double t2 = cli_now();
-    if ((rc = attention(x, n, s, l)))
-        return rc;
-    double t3 = cli_now();
     uint64_t *hs = hash_slot(x, step, l, s);
     for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
         hs[qh] = hash_head(x->out + (size_t)qh * x->sh.head_dim, x->sh.head_dim);
-    if ((rc = kvt_release(x->e, x->keys, np - 1, 0)) ||
-        (rc = kvt_release(x->e, &x->keys[np - 1], 1, !fresh)))
-        return rc;
-    r->acquire_s += t1 - t0;
-    r->compute_s += t3 - t2;
-    if (o->trace_path) {
-        trace_span(&x->trace, "acquire", "wait", 1, t0, t1, step, s, l);
-        trace_span(&x->trace, "attention", "compute", 1, t2, t3, step, s, l);
-    }
     return 0;
 }
 
@@ -805,7 +887,7 @@ static int verify(struct run_ctx *x, struct run_result *r)
             for (uint32_t s = 0; s < o->batch; s++) {
                 uint32_t pos = (uint32_t)o->context + step;
                 fill_query(&x->sh, o->ref_seed, s, l, pos, x->q);
-                struct attn_job j = { x, pos + 1, s, l, o->ref_seed, 1 };
+                struct attn_job j = { x, pos + 1, s, l, o->ref_seed, 1, 0, 0 };
                 attn_pool_run(x->pool, attn_part, &j);
                 const uint64_t *hs = hash_slot(x, step, l, s);
                 for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
@@ -842,6 +924,8 @@ static void ctx_free(struct run_ctx *x)
     attn_pool_free(x->pool);
     free(x->q);
     free(x->out);
+    free(x->m);
+    free(x->l);
     free(x->keys);
     free(x->ptrs);
     free(x->hashes);
@@ -860,11 +944,13 @@ static int ctx_alloc(struct run_ctx *x)
     x->scratch = calloc(nt, sizeof(float *));
     x->q = malloc(qf * sizeof(float));
     x->out = malloc(qf * sizeof(float));
+    x->m = malloc(x->sh.q_heads * sizeof(float));
+    x->l = malloc(x->sh.q_heads * sizeof(float));
     x->keys = malloc(x->pages_max * sizeof(kvt_key));
     x->ptrs = malloc(x->pages_max * sizeof(void *));
     x->hashes = malloc((size_t)o->tokens * x->layers * o->batch * x->sh.q_heads * sizeof(uint64_t));
     x->stage = malloc(x->pb);
-    if (!x->scratch || !x->q || !x->out || !x->keys || !x->ptrs || !x->hashes || !x->stage)
+    if (!x->scratch || !x->q || !x->out || !x->m || !x->l || !x->keys || !x->ptrs || !x->hashes || !x->stage)
         return -ENOMEM;
     for (unsigned i = 0; i < nt; i++)
         if (!(x->scratch[i] = malloc(x->pb)))

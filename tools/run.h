@@ -31,6 +31,7 @@ struct run_opts {
     const char *policy;
     int codec, device;
     unsigned threads;
+    uint32_t chunk_pages; /* pages per step of the CPU path's acquire/compute pipeline; 0 = ~4 MiB */
     uint32_t nice;        /* the attention threads' nice value; 0 = the caller's, part 0 on it */
     double link_gbps;
     uint64_t seed;
