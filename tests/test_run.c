@@ -16,24 +16,24 @@
 #include "tools/attn_math.h"
 #include "tools/run.h"
 
-static const struct attn_shape SH = { 8, 2, 32, 8 }; /* 4 q heads per kv head */
+static const struct attn_shape SH = { 8, 2, 32, 8, 0 }; /* 4 q heads per kv head */
 
 struct regen {
     const struct attn_shape *s;
     uint32_t n_tokens;
 };
 
-static const float *from_array(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, float *scr)
+static const void *from_array(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, void *scr)
 {
-    return ((float **)ctx)[page];
+    return ((void **)ctx)[page];
 }
 
-static const float *regenerate(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, float *scr)
+static const void *regenerate(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, void *scr)
 {
     struct regen *g = ctx;
     uint32_t first = page * g->s->page_tokens;
     uint32_t nt = g->n_tokens - first < g->s->page_tokens ? g->n_tokens - first : g->s->page_tokens;
-    memset(scr, 0xff, attn_page_floats(g->s) * sizeof(float)); /* what is not written is NaN */
+    memset(scr, 0xff, attn_page_bytes(g->s)); /* what is not written is NaN */
     run_fill_page(g->s, 7, 3, 1, page, nt, h0, h1, scr);
     return scr;
 }
@@ -41,7 +41,7 @@ static const float *regenerate(void *ctx, uint32_t page, uint32_t h0, uint32_t h
 static void test_kernel(void **state)
 {
     const uint32_t lens[] = { 1, 8, 9, 37, 64 };
-    size_t pf = attn_page_floats(&SH);
+    size_t pf = attn_page_elems(&SH);
     for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
         uint32_t n = lens[li], np = (n + SH.page_tokens - 1) / SH.page_tokens;
         float **pages = calloc(np, sizeof(float *));
@@ -55,7 +55,7 @@ static void test_kernel(void **state)
         for (uint32_t i = 0; i < 8 * 32; i++)
             q[i] = 4.0f * run_kv_value(9, 0, 0, i / 32, i % 32, 0, 2);
         attn_decode(&SH, q, n, 0, SH.kv_heads, from_array, pages, scr, out);
-        attn_naive(&SH, q, n, (const float *const *)pages, naive);
+        attn_naive(&SH, q, n, (const void *const *)pages, naive);
         for (uint32_t i = 0; i < 8 * 32; i++)
             assert_true(fabs(out[i] - naive[i]) <= 1e-5 + 1e-5 * fabs(naive[i]));
         /* the reference path: one kv head per call, pages regenerated */
@@ -74,11 +74,53 @@ static void test_kernel(void **state)
         }
         attn_end(&SH, 0, SH.kv_heads, l, ref);
         assert_memory_equal(out, ref, sizeof out);
-        for (uint32_t i = 0; i < np; i++)
+        /* bf16 pages compute the bits of fp32 pages holding their values */
+        struct attn_shape h16 = SH;
+        h16.bf16 = 1;
+        void **half = calloc(np, sizeof(void *));
+        for (uint32_t i = 0; i < np; i++) {
+            half[i] = calloc(1, attn_page_bytes(&h16));
+            uint32_t nt = n - i * SH.page_tokens < SH.page_tokens ? n - i * SH.page_tokens : SH.page_tokens;
+            run_fill_page(&h16, 7, 3, 1, i, nt, 0, SH.kv_heads, half[i]);
+            for (size_t e = 0; e < pf; e++)
+                pages[i][e] = attn_elem(&h16, half[i], e);
+        }
+        attn_decode(&SH, q, n, 0, SH.kv_heads, from_array, pages, scr, out);
+        attn_decode(&h16, q, n, 0, SH.kv_heads, from_array, half, scr, ref);
+        assert_memory_equal(out, ref, sizeof out);
+        attn_naive(&h16, q, n, (const void *const *)half, naive);
+        for (uint32_t i = 0; i < 8 * 32; i++)
+            assert_true(fabs(ref[i] - naive[i]) <= 1e-5 + 1e-5 * fabs(naive[i]));
+        g.s = &h16; /* and regenerated per kv head, as the reference does */
+        attn_decode(&h16, q, n, 1, 2, regenerate, &g, scr, ref);
+        attn_decode(&h16, q, n, 0, 1, regenerate, &g, scr, ref);
+        assert_memory_equal(out, ref, sizeof out);
+        for (uint32_t i = 0; i < np; i++) {
             free(pages[i]);
+            free(half[i]);
+        }
         free(pages);
+        free(half);
         free(scr);
     }
+}
+
+/* bf16 rounding: to nearest, ties to even, and back exactly. */
+static void test_bf16(void **state)
+{
+    const struct attn_shape h16 = { 8, 2, 32, 8, 1 };
+    uint16_t b[4];
+    attn_store(&h16, b, 0, 1.0f);
+    assert_int_equal(b[0], 0x3f80);
+    attn_store(&h16, b, 1, 1.0f + 1.0f / 256);  /* halfway: to even (down) */
+    assert_int_equal(b[1], 0x3f80);
+    attn_store(&h16, b, 2, 1.0f + 3.0f / 256);  /* halfway: to even (up) */
+    assert_int_equal(b[2], 0x3f82);
+    attn_store(&h16, b, 3, -(1.0f + 1.0f / 128 + 1.0f / 1024)); /* above half: away */
+    assert_int_equal(b[3], 0xbf81);
+    assert_true(attn_elem(&h16, b, 0) == 1.0f);
+    assert_true(attn_elem(&h16, b, 2) == 1.0f + 2.0f / 128);
+    assert_true(attn_bf16(0xbf81) == -(1.0f + 1.0f / 128));
 }
 
 /* Distance in units in the last place between two positive floats. */
@@ -118,16 +160,17 @@ static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale
 {
     const uint32_t G = sh->q_heads / sh->kv_heads, D = sh->head_dim, pt = sh->page_tokens;
     uint32_t np = (n + pt - 1) / pt;
-    size_t pf = attn_page_floats(sh), qf = (size_t)sh->q_heads * D;
+    size_t pf = attn_page_elems(sh), qf = (size_t)sh->q_heads * D, eb = attn_elem_bytes(sh);
     const float scale = (float)(1.0 / sqrt((double)D));
-    float **pages = calloc(np, sizeof(float *));
+    char **pages = calloc(np, sizeof(char *));
     for (uint32_t i = 0; i < np; i++) {
-        pages[i] = calloc(pf, sizeof(float));
+        pages[i] = calloc(pf, eb);
         uint32_t nt = n - i * pt < pt ? n - i * pt : pt;
         run_fill_page(sh, 11, 1, 2, i, nt, 0, sh->kv_heads, pages[i]);
     }
     float *q = malloc(qf * sizeof(float)), *out = malloc(qf * sizeof(float));
-    float *gpu = malloc(qf * sizeof(float)), *scr = malloc(pf * sizeof(float));
+    float *gpu = malloc(qf * sizeof(float));
+    void *scr = malloc(pf * eb);
     float *sc = malloc(pt * sizeof(float)), *p = malloc(pt * sizeof(float));
     float *acc = malloc(D * sizeof(float));
     for (size_t i = 0; i < qf; i++)
@@ -139,11 +182,15 @@ static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale
         memset(acc, 0, D * sizeof(float));
         for (uint32_t pg = 0; pg < np; pg++) {
             uint32_t nt = n - pg * pt < pt ? n - pg * pt : pt;
+            const char *k = pages[pg] + attn_row(sh, 0, h, 0) * eb;
+            const char *v = pages[pg] + attn_row(sh, 1, h, 0) * eb;
             for (uint32_t t = 0; t < nt; t++)
-                sc[t] = attn_score(q + (size_t)qh * D, pages[pg] + attn_row(sh, 0, h, t), D, scale);
+                sc[t] = sh->bf16 ? attn_score_bf16(q + (size_t)qh * D, (const uint16_t *)k + t * D, D, scale)
+                                 : attn_score(q + (size_t)qh * D, (const float *)k + t * D, D, scale);
             attn_fold_stats(sc, nt, &m, &l, &c, p);
             for (uint32_t d = 0; d < D; d++)
-                acc[d] = attn_fold_acc(acc[d], c, p, pages[pg] + attn_row(sh, 1, h, 0) + d, nt, D);
+                acc[d] = sh->bf16 ? attn_fold_acc_bf16(acc[d], c, p, (const uint16_t *)v + d, nt, D)
+                                  : attn_fold_acc(acc[d], c, p, (const float *)v + d, nt, D);
         }
         for (uint32_t d = 0; d < D; d++)
             gpu[(size_t)qh * D + d] = ATTN_DIV(acc[d], l);
@@ -164,10 +211,12 @@ static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale
 static void test_gpu_order(void **state)
 {
     static const struct attn_shape shapes[] = {
-        { 32, 8, 128, 16 }, /* llama3-8b */
-        { 8, 8, 64, 16 },   /* one q head per kv head */
-        { 8, 1, 64, 256 },  /* pages longer than a head */
-        { 16, 4, 128, 7 },  /* ragged pages */
+        { 32, 8, 128, 16, 1 }, /* llama3-8b, bf16 (kvtier run's default) */
+        { 32, 8, 128, 16, 0 }, /* the same in fp32 */
+        { 8, 8, 64, 16, 0 },   /* one q head per kv head */
+        { 8, 1, 64, 256, 1 },  /* pages longer than a head */
+        { 16, 4, 128, 7, 0 },  /* ragged pages */
+        { 16, 4, 128, 7, 1 },
     };
     const uint32_t lens[] = { 1, 16, 17, 300 };
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
@@ -255,7 +304,8 @@ static void run_ok(const char *policy, int codec, uint32_t chunk)
     struct run_result r;
     small_opts(&o);
     o.policy = policy;
-    o.codec = codec;
+    o.codec = codec < 0 ? KVT_CODEC_NONE : codec;
+    o.fp32 = codec < 0; /* -1: fp32 KV, no codec */
     o.chunk_pages = chunk;
     assert_int_equal(run_exec(&o, &r), 0);
     assert_true(r.verified);
@@ -285,6 +335,7 @@ static void test_run_decode(void **state) { run_ok("decode", KVT_CODEC_NONE, 5);
 static void test_run_whole(void **state) { run_ok("decode", KVT_CODEC_NONE, 17); }
 static void test_run_lru(void **state) { run_ok("lru", KVT_CODEC_NONE, 0); }
 static void test_run_codec(void **state) { run_ok("decode", KVT_CODEC_ZSTD_SHUFFLE16, 3); }
+static void test_run_fp32(void **state) { run_ok("decode", -1, 5); }
 
 static void test_corrupt_page(void **state)
 {
@@ -315,11 +366,12 @@ static void test_wrong_seed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel),      cmocka_unit_test(test_attn_exp),
+        cmocka_unit_test(test_kernel),      cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_gpu_order),   cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_nice),
         cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_whole),
-        cmocka_unit_test(test_run_lru),
+        cmocka_unit_test(test_run_lru),     cmocka_unit_test(test_run_fp32),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),
         cmocka_unit_test(test_wrong_seed),
     };

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -28,12 +29,30 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 typedef float v8f __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
 
 static inline v8f ld8(const float *p)
 {
     v8f v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+/* Eight bf16 elements widened to fp32: shifted into the upper halves. */
+static inline v8f ld8h(const uint16_t *p)
+{
+    v8h h;
+    memcpy(&h, p, sizeof h);
+    v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+/* Eight K or V elements from element i of rows of either type: bf16 is a
+ * constant in every caller, so each caller compiles to one kind of load. */
+static inline __attribute__((always_inline)) v8f ld8kv(const void *p, size_t i, bool bf16)
+{
+    return bf16 ? ld8h((const uint16_t *)p + i) : ld8((const float *)p + i);
 }
 static inline void st8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 static inline v8f splat8(float x) { return (v8f){ x, x, x, x, x, x, x, x }; }
@@ -48,7 +67,7 @@ static inline float hsum8(const v8f *pv)
 
 int attn_shape_check(const struct attn_shape *s)
 {
-    if (!s->q_heads || !s->kv_heads || !s->head_dim || !s->page_tokens)
+    if (!s->q_heads || !s->kv_heads || !s->head_dim || !s->page_tokens || s->bf16 > 1)
         return -EINVAL;
     if (s->head_dim % 8 || s->head_dim > ATTN_MAX_HEAD_DIM || s->q_heads % s->kv_heads ||
         s->q_heads / s->kv_heads > ATTN_MAX_GROUP || s->q_heads > ATTN_MAX_Q_HEADS ||
@@ -57,17 +76,37 @@ int attn_shape_check(const struct attn_shape *s)
     return 0;
 }
 
+float attn_elem(const struct attn_shape *s, const void *page, size_t i)
+{
+    if (s->bf16)
+        return attn_bf16(((const uint16_t *)page)[i]);
+    return ((const float *)page)[i];
+}
+
+void attn_store(const struct attn_shape *s, void *page, size_t i, float v)
+{
+    if (!s->bf16) {
+        ((float *)page)[i] = v;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even (no NaN is ever stored) */
+    ((uint16_t *)page)[i] = (uint16_t)(u >> 16);
+}
+
 /* Scores of the G query heads of one kv head against nt K rows. */
-static void page_scores(const float *qg, const float *k, uint32_t nt, uint32_t G, uint32_t D,
-                        uint32_t pt, float scale, float *sc)
+static inline __attribute__((always_inline)) void
+page_scores(const float *qg, const void *k, uint32_t nt, uint32_t G, uint32_t D, uint32_t pt,
+            float scale, float *sc, bool bf16)
 {
     for (uint32_t t = 0; t < nt; t++) {
-        const float *kr = k + (size_t)t * D;
+        size_t kr = (size_t)t * D;
         for (uint32_t g = 0; g < G; g++) {
             const float *qr = qg + (size_t)g * D;
             v8f a = splat8(0);
             for (uint32_t c = 0; c < D; c += 8)
-                a += ld8(qr + c) * ld8(kr + c);
+                a += ld8(qr + c) * ld8kv(k, kr + c, bf16);
             sc[g * pt + t] = hsum8(&a) * scale;
         }
     }
@@ -76,8 +115,9 @@ static void page_scores(const float *qg, const float *k, uint32_t nt, uint32_t G
 /* Folds one page's scores and V rows into a q head's running state: the
  * softmax state by attn_math.h's helper (the GPU kernel's too), then the
  * output, eight elements at a time, in the same per-element order. */
-static void page_fold(const float *sc, const float *v, uint32_t nt, uint32_t D, float *m,
-                      float *l, float *acc)
+static inline __attribute__((always_inline)) void
+page_fold(const float *sc, const void *v, uint32_t nt, uint32_t D, float *m, float *l,
+          float *acc, bool bf16)
 {
     float c, p[ATTN_MAX_PAGE_TOKENS];
     attn_fold_stats(sc, nt, m, l, &c, p);
@@ -86,10 +126,43 @@ static void page_fold(const float *sc, const float *v, uint32_t nt, uint32_t D, 
         st8(acc + d, ld8(acc + d) * cv);
     for (uint32_t t = 0; t < nt; t++) {
         v8f pv = splat8(p[t]);
-        const float *vr = v + (size_t)t * D;
+        size_t vr = (size_t)t * D;
         for (uint32_t d = 0; d < D; d += 8)
-            st8(acc + d, ld8(acc + d) + pv * ld8(vr + d));
+            st8(acc + d, ld8(acc + d) + pv * ld8kv(v, vr + d, bf16));
     }
+}
+
+/* One page for kv heads [h0, h1): every q head's scores, then its fold. */
+static inline __attribute__((always_inline)) void
+page_heads(const struct attn_shape *s, const float *q, const void *p, uint32_t nt, uint32_t h0,
+           uint32_t h1, float scale, float *sc, float *m, float *l, float *out, bool bf16)
+{
+    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
+    const size_t eb = bf16 ? 2 : 4;
+    const char *base = p;
+    for (uint32_t h = h0; h < h1; h++) {
+        page_scores(q + (size_t)h * G * D, base + attn_row(s, 0, h, 0) * eb, nt, G, D, pt, scale,
+                    sc, bf16);
+        for (uint32_t g = 0; g < G; g++) {
+            uint32_t qh = h * G + g;
+            page_fold(sc + g * pt, base + attn_row(s, 1, h, 0) * eb, nt, D, &m[qh], &l[qh],
+                      out + (size_t)qh * D, bf16);
+        }
+    }
+}
+
+static void page_heads_f32(const struct attn_shape *s, const float *q, const void *p, uint32_t nt,
+                           uint32_t h0, uint32_t h1, float scale, float *sc, float *m, float *l,
+                           float *out)
+{
+    page_heads(s, q, p, nt, h0, h1, scale, sc, m, l, out, false);
+}
+
+static void page_heads_bf16(const struct attn_shape *s, const float *q, const void *p,
+                            uint32_t nt, uint32_t h0, uint32_t h1, float scale, float *sc,
+                            float *m, float *l, float *out)
+{
+    page_heads(s, q, p, nt, h0, h1, scale, sc, m, l, out, true);
 }
 
 void attn_begin(const struct attn_shape *s, uint32_t h0, uint32_t h1, float *m, float *l,
@@ -105,22 +178,18 @@ void attn_begin(const struct attn_shape *s, uint32_t h0, uint32_t h1, float *m, 
 
 void attn_pages(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t pg0,
                 uint32_t pg1, uint32_t h0, uint32_t h1, attn_page_fn get, void *ctx,
-                float *scratch, float *m, float *l, float *out)
+                void *scratch, float *m, float *l, float *out)
 {
-    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
-    const float scale = (float)(1.0 / sqrt((double)D));
+    const uint32_t pt = s->page_tokens;
+    const float scale = (float)(1.0 / sqrt((double)s->head_dim));
     float sc[ATTN_MAX_GROUP * ATTN_MAX_PAGE_TOKENS];
     for (uint32_t pg = pg0; pg < pg1; pg++) {
-        const float *p = get(ctx, pg, h0, h1, scratch);
+        const void *p = get(ctx, pg, h0, h1, scratch);
         uint32_t nt = n_tokens - pg * pt < pt ? n_tokens - pg * pt : pt;
-        for (uint32_t h = h0; h < h1; h++) {
-            page_scores(q + (size_t)h * G * D, p + attn_row(s, 0, h, 0), nt, G, D, pt, scale, sc);
-            for (uint32_t g = 0; g < G; g++) {
-                uint32_t qh = h * G + g;
-                page_fold(sc + g * pt, p + attn_row(s, 1, h, 0), nt, D, &m[qh], &l[qh],
-                          out + (size_t)qh * D);
-            }
-        }
+        if (s->bf16)
+            page_heads_bf16(s, q, p, nt, h0, h1, scale, sc, m, l, out);
+        else
+            page_heads_f32(s, q, p, nt, h0, h1, scale, sc, m, l, out);
     }
 }
 
@@ -136,7 +205,7 @@ void attn_end(const struct attn_shape *s, uint32_t h0, uint32_t h1, const float 
 }
 
 void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
-                 uint32_t h1, attn_page_fn get, void *ctx, float *scratch, float *out)
+                 uint32_t h1, attn_page_fn get, void *ctx, void *scratch, float *out)
 {
     float m[ATTN_MAX_Q_HEADS], l[ATTN_MAX_Q_HEADS];
     attn_begin(s, h0, h1, m, l, out);
@@ -146,7 +215,7 @@ void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, 
 }
 
 void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
-                const float *const *pages, double *out)
+                const void *const *pages, double *out)
 {
     const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
     double *w = malloc((size_t)n_tokens * sizeof(double));
@@ -156,10 +225,10 @@ void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
         uint32_t h = qh / G;
         double mx = -INFINITY, sum = 0;
         for (uint32_t t = 0; t < n_tokens; t++) {
-            const float *k = pages[t / pt] + attn_row(s, 0, h, t % pt);
+            size_t k = attn_row(s, 0, h, t % pt);
             double d = 0;
             for (uint32_t i = 0; i < D; i++)
-                d += (double)q[(size_t)qh * D + i] * k[i];
+                d += (double)q[(size_t)qh * D + i] * attn_elem(s, pages[t / pt], k + i);
             w[t] = d / sqrt((double)D);
             if (w[t] > mx)
                 mx = w[t];
@@ -169,7 +238,7 @@ void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
         for (uint32_t i = 0; i < D; i++) {
             double o = 0;
             for (uint32_t t = 0; t < n_tokens; t++)
-                o += w[t] * pages[t / pt][attn_row(s, 1, h, t % pt) + i];
+                o += w[t] * attn_elem(s, pages[t / pt], attn_row(s, 1, h, t % pt) + i);
             out[(size_t)qh * D + i] = o / sum;
         }
     }

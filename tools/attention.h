@@ -2,10 +2,13 @@
  * attention.h — CPU grouped-query attention of one decode query over KV
  * pages, for `kvtier run` on the host back-end.
  *
- * Page layout (fp32, layer-first: one page is page_tokens tokens of one
- * sequence and one layer):
+ * Page layout (layer-first: one page is page_tokens tokens of one sequence
+ * and one layer), in fp32 or bf16 elements:
  *     K[kv_heads][page_tokens][head_dim]  then  V[kv_heads][page_tokens][head_dim]
  * then zero padding up to page_bytes (a multiple of 4096, kvtier's rule).
+ * The arithmetic is fp32 either way: a bf16 element is the upper half of an
+ * fp32 and widens to it exactly, so a bf16 page computes the bits its
+ * values would in an fp32 page.
  * Each head's rows are contiguous so that a thread can own a range of heads.
  *
  * The kernel streams the pages once (online softmax, as flash-decoding
@@ -28,14 +31,21 @@
 
 struct attn_shape {
     uint32_t q_heads, kv_heads, head_dim, page_tokens;
+    uint32_t bf16; /* 1: K and V are bfloat16; 0: fp32 */
 };
 
-/* Floats of K and V a page holds (without padding). */
-static inline size_t attn_page_floats(const struct attn_shape *s)
+/* Elements of K and V a page holds (without padding). */
+static inline size_t attn_page_elems(const struct attn_shape *s)
 {
     return 2 * (size_t)s->kv_heads * s->page_tokens * s->head_dim;
 }
-/* Offset, in floats, of token t's K row (kind 0) or V row (kind 1) of kv head h. */
+static inline size_t attn_elem_bytes(const struct attn_shape *s) { return s->bf16 ? 2 : 4; }
+/* Bytes of K and V a page holds (without padding). */
+static inline size_t attn_page_bytes(const struct attn_shape *s)
+{
+    return attn_page_elems(s) * attn_elem_bytes(s);
+}
+/* Offset, in elements, of token t's K row (kind 0) or V row (kind 1) of kv head h. */
 static inline size_t attn_row(const struct attn_shape *s, int kind, uint32_t h, uint32_t t)
 {
     return (((size_t)kind * s->kv_heads + h) * s->page_tokens + t) * s->head_dim;
@@ -46,18 +56,23 @@ static inline size_t attn_row(const struct attn_shape *s, int kind, uint32_t h, 
  * ATTN_MAX_GROUP per kv head, 1..ATTN_MAX_PAGE_TOKENS tokens per page. */
 int attn_shape_check(const struct attn_shape *s);
 
+/* Element i of a page, widened to fp32. */
+float attn_elem(const struct attn_shape *s, const void *page, size_t i);
+/* Stores v as element i of a page (rounded to nearest even for bf16). */
+void attn_store(const struct attn_shape *s, void *page, size_t i, float v);
+
 /* Returns page i for kv heads [h0, h1): a pointer to a whole page in the
  * layout above, of which only those heads' rows of the first tokens are read.
- * scratch (attn_page_floats floats, the caller's, one per thread) may be used
- * to build it. Called once per page, in page order. */
-typedef const float *(*attn_page_fn)(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
-                                     float *scratch);
+ * scratch (attn_page_bytes, the caller's, one per thread) may be used to
+ * build it. Called once per page, in page order. */
+typedef const void *(*attn_page_fn)(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
+                                    void *scratch);
 
 /* Attention of query q[q_heads][head_dim] over tokens [0, n_tokens) for the
  * q heads of kv heads [h0, h1): out[qh][head_dim] for those q heads only (the
  * rest of out is not touched). softmax(q.K / sqrt(head_dim)) V. */
 void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
-                 uint32_t h1, attn_page_fn get, void *ctx, float *scratch, float *out);
+                 uint32_t h1, attn_page_fn get, void *ctx, void *scratch, float *out);
 
 /* The same, split over calls: attn_begin() sets the running state of the q
  * heads of kv heads [h0, h1) (m and l: q_heads floats each, the caller's),
@@ -68,13 +83,13 @@ void attn_begin(const struct attn_shape *s, uint32_t h0, uint32_t h1, float *m, 
                 float *out);
 void attn_pages(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t pg0,
                 uint32_t pg1, uint32_t h0, uint32_t h1, attn_page_fn get, void *ctx,
-                float *scratch, float *m, float *l, float *out);
+                void *scratch, float *m, float *l, float *out);
 void attn_end(const struct attn_shape *s, uint32_t h0, uint32_t h1, const float *l, float *out);
 
 /* The textbook formula in double precision over pages[], all q heads: for
  * tests, to bound the kernel's rounding. */
 void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
-                const float *const *pages, double *out);
+                const void *const *pages, double *out);
 
 /* ------------------------------------------------------------- threads */
 

@@ -20,11 +20,33 @@ struct attn_cuda {
     uint32_t max_pages;
     float scale;
     float *q, *out;          /* device: q_heads * head_dim each */
-    const float **pages;     /* device: max_pages pointers */
+    const void **pages;      /* device: max_pages pointers */
 };
 
-/* One block per q head, blockDim.x = head_dim threads. */
-__global__ void attn_cuda_kernel(const float *const *pages, uint32_t npages, uint32_t n_tokens,
+/* attn_math.h's score and fold over K and V rows of either element type. */
+static __device__ inline float score(const float *q, const float *k, uint32_t D, float scale)
+{
+    return attn_score(q, k, D, scale);
+}
+static __device__ inline float score(const float *q, const uint16_t *k, uint32_t D, float scale)
+{
+    return attn_score_bf16(q, k, D, scale);
+}
+static __device__ inline float fold(float acc, float c, const float *p, const float *v,
+                                    uint32_t nt, uint32_t D)
+{
+    return attn_fold_acc(acc, c, p, v, nt, D);
+}
+static __device__ inline float fold(float acc, float c, const float *p, const uint16_t *v,
+                                    uint32_t nt, uint32_t D)
+{
+    return attn_fold_acc_bf16(acc, c, p, v, nt, D);
+}
+
+/* One block per q head, blockDim.x = head_dim threads. T: float (fp32 KV)
+ * or uint16_t (bf16 KV). */
+template <typename T>
+__global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint32_t n_tokens,
                                  const float *q, float *out, uint32_t group, uint32_t kv_heads,
                                  uint32_t head_dim, uint32_t page_tokens, float scale)
 {
@@ -34,13 +56,13 @@ __global__ void attn_cuda_kernel(const float *const *pages, uint32_t npages, uin
     const float *qr = q + (size_t)qh * D;
     float m = -INFINITY, l = 0.0f, acc = 0.0f; /* m and l: thread 0's */
     for (uint32_t pg = 0; pg < npages; pg++) {
-        const float *page = pages[pg];
+        const T *page = (const T *)pages[pg];
         uint32_t nt = n_tokens - pg * page_tokens < page_tokens ? n_tokens - pg * page_tokens
                                                                 : page_tokens;
-        const float *k = page + (size_t)h * page_tokens * D;
-        const float *v = page + ((size_t)kv_heads + h) * page_tokens * D;
+        const T *k = page + (size_t)h * page_tokens * D;
+        const T *v = page + ((size_t)kv_heads + h) * page_tokens * D;
         for (uint32_t t = tid; t < nt; t += blockDim.x)
-            sc[t] = attn_score(qr, k + (size_t)t * D, D, scale);
+            sc[t] = score(qr, k + (size_t)t * D, D, scale);
         __syncthreads();
         if (tid == 0) {
             float c;
@@ -48,7 +70,7 @@ __global__ void attn_cuda_kernel(const float *const *pages, uint32_t npages, uin
             c_all = c;
         }
         __syncthreads();
-        acc = attn_fold_acc(acc, c_all, p, v + tid, nt, D);
+        acc = fold(acc, c_all, p, v + tid, nt, D);
         __syncthreads(); /* sc and p are rewritten by the next page */
     }
     if (tid == 0)
@@ -88,7 +110,7 @@ extern "C" int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t m
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&a->out, qf);
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&a->pages, (size_t)max_pages * sizeof(float *));
+        e = cudaMalloc((void **)&a->pages, (size_t)max_pages * sizeof(void *));
     if (e != cudaSuccess) {
         attn_cuda_free(a);
         return cuda_fail(e, "attention buffers", err, errlen);
@@ -116,9 +138,14 @@ extern "C" int attn_cuda_run(struct attn_cuda *a, const float *q, uint32_t n_tok
         e = cudaMemcpy(a->pages, pages, (size_t)npages * sizeof(void *), cudaMemcpyHostToDevice);
     if (e != cudaSuccess)
         return cuda_fail(e, "attention inputs", err, errlen);
-    attn_cuda_kernel<<<s->q_heads, s->head_dim>>>(a->pages, npages, n_tokens, a->q, a->out,
-                                                   s->q_heads / s->kv_heads, s->kv_heads,
-                                                   s->head_dim, s->page_tokens, a->scale);
+    if (s->bf16)
+        attn_cuda_kernel<uint16_t><<<s->q_heads, s->head_dim>>>(
+            a->pages, npages, n_tokens, a->q, a->out, s->q_heads / s->kv_heads, s->kv_heads,
+            s->head_dim, s->page_tokens, a->scale);
+    else
+        attn_cuda_kernel<float><<<s->q_heads, s->head_dim>>>(
+            a->pages, npages, n_tokens, a->q, a->out, s->q_heads / s->kv_heads, s->kv_heads,
+            s->head_dim, s->page_tokens, a->scale);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(e, "attention launch", err, errlen);
     if ((e = cudaMemcpy(out, a->out, qf, cudaMemcpyDeviceToHost)) != cudaSuccess)

@@ -122,4 +122,37 @@ ATTN_HD float attn_fold_acc(float acc, float c, const float *p, const float *v, 
     return acc;
 }
 
+/* A bfloat16 element (the upper 16 bits of an fp32) widened: exact. */
+ATTN_HD float attn_bf16(uint16_t h)
+{
+#ifdef __CUDACC__
+    return __uint_as_float((unsigned)h << 16);
+#else
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* attn_score and attn_fold_acc over bf16 K and V rows: each element widened,
+ * then the same operations in the same order. */
+ATTN_HD float attn_score_bf16(const float *q, const uint16_t *k, uint32_t D, float scale)
+{
+    float lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    for (uint32_t c = 0; c < D; c += 8)
+        for (uint32_t j = 0; j < 8; j++)
+            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], attn_bf16(k[c + j])));
+    return ATTN_MUL(attn_hsum8(lane), scale);
+}
+
+ATTN_HD float attn_fold_acc_bf16(float acc, float c, const float *p, const uint16_t *v,
+                                 uint32_t nt, uint32_t stride)
+{
+    acc = ATTN_MUL(acc, c);
+    for (uint32_t t = 0; t < nt; t++)
+        acc = ATTN_ADD(acc, ATTN_MUL(p[t], attn_bf16(v[(size_t)t * stride])));
+    return acc;
+}
+
 #endif

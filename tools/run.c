@@ -65,15 +65,15 @@ float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, 
 }
 
 void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
-                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, float *p)
+                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p)
 {
     for (int kind = 0; kind < 2; kind++)
         for (uint32_t h = h0; h < h1; h++)
             for (uint32_t t = 0; t < ntok; t++) {
-                float *row = p + attn_row(s, kind, h, t);
+                size_t row = attn_row(s, kind, h, t);
                 uint32_t tok = page * s->page_tokens + t;
                 for (uint32_t d = 0; d < s->head_dim; d++)
-                    row[d] = run_kv_value(seed, seq, layer, tok, h, d, kind);
+                    attn_store(s, p, row + d, run_kv_value(seed, seq, layer, tok, h, d, kind));
             }
 }
 
@@ -126,8 +126,8 @@ static void run_usage(FILE *f)
             "writes every KV page, then each step runs grouped-query attention of a new\n"
             "query over every page of each (sequence, layer), acquired from kvtier, and\n"
             "appends the token's K and V. Every output is checked bit-exactly against a\n"
-            "reference computed without kvtier. fp32 KV; the attention on the CPU (host\n"
-            "back-end) or on the GPU (--device N).\n"
+            "reference computed without kvtier. bf16 KV (--dtype fp32 for fp32), the\n"
+            "attention in fp32 on the CPU (host back-end) or on the GPU (--device N).\n"
             "\n"
             "options:\n"
             "  --model NAME      model shape preset (default llama3-8b):\n");
@@ -147,6 +147,7 @@ static void run_usage(FILE *f)
             "  --policy P        decode or lru (default decode)\n"
             "  --device D        host (default), or a CUDA ordinal: pages in GPU memory and the\n"
             "                    attention on the GPU (builds where CMake found nvcc)\n"
+            "  --dtype T         bf16 (default) or fp32: the KV's element type\n"
             "  --threads N       attention threads (default 2)\n"
             "  --chunk-pages N   CPU: pages computed while the next ones are acquired\n"
             "                    (default: 4 MiB of them; the whole group = no pipeline)\n"
@@ -191,7 +192,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         { "device", 1, 0, 'v' },  { "threads", 1, 0, 'T' },   { "link-gbps", 1, 0, 'l' },
         { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
         { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
-        { "chunk-pages", 1, 0, 'k' },
+        { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },
         { 0, 0, 0, 0 },
     };
     run_opts_default(o);
@@ -225,6 +226,11 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         case 'T': if (parse_u32(optarg, 1, 64, &o->threads)) goto bad; break;
         case 'N': if (parse_u32(optarg, 0, 19, &o->nice)) goto bad; break;
         case 'k': if (parse_u32(optarg, 1, 1u << 30, &o->chunk_pages)) goto bad; break;
+        case 'y':
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32"))
+                goto bad;
+            o->fp32 = !strcmp(optarg, "fp32");
+            break;
         case 'l':
             o->link_gbps = strtod(optarg, &end);
             if (end == optarg || *end || !(o->link_gbps >= 0))
@@ -562,13 +568,13 @@ struct attn_job {
     uint32_t pg0, pg1; /* the pages this job folds in; 0, 0 = all of them */
 };
 
-static const float *page_acquired(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, float *scr)
+static const void *page_acquired(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, void *scr)
 {
     return ((struct attn_job *)ctx)->x->ptrs[page];
 }
 
-static const float *page_regenerated(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
-                                     float *scr)
+static const void *page_regenerated(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
+                                    void *scr)
 {
     struct attn_job *j = ctx;
     const struct attn_shape *s = &j->x->sh;
@@ -624,13 +630,13 @@ static int write_token(struct run_ctx *x, void *page, uint32_t seq, uint32_t lay
 {
     const struct attn_shape *s = &x->sh;
     uint32_t t = pos % s->page_tokens;
-    float *row = x->stage;
+    size_t eb = attn_elem_bytes(s);
     for (int kind = 0; kind < 2; kind++)
         for (uint32_t h = 0; h < s->kv_heads; h++) {
             for (uint32_t d = 0; d < s->head_dim; d++)
-                row[d] = run_kv_value(x->o->seed, seq, layer, pos, h, d, kind);
-            int rc = page_copy(x, KVT_COPY_H2D, (float *)page + attn_row(s, kind, h, t), row,
-                               s->head_dim * sizeof(float));
+                attn_store(s, x->stage, d, run_kv_value(x->o->seed, seq, layer, pos, h, d, kind));
+            int rc = page_copy(x, KVT_COPY_H2D, (char *)page + attn_row(s, kind, h, t) * eb,
+                               x->stage, s->head_dim * eb);
             if (rc)
                 return rc;
         }
@@ -683,13 +689,16 @@ static void progress(const struct run_opts *o, uint32_t step, double elapsed)
     fflush(stderr);
 }
 
-/* The test hook of --corrupt-step: flips the lowest exponent bit of K[0][0][0]. */
+/* The test hook of --corrupt-step: flips an exponent bit of K[0][0][0] (in
+ * its top byte, which holds the sign and the exponent's upper bits in fp32
+ * and bf16 alike). */
 static int corrupt(struct run_ctx *x, void *page)
 {
     uint8_t b[4];
-    int rc = page_copy(x, KVT_COPY_D2H, b, page, sizeof b);
-    b[3] ^= 0x01;
-    return rc ? rc : page_copy(x, KVT_COPY_H2D, page, b, sizeof b);
+    size_t eb = attn_elem_bytes(&x->sh);
+    int rc = page_copy(x, KVT_COPY_D2H, b, page, eb);
+    b[eb - 1] ^= 0x01;
+    return rc ? rc : page_copy(x, KVT_COPY_H2D, page, b, eb);
 }
 
 #if KVT_HAVE_CUDA_ATTN
@@ -1083,7 +1092,7 @@ int run_exec(const struct run_opts *o, struct run_result *r)
     }
     x.layers = o->layers && o->layers < o->model->layers ? o->layers : o->model->layers;
     x.sh = (struct attn_shape){ o->model->q_heads, o->model->kv_heads, o->model->head_dim,
-                                o->page_tokens };
+                                o->page_tokens, !o->fp32 };
     if (attn_shape_check(&x.sh)) {
         cli_error("run", 2,
                   "--model %s: the CPU kernel needs head_dim a multiple of 8 (<= %u) and at "
@@ -1091,7 +1100,7 @@ int run_exec(const struct run_opts *o, struct run_result *r)
                   o->model->name, ATTN_MAX_HEAD_DIM, ATTN_MAX_GROUP);
         return -EINVAL;
     }
-    x.pb = (attn_page_floats(&x.sh) * sizeof(float) + 4095) / 4096 * 4096;
+    x.pb = (attn_page_bytes(&x.sh) + 4095) / 4096 * 4096;
     uint64_t final_tokens = o->context + o->tokens;
     if (final_tokens > UINT32_MAX - 1) {
         cli_error("run", 2, "--context + --tokens is too large");
@@ -1184,9 +1193,10 @@ static void report_text(FILE *f, const struct run_opts *o, const struct run_resu
 {
     char b[5][32];
     const kvt_stats *d = &r->delta;
-    fprintf(f, "kvtier run: %s (%u of %u layers, %u q / %u kv heads x %u), batch %u, context %llu + %u tokens, fp32 KV\n",
+    fprintf(f, "kvtier run: %s (%u of %u layers, %u q / %u kv heads x %u), batch %u, context %llu + %u tokens, %s KV\n",
             o->model->name, layers, o->model->layers, o->model->q_heads, o->model->kv_heads,
-            o->model->head_dim, o->batch, (unsigned long long)o->context, o->tokens);
+            o->model->head_dim, o->batch, (unsigned long long)o->context, o->tokens,
+            o->fp32 ? "fp32" : "bf16");
     fprintf(f, "  pages of %u tokens, %s; KV %s (%llu pages, %.1fx HBM); policy %s, codec %s, %u threads (nice %u)\n",
             o->page_tokens, cli_bytes(b[0], 32, (double)r->page_bytes), cli_bytes(b[1], 32, (double)r->kv_bytes),
             (unsigned long long)r->pages, (double)r->kv_bytes / (double)r->cap[0], o->policy,
@@ -1245,12 +1255,13 @@ static void report_json(const struct run_opts *o, const struct run_result *r, ui
     const kvt_stats *d = &r->delta;
     uint64_t ntok = (uint64_t)o->tokens * o->batch;
     printf("{\"verified\": %s, \"tokens\": %llu, \"steps\": %u, \"batch\": %u, \"model\": \"%s\", "
-           "\"layers\": %u, \"context\": %llu, \"page_tokens\": %u, \"page_bytes\": %llu, "
+           "\"layers\": %u, \"context\": %llu, \"page_tokens\": %u, \"dtype\": \"%s\", "
+           "\"page_bytes\": %llu, "
            "\"policy\": \"%s\", \"codec\": \"%s\", \"device\": \"%s\", \"threads\": %u, "
            "\"nice\": %u, \"tokens_per_s\": %.4f, \"kv_bytes\": %llu, \"tiers\": {",
            r->verified ? "true" : "false", (unsigned long long)ntok, o->tokens, o->batch,
            o->model->name, layers, (unsigned long long)o->context, o->page_tokens,
-           (unsigned long long)r->page_bytes, o->policy, codec_name[o->codec],
+           o->fp32 ? "fp32" : "bf16", (unsigned long long)r->page_bytes, o->policy, codec_name[o->codec],
            r->device[0] ? r->device : "host", o->threads, o->nice,
            (double)ntok / r->wall_s, (unsigned long long)r->kv_bytes);
     for (int t = 0; t < KVT_TIERS; t++) {

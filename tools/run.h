@@ -31,6 +31,7 @@ struct run_opts {
     const char *policy;
     int codec, device;
     unsigned threads;
+    bool fp32;            /* KV in fp32 rather than bf16 */
     uint32_t chunk_pages; /* pages per step of the CPU path's acquire/compute pipeline; 0 = ~4 MiB */
     uint32_t nice;        /* the attention threads' nice value; 0 = the caller's, part 0 on it */
     double link_gbps;
@@ -95,8 +96,9 @@ int run_main(int argc, char **argv);
 float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, uint32_t head,
                    uint32_t dim, int kind);
 /* Writes K and V of tokens [page*page_tokens, +ntok) for kv heads [h0, h1)
- * into a page in attention.h's layout; nothing else of the page is touched. */
+ * into a page in attention.h's layout, in its element type (bf16 values
+ * rounded to nearest even); nothing else of the page is touched. */
 void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
-                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, float *p);
+                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p);
 
 #endif
