@@ -277,8 +277,9 @@ struct run_ctx {
 #endif
     float *q, *out;
     float *m, *l;    /* the attention's running state per q head, across chunks */
-    kvt_key *keys;
-    void **ptrs;
+    kvt_key *keys, *keys2; /* two groups' keys and page pointers: see struct group */
+    void **ptrs, **ptrs2;
+    void **ptrs_now; /* the pointers of the group being computed */
     uint64_t *hashes; /* [step][layer][seq][q head] */
     char tmpdir[4096];
     const char *ssd_dir;
@@ -570,7 +571,7 @@ struct attn_job {
 
 static const void *page_acquired(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, void *scr)
 {
-    return ((struct attn_job *)ctx)->x->ptrs[page];
+    return ((struct attn_job *)ctx)->x->ptrs_now[page];
 }
 
 static const void *page_regenerated(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
@@ -708,7 +709,7 @@ static int attention_gpu(struct run_ctx *x, uint32_t n)
 {
     char err[256];
     uint32_t np = (n + x->sh.page_tokens - 1) / x->sh.page_tokens;
-    int rc = attn_cuda_run(x->gpu, x->q, n, x->ptrs, np, x->out, err, sizeof err);
+    int rc = attn_cuda_run(x->gpu, x->q, n, x->ptrs_now, np, x->out, err, sizeof err);
     if (rc) {
         cli_error("run", 1, "attention on the GPU: %s", err);
         x->said = true;
@@ -728,115 +729,134 @@ static uint32_t chunk_pages(const struct run_ctx *x)
     return n ? (uint32_t)n : 1;
 }
 
-/* Acquires keys [c0, c1) of the group; the token at pos goes into the tail
- * page (np - 1) when it is among them and not a fresh page (written whole). */
-static int acquire_chunk(struct run_ctx *x, struct run_result *r, uint32_t c0, uint32_t c1,
-                         uint32_t np, int fresh, uint32_t s, uint32_t l, uint32_t pos,
-                         uint32_t step)
+/* One (step, layer, sequence) group on its way through the loop: its keys
+ * and page pointers (two sets, so that the next group's first pages are
+ * acquired while this one's last are computed). */
+struct group {
+    uint32_t step, l, s, pos, n, np;
+    int fresh; /* the token opens a new tail page */
+    kvt_key *keys;
+    void **ptrs;
+};
+
+/* Acquires pages [c0, c1) of g; the token at pos goes into the tail page
+ * (np - 1) when it is among them and not a fresh page (written whole). */
+static int acquire_chunk(struct run_ctx *x, struct run_result *r, struct group *g, uint32_t c0,
+                         uint32_t c1)
 {
     double t0 = cli_now();
-    int rc = kvt_acquire(x->e, x->keys + c0, c1 - c0, x->ptrs + c0);
+    int rc = kvt_acquire(x->e, g->keys + c0, c1 - c0, g->ptrs + c0);
     double t1 = cli_now();
     r->acquire_s += t1 - t0;
     if (x->o->trace_path)
-        trace_span(&x->trace, "acquire", "wait", 1, t0, t1, step, s, l);
+        trace_span(&x->trace, "acquire", "wait", 1, t0, t1, g->step, g->s, g->l);
     if (rc)
         return rc;
-    if (c1 == np && !fresh && (rc = write_token(x, x->ptrs[np - 1], s, l, pos)))
+    if (c1 == g->np && !g->fresh && (rc = write_token(x, g->ptrs[g->np - 1], g->s, g->l, g->pos)))
         return rc;
-    if (c0 == 0 && x->o->corrupt_step == (int64_t)step && s == 0 && l == 0)
-        rc = corrupt(x, x->ptrs[0]);
+    if (c0 == 0 && x->o->corrupt_step == (int64_t)g->step && g->s == 0 && g->l == 0)
+        rc = corrupt(x, g->ptrs[0]);
     return rc;
 }
 
-/* The attention of the group, on the CPU, as a pipeline over chunks of its
- * pages: chunk i is computed by the pool while chunk i + 1 is acquired, and
- * released as soon as it is done. Acquiring the whole group first left
- * both the links and the cores idle in turn: the caller waited for the last
- * page before computing the first (in a run the tiers keep up with, ~190 of
- * a group's 257 pages still to copy up at its acquire, ~2 ms a group), and
- * the pages stayed pinned through the compute, out of the prefetcher's
- * reach. The fold is page by page either way, so the bits are the same. */
-static int attend_chunked(struct run_ctx *x, struct run_result *r, uint32_t step, uint32_t l,
-                          uint32_t s, uint32_t n, uint32_t np, int fresh)
+/* Releases pages [c0, c1) of g: the tail (the last) as written unless new. */
+static int release_chunk(struct run_ctx *x, struct group *g, uint32_t c0, uint32_t c1)
 {
-    uint32_t C = chunk_pages(x), pos = n - 1;
-    uint32_t c1 = C < np ? C : np;
-    int rc = acquire_chunk(x, r, 0, c1, np, fresh, s, l, pos, step);
+    uint32_t clean = c1 == g->np ? c1 - c0 - 1 : c1 - c0;
+    int rc = kvt_release(x->e, g->keys + c0, clean, 0);
+    if (!rc && c1 == g->np)
+        rc = kvt_release(x->e, g->keys + g->np - 1, 1, !g->fresh);
+    return rc;
+}
+
+/* A group's start: the position told, a new tail page made when the token
+ * opens one, and its first chunk acquired (the whole group on the GPU). */
+static int group_begin(struct run_ctx *x, struct run_result *r, struct group *g)
+{
+    uint32_t pt = x->sh.page_tokens;
+    g->pos = (uint32_t)x->o->context + g->step;
+    g->n = g->pos + 1;
+    g->np = (g->n + pt - 1) / pt;
+    g->fresh = g->pos % pt == 0;
+    int rc = kvt_advance(x->e, seq_id(g->s), g->l);
     if (rc)
         return rc;
-    fill_query(&x->sh, x->o->seed, s, l, pos, x->q);
-    for (uint32_t c0 = 0; c0 < np; c0 = c1) {
-        c1 = c0 + C < np ? c0 + C : np;
-        struct attn_job j = { x, n, s, l, x->o->seed, 0, c0, c1 };
+    if (g->fresh) {
+        kvt_key k = { seq_id(g->s), g->l, g->pos / pt };
+        void *p;
+        if ((rc = kvt_create(x->e, k, &p)))
+            return rc;
+        /* pos opens the page: it is the page's token 0, written with it */
+        if ((rc = write_page(x, p, g->s, g->l, g->pos / pt, 1)) || (rc = kvt_release(x->e, &k, 1, 1)))
+            return rc;
+    }
+    for (uint32_t i = 0; i < g->np; i++)
+        g->keys[i] = (kvt_key){ seq_id(g->s), g->l, i };
+    uint32_t C = chunk_pages(x);
+#if KVT_HAVE_CUDA_ATTN
+    if (x->gpu)
+        C = g->np; /* one kernel over the whole group */
+#endif
+    return acquire_chunk(x, r, g, 0, C < g->np ? C : g->np);
+}
+
+/* The attention of g, whose first chunk is acquired, then next's begin
+ * (next NULL: none). On the CPU a pipeline over chunks of g's pages: chunk
+ * i is computed by the pool while chunk i + 1 is acquired (for the last
+ * chunk: while next begins), and released as soon as it is done. Acquiring
+ * the whole group first left the links and the cores idle in turn: the
+ * caller waited for the last page before computing the first (in a run
+ * the tiers keep up with, ~190 of a group's 257 pages still to copy up at
+ * its acquire, ~2 ms a group), and the pages stayed pinned through the
+ * compute, out of the prefetcher's reach. The fold is page by page either
+ * way, so the bits are the same. */
+static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
+                     struct group *next)
+{
+    fill_query(&x->sh, x->o->seed, g->s, g->l, g->pos, x->q);
+    x->ptrs_now = g->ptrs;
+#if KVT_HAVE_CUDA_ATTN
+    if (x->gpu) {
+        double t2 = cli_now();
+        int rc = attention_gpu(x, g->n);
+        double t3 = cli_now();
+        r->compute_s += t3 - t2;
+        if (x->o->trace_path)
+            trace_span(&x->trace, "attention", "compute", 1, t2, t3, g->step, g->s, g->l);
+        if (!rc)
+            rc = release_chunk(x, g, 0, g->np);
+        return rc ? rc : next ? group_begin(x, r, next) : 0;
+    }
+#endif
+    uint32_t C = chunk_pages(x), c1;
+    for (uint32_t c0 = 0; c0 < g->np; c0 = c1) {
+        c1 = c0 + C < g->np ? c0 + C : g->np;
+        struct attn_job j = { x, g->n, g->s, g->l, x->o->seed, 0, c0, c1 };
         double t2 = cli_now();
         attn_pool_start(x->pool, attn_part, &j);
-        uint32_t n1 = c1 + C < np ? c1 + C : np;
-        if (c1 < np)
-            rc = acquire_chunk(x, r, c1, n1, np, fresh, s, l, pos, step);
+        int rc = 0;
+        if (c1 < g->np)
+            rc = acquire_chunk(x, r, g, c1, c1 + C < g->np ? c1 + C : g->np);
+        else if (next)
+            rc = group_begin(x, r, next);
         double t3 = attn_pool_join(x->pool);
         r->compute_s += t3 - t2;
         if (x->o->trace_path)
-            trace_span(&x->trace, "attention", "compute", 1, t2, t3, step, s, l);
-        /* the tail page (the last) was written unless it is new */
-        uint32_t clean = c1 == np ? c1 - c0 - 1 : c1 - c0;
-        int rr = kvt_release(x->e, x->keys + c0, clean, 0);
-        if (!rr && c1 == np)
-            rr = kvt_release(x->e, x->keys + np - 1, 1, !fresh);
+            trace_span(&x->trace, "attention", "compute", 1, t2, t3, g->step, g->s, g->l);
+        int rr = release_chunk(x, g, c0, c1);
         if (rc)
-            return rc; /* the chunk after this one was not acquired */
+            return rc; /* what follows this chunk was not acquired */
         if (rr)
             return rr;
     }
     return 0;
 }
 
-/* One (step, layer, sequence) group through kvtier. */
-static int decode_group(struct run_ctx *x, struct run_result *r, uint32_t step, uint32_t l,
-                        uint32_t s)
+static void group_hash(struct run_ctx *x, const struct group *g)
 {
-    const struct run_opts *o = x->o;
-    uint32_t pt = x->sh.page_tokens;
-    uint32_t pos = (uint32_t)o->context + step, n = pos + 1, np = (n + pt - 1) / pt;
-    int rc = kvt_advance(x->e, seq_id(s), l);
-    if (rc)
-        return rc;
-    int fresh = pos % pt == 0; /* the tail is full: the token opens a new page */
-    if (fresh) {
-        kvt_key k = { seq_id(s), l, pos / pt };
-        void *p;
-        if ((rc = kvt_create(x->e, k, &p)))
-            return rc;
-        /* pos opens the page: it is the page's token 0, written with it */
-        if ((rc = write_page(x, p, s, l, pos / pt, 1)) || (rc = kvt_release(x->e, &k, 1, 1)))
-            return rc;
-    }
-    for (uint32_t i = 0; i < np; i++)
-        x->keys[i] = (kvt_key){ seq_id(s), l, i };
-#if KVT_HAVE_CUDA_ATTN
-    if (x->gpu) {
-        /* One kernel over the whole group: every page acquired first. */
-        if ((rc = acquire_chunk(x, r, 0, np, np, fresh, s, l, pos, step)))
-            return rc;
-        fill_query(&x->sh, o->seed, s, l, pos, x->q);
-        double t2 = cli_now();
-        if ((rc = attention_gpu(x, n)))
-            return rc;
-        double t3 = cli_now();
-        r->compute_s += t3 - t2;
-        if (o->trace_path)
-            trace_span(&x->trace, "attention", "compute", 1, t2, t3, step, s, l);
-        if ((rc = kvt_release(x->e, x->keys, np - 1, 0)) ||
-            (rc = kvt_release(x->e, &x->keys[np - 1], 1, !fresh)))
-            return rc;
-    } else
-#endif
-    if ((rc = attend_chunked(x, r, step, l, s, n, np, fresh)))
-        return rc;
-    uint64_t *hs = hash_slot(x, step, l, s);
+    uint64_t *hs = hash_slot(x, g->step, g->l, g->s);
     for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
         hs[qh] = hash_head(x->out + (size_t)qh * x->sh.head_dim, x->sh.head_dim);
-    return 0;
 }
 
 /* The bonus trace rows: cumulative bytes per link after each layer. */
@@ -858,15 +878,33 @@ static int decode(struct run_ctx *x, struct run_result *r)
     kvt_stats s0, s1;
     kvt_get_stats(x->e, &s0);
     double t0 = cli_now();
-    int rc = 0;
-    for (uint32_t step = 0; step < o->tokens && !rc; step++) {
-        for (uint32_t l = 0; l < x->layers && !rc; l++) {
-            for (uint32_t s = 0; s < o->batch && !rc; s++)
-                rc = decode_group(x, r, step, l, s);
-            if (o->trace_path)
-                trace_links(x, &s0);
+    /* Groups in compute order: step, layer, sequence (layer-major, as the
+     * schedule says). Each group's first pages are acquired before the one
+     * before it has finished (group_run). */
+    struct group gs[2] = { { .keys = x->keys, .ptrs = x->ptrs },
+                           { .keys = x->keys2, .ptrs = x->ptrs2 } };
+    uint64_t total = (uint64_t)o->tokens * x->layers * o->batch;
+    struct group *g = &gs[0], *next = &gs[1];
+    g->step = g->l = g->s = 0;
+    int rc = group_begin(x, r, g);
+    for (uint64_t i = 0; i < total && !rc; i++) {
+        bool more = i + 1 < total;
+        if (more) {
+            next->s = g->s + 1 < o->batch ? g->s + 1 : 0;
+            next->l = next->s ? g->l : (g->l + 1 < x->layers ? g->l + 1 : 0);
+            next->step = next->s || next->l ? g->step : g->step + 1;
         }
-        progress(o, step + 1, cli_now() - t0);
+        rc = group_run(x, r, g, more ? next : NULL);
+        if (rc)
+            break;
+        group_hash(x, g);
+        if (o->trace_path && g->s + 1 == o->batch)
+            trace_links(x, &s0);
+        if (g->s + 1 == o->batch && g->l + 1 == x->layers)
+            progress(o, g->step + 1, cli_now() - t0);
+        struct group *t = g;
+        g = next;
+        next = t;
     }
     r->wall_s = cli_now() - t0;
     kvt_get_stats(x->e, &s1);
@@ -937,6 +975,8 @@ static void ctx_free(struct run_ctx *x)
     free(x->l);
     free(x->keys);
     free(x->ptrs);
+    free(x->keys2);
+    free(x->ptrs2);
     free(x->hashes);
     trace_free(&x->trace);
     if (x->tmpdir[0])
@@ -957,9 +997,11 @@ static int ctx_alloc(struct run_ctx *x)
     x->l = malloc(x->sh.q_heads * sizeof(float));
     x->keys = malloc(x->pages_max * sizeof(kvt_key));
     x->ptrs = malloc(x->pages_max * sizeof(void *));
+    x->keys2 = malloc(x->pages_max * sizeof(kvt_key));
+    x->ptrs2 = malloc(x->pages_max * sizeof(void *));
     x->hashes = malloc((size_t)o->tokens * x->layers * o->batch * x->sh.q_heads * sizeof(uint64_t));
     x->stage = malloc(x->pb);
-    if (!x->scratch || !x->q || !x->out || !x->m || !x->l || !x->keys || !x->ptrs || !x->hashes || !x->stage)
+    if (!x->scratch || !x->q || !x->out || !x->m || !x->l || !x->keys || !x->keys2 || !x->ptrs2 || !x->ptrs || !x->hashes || !x->stage)
         return -ENOMEM;
     for (unsigned i = 0; i < nt; i++)
         if (!(x->scratch[i] = malloc(x->pb)))
