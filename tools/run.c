@@ -280,6 +280,15 @@ struct run_ctx {
     kvt_key *keys, *keys2; /* two groups' keys and page pointers: see struct group */
     void **ptrs, **ptrs2;
     void **ptrs_now; /* the pointers of the group being computed */
+    /* The group being computed, streamed to the pool: the caller raises
+     * ready as chunks are acquired; each part folds what is ready and
+     * records how far it got (done) and for how long it computed (busy). */
+    pthread_mutex_t smu;
+    pthread_cond_t scv;
+    uint32_t ready, *done;
+    uint64_t *busy_ns;
+    bool abort;
+    bool sync_made; /* smu and scv initialised */
     uint64_t *hashes; /* [step][layer][seq][q head] */
     char tmpdir[4096];
     const char *ssd_dir;
@@ -566,7 +575,7 @@ struct attn_job {
     uint32_t n_tokens, seq, layer;
     uint64_t seed;
     int reference;     /* pages regenerated, not acquired */
-    uint32_t pg0, pg1; /* the pages this job folds in; 0, 0 = all of them */
+    bool stream;       /* pages as x->ready says (else all of them, at once) */
 };
 
 static const void *page_acquired(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, void *scr)
@@ -585,22 +594,61 @@ static const void *page_regenerated(void *ctx, uint32_t page, uint32_t h0, uint3
     return scr;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The pages a streamed part may fold: up to x->ready, once it is past pg
+ * (0 after an abort). Records that the part is done with [0, pg). */
+static uint32_t stream_wait(struct run_ctx *x, unsigned part, uint32_t pg)
+{
+    pthread_mutex_lock(&x->smu);
+    x->done[part] = pg;
+    pthread_cond_broadcast(&x->scv);
+    while (x->ready <= pg && !x->abort)
+        pthread_cond_wait(&x->scv, &x->smu);
+    uint32_t r = x->abort ? 0 : x->ready;
+    pthread_mutex_unlock(&x->smu);
+    return r;
+}
+
 static void attn_part(void *arg, unsigned part, unsigned nparts)
 {
     struct attn_job *j = arg;
     struct run_ctx *x = j->x;
     uint32_t h0 = x->sh.kv_heads * part / nparts, h1 = x->sh.kv_heads * (part + 1) / nparts;
     uint32_t np = (j->n_tokens + x->sh.page_tokens - 1) / x->sh.page_tokens;
-    uint32_t pg0 = j->pg0, pg1 = j->pg1 ? j->pg1 : np;
-    if (h0 >= h1)
+    attn_page_fn get = j->reference ? page_regenerated : page_acquired;
+    if (!j->stream) {
+        if (h0 < h1)
+            attn_decode(&x->sh, x->q, j->n_tokens, h0, h1, get, j, x->scratch[part], x->out);
         return;
-    if (pg0 == 0)
+    }
+    uint64_t busy = 0;
+    if (h0 < h1)
         attn_begin(&x->sh, h0, h1, x->m, x->l, x->out);
-    attn_pages(&x->sh, x->q, j->n_tokens, pg0, pg1, h0, h1,
-               j->reference ? page_regenerated : page_acquired, j, x->scratch[part], x->m, x->l,
-               x->out);
-    if (pg1 == np)
+    uint32_t pg = 0;
+    while (pg < np) {
+        uint32_t r = stream_wait(x, part, pg);
+        if (!r)
+            break; /* the caller gave up on the group */
+        uint64_t t0 = mono_ns();
+        if (h0 < h1)
+            attn_pages(&x->sh, x->q, j->n_tokens, pg, r, h0, h1, get, j, x->scratch[part], x->m,
+                       x->l, x->out);
+        busy += mono_ns() - t0;
+        pg = r;
+    }
+    if (pg == np && h0 < h1)
         attn_end(&x->sh, h0, h1, x->l, x->out);
+    pthread_mutex_lock(&x->smu);
+    x->done[part] = pg;
+    x->busy_ns[part] = busy;
+    pthread_cond_broadcast(&x->scv);
+    pthread_mutex_unlock(&x->smu);
 }
 
 static uint64_t *hash_slot(struct run_ctx *x, uint32_t step, uint32_t layer, uint32_t seq)
@@ -828,28 +876,57 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
         return rc ? rc : next ? group_begin(x, r, next) : 0;
     }
 #endif
-    uint32_t C = chunk_pages(x), c1;
-    for (uint32_t c0 = 0; c0 < g->np; c0 = c1) {
-        c1 = c0 + C < g->np ? c0 + C : g->np;
-        struct attn_job j = { x, g->n, g->s, g->l, x->o->seed, 0, c0, c1 };
-        double t2 = cli_now();
-        attn_pool_start(x->pool, attn_part, &j);
-        int rc = 0;
-        if (c1 < g->np)
-            rc = acquire_chunk(x, r, g, c1, c1 + C < g->np ? c1 + C : g->np);
-        else if (next)
-            rc = group_begin(x, r, next);
-        double t3 = attn_pool_join(x->pool);
-        r->compute_s += t3 - t2;
-        if (x->o->trace_path)
-            trace_span(&x->trace, "attention", "compute", 1, t2, t3, g->step, g->s, g->l);
-        int rr = release_chunk(x, g, c0, c1);
-        if (rc)
-            return rc; /* what follows this chunk was not acquired */
-        if (rr)
-            return rr;
+    unsigned nparts = attn_pool_threads(x->pool);
+    uint32_t C = chunk_pages(x), acq = C < g->np ? C : g->np; /* group_begin took the first */
+    uint32_t rel = 0;
+    pthread_mutex_lock(&x->smu);
+    x->ready = acq;
+    x->abort = false;
+    for (unsigned i = 0; i < nparts; i++)
+        x->done[i] = 0, x->busy_ns[i] = 0;
+    pthread_mutex_unlock(&x->smu);
+    struct attn_job j = { x, g->n, g->s, g->l, x->o->seed, 0, true };
+    double t2 = cli_now();
+    attn_pool_start(x->pool, attn_part, &j);
+    int rc = 0;
+    while (acq < g->np) {
+        uint32_t b = acq + C < g->np ? acq + C : g->np;
+        if ((rc = acquire_chunk(x, r, g, acq, b)))
+            break;
+        acq = b;
+        pthread_mutex_lock(&x->smu);
+        x->ready = acq;
+        pthread_cond_broadcast(&x->scv);
+        uint32_t m = acq;
+        for (unsigned i = 0; i < nparts; i++)
+            m = x->done[i] < m ? x->done[i] : m;
+        pthread_mutex_unlock(&x->smu);
+        /* What every part is done with goes back now, for the prefetcher's
+         * room (the tail, written, at the end). */
+        m = m < g->np - 1 ? m : g->np - 1;
+        if (m > rel && (rc = kvt_release(x->e, g->keys + rel, m - rel, 0)))
+            break;
+        rel = m > rel ? m : rel;
     }
-    return 0;
+    if (!rc && next)
+        rc = group_begin(x, r, next);
+    if (rc) {
+        pthread_mutex_lock(&x->smu);
+        x->abort = true;
+        pthread_cond_broadcast(&x->scv);
+        pthread_mutex_unlock(&x->smu);
+    }
+    double t3 = attn_pool_join(x->pool);
+    /* The compute: the busiest part's time folding pages, not the waits for
+     * them (the job's span holds both). */
+    uint64_t busy = 0;
+    for (unsigned i = 0; i < nparts; i++)
+        busy = x->busy_ns[i] > busy ? x->busy_ns[i] : busy;
+    r->compute_s += (double)busy * 1e-9;
+    if (x->o->trace_path)
+        trace_span(&x->trace, "attention", "compute", 1, t2, t3, g->step, g->s, g->l);
+    int rr = acq == g->np ? release_chunk(x, g, rel, acq) : kvt_release(x->e, g->keys + rel, acq - rel, 0);
+    return rc ? rc : rr;
 }
 
 static void group_hash(struct run_ctx *x, const struct group *g)
@@ -934,7 +1011,7 @@ static int verify(struct run_ctx *x, struct run_result *r)
             for (uint32_t s = 0; s < o->batch; s++) {
                 uint32_t pos = (uint32_t)o->context + step;
                 fill_query(&x->sh, o->ref_seed, s, l, pos, x->q);
-                struct attn_job j = { x, pos + 1, s, l, o->ref_seed, 1, 0, 0 };
+                struct attn_job j = { x, pos + 1, s, l, o->ref_seed, 1, false };
                 attn_pool_run(x->pool, attn_part, &j);
                 const uint64_t *hs = hash_slot(x, step, l, s);
                 for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
@@ -960,6 +1037,7 @@ static void ctx_free(struct run_ctx *x)
 {
     kvt_close(x->e);
     x->e = NULL;
+
     if (x->scratch)
         for (unsigned i = 0; i < (x->pool ? attn_pool_threads(x->pool) : 0); i++)
             free(x->scratch[i]);
@@ -969,6 +1047,12 @@ static void ctx_free(struct run_ctx *x)
     attn_cuda_free(x->gpu);
 #endif
     attn_pool_free(x->pool);
+    free(x->done);
+    free(x->busy_ns);
+    if (x->sync_made) {
+        pthread_mutex_destroy(&x->smu);
+        pthread_cond_destroy(&x->scv);
+    }
     free(x->q);
     free(x->out);
     free(x->m);
@@ -987,9 +1071,16 @@ static int ctx_alloc(struct run_ctx *x)
 {
     const struct run_opts *o = x->o;
     size_t qf = (size_t)x->sh.q_heads * x->sh.head_dim;
+    pthread_mutex_init(&x->smu, NULL);
+    pthread_cond_init(&x->scv, NULL);
+    x->sync_made = true;
     if (!(x->pool = attn_pool_new(o->threads, (int)o->nice)))
         return -ENOMEM;
     unsigned nt = attn_pool_threads(x->pool);
+    x->done = calloc(nt, sizeof(uint32_t));
+    x->busy_ns = calloc(nt, sizeof(uint64_t));
+    if (!x->done || !x->busy_ns)
+        return -ENOMEM;
     x->scratch = calloc(nt, sizeof(float *));
     x->q = malloc(qf * sizeof(float));
     x->out = malloc(qf * sizeof(float));
