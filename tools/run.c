@@ -297,10 +297,13 @@ struct run_ctx {
 };
 
 static uint64_t round_pages(uint64_t bytes, size_t pb) { return bytes / pb * pb; }
+static uint32_t chunk_pages(const struct run_ctx *x);
 
-/* The capacities left RUN_AUTO: a quarter of the KV in HBM (at least two
- * groups, so the next group can be prefetched beside the one computed), half
- * of the rest in DRAM, so that the KV overflows into SSD. */
+/* The capacities left RUN_AUTO: a quarter of the KV in HBM, half of the rest
+ * in DRAM, so that the KV overflows into SSD. HBM holds at least the group
+ * being computed and room beside it for the next: on a GPU, whose kernel
+ * takes a group whole, a second group; on the CPU, which streams a group
+ * through in chunks released as they are computed, two chunks. */
 static int run_size(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
@@ -311,9 +314,12 @@ static int run_size(struct run_ctx *x, struct run_result *r)
     r->pages = kv / x->pb;
     uint64_t hbm = o->hbm, dram = o->dram, ssd = o->ssd;
     if (hbm == RUN_AUTO) {
+        uint64_t beside = o->device == KVT_DEVICE_HOST ? 2 * (uint64_t)chunk_pages(x) * x->pb : group;
+        if (beside > group)
+            beside = group;
         hbm = round_pages(kv / 4, x->pb);
-        if (hbm < 2 * group + 4 * x->pb)
-            hbm = 2 * group + 4 * x->pb;
+        if (hbm < group + beside + 4 * x->pb)
+            hbm = group + beside + 4 * x->pb;
     }
     if (dram == RUN_AUTO) {
         dram = kv > hbm ? round_pages((kv - hbm) / 2, x->pb) : 0;
