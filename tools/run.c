@@ -843,7 +843,8 @@ static int group_begin(struct run_ctx *x, struct run_result *r, struct group *g)
         if ((rc = kvt_create(x->e, k, &p)))
             return rc;
         /* pos opens the page: it is the page's token 0, written with it */
-        if ((rc = write_page(x, p, g->s, g->l, g->pos / pt, 1)) || (rc = kvt_release(x->e, &k, 1, 1)))
+        if ((rc = write_page(x, p, g->s, g->l, g->pos / pt, 1)) ||
+            (rc = kvt_release(x->e, &k, 1, 1)))
             return rc;
     }
     for (uint32_t i = 0; i < g->np; i++)
@@ -878,7 +879,8 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
         double t3 = cli_now();
         r->compute_s += t3 - t2;
         if (x->o->trace_path)
-            trace_span(&x->trace, "attention", "compute", 1, t2, t3, g->step, g->s, g->l);
+            trace_span(&x->trace, "attention", "compute", TRACE_ATTN_TID, t2, t3, g->step, g->s,
+                       g->l);
         if (!rc)
             rc = release_chunk(x, g, 0, g->np);
         return rc ? rc : next ? group_begin(x, r, next) : 0;
@@ -932,8 +934,10 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
         busy = x->busy_ns[i] > busy ? x->busy_ns[i] : busy;
     r->compute_s += (double)busy * 1e-9;
     if (x->o->trace_path)
-        trace_span(&x->trace, "attention", "compute", 1, t2, t3, g->step, g->s, g->l);
-    int rr = acq == g->np ? release_chunk(x, g, rel, acq) : kvt_release(x->e, g->keys + rel, acq - rel, 0);
+        trace_span(&x->trace, "attention", "compute", TRACE_ATTN_TID, t2, t3, g->step, g->s,
+                   g->l);
+    int rr = acq == g->np ? release_chunk(x, g, rel, acq)
+                          : kvt_release(x->e, g->keys + rel, acq - rel, 0);
     return rc ? rc : rr;
 }
 

@@ -91,6 +91,9 @@ int trace_write(const struct trace_json *t, const char *path)
                 ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
                 "\"args\": {\"name\": \"%s\"}}",
                 TRACE_LINK_TID + l, link_names[l]);
+    fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+               "\"args\": {\"name\": \"attention\"}}",
+            TRACE_ATTN_TID);
     for (size_t i = 0; i < t->n; i++) {
         const struct trace_ev *e = &t->ev[i];
         if (e->ph == 'X' && e->link)

@@ -26,9 +26,13 @@ struct trace_ev {
     double bytes;
 };
 
-/* Tracks: 1 the engine loop, 2 counters, TRACE_LINK_TID + KVT_XFER_* the links. */
+/* Tracks: 1 the engine loop (the caller's acquire waits), 2 counters,
+ * TRACE_LINK_TID + KVT_XFER_* the links, TRACE_ATTN_TID the attention (the
+ * pool's threads, which compute while the loop acquires: spans of one track
+ * must nest, and these two overlap). */
 #define TRACE_LINK_TID 3
 #define TRACE_LINKS 4
+#define TRACE_ATTN_TID (TRACE_LINK_TID + TRACE_LINKS)
 
 struct trace_json {
     struct trace_ev *ev;

@@ -3,8 +3,8 @@
 
     tools/trace_svg.py TRACE.json OUT.svg [--steps A:B] [--width PX]
 
-One row per track: the engine loop (acquire waits and attention compute) and
-one row per link (DRAM->HBM and HBM->DRAM copies, SSD reads and writes), over
+One row per track: the engine loop (acquire waits), the attention (which runs
+while the loop acquires the next pages) and one row per link (DRAM->HBM and HBM->DRAM copies, SSD reads and writes), over
 the decode steps A..B (default 2:3, past the first step's warm-up). The same
 file opens in Perfetto (ui.perfetto.dev, "Open trace file") for zooming; this
 picture is for a README or a report where an interactive viewer is not at hand.
@@ -16,7 +16,8 @@ import sys
 from html import escape
 
 ROWS = [  # (track name in the trace, label, colour per category)
-    ("engine loop", "engine loop", {"wait": "#e4572e", "compute": "#3066be"}),
+    ("engine loop", "acquire waits", {"wait": "#e4572e"}),
+    ("attention", "attention", {"compute": "#3066be"}),
     ("dram->hbm copies", "DRAM->HBM copies", {"copy": "#29a36a"}),
     ("hbm->dram copies", "HBM->DRAM copies", {"copy": "#8fd694"}),
     ("ssd->dram reads", "SSD->DRAM reads", {"io": "#7d4e9f"}),
