@@ -45,12 +45,17 @@ string(JSON n LENGTH "${trace}" traceEvents)
 if(n LESS 10)
   message(FATAL_ERROR "trace has ${n} events")
 endif()
-# After the 7 metadata events (process and track names) come timed ones;
+# After the 8 metadata events (process and track names) come timed ones;
 # tests/python/test_trace.py checks every event against the format.
 string(JSON ph GET "${trace}" traceEvents 7 ph)
-string(JSON ts GET "${trace}" traceEvents 7 ts)
+string(JSON name GET "${trace}" traceEvents 7 args name)
+if(NOT ph STREQUAL "M" OR NOT name STREQUAL "attention")
+  message(FATAL_ERROR "trace event 7 is ${ph} ${name}, not the attention track's name")
+endif()
+string(JSON ph GET "${trace}" traceEvents 8 ph)
+string(JSON ts GET "${trace}" traceEvents 8 ts)
 if(NOT ph MATCHES "^[XC]$")
-  message(FATAL_ERROR "trace event 7 has phase ${ph}")
+  message(FATAL_ERROR "trace event 8 has phase ${ph}")
 endif()
 
 # Bad arguments: exit 2, the message names the value and the option.
