@@ -337,6 +337,23 @@ static void test_run_lru(void **state) { run_ok("lru", KVT_CODEC_NONE, 0); }
 static void test_run_codec(void **state) { run_ok("decode", KVT_CODEC_ZSTD_SHUFFLE16, 3); }
 static void test_run_fp32(void **state) { run_ok("decode", -1, 5); }
 
+/* --nice 0: the caller computes a part inside the pool's start, so it cannot
+ * feed the job chunk by chunk; the group must come in whole first (this
+ * hung before). */
+static void test_run_nice0(void **state)
+{
+    struct run_opts o;
+    struct run_result r;
+    small_opts(&o);
+    o.nice = 0;
+    o.chunk_pages = 3;
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified);
+    o.threads = 1;
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified);
+}
+
 static void test_corrupt_page(void **state)
 {
     struct run_opts o;
@@ -372,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_pool_nice),
         cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_whole),
         cmocka_unit_test(test_run_lru),     cmocka_unit_test(test_run_fp32),
+        cmocka_unit_test(test_run_nice0),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),
         cmocka_unit_test(test_wrong_seed),
     };

@@ -345,6 +345,8 @@ out_free:
 
 unsigned attn_pool_threads(const struct attn_pool *p) { return p->threads; }
 
+bool attn_pool_background(const struct attn_pool *p) { return !p->first; }
+
 void attn_pool_start(struct attn_pool *p, attn_job_fn fn, void *arg)
 {
     if (p->threads == 1 && p->first) {

@@ -22,6 +22,7 @@
 #ifndef KVT_ATTENTION_H
 #define KVT_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -112,6 +113,9 @@ void attn_pool_run(struct attn_pool *p, attn_job_fn fn, void *arg);
  * seconds). One job at a time. */
 void attn_pool_start(struct attn_pool *p, attn_job_fn fn, void *arg);
 double attn_pool_join(struct attn_pool *p);
+/* Whether start() returns before the job is done (a niced pool): a job
+ * that waits for the caller to feed it may only run on such a pool. */
+bool attn_pool_background(const struct attn_pool *p);
 void attn_pool_free(struct attn_pool *p);
 
 #endif

@@ -889,6 +889,19 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
     unsigned nparts = attn_pool_threads(x->pool);
     uint32_t C = chunk_pages(x), acq = C < g->np ? C : g->np; /* group_begin took the first */
     uint32_t rel = 0;
+    int rc = 0;
+    /* With --nice 0 the caller computes a part itself, inside start(), and
+     * could not feed the job while in it: the whole group comes in first. */
+    bool feed = attn_pool_background(x->pool);
+    while (!feed && acq < g->np && !rc) {
+        uint32_t b = acq + C < g->np ? acq + C : g->np;
+        if (!(rc = acquire_chunk(x, r, g, acq, b)))
+            acq = b;
+    }
+    if (rc) {
+        kvt_release(x->e, g->keys, acq, 0); /* the chunks acquired before the failure */
+        return rc;
+    }
     pthread_mutex_lock(&x->smu);
     x->ready = acq;
     x->abort = false;
@@ -898,7 +911,6 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
     struct attn_job j = { x, g->n, g->s, g->l, x->o->seed, 0, true };
     double t2 = cli_now();
     attn_pool_start(x->pool, attn_part, &j);
-    int rc = 0;
     while (acq < g->np) {
         uint32_t b = acq + C < g->np ? acq + C : g->np;
         if ((rc = acquire_chunk(x, r, g, acq, b)))
