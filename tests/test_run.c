@@ -185,12 +185,10 @@ static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale
             const char *k = pages[pg] + attn_row(sh, 0, h, 0) * eb;
             const char *v = pages[pg] + attn_row(sh, 1, h, 0) * eb;
             for (uint32_t t = 0; t < nt; t++)
-                sc[t] = sh->bf16 ? attn_score_bf16(q + (size_t)qh * D, (const uint16_t *)k + t * D, D, scale)
-                                 : attn_score(q + (size_t)qh * D, (const float *)k + t * D, D, scale);
+                sc[t] = attn_score(q + (size_t)qh * D, k + (size_t)t * D * eb, D, scale, sh->bf16);
             attn_fold_stats(sc, nt, &m, &l, &c, p);
             for (uint32_t d = 0; d < D; d++)
-                acc[d] = sh->bf16 ? attn_fold_acc_bf16(acc[d], c, p, (const uint16_t *)v + d, nt, D)
-                                  : attn_fold_acc(acc[d], c, p, (const float *)v + d, nt, D);
+                acc[d] = attn_fold_acc(acc[d], c, p, v + d * eb, nt, D, sh->bf16);
         }
         for (uint32_t d = 0; d < D; d++)
             gpu[(size_t)qh * D + d] = ATTN_DIV(acc[d], l);

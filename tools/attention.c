@@ -78,9 +78,7 @@ int attn_shape_check(const struct attn_shape *s)
 
 float attn_elem(const struct attn_shape *s, const void *page, size_t i)
 {
-    if (s->bf16)
-        return attn_bf16(((const uint16_t *)page)[i]);
-    return ((const float *)page)[i];
+    return attn_kv(page, i, (int)s->bf16);
 }
 
 void attn_store(const struct attn_shape *s, void *page, size_t i, float v)

@@ -23,26 +23,6 @@ struct attn_cuda {
     const void **pages;      /* device: max_pages pointers */
 };
 
-/* attn_math.h's score and fold over K and V rows of either element type. */
-static __device__ inline float score(const float *q, const float *k, uint32_t D, float scale)
-{
-    return attn_score(q, k, D, scale);
-}
-static __device__ inline float score(const float *q, const uint16_t *k, uint32_t D, float scale)
-{
-    return attn_score_bf16(q, k, D, scale);
-}
-static __device__ inline float fold(float acc, float c, const float *p, const float *v,
-                                    uint32_t nt, uint32_t D)
-{
-    return attn_fold_acc(acc, c, p, v, nt, D);
-}
-static __device__ inline float fold(float acc, float c, const float *p, const uint16_t *v,
-                                    uint32_t nt, uint32_t D)
-{
-    return attn_fold_acc_bf16(acc, c, p, v, nt, D);
-}
-
 /* One block per q head, blockDim.x = head_dim threads. T: float (fp32 KV)
  * or uint16_t (bf16 KV). */
 template <typename T>
@@ -62,7 +42,7 @@ __global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint
         const T *k = page + (size_t)h * page_tokens * D;
         const T *v = page + ((size_t)kv_heads + h) * page_tokens * D;
         for (uint32_t t = tid; t < nt; t += blockDim.x)
-            sc[t] = score(qr, k + (size_t)t * D, D, scale);
+            sc[t] = attn_score(qr, k + (size_t)t * D, D, scale, sizeof(T) == 2);
         __syncthreads();
         if (tid == 0) {
             float c;
@@ -70,7 +50,7 @@ __global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint
             c_all = c;
         }
         __syncthreads();
-        acc = fold(acc, c_all, p, v + tid, nt, D);
+        acc = attn_fold_acc(acc, c_all, p, v + tid, nt, D, sizeof(T) == 2);
         __syncthreads(); /* sc and p are rewritten by the next page */
     }
     if (tid == 0)

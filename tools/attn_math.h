@@ -20,6 +20,7 @@
 #ifndef KVT_ATTN_MATH_H
 #define KVT_ATTN_MATH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -80,17 +81,6 @@ ATTN_HD float attn_hsum8(const float v[8])
                     ATTN_ADD(ATTN_ADD(v[4], v[5]), ATTN_ADD(v[6], v[7])));
 }
 
-/* One score: (q . k) * scale over D floats (D a multiple of 8), lane j
- * summing elements j, j+8, ... as the CPU kernel's vectors do. */
-ATTN_HD float attn_score(const float *q, const float *k, uint32_t D, float scale)
-{
-    float lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-    for (uint32_t c = 0; c < D; c += 8)
-        for (uint32_t j = 0; j < 8; j++)
-            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], k[c + j]));
-    return ATTN_MUL(attn_hsum8(lane), scale);
-}
-
 /* A q head's running softmax state over one page's nt scores: the new
  * maximum *m and sum *l, the factor *c that rescales the output so far, and
  * p[t] = e^(sc[t] - max). */
@@ -111,17 +101,6 @@ ATTN_HD void attn_fold_stats(const float *sc, uint32_t nt, float *m, float *l, f
     *l = sum;
 }
 
-/* One output element over one page: acc * c, then + p[t] * v[t] in token
- * order (v[t] is element d of token t's V row: v + t * stride). */
-ATTN_HD float attn_fold_acc(float acc, float c, const float *p, const float *v, uint32_t nt,
-                            uint32_t stride)
-{
-    acc = ATTN_MUL(acc, c);
-    for (uint32_t t = 0; t < nt; t++)
-        acc = ATTN_ADD(acc, ATTN_MUL(p[t], v[(size_t)t * stride]));
-    return acc;
-}
-
 /* A bfloat16 element (the upper 16 bits of an fp32) widened: exact. */
 ATTN_HD float attn_bf16(uint16_t h)
 {
@@ -135,23 +114,31 @@ ATTN_HD float attn_bf16(uint16_t h)
 #endif
 }
 
-/* attn_score and attn_fold_acc over bf16 K and V rows: each element widened,
- * then the same operations in the same order. */
-ATTN_HD float attn_score_bf16(const float *q, const uint16_t *k, uint32_t D, float scale)
+/* Element i of K or V rows of fp32 or (bf16 set) bf16 elements, as fp32. */
+ATTN_HD float attn_kv(const void *rows, size_t i, int bf16)
+{
+    return bf16 ? attn_bf16(((const uint16_t *)rows)[i]) : ((const float *)rows)[i];
+}
+
+/* One score: (q . k) * scale over D elements (D a multiple of 8), lane j
+ * summing elements j, j+8, ... as the CPU kernel's vectors do. */
+ATTN_HD float attn_score(const float *q, const void *k, uint32_t D, float scale, int bf16)
 {
     float lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
     for (uint32_t c = 0; c < D; c += 8)
         for (uint32_t j = 0; j < 8; j++)
-            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], attn_bf16(k[c + j])));
+            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], attn_kv(k, c + j, bf16)));
     return ATTN_MUL(attn_hsum8(lane), scale);
 }
 
-ATTN_HD float attn_fold_acc_bf16(float acc, float c, const float *p, const uint16_t *v,
-                                 uint32_t nt, uint32_t stride)
+/* One output element over one page: acc * c, then + p[t] * v[t] in token
+ * order (v[t] is element d of token t's V row: element t * stride of v). */
+ATTN_HD float attn_fold_acc(float acc, float c, const float *p, const void *v, uint32_t nt,
+                            uint32_t stride, int bf16)
 {
     acc = ATTN_MUL(acc, c);
     for (uint32_t t = 0; t < nt; t++)
-        acc = ATTN_ADD(acc, ATTN_MUL(p[t], attn_bf16(v[(size_t)t * stride])));
+        acc = ATTN_ADD(acc, ATTN_MUL(p[t], attn_kv(v, (size_t)t * stride, bf16)));
     return acc;
 }
 
