@@ -19,11 +19,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tools/attention.h"
 #include "tools/attn_math.h"
+#include "tools/cli.h"
 
 /* 8-float vectors in static functions only: no ABI is crossed. */
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -260,13 +260,6 @@ struct attn_pool {
     void *arg;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 struct worker_arg {
     struct attn_pool *p;
     unsigned part;
@@ -297,7 +290,7 @@ static void *worker(void *a)
         fn(arg, part, p->threads);
         pthread_mutex_lock(&p->mu);
         if (--p->pending == 0) {
-            p->done_s = now_s();
+            p->done_s = cli_now();
             pthread_cond_signal(&p->done);
         }
     }
@@ -349,7 +342,7 @@ void attn_pool_start(struct attn_pool *p, attn_job_fn fn, void *arg)
 {
     if (p->threads == 1 && p->first) {
         fn(arg, 0, 1);
-        p->done_s = now_s();
+        p->done_s = cli_now();
         return;
     }
     pthread_mutex_lock(&p->mu);

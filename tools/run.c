@@ -288,7 +288,7 @@ struct run_ctx {
     pthread_mutex_t smu;
     pthread_cond_t scv;
     uint32_t ready, *done;
-    uint64_t *busy_ns;
+    double *busy_s;
     bool abort;
     bool sync_made; /* smu and scv initialised */
     uint64_t *hashes; /* [step][layer][seq][q head] */
@@ -602,13 +602,6 @@ static const void *page_regenerated(void *ctx, uint32_t page, uint32_t h0, uint3
     return scr;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The pages a streamed part may fold: up to x->ready, once it is past pg
  * (0 after an abort). Records that the part is done with [0, pg). */
 static uint32_t stream_wait(struct run_ctx *x, unsigned part, uint32_t pg)
@@ -635,7 +628,7 @@ static void attn_part(void *arg, unsigned part, unsigned nparts)
             attn_decode(&x->sh, x->q, j->n_tokens, h0, h1, get, j, x->scratch[part], x->out);
         return;
     }
-    uint64_t busy = 0;
+    double busy = 0;
     if (h0 < h1)
         attn_begin(&x->sh, h0, h1, x->m, x->l, x->out);
     uint32_t pg = 0;
@@ -643,18 +636,18 @@ static void attn_part(void *arg, unsigned part, unsigned nparts)
         uint32_t r = stream_wait(x, part, pg);
         if (!r)
             break; /* the caller gave up on the group */
-        uint64_t t0 = mono_ns();
+        double t0 = cli_now();
         if (h0 < h1)
             attn_pages(&x->sh, x->q, j->n_tokens, pg, r, h0, h1, get, j, x->scratch[part], x->m,
                        x->l, x->out);
-        busy += mono_ns() - t0;
+        busy += cli_now() - t0;
         pg = r;
     }
     if (pg == np && h0 < h1)
         attn_end(&x->sh, h0, h1, x->l, x->out);
     pthread_mutex_lock(&x->smu);
     x->done[part] = pg;
-    x->busy_ns[part] = busy;
+    x->busy_s[part] = busy;
     pthread_cond_broadcast(&x->scv);
     pthread_mutex_unlock(&x->smu);
 }
@@ -906,7 +899,7 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
     x->ready = acq;
     x->abort = false;
     for (unsigned i = 0; i < nparts; i++)
-        x->done[i] = 0, x->busy_ns[i] = 0;
+        x->done[i] = 0, x->busy_s[i] = 0;
     pthread_mutex_unlock(&x->smu);
     struct attn_job j = { x, g->n, g->s, g->l, x->o->seed, 0, true };
     double t2 = cli_now();
@@ -941,10 +934,10 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
     double t3 = attn_pool_join(x->pool);
     /* The compute: the busiest part's time folding pages, not the waits for
      * them (the job's span holds both). */
-    uint64_t busy = 0;
+    double busy = 0;
     for (unsigned i = 0; i < nparts; i++)
-        busy = x->busy_ns[i] > busy ? x->busy_ns[i] : busy;
-    r->compute_s += (double)busy * 1e-9;
+        busy = x->busy_s[i] > busy ? x->busy_s[i] : busy;
+    r->compute_s += busy;
     if (x->o->trace_path)
         trace_span(&x->trace, "attention", "compute", TRACE_ATTN_TID, t2, t3, g->step, g->s,
                    g->l);
@@ -1072,7 +1065,7 @@ static void ctx_free(struct run_ctx *x)
 #endif
     attn_pool_free(x->pool);
     free(x->done);
-    free(x->busy_ns);
+    free(x->busy_s);
     if (x->sync_made) {
         pthread_mutex_destroy(&x->smu);
         pthread_cond_destroy(&x->scv);
@@ -1102,8 +1095,8 @@ static int ctx_alloc(struct run_ctx *x)
         return -ENOMEM;
     unsigned nt = attn_pool_threads(x->pool);
     x->done = calloc(nt, sizeof(uint32_t));
-    x->busy_ns = calloc(nt, sizeof(uint64_t));
-    if (!x->done || !x->busy_ns)
+    x->busy_s = calloc(nt, sizeof(double));
+    if (!x->done || !x->busy_s)
         return -ENOMEM;
     x->scratch = calloc(nt, sizeof(float *));
     x->q = malloc(qf * sizeof(float));
