@@ -883,18 +883,6 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
     uint32_t C = chunk_pages(x), acq = C < g->np ? C : g->np; /* group_begin took the first */
     uint32_t rel = 0;
     int rc = 0;
-    /* With --nice 0 the caller computes a part itself, inside start(), and
-     * could not feed the job while in it: the whole group comes in first. */
-    bool feed = attn_pool_background(x->pool);
-    while (!feed && acq < g->np && !rc) {
-        uint32_t b = acq + C < g->np ? acq + C : g->np;
-        if (!(rc = acquire_chunk(x, r, g, acq, b)))
-            acq = b;
-    }
-    if (rc) {
-        kvt_release(x->e, g->keys, acq, 0); /* the chunks acquired before the failure */
-        return rc;
-    }
     pthread_mutex_lock(&x->smu);
     x->ready = acq;
     x->abort = false;
@@ -902,8 +890,13 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
         x->done[i] = 0, x->busy_s[i] = 0;
     pthread_mutex_unlock(&x->smu);
     struct attn_job j = { x, g->n, g->s, g->l, x->o->seed, 0, true };
+    /* With --nice 0 the caller computes a part itself, inside start(), and
+     * could not feed the job while in it: the whole group comes in first
+     * (the loop below, before the start after it). */
+    bool feed = attn_pool_background(x->pool), started = feed;
     double t2 = cli_now();
-    attn_pool_start(x->pool, attn_part, &j);
+    if (feed)
+        attn_pool_start(x->pool, attn_part, &j);
     while (acq < g->np) {
         uint32_t b = acq + C < g->np ? acq + C : g->np;
         if ((rc = acquire_chunk(x, r, g, acq, b)))
@@ -923,6 +916,11 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
             break;
         rel = m > rel ? m : rel;
     }
+    if (!feed && !rc) {
+        t2 = cli_now();
+        attn_pool_start(x->pool, attn_part, &j);
+        started = true;
+    }
     if (!rc && next)
         rc = group_begin(x, r, next);
     if (rc) {
@@ -931,7 +929,7 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
         pthread_cond_broadcast(&x->scv);
         pthread_mutex_unlock(&x->smu);
     }
-    double t3 = attn_pool_join(x->pool);
+    double t3 = started ? attn_pool_join(x->pool) : t2;
     /* The compute: the busiest part's time folding pages, not the waits for
      * them (the job's span holds both). */
     double busy = 0;
@@ -1054,7 +1052,6 @@ static void ctx_free(struct run_ctx *x)
 {
     kvt_close(x->e);
     x->e = NULL;
-
     if (x->scratch)
         for (unsigned i = 0; i < (x->pool ? attn_pool_threads(x->pool) : 0); i++)
             free(x->scratch[i]);
@@ -1109,7 +1106,8 @@ static int ctx_alloc(struct run_ctx *x)
     x->ptrs2 = malloc(x->pages_max * sizeof(void *));
     x->hashes = malloc((size_t)o->tokens * x->layers * o->batch * x->sh.q_heads * sizeof(uint64_t));
     x->stage = malloc(x->pb);
-    if (!x->scratch || !x->q || !x->out || !x->m || !x->l || !x->keys || !x->keys2 || !x->ptrs2 || !x->ptrs || !x->hashes || !x->stage)
+    if (!x->scratch || !x->q || !x->out || !x->m || !x->l || !x->keys || !x->ptrs || !x->keys2 ||
+        !x->ptrs2 || !x->hashes || !x->stage)
         return -ENOMEM;
     for (unsigned i = 0; i < nt; i++)
         if (!(x->scratch[i] = malloc(x->pb)))
