@@ -302,6 +302,25 @@ static uint64_t decode_working_set(void *priv)
     return n;
 }
 
+static uint64_t decode_use_at(void *priv, uint64_t ahead)
+{
+    struct decode *d = priv;
+    for (uint32_t k = 0; d->have && k < d->S; k++) {
+        uint32_t g = (d->P + k) % d->S;
+        uint64_t len = d->maxidx[g], first = 0; /* index of the group's first read after the sinks */
+        if (d->window && len > (uint64_t)d->window + d->sinks) {
+            first = len - d->window;
+            len = (uint64_t)d->window + d->sinks;
+        }
+        if (ahead < len) {
+            uint64_t idx = ahead < d->sinks || !first ? ahead : first + (ahead - d->sinks);
+            return ((uint64_t)k << 32) | idx;
+        }
+        ahead -= len;
+    }
+    return KVT_USE_UNKNOWN;
+}
+
 /* ------------------------------------------------------------- position */
 
 /* Re-files every candidate of every tier (the schedule changed). */
@@ -456,4 +475,5 @@ const struct kvt_policy_ops kvt_policy_decode_ops = {
     .next_use = decode_next_use,
     .prefetch = decode_prefetch,
     .working_set = decode_working_set,
+    .use_at = decode_use_at,
 };

@@ -81,6 +81,10 @@ struct kvt_policy_ops {
                          uint32_t max);
     /* Pages one step of the schedule reads (0 = unknown). */
     uint64_t (*working_set)(void *priv);
+    /* The next use, in next_use()'s units, of the page read `ahead` reads
+     * into the schedule from the start of the current position's group;
+     * KVT_USE_UNKNOWN when that is past a whole step or unknown. */
+    uint64_t (*use_at)(void *priv, uint64_t ahead);
 };
 
 extern const struct kvt_policy_ops kvt_policy_lru_ops;

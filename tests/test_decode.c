@@ -16,6 +16,7 @@
  * use is furthest. Created pages take a slot without a transfer.
  */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 #include "tiers/tiers.h"
@@ -170,6 +171,8 @@ static uint64_t belady(const struct shape *sh, const struct trace *t, uint32_t c
  * measured (HBM, or DRAM from SSD when dram_cap is set: HBM then holds two
  * groups, so every group passes through DRAM). The prefill moves nothing up. */
 static char ssd_dir[64];
+/* The caller's compute per group, between acquire and release (0: none). */
+static unsigned compute_us;
 
 /* inspect, when set, sees the engine after the trace, before it closes. */
 typedef void (*inspect_fn)(const struct shape *, kvt_engine *, void *arg);
@@ -218,6 +221,8 @@ static kvt_stats replay_with(const struct shape *sh, const struct trace *t, uint
             assert_int_equal(kvt_acquire(e, grp, ng, ptr), 0);
             for (size_t j = 0; j < ng; j++)
                 assert_true(t_check(ptr[j], PB, grp[j], 1));
+            if (compute_us)
+                usleep(compute_us);
             assert_int_equal(kvt_release(e, grp, ng, 0), 0);
             break;
         }
@@ -335,6 +340,34 @@ static void test_dram_with_ssd(void **state)
     for (size_t s = 0; s < 2; s++)
         for (size_t i = 0; i < sizeof(fracs) / sizeof(fracs[0]); i++)
             compare_at(&shapes[s], fracs[i], true);
+}
+
+/* A working set large enough for the disk read-ahead to run at all (its
+ * depth is 1/128 of the misses a step must take), with DRAM most of it.
+ * Bounding the reads in flight does not bound how far ahead they reach:
+ * without the read horizon each read displaced the group just computed for
+ * one further ahead, DRAM became a window over the next DRAM-size pages of
+ * the cycle, and every page was read every step (2.4x MIN here). */
+static void test_dram_read_horizon(void **state)
+{
+    struct shape sh = { 4, 8, 128, 3, 0, 0, 0, KVT_ORDER_LAYER_MAJOR };
+    struct trace t = { 0 };
+    generate(&sh, &t);
+    uint32_t ws = working_set(&sh), group = sh.pages + sh.steps;
+    for (double frac = 0.60; frac < 0.9; frac += 0.25) {
+        uint32_t cap = (uint32_t)(frac * ws);
+        uint64_t min = belady(&sh, &t, cap);
+        /* The default budget (prefetch_bytes 0), and a caller that computes
+         * each group for a while: the read-ahead runs as deep as it can. */
+        compute_us = 1000;
+        kvt_stats s = replay(&sh, &t, group, cap, "decode", 0);
+        compute_us = 0;
+        uint64_t dec = s.bytes_up[KVT_TIER_DRAM] / PB;
+        print_message("read horizon: DRAM %u of %u pages: MIN %llu, decode %llu (%.3f)\n", cap, ws,
+                      (unsigned long long)min, (unsigned long long)dec, (double)dec / (double)min);
+        assert_true((double)dec <= 1.02 * (double)min + 2.0 * group);
+    }
+    free(t.ev);
 }
 
 /* The prefetcher never has more than prefetch_bytes in flight, and with
@@ -483,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_window_and_sinks),
         cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_dram_with_ssd),
+        cmocka_unit_test(test_dram_read_horizon),
         cmocka_unit_test(test_prefetch_bounded_and_useful),
         cmocka_unit_test(test_schedule_change_mid_run),
         cmocka_unit_test(test_ssd_layout_forward),

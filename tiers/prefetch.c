@@ -153,10 +153,36 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
         e->st.prefetch_inflight_max = e->inflight[KVT_H2D].len;
 }
 
-/* SSD->DRAM: bounded by the live depth for every page, free slots included.
- * DRAM free slots come and go with write-backs; one a prefetch takes is one
- * a demand read in between must make by evicting (measured: up to 1.3x MIN
- * at 95% occupancy when only live displacement was bounded). */
+/* How far ahead a disk read may reach: the next use (in the policy's units)
+ * of the page the schedule reads two groups' worth of pages from the start
+ * of the current group, or four in-flight budgets when groups are small;
+ * KVT_USE_UNKNOWN for no limit.
+ *
+ * Bounding the pages in flight alone does not bound how far ahead they go.
+ * Each read displaces the page used furthest ahead, the group just computed,
+ * for one needed sooner, and the reads go on while any such page is left:
+ * DRAM becomes a window over the next DRAM-capacity pages of the cycle, and
+ * every page is read from SSD every step however large DRAM is (kvtier run
+ * with DRAM at 62% of the KV: 819 reads a step of 1032 pages, against 469
+ * with this horizon, and no more demand misses). Within the horizon the
+ * reads are the misses MIN would take anyway, only earlier. */
+static uint64_t read_horizon(const kvt_engine *e, uint32_t budget)
+{
+    uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
+    uint64_t ws = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
+    if (!e->pol->use_at || !groups || !ws)
+        return KVT_USE_UNKNOWN;
+    uint64_t ahead = 2 * ((ws + groups - 1) / groups);
+    if (ahead < 4 * (uint64_t)budget)
+        ahead = 4 * (uint64_t)budget;
+    return e->pol->use_at(e->pol_priv, ahead);
+}
+
+/* SSD->DRAM: bounded by the live depth for every page, free slots included,
+ * and by the read horizon. DRAM free slots come and go with write-backs; one
+ * a prefetch takes is one a demand read in between must make by evicting
+ * (measured: up to 1.3x MIN at 95% occupancy when only live displacement was
+ * bounded). */
 static void prefetch_dram(kvt_engine *e, uint32_t budget)
 {
     uint32_t live = live_depth(e, KVT_TIER_DRAM);
@@ -168,7 +194,10 @@ static void prefetch_dram(kvt_engine *e, uint32_t budget)
     uint32_t want = budget - (uint32_t)e->ssd_busy;
     want = want < MAXBATCH ? want : MAXBATCH;
     uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_SSD, want_dram, e, cand, want);
+    uint64_t horizon = read_horizon(e, budget);
     for (uint32_t i = 0; i < n; i++) {
+        if (horizon != KVT_USE_UNKNOWN && e->pol->next_use(e->pol_priv, cand[i]) > horizon)
+            break; /* soonest first: the rest are further still */
         uint32_t s = kvt_dram_slot(e, cand[i], 0);
         if (s == KVT_NONE && room_for(e, KVT_TIER_DRAM, cand[i], true))
             s = kvt_dram_slot(e, cand[i], 0);
