@@ -303,8 +303,10 @@ struct run_ctx {
 static uint64_t round_pages(uint64_t bytes, size_t pb) { return bytes / pb * pb; }
 static uint32_t chunk_pages(const struct run_ctx *x);
 
-/* The capacities left RUN_AUTO: a quarter of the KV in HBM, half of the rest
- * in DRAM, so that the KV overflows into SSD. HBM holds at least the group
+/* The capacities left RUN_AUTO: a quarter of the KV in HBM, two thirds of
+ * the rest in DRAM (twice HBM, as hosts have several times more DRAM than
+ * their GPUs have HBM), so that a quarter of the KV overflows into SSD and
+ * the decode reads ~60% of it from there every step. HBM holds at least the group
  * being computed and room beside it for the next: on a GPU, whose kernel
  * takes a group whole, a second group; on the CPU, which streams a group
  * through in chunks released as they are computed, two chunks. */
@@ -326,7 +328,7 @@ static int run_size(struct run_ctx *x, struct run_result *r)
             hbm = group + beside + 4 * x->pb;
     }
     if (dram == RUN_AUTO) {
-        dram = kv > hbm ? round_pages((kv - hbm) / 2, x->pb) : 0;
+        dram = kv > hbm ? round_pages((kv - hbm) / 3 * 2, x->pb) : 0;
         if (dram < group + 4 * x->pb)
             dram = group + 4 * x->pb;
     }
