@@ -142,7 +142,7 @@ static void run_usage(FILE *f)
             "  --hbm N           HBM tier capacity, e.g. 512M (default: a quarter of the KV,\n"
             "                    at least a (sequence, layer) group and two chunks beside\n"
             "                    it; with --device N, two groups)\n"
-            "  --dram N          DRAM tier capacity (default: half of the KV beyond HBM)\n"
+            "  --dram N          DRAM tier capacity (default: two thirds of the KV beyond HBM)\n"
             "  --ssd N           SSD tier capacity, 0 = none (default: twice the KV)\n"
             "  --ssd-dir DIR     spill directory (default: a temporary one, removed at exit)\n"
             "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none)\n"
