@@ -83,7 +83,9 @@ struct kvt_policy_ops {
     uint64_t (*working_set)(void *priv);
     /* The next use, in next_use()'s units, of the page read `ahead` reads
      * into the schedule from the start of the current position's group;
-     * KVT_USE_UNKNOWN when that is past a whole step or unknown. */
+     * KVT_USE_UNKNOWN when that is past a whole step or unknown. A policy
+     * that has it gives next uses with the group distance in the high 32
+     * bits, and prefetch() lists candidates a group at a time. */
     uint64_t (*use_at)(void *priv, uint64_t ahead);
 };
 

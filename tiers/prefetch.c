@@ -153,10 +153,11 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
         e->st.prefetch_inflight_max = e->inflight[KVT_H2D].len;
 }
 
-/* How far ahead a disk read may reach: the next use (in the policy's units)
- * of the page the schedule reads two groups' worth of pages from the start
- * of the current group, or four in-flight budgets when groups are small;
- * KVT_USE_UNKNOWN for no limit.
+/* How far ahead a disk read may reach: the next use (in the policy's units:
+ * the group distance in the high 32 bits) of the page the schedule reads two
+ * groups' worth of pages from the start of the current group, or four
+ * in-flight budgets when groups are small; KVT_USE_UNKNOWN for no limit
+ * (also when that reaches past a whole step: every page is within it).
  *
  * Bounding the pages in flight alone does not bound how far ahead they go.
  * Each read displaces the page used furthest ahead, the group just computed,
@@ -196,8 +197,15 @@ static void prefetch_dram(kvt_engine *e, uint32_t budget)
     uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_SSD, want_dram, e, cand, want);
     uint64_t horizon = read_horizon(e, budget);
     for (uint32_t i = 0; i < n; i++) {
-        if (horizon != KVT_USE_UNKNOWN && e->pol->next_use(e->pol_priv, cand[i]) > horizon)
-            break; /* soonest first: the rest are further still */
+        uint64_t nu = horizon != KVT_USE_UNKNOWN ? e->pol->next_use(e->pol_priv, cand[i]) : 0;
+        if (nu > horizon) {
+            /* Candidates come a group at a time, soonest group first, but
+             * a group's pages in no particular order: past the horizon's
+             * group every candidate is further still. */
+            if (nu >> 32 > horizon >> 32)
+                break;
+            continue;
+        }
         uint32_t s = kvt_dram_slot(e, cand[i], 0);
         if (s == KVT_NONE && room_for(e, KVT_TIER_DRAM, cand[i], true))
             s = kvt_dram_slot(e, cand[i], 0);

@@ -13,6 +13,7 @@
  * reference pass. The loop keeps a 64-bit hash of each q head's output bits,
  * so the reference compares without holding the outputs.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -305,8 +306,8 @@ static uint32_t chunk_pages(const struct run_ctx *x);
 
 /* The capacities left RUN_AUTO: a quarter of the KV in HBM, two thirds of
  * the rest in DRAM (twice HBM, as hosts have several times more DRAM than
- * their GPUs have HBM), so that a quarter of the KV overflows into SSD and
- * the decode reads ~60% of it from there every step. HBM holds at least the group
+ * their GPUs have HBM), so that a quarter of the KV overflows into SSD (the
+ * decode then reads ~60% of the KV from SSD every step). HBM holds at least the group
  * being computed and room beside it for the next: on a GPU, whose kernel
  * takes a group whole, a second group; on the CPU, which streams a group
  * through in chunks released as they are computed, two chunks. */
@@ -640,6 +641,7 @@ static bool heads_finished(const struct run_ctx *x, uint32_t np)
 static void attn_stream(struct attn_job *j, unsigned part, uint32_t np)
 {
     struct run_ctx *x = j->x;
+    assert(!j->reference); /* the reference reads regenerated pages, whole */
     double busy = 0;
     pthread_mutex_lock(&x->smu);
     for (;;) {
