@@ -56,6 +56,8 @@ static bool clean_dram(void *ctx, uint32_t pg)
  * while live_ok. */
 static bool room_for(kvt_engine *e, int tier, uint32_t x, bool live_ok)
 {
+    if (tier == KVT_TIER_DRAM && kvt_dram_drop_third_copy(e, x))
+        return true; /* no I/O now, none later while HBM keeps it */
     uint32_t v = e->pol->victim(e->pol_priv, tier, tier == KVT_TIER_HBM ? clean_hbm : clean_dram, e);
     if (v == KVT_NONE)
         return false;

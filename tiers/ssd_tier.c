@@ -323,6 +323,8 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
     uint32_t coming = 0;
     /* nfree counts the spare slot, which only evictions may take. */
     while ((d->nfree ? d->nfree - 1 : 0) + coming < need) {
+        if (kvt_dram_drop_third_copy(e, KVT_NONE))
+            continue;
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_evict, e);
         if (v == KVT_NONE)
             break;

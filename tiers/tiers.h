@@ -12,6 +12,9 @@
  * progress, or a stale copy still being read (busy) and freed by page_trim().
  *
  * Caching is inclusive downwards: a page promoted to HBM keeps its DRAM copy.
+ * With an SSD tier and a policy that knows next uses, that copy (when SSD
+ * backs the page too) is the first to go when DRAM needs room, so that DRAM
+ * holds other pages than HBM (kvt_dram_drop_third_copy).
  * "Dirty" is derived, not stored: the HBM copy is valid and no lower copy is.
  * A dirty release invalidates the lower copies at once, so there is never a
  * lower copy that is valid but older than HBM.
@@ -367,6 +370,10 @@ enum {
     KVT_SLOT_SPARE = 2, /* may take the last free slot (evictions only) */
 };
 uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how);
+/* Drops one DRAM copy of a page that HBM holds and SSD backs (see
+ * transfer.c) to make room for page x: for x KVT_NONE (a page needed now)
+ * any such copy, else only one used later than x. false when none goes. */
+bool kvt_dram_drop_third_copy(kvt_engine *e, uint32_t x);
 /* 0 when one more page fits in the engine's capacity, else KVT_EFULL. */
 int kvt_admit(kvt_engine *e);
 void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch);

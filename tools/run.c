@@ -307,7 +307,7 @@ static uint32_t chunk_pages(const struct run_ctx *x);
 /* The capacities left RUN_AUTO: a quarter of the KV in HBM, two thirds of
  * the rest in DRAM (twice HBM, as hosts have several times more DRAM than
  * their GPUs have HBM), so that a quarter of the KV overflows into SSD (the
- * decode then reads ~60% of the KV from SSD every step). HBM holds at least the group
+ * decode then reads over half of the KV from SSD every step). HBM holds at least the group
  * being computed and room beside it for the next: on a GPU, whose kernel
  * takes a group whole, a second group; on the CPU, which streams a group
  * through in chunks released as they are computed, two chunks. */
