@@ -84,8 +84,9 @@ static uint32_t budget_pages(const kvt_engine *e, int tier)
     return n ? (uint32_t)n : 1;
 }
 
-/* How many pages in flight may have displaced live pages: 1/128 of the
- * pages a step must miss anyway (those beyond the tier's capacity).
+/* How many pages in flight may have displaced live pages, for a step that
+ * reads `pages`: 1/128 of the pages a step must miss anyway (those beyond
+ * the tier's capacity).
  *
  * For SSD->DRAM, up to one group's share of those misses when the caller
  * computes long enough to hide them: as many as the disk reads while the
@@ -104,11 +105,10 @@ static uint32_t budget_pages(const kvt_engine *e, int tier)
  * MIN comparisons of tests/test_decode.c hold it to 1.02x, and a depth
  * that follows measured times would make them depend on the machine's
  * load). */
-static uint32_t live_depth(const kvt_engine *e, int tier)
+static uint32_t live_depth(const kvt_engine *e, int tier, uint64_t pages)
 {
     uint64_t cap = tier == KVT_TIER_HBM ? e->arena[KVT_TIER_HBM].nslots
                                         : e->arena[KVT_TIER_DRAM].nslots - 1;
-    uint64_t pages = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
     uint64_t depth = pages > cap ? (pages - cap) / 128 : 0;
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
     if (tier == KVT_TIER_DRAM && !e->cfg.prefetch_bytes && pages > cap && groups &&
@@ -123,9 +123,9 @@ static uint32_t live_depth(const kvt_engine *e, int tier)
     return (uint32_t)depth;
 }
 
-static void prefetch_hbm(kvt_engine *e, uint32_t budget)
+static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
 {
-    uint32_t inflight = e->inflight[KVT_H2D].len, live = live_depth(e, KVT_TIER_HBM);
+    uint32_t inflight = e->inflight[KVT_H2D].len, live = live_depth(e, KVT_TIER_HBM, ws);
     /* Slots freed by write-backs belong to the callers waiting for them: a
      * prefetch taking one would make the caller evict a second page. */
     if (inflight >= budget || e->room_waiters)
@@ -169,10 +169,9 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget)
  * with DRAM at 62% of the KV: 819 reads a step of 1032 pages, against 469
  * with this horizon, and no more demand misses). Within the horizon the
  * reads are the misses MIN would take anyway, only earlier. */
-static uint64_t read_horizon(const kvt_engine *e, uint32_t budget)
+static uint64_t read_horizon(const kvt_engine *e, uint32_t budget, uint64_t ws)
 {
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
-    uint64_t ws = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
     if (!e->pol->use_at || !groups || !ws)
         return KVT_USE_UNKNOWN;
     uint64_t ahead = 2 * ((ws + groups - 1) / groups);
@@ -186,9 +185,9 @@ static uint64_t read_horizon(const kvt_engine *e, uint32_t budget)
  * a prefetch takes is one a demand read in between must make by evicting
  * (measured: up to 1.3x MIN at 95% occupancy when only live displacement was
  * bounded). */
-static void prefetch_dram(kvt_engine *e, uint32_t budget)
+static void prefetch_dram(kvt_engine *e, uint32_t budget, uint64_t ws)
 {
-    uint32_t live = live_depth(e, KVT_TIER_DRAM);
+    uint32_t live = live_depth(e, KVT_TIER_DRAM, ws);
     if (live < budget)
         budget = live;
     if (!e->ssd || e->ssd_busy >= budget || e->room_waiters)
@@ -197,7 +196,7 @@ static void prefetch_dram(kvt_engine *e, uint32_t budget)
     uint32_t want = budget - (uint32_t)e->ssd_busy;
     want = want < MAXBATCH ? want : MAXBATCH;
     uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_SSD, want_dram, e, cand, want);
-    uint64_t horizon = read_horizon(e, budget);
+    uint64_t horizon = read_horizon(e, budget, ws);
     for (uint32_t i = 0; i < n; i++) {
         uint64_t nu = horizon != KVT_USE_UNKNOWN ? e->pol->next_use(e->pol_priv, cand[i]) : 0;
         if (nu > horizon) {
@@ -222,6 +221,8 @@ void kvt_prefetch(kvt_engine *e)
 {
     if (!e->pol->prefetch || !e->pol->next_use || e->failed)
         return;
-    prefetch_hbm(e, budget_pages(e, KVT_TIER_HBM));
-    prefetch_dram(e, budget_pages(e, KVT_TIER_DRAM));
+    /* Pages a step reads (0: unknown): both stages size their depth by it. */
+    uint64_t ws = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
+    prefetch_hbm(e, budget_pages(e, KVT_TIER_HBM), ws);
+    prefetch_dram(e, budget_pages(e, KVT_TIER_DRAM), ws);
 }

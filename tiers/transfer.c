@@ -352,6 +352,14 @@ static uint32_t redundant_victim(kvt_engine *e)
 
 static bool movable_dram(void *ctx, uint32_t pg);
 
+/* Drops v's DRAM copy (another tier holds v's bytes) and frees its slot. */
+static void drop_dram_copy(kvt_engine *e, uint32_t v)
+{
+    page_flags(e, v, 0, PG_VALID_DRAM);
+    kvt_page_sync(e, v, false);
+    kvt_page_trim(e, v);
+}
+
 /* A third copy: the DRAM copy of a page that HBM holds and SSD backs, that
  * no copy, reader or pin is using, and that has been acquired since it came
  * up (HBM may still let go of a prefetched page unused); KVT_NONE when none
@@ -390,28 +398,24 @@ static uint32_t third_copy(kvt_engine *e)
     return best;
 }
 
-/* The DRAM copy to drop before the policy's choice: a third copy, unless
- * the policy would let go of a page that is never used again (dead or
- * unscheduled: it goes first, written down first if it must be, by the
- * callers' own path; a window that slides went to 1.56x MIN otherwise). */
-static uint32_t drop_first(kvt_engine *e)
+/* v (KVT_NONE: none) is a page the policy knows is never used again (dead
+ * or unscheduled). Such a page goes before any third copy, written down
+ * first if it must be, by the callers' own path: with third copies first,
+ * a window that slides went to 1.56x MIN. */
+static bool never_used(kvt_engine *e, uint32_t v)
 {
-    uint32_t t = third_copy(e);
-    if (t == KVT_NONE)
-        return KVT_NONE;
-    uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, movable_dram, e);
-    return v != KVT_NONE && e->pol->next_use(e->pol_priv, v) >= KVT_USE_UNKNOWN ? KVT_NONE : t;
+    return v != KVT_NONE && e->pol->next_use &&
+           e->pol->next_use(e->pol_priv, v) >= KVT_USE_UNKNOWN;
 }
 
 bool kvt_dram_drop_third_copy(kvt_engine *e, uint32_t x)
 {
-    uint32_t v = drop_first(e);
-    if (v == KVT_NONE ||
-        (x != KVT_NONE && e->pol->next_use(e->pol_priv, v) <= e->pol->next_use(e->pol_priv, x)))
+    uint32_t t = third_copy(e);
+    if (t == KVT_NONE ||
+        never_used(e, e->pol->victim(e->pol_priv, KVT_TIER_DRAM, movable_dram, e)) ||
+        (x != KVT_NONE && e->pol->next_use(e->pol_priv, t) <= e->pol->next_use(e->pol_priv, x)))
         return false;
-    page_flags(e, v, 0, PG_VALID_DRAM);
-    kvt_page_sync(e, v, false);
-    kvt_page_trim(e, v);
+    drop_dram_copy(e, t);
     return true;
 }
 
@@ -432,10 +436,10 @@ static uint32_t ssd_backed_victim(kvt_engine *e)
 {
     if (!e->ssd)
         return KVT_NONE;
-    uint32_t v = drop_first(e);
-    if (v != KVT_NONE)
-        return v;
-    v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, movable_dram, e);
+    uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, movable_dram, e);
+    uint32_t t = never_used(e, v) ? KVT_NONE : third_copy(e);
+    if (t != KVT_NONE)
+        return t;
     if (v == KVT_NONE)
         return KVT_NONE;
     const struct kvt_page *p = kvt_pg(&e->pt, v);
@@ -447,9 +451,7 @@ static void restore_spare(kvt_engine *e)
     uint32_t v = e->ssd ? ssd_backed_victim(e) : redundant_victim(e);
     if (v == KVT_NONE)
         return;
-    page_flags(e, v, 0, PG_VALID_DRAM);
-    kvt_page_sync(e, v, false);
-    kvt_page_trim(e, v);
+    drop_dram_copy(e, v);
 }
 
 /* A DRAM slot for page pg: a free one, or (KVT_SLOT_STEAL) the slot of a
@@ -474,9 +476,7 @@ uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how)
          * write-back when that page leaves HBM). */
         uint32_t v = e->ssd ? ssd_backed_victim(e) : redundant_victim(e);
         if (v != KVT_NONE) {
-            page_flags(e, v, 0, PG_VALID_DRAM);
-            kvt_page_sync(e, v, false);
-            kvt_page_trim(e, v);
+            drop_dram_copy(e, v);
             return kvt_arena_alloc(d, pg);
         }
     }
