@@ -622,12 +622,13 @@ static uint32_t head_pick(const struct run_ctx *x)
     return best;
 }
 
-static bool heads_finished(const struct run_ctx *x, uint32_t np)
+/* Pages every kv head has folded (under smu). */
+static uint32_t heads_done(const struct run_ctx *x)
 {
+    uint32_t m = UINT32_MAX;
     for (uint32_t h = 0; h < x->sh.kv_heads; h++)
-        if (x->head_done[h] < np)
-            return false;
-    return true;
+        m = x->head_done[h] < m ? x->head_done[h] : m;
+    return m;
 }
 
 /* A streamed part: takes a kv head no other part holds, folds it over the
@@ -647,7 +648,7 @@ static void attn_stream(struct attn_job *j, unsigned part, uint32_t np)
     for (;;) {
         uint32_t h = x->abort ? KVT_NONE : head_pick(x);
         if (h == KVT_NONE) {
-            if (x->abort || heads_finished(x, np))
+            if (x->abort || heads_done(x) >= np)
                 break;
             pthread_cond_wait(&x->scv, &x->smu);
             continue;
@@ -943,9 +944,7 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
         pthread_mutex_lock(&x->smu);
         x->ready = acq;
         pthread_cond_broadcast(&x->scv);
-        uint32_t m = acq;
-        for (uint32_t h = 0; h < x->sh.kv_heads; h++)
-            m = x->head_done[h] < m ? x->head_done[h] : m;
+        uint32_t m = heads_done(x);
         pthread_mutex_unlock(&x->smu);
         /* What every head is done with goes back now, for the prefetcher's
          * room (the tail, written, at the end). */
