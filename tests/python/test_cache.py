@@ -120,3 +120,19 @@ def test_borrowed_engine_too_small_is_refused(make_engine):
     with pytest.raises(ValueError, match="need"):
         cache.update(k, k, 0)
     assert not e.closed and e.stats().pages == 0
+
+
+@pytest.mark.parametrize("seq_ids,exc", [([1.5], TypeError), (["7"], TypeError),
+                                         ([True], TypeError), ([-1], ValueError),
+                                         ([1 << 64], OverflowError)])
+def test_seq_ids_are_key_ids(make_engine, seq_ids, exc):
+    # They were int(i) & (2**64 - 1): 1.5 became row id 1 and -1 wrapped to
+    # 2**64 - 1, each another sequence's pages.
+    e = make_engine()
+    with pytest.raises(exc, match="seq_ids"):
+        KVTierCache(e, seq_ids=seq_ids)
+
+
+def test_page_tokens_is_an_integer(make_engine):
+    with pytest.raises(TypeError, match="page_tokens"):
+        KVTierCache(make_engine(), page_tokens=2.5)

@@ -55,12 +55,71 @@ def test_efull_when_pins_fill_hbm(make_engine):
 
 def test_key_out_of_range_is_refused_not_wrapped(make_engine):
     e = make_engine()
-    for bad in [(-1, 0, 0), (1 << 64, 0, 0), (1, 1 << 32, 0), (1, 0, -1)]:
+    for bad in [(-1, 0, 0), (1 << 64, 0, 0), (1, 1 << 32, 0), (1, 0, -1),
+                (np.int64(-1), 0, 0), (1, np.int64(1 << 32), 0)]:
+        # OverflowError (does not fit the C field), and a ValueError as before.
+        with pytest.raises(OverflowError):
+            e.put([bad], [bytes(PAGE)])
         with pytest.raises(ValueError):
             e.put([bad], [bytes(PAGE)])
     with pytest.raises(TypeError, match="sequence of keys"):
         e.exists((1, 0, 0))
     assert e.stats().pages == 0
+
+
+NOT_INTEGERS = [1.5, 1.0, np.float64(2.0), "7", b"7", None, 2 + 0j, torch.tensor(1.0)]
+BOOLS = [True, False, np.True_, torch.tensor(True)]
+
+
+@pytest.mark.parametrize("bad", NOT_INTEGERS + BOOLS, ids=repr)
+@pytest.mark.parametrize("slot", [0, 1, 2], ids=["id", "layer", "index"])
+def test_key_fields_must_be_integers(make_engine, bad, slot):
+    # A float key id used to be truncated (1.5 -> key 1, 1.0 -> key 1) and "7"
+    # parsed: another key's page would be read or overwritten. bool is refused
+    # too: True is an int to Python, but a flag where an id belongs is a bug.
+    e = make_engine()
+    key = [1, 0, 0]
+    key[slot] = bad
+    with pytest.raises(TypeError, match="bool" if any(bad is b for b in BOOLS) else "integer"):
+        e.put([tuple(key)], [bytes(PAGE)])
+    for call in (lambda: e.get([tuple(key)]), lambda: e.exists([tuple(key)]),
+                 lambda: e.acquire([tuple(key)]), lambda: e.drop([tuple(key)]),
+                 lambda: e.create(tuple(key)), lambda: e.acquire_async([tuple(key)])):
+        with pytest.raises(TypeError):
+            call()
+    assert e.stats().pages == 0 and e.stats().pinned_pages == 0
+
+
+@pytest.mark.parametrize("bad", [1.5, "7", True, np.True_], ids=repr)
+def test_ids_outside_keys_must_be_integers(make_engine, bad):
+    e = make_engine()
+    e.put([(1, 0, 0)], [bytes(PAGE)])
+    with pytest.raises(TypeError):
+        e.drop_id(bad)
+    with pytest.raises(TypeError):
+        e.advance(bad, 0)
+    with pytest.raises(TypeError):
+        e.advance(1, bad)
+    with pytest.raises(TypeError):
+        e.set_schedule([1, bad], 1)
+    with pytest.raises(TypeError):
+        e.set_schedule([1], bad)
+    assert e.exists([(1, 0, 0)]).prefix == 1  # drop_id(1.5) did not drop id 1
+
+
+def test_numpy_and_torch_integers_are_key_fields(make_engine):
+    e = make_engine()
+    key = (np.uint64((1 << 64) - 1), np.int32(3), torch.tensor(4))
+    e.put([key], [bytes([9]) * PAGE])
+    assert e.get([((1 << 64) - 1, 3, 4)])[0] == bytes([9]) * PAGE
+    e.drop_id(np.uint64((1 << 64) - 1))
+    assert e.exists([((1 << 64) - 1, 3, 4)]).prefix == 0
+
+
+def test_malformed_key_names_the_key(make_engine):
+    e = make_engine()
+    with pytest.raises(TypeError, match=r"key 1: want \(id, layer, index\)"):
+        e.exists([(1, 0, 0), (1, 0)])
 
 
 @pytest.mark.parametrize("bad", [

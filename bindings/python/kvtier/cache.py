@@ -25,7 +25,7 @@ import os
 import torch
 from transformers.cache_utils import Cache
 
-from .engine import Engine
+from .engine import Engine, _integer, _key_id
 
 _MASK64 = (1 << 64) - 1
 
@@ -68,18 +68,21 @@ class KVTierCache(Cache):
     def __init__(self, engine=None, *, page_tokens=16, n_layers=None, config=None,
                  seq_ids=None, **engine_config):
         super().__init__()
+        page_tokens = _integer(page_tokens, "page_tokens")
         if page_tokens < 1:
             raise ValueError("page_tokens must be at least 1")
         if engine is not None and engine_config:
             raise TypeError("pass either an engine or engine configuration, not both")
         if n_layers is None and config is not None:
             n_layers = config.num_hidden_layers
-        self.page_tokens = int(page_tokens)
+        self.page_tokens = page_tokens
         self._engine = engine
         self._owns_engine = engine is None
         self._engine_config = engine_config
         self._n_layers = n_layers
-        self._seq_ids = None if seq_ids is None else [int(i) & _MASK64 for i in seq_ids]
+        # Key ids: integers in 0..2**64-1, refused otherwise (never truncated or wrapped).
+        self._seq_ids = (None if seq_ids is None else
+                         [_key_id(i, f"seq_ids[{n}]") for n, i in enumerate(seq_ids)])
         self._layers = []
         self._shape = None          # (B, H, D, dtype) fixed at the first update
         self._schedule_set = False

@@ -13,6 +13,7 @@ memory in place; the binding never copies.
 import ctypes
 import dataclasses
 import hashlib
+import operator
 import os
 import threading
 from collections import namedtuple
@@ -137,25 +138,74 @@ def _host_memoryview(ptr, nbytes):
 
 # ---------------------------------------------------------------- keys
 
+class OutOfRange(OverflowError, ValueError):
+    """An integer that does not fit the C field it is meant for (a negative
+    key id, a layer past 2**32-1, ...). Both an OverflowError (Python's word
+    for "does not fit the C type") and a ValueError (what this binding raised
+    before), so either except clause catches it."""
+
+
+def _is_bool(value):
+    # bool, numpy.bool_ and 0-d bool tensors all pass operator.index() (numpy
+    # only warns), and would silently become key 0 or 1.
+    if isinstance(value, bool):
+        return True
+    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
+def _integer(value, what):
+    """value as a Python int: ints and numpy/torch integer scalars
+    (operator.index) only. A float, str or bool raises TypeError rather than
+    being truncated or parsed (1.5 would become 1, "7" would become 7)."""
+    if _is_bool(value):
+        raise TypeError(f"{what} must be an integer, not a bool ({value!r}): a flag passed "
+                        "where a number belongs would silently mean 0 or 1")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer (int or numpy integer), not "
+                        f"{type(value).__name__} {value!r}") from None
+
+
 def _u(value, bits, what):
-    v = int(value)
+    """value checked as a C unsigned integer of the given width; ctypes would
+    silently wrap a negative or oversized int."""
+    v = _integer(value, what)
     if not 0 <= v < (1 << bits):
-        raise ValueError(f"{what} {value} is outside 0..2**{bits}-1")
+        raise OutOfRange(f"{what} {v} is outside 0..2**{bits}-1 (an unsigned {bits}-bit field)")
     return v
 
 
+def _cint(value, what):
+    """value checked as a C int (ctypes wraps out-of-range ints silently)."""
+    v = _integer(value, what)
+    bits = 8 * ctypes.sizeof(ctypes.c_int)
+    if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+        raise OutOfRange(f"{what} {v} does not fit a C int")
+    return v
+
+
+def _key_id(value, what="key id"):
+    """A key id (kvt_key.id, a sequence or hash id): an integer in 0..2**64-1."""
+    return _u(value, 64, what)
+
+
 def _key_array(keys):
-    """A ctypes kvt_key[n] from (id, layer, index) triples, range-checked
-    (ctypes would silently wrap a negative or oversized int)."""
+    """A ctypes kvt_key[n] from (id, layer, index) triples of integers:
+    TypeError for a non-integer (float, str, bool), OutOfRange (a ValueError)
+    for a value outside uint64 id / uint32 layer and index."""
     if isinstance(keys, (Key, tuple)) and len(keys) == 3 and not isinstance(keys[0], (tuple, list)):
         raise TypeError("pass a sequence of keys, e.g. [key], not a single key")
     keys = list(keys)
     arr = (KvtKey * len(keys))()
     for i, k in enumerate(keys):
-        kid, layer, index = k
-        arr[i].id = _u(kid, 64, "key id")
-        arr[i].layer = _u(layer, 32, "key layer")
-        arr[i].index = _u(index, 32, "key index")
+        try:
+            kid, layer, index = k
+        except (TypeError, ValueError):
+            raise TypeError(f"key {i}: want (id, layer, index), got {k!r}") from None
+        arr[i].id = _key_id(kid, f"key {i}: id")
+        arr[i].layer = _u(layer, 32, f"key {i}: layer")
+        arr[i].index = _u(index, 32, f"key {i}: index")
     return arr
 
 
@@ -497,7 +547,7 @@ class Engine:
 
     def drop_id(self, id):
         """kvt_drop_id(): removes every page of sequence/hash id."""
-        check(self._L.kvt_drop_id(self._handle(), _u(id, 64, "id")), "kvt_drop_id")
+        check(self._L.kvt_drop_id(self._handle(), _key_id(id, "id")), "kvt_drop_id")
 
     # ---- engine-owned buffers
 
@@ -559,7 +609,7 @@ class Engine:
         """kvt_set_schedule(): the sequences of the batch in compute order, the
         layer count and the loop order ('layer' = for layer {for seq}, 'seq' =
         for seq {for layer}, or a KVT_ORDER_* int). Everything is copied."""
-        ids = [_u(i, 64, "id") for i in ids]
+        ids = [_key_id(i, f"ids[{n}]") for n, i in enumerate(ids)]
         arr = (ctypes.c_uint64 * len(ids))(*ids)
         s = KvtSchedule(ids=ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint64)) if ids else None,
                         n_ids=len(ids), n_layers=_u(n_layers, 32, "n_layers"),
@@ -570,7 +620,7 @@ class Engine:
 
     def advance(self, id, layer):
         """kvt_advance(): "now computing (id, layer)"."""
-        check(self._L.kvt_advance(self._handle(), _u(id, 64, "id"), _u(layer, 32, "layer")),
+        check(self._L.kvt_advance(self._handle(), _key_id(id, "id"), _u(layer, 32, "layer")),
               "kvt_advance")
 
     # ---- statistics
