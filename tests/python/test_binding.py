@@ -287,3 +287,6 @@ def test_cuda_tensors_on_a_cuda_engine(tmp_path):
         with e.acquire([(1, 0, 0)]) as p:
             t = torch.as_tensor(p.cuda_array(0), device="cuda")
             assert t.data_ptr() == p.ptrs[0] and torch.equal(t, src)
+            with pytest.raises(ValueError, match="view"):
+                e.close()  # t views the engine's memory
+            del t

@@ -18,8 +18,8 @@ from ._lib import (KVT_ALL_LAYERS, KVT_CODEC_NONE, KVT_CODEC_ZSTD, KVT_CODEC_ZST
                    KvtDeviceError, KvtError, KvtExists, KvtFailed, KvtFingerprint, KvtFull,
                    KvtInvalid, KvtNotFound, KvtNotSupported, find_library, last_error,
                    strerror)
-from .engine import (CONFIG_FIELDS, DevicePage, Engine, Exists, Key, Pinned, Stats, Ticket,
-                     make_config, version)
+from .engine import (CONFIG_FIELDS, DevicePage, Engine, Exists, Key, OutOfRange, Pinned, Stats,
+                     Ticket, ViewsAlive, make_config, version)
 
 
 def __getattr__(name):
@@ -36,6 +36,7 @@ def __getattr__(name):
 
 __all__ = [
     "Engine", "Key", "Exists", "Stats", "Pinned", "Ticket", "DevicePage", "CONFIG_FIELDS",
+    "OutOfRange", "ViewsAlive",
     "make_config", "version", "find_library", "strerror", "last_error",
     "KvtError", "KvtCorrupt", "KvtFingerprint", "KvtNotFound", "KvtFull", "KvtDeviceError",
     "KvtConfigError", "KvtNotSupported", "KvtFailed", "KvtBusy", "KvtExists", "KvtInvalid",

@@ -8,14 +8,35 @@ data_ptr()) and objects with __cuda_array_interface__. The object must be
 exactly page_bytes long; every buffer of a batch is checked before the engine
 is called, so a wrong one changes nothing. The engine reads or writes the
 memory in place; the binding never copies.
+
+Views of engine memory. Pinned.memoryview()/numpy()/torch()/cuda_array() are
+zero-copy windows on pages the engine owns; kvt_close() unmaps that memory,
+and a view read afterwards crashes the process or returns garbage. So:
+  - every view keeps its Pinned and its Engine alive (a forgotten engine is
+    not closed by the garbage collector under a live view);
+  - Engine.close() refuses, with ValueError naming them, while any view of
+    the engine exists; the engine stays open and usable. Drop the views
+    (del; copy first what must be kept: bytes(v), a.copy(), t.clone()) and
+    close again;
+  - after Engine.close() or Pinned.release(), making a view raises
+    ValueError. A view made before release() still reads mapped memory, but
+    the page may by then hold another key's data: it is the caller's bug to
+    read it, as with any borrowed pointer;
+  - raw addresses (Pinned.ptrs, DevicePage.ptr, a.ctypes.data,
+    t.data_ptr()) are plain ints, not tracked.
+A with-block that ends by an exception does not replace it with the close()
+refusal: the engine then closes when the views and the engine are garbage.
 """
 
 import ctypes
 import dataclasses
+import gc
 import hashlib
+import itertools
 import operator
 import os
 import threading
+import weakref
 from collections import namedtuple
 
 from . import _lib
@@ -120,20 +141,42 @@ class _Borrowed:
 
 class DevicePage:
     """A CUDA page exposed through __cuda_array_interface__ (version 3), so
-    torch.as_tensor(page, device='cuda') / cupy wrap it without a copy.
-    Borrows the memory: valid only while the page stays pinned."""
+    torch.as_tensor(page, device='cuda') / cupy wrap it without a copy (they
+    keep this object alive as long as their tensor).
 
-    def __init__(self, ptr, nbytes, device_ordinal=0):
+    Made by Pinned.cuda_array() it is a view of engine memory (see the module
+    doc): Engine.close() refuses while it lives, and once its page is released
+    or its engine closed, reading __cuda_array_interface__ raises ValueError.
+    Made by hand (owner None) it only describes ptr."""
+
+    def __init__(self, ptr, nbytes, device_ordinal=0, owner=None):
         self.ptr = ptr
         self.nbytes = nbytes
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
-            "version": 3, "strides": None, "stream": None}
+        self._owner = owner
+        self._cai = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
+                     "version": 3, "strides": None, "stream": None}
+
+    @property
+    def __cuda_array_interface__(self):
+        if self._owner is not None:
+            self._owner._check_usable()
+        return self._cai
 
 
-def _host_memoryview(ptr, nbytes):
-    # A writable memoryview over memory the engine owns: no copy, no ownership.
-    return memoryview((ctypes.c_ubyte * nbytes).from_address(ptr)).cast("B")
+_PAGE_TYPES = {}
+
+
+def _page_memory_type(nbytes):
+    """c_ubyte[nbytes] as a Python subclass, so that its instances take a weak
+    reference and attributes. An instance made with from_address() is the
+    exporter of one host page: every memoryview, numpy array and torch tensor
+    of the page refers to it (numpy and torch keep a reference to the object
+    they were given; a memoryview's buffer holds its exporter), so it is alive
+    exactly as long as some view of the page might still be read."""
+    t = _PAGE_TYPES.get(nbytes)
+    if t is None:
+        t = _PAGE_TYPES.setdefault(nbytes, type("PageMemory", (ctypes.c_ubyte * nbytes,), {}))
+    return t
 
 
 # ---------------------------------------------------------------- keys
@@ -333,10 +376,13 @@ class Stats:
 class Pinned:
     """Pages pinned in HBM by acquire()/create() (or a waited acquire_async()).
 
-    Holds the keys and the device addresses. The addresses, and every view
-    made from them, are valid until release() (or the engine's close); a view
-    used after that reads memory the engine reuses. Used as a context manager
-    it releases on exit, with dirty=self.dirty (True for create())."""
+    Holds the keys and the device addresses (ptrs: plain ints). The views
+    (memoryview(), numpy(), torch(), cuda_array()) follow the rules of the
+    module doc: none can be made after release() or the engine's close()
+    (ValueError); a live one keeps the engine open (close() refuses); one
+    made before release() and read after it reads memory the engine reuses.
+    Used as a context manager it releases on exit, with dirty=self.dirty
+    (True for create())."""
 
     def __init__(self, engine, keys, ptrs, dirty=False):
         self._engine = engine
@@ -350,36 +396,48 @@ class Pinned:
     def __len__(self):
         return len(self.ptrs)
 
-    def _ptr(self, i):
+    def _check_usable(self):
+        """Raises ValueError unless the pages are pinned in an open engine."""
+        if self._engine._closing:
+            raise ValueError("the kvtier engine is closed: its page memory is unmapped, "
+                             "no view of it can be made")
         if self.released:
             raise ValueError("pages were released; their addresses are no longer valid")
-        return self.ptrs[i]
+
+    def _host_page(self, i, what):
+        if self.on_device:
+            raise ValueError(f"a CUDA page has no host {what}; use cuda_array() or torch()")
+        return self._engine._export(self, i, what)
 
     def memoryview(self, i=0):
-        """A writable memoryview of page i (host back-end only). Borrowed."""
-        if self.on_device:
-            raise ValueError("a CUDA page has no host memoryview; use cuda_array() or torch()")
-        return _host_memoryview(self._ptr(i), self.page_bytes)
+        """A writable memoryview of page i (host back-end only), no copy. A
+        view: see the class doc."""
+        return memoryview(self._host_page(i, "memoryview()")).cast("B")
 
     def numpy(self, i=0, dtype="uint8"):
-        """A writable numpy view of page i (host back-end), no copy. Borrowed."""
+        """A writable numpy view of page i (host back-end), no copy. A view:
+        see the class doc."""
         import numpy as np
-        return np.frombuffer(self.memoryview(i), dtype=np.uint8).view(dtype)
+        return np.frombuffer(self._host_page(i, "numpy()"), dtype=np.uint8).view(dtype)
 
     def cuda_array(self, i=0):
-        """A DevicePage (``__cuda_array_interface__``) for page i on the CUDA back-end."""
+        """A DevicePage (``__cuda_array_interface__``) for page i on the CUDA
+        back-end. A view: see the class doc."""
         if not self.on_device:
             raise ValueError("the host back-end has no CUDA pages; use numpy()/memoryview()")
-        return DevicePage(self._ptr(i), self.page_bytes)
+        return self._engine._export(self, i, "cuda_array()")
 
     def torch(self, i=0, dtype=None):
         """A torch tensor viewing page i (uint8, or dtype), no copy: CPU on the
-        host back-end, CUDA on the cuda back-end. Borrowed like the others."""
+        host back-end, CUDA on the cuda back-end. A view: see the class doc."""
         import torch
         if self.on_device:
-            t = torch.as_tensor(self.cuda_array(i), device="cuda")
+            t = torch.as_tensor(self._engine._export(self, i, "torch()"), device="cuda")
         else:
-            t = torch.frombuffer(self.memoryview(i), dtype=torch.uint8)
+            # Given the exporter itself (not a memoryview of it): torch keeps a
+            # reference to what it is given but no buffer export, so only the
+            # exporter's lifetime tells that the tensor still exists.
+            t = torch.frombuffer(self._host_page(i, "torch()"), dtype=torch.uint8)
         return t if dtype is None else t.view(dtype)
 
     def release(self, dirty=None):
@@ -397,6 +455,10 @@ class Pinned:
         # After close() the engine freed the pins itself: nothing to release.
         if not self.released and not self._engine.closed:
             self.release()
+
+
+class ViewsAlive(ValueError):
+    """Engine.close() refused: views of the engine's memory are alive."""
 
 
 class Ticket:
@@ -428,6 +490,15 @@ class Engine:
     ``with``). Thread-safe like kvt_engine, except close()."""
 
     def __init__(self, **config):
+        # First, so that __del__ of an engine whose open failed finds a closed one.
+        self._h = None
+        self._closing = True
+        self._lock = threading.Lock()
+        self._tickets = {}
+        # serial -> weak reference to each live view exporter (_export); an
+        # entry leaves when its exporter dies.
+        self._views = {}
+        self._view_serial = itertools.count()
         cfg, keep = make_config(**config)
         L = _lib.lib()
         handle = ctypes.c_void_p()
@@ -435,8 +506,7 @@ class Engine:
         del keep  # kvt_open copied the strings
         self._L = L
         self._h = handle
-        self._tickets = {}
-        self._lock = threading.Lock()
+        self._closing = False
         self.page_bytes = int(L.kvt_page_bytes(handle))
         self.device_name = L.kvt_device_name(handle).decode()
 
@@ -452,10 +522,31 @@ class Engine:
         return self._h
 
     def close(self):
-        """kvt_close(): waits for forgotten tickets, flushes, frees. Pointers
-        and views handed out become invalid. Idempotent."""
+        """kvt_close(): waits for forgotten tickets, flushes, frees. Idempotent.
+
+        Refuses with ValueError, changing nothing, while a view made by a
+        Pinned of this engine (memoryview(), numpy(), torch(), cuda_array())
+        is alive anywhere, and names them: kvt_close unmaps their memory. Raw
+        addresses (Pinned.ptrs, DevicePage.ptr) are not tracked and become
+        invalid."""
         if self._h is None:
             return
+        if self._views:
+            # Views held only by garbage cycles (a stored traceback, ...) are
+            # no reason to refuse: collect them first. Only on this path,
+            # which would otherwise raise.
+            gc.collect()
+        with self._lock:
+            live = self._live_views()
+            if live:
+                shown = "; ".join(live[:4]) + ("; ..." if len(live) > 4 else "")
+                raise ViewsAlive(
+                    f"Engine.close(): {len(live)} view(s) of this engine's memory are still "
+                    f"alive ({shown}); closing would unmap the memory under them. Delete them "
+                    "(copy first what must be kept: bytes(v), a.copy(), t.clone()) and close "
+                    "again; the engine is still open")
+            # From here on no view can be made (_export checks under this lock).
+            self._closing = True
         for t in list(self._tickets.values()):
             try:
                 self.wait(t)
@@ -467,11 +558,48 @@ class Engine:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.close()
+            return
+        # An exception is leaving the block: never replace it with close()'s
+        # refusal. If views made in the block are still alive, the engine
+        # stays open; they keep it referenced, and __del__ closes it once
+        # they and the engine are garbage.
+        try:
+            self.close()
+        except ViewsAlive:
+            pass
+
+    def _export(self, pinned, i, what):
+        """The object that exports page i of pinned to a view: a PageMemory
+        (host) or DevicePage (CUDA), registered in _views so that close()
+        refuses while it lives, and holding pinned (and so this engine).
+        The check and the registration are under the lock close() checks
+        under: no view is made after close() has decided to unmap."""
+        i = _integer(i, "page number")
+        with self._lock:
+            pinned._check_usable()
+            ptr = pinned.ptrs[i]
+            if pinned.on_device:
+                obj = DevicePage(ptr, self.page_bytes, owner=pinned)
+            else:
+                obj = _page_memory_type(self.page_bytes).from_address(ptr)
+                obj._owner = pinned
+            obj._what = f"{what} of page {i} {tuple(pinned.keys[i])}"
+            n = next(self._view_serial)
+            views = self._views
+            views[n] = weakref.ref(obj, lambda _ref, n=n: views.pop(n, None))
+        return obj
+
+    def _live_views(self):
+        """What each view exporter still alive is (for close()'s message)."""
+        return [o._what for o in (r() for r in list(self._views.values())) if o is not None]
 
     def __del__(self):
-        # Best effort for engines never closed; close() is the contract.
+        # Best effort for engines never closed; close() is the contract. A
+        # live view holds this engine, so this runs only once none is left
+        # (or inside a garbage cycle, where nothing can read them any more).
         try:
             self.close()
         except Exception:
@@ -509,6 +637,7 @@ class Engine:
         return ticket
 
     def _consume(self, ticket):
+        self._handle()  # a closed engine says so, not "already waited"
         with self._lock:
             if ticket.done or self._tickets.pop(ticket.value, None) is None:
                 raise ValueError("ticket already waited for (or from another engine)")
