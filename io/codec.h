@@ -45,6 +45,10 @@ void kvt_unshuffle16(const void *src, void *dst, size_t n);
  * table. crc is the running value (0 to start). */
 uint32_t kvt_crc32c(uint32_t crc, const void *p, size_t n);
 
+/* The CRC32C of A || B from crc_a = CRC32C(A), crc_b = CRC32C(B) and B's
+ * length: kvt_crc32c(crc_a, B, len_b) without reading B. O(log len_b). */
+uint32_t kvt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 /* For `kvtier bench`: encodes and decodes a bf16 page of N(0, 1) values
  * (fixed seed) of page_bytes with codec at the default level, each for about
  * seconds on the calling thread. Returns 0 with the ratio (raw / stored) and

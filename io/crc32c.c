@@ -686,6 +686,35 @@ uint32_t kvt_crc32c(uint32_t crc, const void *p, size_t n)
     return ~crc32c_choose()(~crc, p, n);
 }
 
+/* Polynomials modulo P in the reflected order: bit 31 is x^0. */
+#define CRC32C_POLY 0x82F63B78u
+
+/* a * b modulo P. a != 0. */
+static uint32_t crc32c_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if (!(a & (m - 1)))
+                return p;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+}
+
+/* CRC is linear: appending len_b bytes multiplies A's register by
+ * x^(8 len_b) modulo P and adds B's (the pre- and post-inversions cancel). */
+uint32_t kvt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    uint32_t x8n = 1u << 31, sq = 1u << 23; /* x^0, x^8 */
+    for (; len_b; len_b >>= 1, sq = crc32c_mulmod(sq, sq))
+        if (len_b & 1)
+            x8n = crc32c_mulmod(sq, x8n);
+    return crc32c_mulmod(x8n, crc_a) ^ crc_b;
+}
+
 /* The table path whatever the CPU, for tests (declared there, not in codec.h). */
 uint32_t kvt_crc32c_table(uint32_t crc, const void *p, size_t n);
 

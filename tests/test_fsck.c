@@ -128,9 +128,9 @@ static void put_page(struct fx *f, kvt_key k, int codec, uint32_t slot, uint64_t
     e.offset = (uint64_t)(slot % SPS) * PB;
     e.stored_len = (uint32_t)len;
     e.raw_len = PB;
-    e.crc = kvt_crc32c(0, st, len);
     e.fingerprint = fp;
     e.generation = ++f->gen;
+    e.crc = kvt_crc32c(kvt_ssd_bind(&k, fp, e.generation), st, len);
 
     seg_path(f, e.segment, path, sizeof(path));
     int fd = open(path, O_RDWR | O_CREAT, 0644);
@@ -373,7 +373,9 @@ static void test_shared_slot(void **state)
     char *out, *err;
     put_pages(f, 3);
     fx_done(f);
-    /* A second good entry for slot 0: the first in key order keeps it. */
+    /* Page 0's entry copied under another key: the CRC binds the bytes to
+     * page 0's key, so the copy fails on its own (it would have been a
+     * second good entry for the slot before entries were bound). */
     put_entry(f, t_key(5, 0, 0), f->ent[0]);
     /* An entry before page 1 in key order names its slot with a wrong crc:
      * it fails on its own, and page 1 still keeps the slot. */
@@ -383,9 +385,9 @@ static void test_shared_slot(void **state)
 
     struct bads b = verify(f, false, 5, 2);
     expect_bad(&b, 0, t_key(0, 0, 0), "crc");
-    expect_bad(&b, 1, t_key(5, 0, 0), "shared-slot");
+    expect_bad(&b, 1, t_key(5, 0, 0), "crc");
     assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
-    HAS(out, "the slot is kept by 1:0:0");
+    HAS(out, "not this key's page");
     free2(&out, &err);
 }
 
@@ -406,7 +408,7 @@ static void test_decode_failure(void **state)
     assert_true(fd >= 0);
     assert_int_equal(pwrite(fd, junk, x.stored_len, (off_t)x.offset), (ssize_t)x.stored_len);
     close(fd);
-    x.crc = kvt_crc32c(0, junk, x.stored_len);
+    x.crc = kvt_crc32c(kvt_ssd_bind(&f->key[1], x.fingerprint, x.generation), junk, x.stored_len);
     free(junk);
     put_entry(f, f->key[1], x);
     struct bads b = verify(f, false, 2, 1);

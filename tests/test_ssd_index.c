@@ -398,9 +398,23 @@ static void test_empty_file(void **state)
     expect_wiped(*state, "empty");
 }
 
+/* A directory where data.mdb should be, or a file where index/ should be,
+ * is not damage kvtier made: the open fails naming it, and nothing in it is
+ * removed (an earlier version deleted the tree, a user's files with it). */
+static void expect_refused(const char *dir, int want, const char *what)
+{
+    struct kvt_index *ix = NULL;
+    struct kvt_index_open_info info;
+    assert_int_equal(kvt_index_open(dir, true, FP, 0, &ix, &info), want);
+    assert_null(ix);
+    if (!strstr(kvt_last_error(), what))
+        fail_msg("message \"%s\" lacks \"%s\"", kvt_last_error(), what);
+}
+
 static void test_file_is_directory(void **state)
 {
     char f[512], inner[600], ixdir[512];
+    struct stat st;
     file_path(f, sizeof(f), *state, "data.mdb");
     make_index(*state, 10);
     assert_int_equal(unlink(f), 0);
@@ -409,14 +423,17 @@ static void test_file_is_directory(void **state)
     FILE *fp = fopen(inner, "w");
     assert_non_null(fp);
     fclose(fp);
-    expect_wiped(*state, "data.mdb is not a regular file");
+    expect_refused(*state, -EINVAL, "data.mdb is a directory");
+    assert_int_equal(stat(inner, &st), 0);
     /* and the index directory itself replaced by a file */
     snprintf(ixdir, sizeof(ixdir), "%s/index", (char *)*state);
     nftw(ixdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     fp = fopen(ixdir, "w");
     assert_non_null(fp);
     fclose(fp);
-    expect_wiped(*state, "index is not a directory");
+    expect_refused(*state, -ENOTDIR, "index is a regular file, not a directory");
+    assert_int_equal(stat(ixdir, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
 }
 
 static void test_wrong_format_version(void **state)

@@ -73,6 +73,13 @@ static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struc
         struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
         if (p->flags & PG_LOST)
             return lost_error(p);
+        if (p->flags & PG_READ_ERR) {
+            int r = e->ssd_read_err ? e->ssd_read_err : -EIO;
+            kvt_page_set(e, pages[i], 0, PG_READ_ERR);  /* the next load tries again */
+            return kvt_fail(r, "page (%llu,%u,%u) could not be read from SSD (%s); its copy "
+                            "there is kept", (unsigned long long)p->key.id, p->key.layer,
+                            p->key.index, kvt_strerror(r));
+        }
         if (p->slot[KVT_TIER_HBM] != KVT_NONE || (p->flags & PG_VALID_DRAM) ||
             p->xfer != XFER_NONE)
             continue;

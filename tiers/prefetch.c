@@ -34,7 +34,10 @@ static bool want_up(void *ctx, uint32_t pg)
 static bool want_dram(void *ctx, uint32_t pg)
 {
     const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
-    return (p->flags & PG_VALID_SSD) && !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM | PG_ZOMBIE)) &&
+    /* A page whose file could not be read is left to the demand load,
+     * which reports it: prefetch would retry it on every wake. */
+    return (p->flags & PG_VALID_SSD) &&
+           !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM | PG_ZOMBIE | PG_READ_ERR)) &&
            p->slot[KVT_TIER_DRAM] == KVT_NONE && p->xfer == XFER_NONE && !p->busy;
 }
 

@@ -18,14 +18,31 @@
  * the disk before its pages (a power cut leaves a tree LMDB cannot read),
  * and a failed sync would leave the batch applied while reporting an error.
  *
+ * Files: the environment runs with MDB_NOLOCK, so LMDB never opens or
+ * creates lock.mdb (a link there would otherwise be followed and written).
+ * One process at a time is what <dir>/LOCK's flock already guarantees, and
+ * inside the process ix->remap does LMDB's reader-table job: a write
+ * transaction holds it exclusive, so no read transaction can be looking at
+ * pages the writer reuses. data.mdb is created (or checked) by us through
+ * the index directory's descriptor, without following a link, and LMDB is
+ * given that directory as /proc/self/fd/N, so it opens the file we checked
+ * (the inode is compared after the open). kvtier's engine reads the index
+ * only at open, so the exclusive writer costs nothing at run time.
+ *
  * Remapping: mdb_env_set_mapsize() unmaps and maps the file again, safe only
- * while no transaction of this process is open. Every transaction holds
- * ix->remap shared; growing takes it exclusive, and so does flipping
- * MDB_NOSYNC (a plain int in the MDB_env that every mdb_txn_begin reads).
+ * while no transaction of this process is open. Every read transaction holds
+ * ix->remap shared; writing, growing and flipping MDB_NOSYNC (a plain int in
+ * the MDB_env that every mdb_txn_begin reads) take it exclusive.
+ *
+ * Entries: version 2 binds a page to its key. The CRC32C stored in an entry
+ * is of a 32-byte header (key, fingerprint, generation) followed by the
+ * stored bytes, so an entry moved to another key, or a key damaged in
+ * place, fails the check when its page is read: a miss, never another key's
+ * bytes. A version 1 index (CRC of the bytes alone) is upgraded at the
+ * engine's open by CRC composition, without reading a page.
  */
 #include <endian.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <lmdb.h>
 #include <pthread.h>
@@ -34,9 +51,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/codec.h"
+#include "tiers/spill_dir.h"
 #include "tiers/ssd_index.h"
 #include "tiers/tiers.h"
 
@@ -55,6 +75,9 @@ struct kvt_index {
     MDB_env *env;
     MDB_dbi pages, meta;
     bool persist;
+    int dfd;                    /* the spill directory */
+    int ixfd;                   /* <dir>/index, opened without following a link */
+    char *dir;                  /* the spill directory's name, for messages */
     pthread_rwlock_t remap;     /* shared: any transaction; exclusive: remap, flag flips */
     _Atomic uint64_t max_gen;
     _Atomic int broken;         /* nonzero after a failed remap left no map */
@@ -122,6 +145,19 @@ static int entry_decode(const MDB_val *v, struct kvt_ssd_entry *e)
         return KVT_ECORRUPT;
     memcpy(e, v->mv_data, sizeof(*e));
     return e->version == KVT_SSD_ENTRY_VERSION ? 0 : KVT_ECORRUPT;
+}
+
+uint32_t kvt_ssd_bind(const kvt_key *k, uint64_t fingerprint, uint64_t generation)
+{
+    uint8_t h[32];
+    uint64_t id = htole64(k->id), fp = htole64(fingerprint), gen = htole64(generation);
+    uint32_t layer = htole32(k->layer), index = htole32(k->index);
+    memcpy(h, &id, 8);
+    memcpy(h + 8, &layer, 4);
+    memcpy(h + 12, &index, 4);
+    memcpy(h + 16, &fp, 8);
+    memcpy(h + 24, &gen, 8);
+    return kvt_crc32c(0, h, sizeof(h));
 }
 
 static void max_gen_raise(struct kvt_index *ix, uint64_t g)
@@ -219,7 +255,7 @@ typedef int (*ix_body)(struct kvt_index *ix, MDB_txn *txn, void *arg);
 static int write_once(struct kvt_index *ix, ix_body body, void *arg)
 {
     MDB_txn *txn;
-    pthread_rwlock_rdlock(&ix->remap);
+    pthread_rwlock_wrlock(&ix->remap);  /* MDB_NOLOCK: no reader may be open */
     int rc = atomic_load(&ix->broken);
     if (rc || (rc = mdb_txn_begin(ix->env, NULL, 0, &txn)) != 0)
         goto out_unlock;
@@ -247,23 +283,11 @@ static int ix_write(struct kvt_index *ix, ix_body body, void *arg)
 
 /* ------------------------------------------------------------- files */
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* Removes the index's own files (data.mdb, lock.mdb) and nothing else:
+ * anything else in <dir>/index, or a link in place of a file, fails it. */
+static int ix_wipe_dir(struct kvt_index *ix)
 {
-    return remove(path) == 0 || errno == ENOENT ? 0 : errno;
-}
-
-/* Removes <dir>/index whatever it holds (file, directory tree) and makes it
- * again as an empty directory. */
-static int ix_wipe_dir(const char *path)
-{
-    int rc = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    if (rc == -1 && errno != ENOENT)
-        rc = errno;
-    if (rc > 0)
-        return kvt_fail(-rc, "cannot remove %s: %s", path, strerror(rc));
-    if (mkdir(path, 0755) != 0)
-        return kvt_fail(-errno, "cannot create %s: %s", path, strerror(errno));
-    return 0;
+    return kvt_spill_wipe_index(ix->dfd, ix->dir);
 }
 
 /* Errors a fresh index would hit as well: report them, never wipe for them. */
@@ -288,7 +312,7 @@ struct open_scan {
     enum ix_mode mode;
     uint64_t fingerprint;
     bool existed;
-    uint64_t kept, dropped, max_gen;
+    uint64_t kept, dropped, max_gen, upgraded;
     char file[PATH_MAX];    /* <dir>/index/data.mdb */
     char why[PATH_MAX + 200];
 };
@@ -304,11 +328,50 @@ __attribute__((format(printf, 2, 3))) static int damage(struct open_scan *s, con
     return KVT_ECORRUPT;
 }
 
+/* Version 1 entries hold the CRC of the stored bytes alone; version 2 binds
+ * it to (key, fingerprint, generation). CRC(header || bytes) is
+ * CRC(header) carried over the bytes' length combined with CRC(bytes), so
+ * the upgrade rewrites entries without reading a page. The binding then
+ * vouches for the key each entry had at upgrade time. */
+static int upgrade_v1(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    kvt_key key;
+    struct kvt_ssd_entry e;
+    int rc = mdb_cursor_open(txn, ix->pages, &cur);
+    if (rc)
+        return rc;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (key_decode(&k, &key) != 0 || v.mv_size != sizeof(e)) {
+            rc = damage(s, "has a bad version 1 entry (%zu-byte key, %zu-byte value)", k.mv_size,
+                        v.mv_size);
+            break;
+        }
+        memcpy(&e, v.mv_data, sizeof(e));
+        if (e.version != 1) {
+            rc = damage(s, "is version 1 but holds an entry of version %u", e.version);
+            break;
+        }
+        e.version = KVT_SSD_ENTRY_VERSION;
+        e.crc = kvt_crc32c_combine(kvt_ssd_bind(&key, e.fingerprint, e.generation), e.crc,
+                                   e.stored_len);
+        MDB_val nv = { sizeof(e), &e };
+        if ((rc = mdb_cursor_put(cur, &k, &nv, MDB_CURRENT)) != 0)
+            break;
+        s->upgraded++;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 static int check_version(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
 {
     static const char name[] = "version";
     const struct ix_version want = { IX_FORMAT, IX_KEY_LAYOUT, sizeof(struct kvt_ssd_entry),
                                      KVT_SSD_ENTRY_VERSION };
+    const struct ix_version v1 = { IX_FORMAT, IX_KEY_LAYOUT, sizeof(struct kvt_ssd_entry), 1 };
     MDB_val k = { sizeof(name) - 1, (void *)name }, v;
     struct ix_version have;
     MDB_stat st;
@@ -330,6 +393,16 @@ static int check_version(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s
     if (v.mv_size != sizeof(have))
         return damage(s, "has a %zu-byte version record (expected %zu)", v.mv_size, sizeof(have));
     memcpy(&have, v.mv_data, sizeof(have));
+    if (!memcmp(&have, &v1, sizeof(have)) && s->mode != IX_ENGINE)
+        return damage(s, "holds version 1 entries (written by an older kvtier, checksums not "
+                         "bound to keys): open it once with the engine, which upgrades it");
+    if (!memcmp(&have, &v1, sizeof(have))) {
+        v.mv_size = sizeof(want);
+        v.mv_data = (void *)&want;
+        if ((rc = upgrade_v1(ix, txn, s)) != 0 || (rc = mdb_put(txn, ix->meta, &k, &v, 0)) != 0)
+            return rc;
+        return 0;
+    }
     if (memcmp(&have, &want, sizeof(have)) != 0)
         return damage(s, "is format %u, key layout %u, %u-byte entries v%u (we use %u, %u, %u v%u)",
                       have.format, have.key_layout, have.entry_bytes, have.entry_version,
@@ -374,7 +447,7 @@ static int open_body(struct kvt_index *ix, MDB_txn *txn, void *arg)
     struct open_scan *s = arg;
     int rc;
     unsigned create = s->mode == IX_ENGINE ? MDB_CREATE : 0;
-    s->kept = s->dropped = s->max_gen = 0;   /* a retry after a remap starts over */
+    s->kept = s->dropped = s->max_gen = s->upgraded = 0; /* a retry after a remap starts over */
     if ((rc = mdb_dbi_open(txn, "meta", create, &ix->meta)) != 0 ||
         (rc = mdb_dbi_open(txn, "pages", create, &ix->pages)) != 0) {
         /* Only a non-engine open gets here without the databases: the
@@ -402,24 +475,58 @@ static int read_body(struct kvt_index *ix, ix_body body, void *arg)
     return mdb_txn_commit(txn);
 }
 
-/* data.mdb must be a regular, non-empty file before LMDB maps it: LMDB
- * opens a zero-length file as a new environment and fails on a directory
- * with EISDIR, which says little. */
-static int precheck_file(const char *path, struct open_scan *s)
+/* data.mdb must be a regular, non-empty file with one link before LMDB
+ * maps it: LMDB opens a zero-length file as a new environment, and a link
+ * would take its writes somewhere else. A link or a non-file is not damage
+ * to wipe but something kvtier did not make: an error that names it. */
+static int precheck_file(struct kvt_index *ix, struct open_scan *s)
+{
+    off_t size = 0;
+    int r = kvt_spill_check_file(ix->ixfd, ix->path, KVT_SPILL_INDEX_DATA, &size);
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0)
+        return r;
+    if (size == 0)
+        return damage(s, "is empty (0 bytes)");
+    if (size < 2 * 4096) /* LMDB pages are at least 4 KiB; two meta pages come first */
+        return damage(s, "is truncated (%lld bytes, less than its two meta pages)",
+                      (long long)size);
+    s->existed = true;
+    return 0;
+}
+
+/* The engine makes data.mdb itself (no link followed) before LMDB opens it,
+ * and keeps its inode to compare with what LMDB opened. */
+static int make_data_file(struct kvt_index *ix, struct stat *st)
+{
+    int fd = kvt_spill_openat(ix->ixfd, ix->path, KVT_SPILL_INDEX_DATA, O_RDWR | O_CREAT, 0600,
+                              NULL);
+    if (fd < 0)
+        return fd;
+    int r = fstat(fd, st) == 0 ? 0 : -errno;
+    close(fd);
+    return r;
+}
+
+/* What LMDB is given as the directory: the index directory's descriptor
+ * through /proc, so a path swapped after our checks is never used. */
+static void env_path(const struct kvt_index *ix, char *buf, size_t len)
+{
+    snprintf(buf, len, "/proc/self/fd/%d", ix->ixfd);
+    if (access(buf, F_OK) != 0)
+        snprintf(buf, len, "%s", ix->path);
+}
+
+static int same_file(struct kvt_index *ix, const struct stat *want, struct open_scan *s)
 {
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
-        return damage(s, "cannot exist: %s is not a directory", path);
-    if (stat(s->file, &st) != 0)
-        return errno == ENOENT ? 0 : damage(s, "cannot be examined: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return damage(s, "is not a regular file");
-    if (st.st_size == 0)
-        return damage(s, "is empty (0 bytes)");
-    if (st.st_size < 2 * 4096) /* LMDB pages are at least 4 KiB; two meta pages come first */
-        return damage(s, "is truncated (%lld bytes, less than its two meta pages)",
-                      (long long)st.st_size);
-    s->existed = true;
+    int fd;
+    if (mdb_env_get_fd(ix->env, &fd) != 0 || fstat(fd, &st) != 0)
+        return -EIO;
+    if (st.st_dev != want->st_dev || st.st_ino != want->st_ino)
+        return kvt_fail(-EBUSY, "%s changed while it was opened (replaced by another file)",
+                        s->file);
     return 0;
 }
 
@@ -446,26 +553,33 @@ static int check_length(struct kvt_index *ix, struct open_scan *s)
  * are the caller's to report. ix->env is left NULL on failure. */
 static int try_open(struct kvt_index *ix, size_t map_bytes, struct open_scan *s)
 {
+    struct stat want;
+    char where[64];
     int rc;
-    if ((rc = precheck_file(ix->path, s)) != 0)
+    if ((rc = precheck_file(ix, s)) != 0)
         return rc;
     if (s->mode != IX_ENGINE && !s->existed)
         return -ENOENT;   /* never create what fsck or inspect was asked to read */
+    if (s->mode == IX_ENGINE && (rc = make_data_file(ix, &want)) != 0)
+        return rc;
+    if (s->mode != IX_ENGINE && fstatat(ix->ixfd, KVT_SPILL_INDEX_DATA, &want,
+                                        AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
     if ((rc = mdb_env_create(&ix->env)) != 0)
         return ix_err(rc);
     mdb_env_set_maxdbs(ix->env, 2);
     mdb_env_set_mapsize(ix->env, map_bytes);
-    rc = mdb_env_open(ix->env, ix->path,
-                      MDB_NOTLS | MDB_NOSYNC | (s->mode == IX_READONLY ? MDB_RDONLY : 0), 0644);
+    env_path(ix, where, sizeof(where));
+    rc = mdb_env_open(ix->env, where,
+                      MDB_NOLOCK | MDB_NOTLS | MDB_NOSYNC |
+                      (s->mode == IX_READONLY ? MDB_RDONLY : 0), 0600);
     if (rc) {
         rc = is_resource_error(ix_err(rc)) ? ix_err(rc)
              : damage(s, "cannot be opened: %s", mdb_strerror(rc));
         goto out_close;
     }
-    if (s->mode != IX_READONLY && ix->persist) {
-        int dead = 0;
-        mdb_reader_check(ix->env, &dead);   /* slots of crashed readers pin old pages */
-    }
+    if ((rc = same_file(ix, &want, s)) != 0)
+        goto out_close;
     if (s->existed && (rc = check_length(ix, s)) != 0)
         goto out_close;
     rc = s->mode == IX_ENGINE ? ix_write(ix, open_body, s) : read_body(ix, open_body, s);
@@ -484,10 +598,8 @@ out_close:
 /* persist=0: whatever an earlier run left is discarded unread. */
 static int discard_old(struct kvt_index *ix, struct kvt_index_open_info *info)
 {
-    /* rmdir removes only an empty directory: a failure other than ENOENT
-     * means an earlier run left something. */
-    bool existed = rmdir(ix->path) != 0 && errno != ENOENT;
-    int rc = ix_wipe_dir(ix->path);
+    bool existed = faccessat(ix->ixfd, KVT_SPILL_INDEX_DATA, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+    int rc = ix_wipe_dir(ix);
     info->wiped = true;
     if (existed)
         snprintf(info->message, sizeof(info->message), "persist=0: previous index discarded");
@@ -512,18 +624,46 @@ static int open_or_wipe(struct kvt_index *ix, size_t map_bytes, uint64_t fingerp
         snprintf(info->message, sizeof(info->message),
                  "SSD index damaged: %.200s; wiped, starting empty", s.why);
         info->wiped = true;
-        if ((rc = ix_wipe_dir(ix->path)) != 0)
+        if ((rc = ix_wipe_dir(ix)) != 0)
             return rc;
         rc = try_open(ix, map_bytes, scan_init(&s, ix, fingerprint));
     }
     if (rc == KVT_ECORRUPT)
         return kvt_fail(rc, "SSD index: even a fresh index cannot be made: %s", s.why);
+    if (rc && kvt_last_error()[0])
+        return rc;  /* the call that failed named the file and the reason */
     if (rc)
         return kvt_fail(rc, "SSD index %s cannot be opened: %s", ix->path, kvt_strerror(rc));
     info->kept = s.kept;
     info->dropped_fingerprint = s.dropped;
+    info->upgraded = s.upgraded;
     atomic_store(&ix->max_gen, s.max_gen);
     return 0;
+}
+
+/* The spill directory (the caller's path, followed) and its index
+ * directory (never through a link); create makes index/ when missing. */
+static int ix_dirs(struct kvt_index *ix, bool create)
+{
+    int rc = kvt_spill_opendir(ix->dir, false, &ix->dfd);
+    if (rc < 0)
+        return rc;
+    rc = kvt_spill_subdir(ix->dfd, ix->dir, KVT_SPILL_INDEX, create);
+    if (rc < 0)
+        return rc;
+    ix->ixfd = rc;
+    return 0;
+}
+
+static void ix_free(struct kvt_index *ix)
+{
+    if (ix->ixfd >= 0)
+        close(ix->ixfd);
+    if (ix->dfd >= 0)
+        close(ix->dfd);
+    pthread_rwlock_destroy(&ix->remap);
+    free(ix->dir);
+    free(ix);
 }
 
 static struct kvt_index *ix_alloc(const char *dir, bool persist)
@@ -533,12 +673,18 @@ static struct kvt_index *ix_alloc(const char *dir, bool persist)
     pthread_rwlockattr_t attr;
     if (!ix)
         return NULL;
+    if (!(ix->dir = strdup(dir))) {
+        free(ix);
+        return NULL;
+    }
     snprintf(ix->path, len, "%s/index", dir);
     ix->persist = persist;
+    ix->dfd = ix->ixfd = -1;
     /* Writer preference: a remap must not starve behind a stream of gets. */
     pthread_rwlockattr_init(&attr);
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     if (pthread_rwlock_init(&ix->remap, &attr) != 0) {
+        free(ix->dir);
         free(ix);
         ix = NULL;
     }
@@ -563,11 +709,8 @@ int kvt_index_open(const char *dir, bool persist, uint64_t fingerprint, size_t m
         return kvt_fail(-ENAMETOOLONG, "SSD directory name is too long");
     if (!(ix = ix_alloc(dir, persist)))
         return kvt_fail(-ENOMEM, "SSD index: out of memory");
-
-    if (!persist)
+    if ((rc = ix_dirs(ix, true)) == 0 && !persist)
         rc = discard_old(ix, info);
-    else if (mkdir(ix->path, 0755) != 0 && errno != EEXIST)
-        rc = kvt_fail(-errno, "cannot create %s: %s", ix->path, strerror(errno));
     if (rc == 0)
         rc = open_or_wipe(ix, map_bytes, fingerprint, info);
     if (rc)
@@ -576,8 +719,7 @@ int kvt_index_open(const char *dir, bool persist, uint64_t fingerprint, size_t m
     return 0;
 
 out_free:
-    pthread_rwlock_destroy(&ix->remap);
-    free(ix);
+    ix_free(ix);
     return rc;
 }
 
@@ -597,13 +739,20 @@ static int open_as_is(const char *dir, enum ix_mode mode, struct kvt_index **out
     if (!(ix = ix_alloc(dir, mode == IX_REPAIR)))
         return kvt_fail(-ENOMEM, "SSD index: out of memory");
     scan_init(&s, ix, 0)->mode = mode;
-    rc = try_open(ix, IX_MAP_DEFAULT, &s);
+    rc = ix_dirs(ix, false);
+    if (rc == -ENOENT)
+        kvt_clear_error();  /* no index directory: nothing indexed here yet */
+    else if (rc == 0)
+        rc = try_open(ix, IX_MAP_DEFAULT, &s);
     if (rc == KVT_ECORRUPT) {
         rc = kvt_fail(rc, "SSD index damaged: %s", s.why);
         goto out_free;
     }
+    if (rc == -ENOENT)
+        goto out_free;
     if (rc) {
-        rc = kvt_fail(rc, "SSD index %s cannot be opened: %s", ix->path, kvt_strerror(rc));
+        if (!kvt_last_error()[0])
+            kvt_fail(rc, "SSD index %s cannot be opened: %s", ix->path, kvt_strerror(rc));
         goto out_free;
     }
     atomic_store(&ix->max_gen, s.max_gen);
@@ -611,8 +760,7 @@ static int open_as_is(const char *dir, enum ix_mode mode, struct kvt_index **out
     return 0;
 
 out_free:
-    pthread_rwlock_destroy(&ix->remap);
-    free(ix);
+    ix_free(ix);
     return rc;
 }
 
@@ -634,8 +782,7 @@ void kvt_index_close(struct kvt_index *ix)
     if (ix->persist && !atomic_load(&ix->broken))
         mdb_env_sync(ix->env, 1);
     mdb_env_close(ix->env);
-    pthread_rwlock_destroy(&ix->remap);
-    free(ix);
+    ix_free(ix);
 }
 
 /* ------------------------------------------------------------- commit */

@@ -2,7 +2,7 @@
  * ssd_index.h — the SSD tier's LMDB index (internal).
  *
  * Maps a kvt_key to where and how its page is stored in the segment files.
- * One LMDB environment in <ssd_dir>/index/ (data.mdb, lock.mdb). Writes are
+ * One LMDB environment in <ssd_dir>/index/data.mdb (MDB_NOLOCK: no lock.mdb). Writes are
  * grouped: one write transaction per batch of pages (group commit), never one
  * per page. Durability order is the caller's (tiers/ssd_store.c): data written
  * and, with persist, fdatasync'ed before the batch that indexes it commits.
@@ -30,26 +30,35 @@ struct kvt_ssd_entry {
     uint64_t offset;         /* byte offset in the segment, 4096-aligned */
     uint32_t stored_len;     /* bytes on disk (before padding to 4096) */
     uint32_t raw_len;        /* bytes after decoding (= page_bytes) */
-    uint32_t crc;            /* CRC32C of the stored bytes */
+    uint32_t crc;            /* CRC32C of the binding header, then the stored bytes:
+                                kvt_crc32c(kvt_ssd_bind(key, fingerprint, generation),
+                                           bytes, stored_len) */
     uint32_t pad;
     uint64_t fingerprint;    /* model/dtype/layout identity at write time */
     uint64_t generation;     /* monotonically increasing write number */
 };
-#define KVT_SSD_ENTRY_VERSION 1
+#define KVT_SSD_ENTRY_VERSION 2   /* 1: the CRC covered the stored bytes alone */
+
+/* The CRC32C of the 32-byte header that binds a page to its entry: key id,
+ * layer, index, fingerprint and generation, little-endian. An entry moved to
+ * another key, or whose key, fingerprint or generation is damaged, then
+ * fails the check when its page is read. */
+uint32_t kvt_ssd_bind(const kvt_key *k, uint64_t fingerprint, uint64_t generation);
 
 struct kvt_index;
 
 struct kvt_index_open_info {
     uint64_t dropped_fingerprint;   /* entries of another fingerprint removed at open */
     uint64_t kept;                  /* entries kept */
+    uint64_t upgraded;              /* version 1 entries rewritten as version 2 */
     bool wiped;                     /* the index was damaged or persist=0: started empty */
     char message[256];              /* why it was wiped, for the engine to print once */
 };
 
-/* Opens (creating) the index in dir (which must exist). persist=0: any old
- * index is deleted first. persist=1: mdb_reader_check() clears stale readers
- * of crashed processes; entries whose fingerprint differs from fingerprint
- * are deleted; an index that cannot be opened or read (garbage file,
+/* Opens (creating) the index in dir (which must exist; the caller holds its
+ * LOCK). persist=0: any old index is deleted first. persist=1: a version 1
+ * index is upgraded in place; entries whose fingerprint differs from
+ * fingerprint are deleted; an index that cannot be opened or read (garbage file,
  * truncated, wrong version) is deleted and recreated empty, with
  * info->wiped and info->message saying so — never a crash. The map starts at
  * map_bytes (0 = 64 MiB) and grows by doubling on MDB_MAP_FULL.

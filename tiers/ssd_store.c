@@ -4,12 +4,12 @@
  * See ssd_store.h for the on-disk layout and the crash rules. This file owns
  * the directory (one process at a time: an flock on <dir>/LOCK), the KVTIER
  * layout file, the segment descriptors and which slots are free, used or bad.
- * The page bytes themselves move through io/ on the mover thread.
+ * Files are opened and removed through tiers/spill_dir.h only. The page
+ * bytes themselves move through io/ on the mover thread.
  */
-#include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,141 +18,199 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tiers/spill_dir.h"
 #include "tiers/ssd_store.h"
 #include "tiers/tiers.h"
 
 struct kvt_ssd {
     char *dir;
+    int dfd;                    /* the directory, opened once */
     int lock_fd;
     size_t page_bytes, slot_bytes;
     uint32_t slots_per_seg, nslots, nsegs;
     int *seg_fd;                /* -1 until made or opened */
     uint8_t *seg_state;         /* SEG_*, under the engine lock */
+    uint64_t *seg_retry_ns;     /* SEG_NOSPACE: no new attempt before this time */
     uint8_t *seg_dirty;         /* written since the last sync: the mover's alone, which
                                    syncs unlocked (a bit in seg_state raced seg_open) */
     uint8_t *slot_state;        /* SLOT_* */
     uint32_t *free_stack, nfree;
-    uint64_t bad;
+    uint64_t bad, parked;
     struct kvt_index *ix;
 };
 
-enum { SEG_UNKNOWN = 0, SEG_READY = 1, SEG_FAILED = 2 };
-enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_BAD = 2 };
+/* A segment is opened on first use: read-write, or read-only when the file
+ * allows no more (its pages are served, no new page goes there). A failed
+ * preallocation (disk full) is undone and tried again a second later. */
+enum { SEG_UNKNOWN = 0, SEG_READY, SEG_READONLY, SEG_NOSPACE };
+#define SEG_RETRY_NS 1000000000ull
+
+/* PARKED: free, but in a segment that cannot be written this run; not bad
+ * (nothing is wrong with the medium), and free again at the next open. */
+enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_BAD = 2, SLOT_PARKED = 3 };
 
 /* ------------------------------------------------------------- layout */
 
 void kvt_ssd_segment_path(const char *dir, uint32_t n, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s/seg-%06" PRIu32 ".kvt", dir, n);
+    char name[32];
+    kvt_spill_segment_name(n, name, sizeof(name));
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+/* One "key value\n" line of the layout file, the value a decimal number with
+ * nothing after it. */
+static bool layout_line(const char **p, const char *key, unsigned long long *v)
+{
+    size_t n = strlen(key);
+    char *end;
+    if (strncmp(*p, key, n) != 0 || (*p)[n] != ' ' || !isdigit((unsigned char)(*p)[n + 1]))
+        return false;
+    errno = 0;
+    *v = strtoull(*p + n + 1, &end, 10);
+    if (errno || *end != '\n')
+        return false;
+    *p = end + 1;
+    return true;
+}
+
+static int parse_layout(const char *text, size_t *page_bytes, size_t *slot_bytes,
+                        uint32_t *slots_per_segment)
+{
+    unsigned long long fmt, pb, sb, sps;
+    const char *p = text;
+    if (!layout_line(&p, "kvtier-ssd", &fmt) || !layout_line(&p, "page_bytes", &pb) ||
+        !layout_line(&p, "slot_bytes", &sb) || !layout_line(&p, "slots_per_segment", &sps) || *p)
+        return KVT_ECORRUPT;
+    if (fmt != KVT_SSD_FORMAT || !pb || pb > SIZE_MAX || sb < pb || sb > SIZE_MAX || sb % 4096 ||
+        !sps || sps > UINT32_MAX)
+        return KVT_ECORRUPT;
+    *page_bytes = (size_t)pb;
+    *slot_bytes = (size_t)sb;
+    *slots_per_segment = (uint32_t)sps;
+    return 0;
+}
+
+int kvt_ssd_read_layout_at(int dfd, const char *dir, size_t *page_bytes, size_t *slot_bytes,
+                           uint32_t *slots_per_segment)
+{
+    char text[256];
+    int fd = kvt_spill_openat(dfd, dir, KVT_SPILL_LAYOUT, O_RDONLY, 0, NULL);
+    if (fd < 0)
+        return fd;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    int err = errno;
+    close(fd);
+    if (n < 0)
+        return kvt_fail(-err, "cannot read %s/%s: %s", dir, KVT_SPILL_LAYOUT, strerror(err));
+    text[n] = 0;
+    if ((size_t)n == sizeof(text) - 1 || strlen(text) != (size_t)n ||
+        parse_layout(text, page_bytes, slot_bytes, slots_per_segment) != 0)
+        return kvt_fail(KVT_ECORRUPT, "%s/%s is damaged: not a format %d layout file", dir,
+                        KVT_SPILL_LAYOUT, KVT_SSD_FORMAT);
+    return 0;
 }
 
 int kvt_ssd_read_layout(const char *dir, size_t *page_bytes, size_t *slot_bytes,
                         uint32_t *slots_per_segment)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/KVTIER", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -errno;
-    unsigned fmt = 0;
-    unsigned long long pb = 0, sb = 0, sps = 0;
-    int n = fscanf(f, "kvtier-ssd %u\npage_bytes %llu\nslot_bytes %llu\nslots_per_segment %llu\n",
-                   &fmt, &pb, &sb, &sps);
-    fclose(f);
-    if (n != 4 || fmt != KVT_SSD_FORMAT || !pb || sb < pb || sb % 4096 || !sps || sps > UINT32_MAX)
-        return KVT_ECORRUPT;
-    *page_bytes = pb;
-    *slot_bytes = sb;
-    *slots_per_segment = (uint32_t)sps;
-    return 0;
-}
-
-static int write_layout(struct kvt_ssd *s)
-{
-    char path[4096], tmp[4100];
-    snprintf(path, sizeof(path), "%s/KVTIER", s->dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -errno;
-    fprintf(f, "kvtier-ssd %d\npage_bytes %zu\nslot_bytes %zu\nslots_per_segment %" PRIu32 "\n",
-            KVT_SSD_FORMAT, s->page_bytes, s->slot_bytes, s->slots_per_seg);
-    /* rename over a synced file: a crash leaves the old layout or the new one */
-    int r = fflush(f) == 0 && fdatasync(fileno(f)) == 0 ? 0 : -errno;
-    fclose(f);
-    if (r == 0 && rename(tmp, path) < 0)
-        r = -errno;
+    int dfd, r = kvt_spill_opendir(dir, false, &dfd);
+    if (r < 0)
+        return r;
+    r = kvt_ssd_read_layout_at(dfd, dir, page_bytes, slot_bytes, slots_per_segment);
+    close(dfd);
     return r;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* Written to KVTIER.tmp, synced, renamed over KVTIER, and the directory
+ * synced: a crash leaves the old layout or the new one. */
+static int write_layout(struct kvt_ssd *s)
 {
-    (void)st;
-    (void)flag;
-    if (ftw->level == 0)
-        return 0; /* keep the directory itself */
-    const char *base = path + ftw->base;
-    /* Only what kvtier made: never delete a user's files from a mistyped dir. */
-    if (ftw->level == 1 && strcmp(base, "KVTIER") && strcmp(base, "KVTIER.tmp") &&
-        strcmp(base, "index") && strncmp(base, "seg-", 4))
-        return 0;
-    return remove(path) < 0 && errno != ENOENT ? -errno : 0;
-}
-
-/* Deletes the layout file, the segments and the index; keeps LOCK. */
-static int wipe_dir(const char *dir)
-{
-    int r = nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return r < 0 ? -errno : r;
+    char text[256];
+    int n = snprintf(text, sizeof(text),
+                     "kvtier-ssd %d\npage_bytes %zu\nslot_bytes %zu\nslots_per_segment %" PRIu32
+                     "\n", KVT_SSD_FORMAT, s->page_bytes, s->slot_bytes, s->slots_per_seg);
+    int fd = kvt_spill_openat(s->dfd, s->dir, KVT_SPILL_LAYOUT_TMP, O_WRONLY | O_CREAT | O_TRUNC,
+                              0600, NULL);
+    if (fd < 0)
+        return fd;
+    int r = write(fd, text, (size_t)n) == n && fdatasync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    if (r == 0 && renameat(s->dfd, KVT_SPILL_LAYOUT_TMP, s->dfd, KVT_SPILL_LAYOUT) != 0)
+        r = -errno;
+    if (r == 0 && fsync(s->dfd) != 0)
+        r = -errno;
+    return r ? kvt_fail(r, "cannot write %s/%s: %s", s->dir, KVT_SPILL_LAYOUT, strerror(-r)) : 0;
 }
 
 /* ------------------------------------------------------------- open */
 
 static int lock_dir(struct kvt_ssd *s)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/LOCK", s->dir);
-    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    s->lock_fd = kvt_spill_openat(s->dfd, s->dir, KVT_SPILL_LOCK, O_RDWR | O_CREAT, 0600, NULL);
     if (s->lock_fd < 0)
-        return kvt_fail(-errno, "cannot open %s: %s", path, strerror(errno));
+        return s->lock_fd;
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
-        return kvt_fail(-EBUSY, "ssd_dir %s is in use by another kvtier engine", s->dir);
+        return kvt_fail(-EBUSY, "ssd_dir %s is in use by another kvtier engine (or by kvtier "
+                        "fsck or inspect)", s->dir);
     return 0;
 }
 
-/* Checks the KVTIER file against this configuration; wipes the directory
- * (with a message) when it is missing, damaged or of another page size. */
+/* Checks the KVTIER file against this configuration; wipes kvtier's files
+ * (with a message) when persist is off, or the layout is damaged or of
+ * another page size. A directory without the layout file was empty (the
+ * claim checked it): the layout is written before anything else. */
 static int check_layout(struct kvt_ssd *s, bool persist, struct kvt_ssd_open_info *info)
 {
     size_t pb, sb;
     uint32_t sps;
-    int r = kvt_ssd_read_layout(s->dir, &pb, &sb, &sps);
+    int r = kvt_ssd_read_layout_at(s->dfd, s->dir, &pb, &sb, &sps);
     const char *why = NULL;
-    char buf[160];
+    char buf[200];
+    if (r == -ENOENT) {
+        kvt_clear_error();
+        return write_layout(s);
+    }
+    if (r < 0 && r != KVT_ECORRUPT)
+        return r;   /* unreadable (permissions, a link): named, never wiped */
     if (!persist)
         why = "persist=0: previous contents discarded";
     else if (r == KVT_ECORRUPT)
         why = "its KVTIER layout file is damaged";
-    else if (r == 0 && (pb != s->page_bytes || sb != s->slot_bytes)) {
-        snprintf(buf, sizeof(buf), "it was written with page_bytes %zu, this engine uses %zu", pb,
-                 s->page_bytes);
+    else if (pb != s->page_bytes || sb != s->slot_bytes) {
+        snprintf(buf, sizeof(buf),
+                 "it was written with page_bytes %zu and slot_bytes %zu; this engine uses %zu "
+                 "and %zu", pb, sb, s->page_bytes, s->slot_bytes);
         why = buf;
     }
-    if (r == 0 && !why) {
+    kvt_clear_error();
+    if (!why) {
         s->slots_per_seg = sps;
         return 0;
     }
-    if (why || r == -ENOENT) {
-        /* No layout file: a fresh directory, or one a crash left before the
-         * file was written. Anything there of ours is untrusted. */
-        if ((r = wipe_dir(s->dir)) < 0)
-            return kvt_fail(r, "cannot clean %s: %s", s->dir, strerror(-r));
-        if (why && persist) {
-            info->wiped = true;
-            snprintf(info->message, sizeof(info->message), "ssd_dir %s wiped: %s", s->dir, why);
-        }
+    if ((r = kvt_spill_wipe(s->dfd, s->dir)) < 0)
+        return r;
+    if (persist) {
+        info->wiped = true;
+        snprintf(info->message, sizeof(info->message), "ssd_dir %s wiped: %s", s->dir, why);
     }
     return write_layout(s);
+}
+
+/* Segment files with no index to name their pages: say so once (their
+ * slots are reused as the free map says). */
+static void note_orphans(struct kvt_ssd *s, struct kvt_ssd_open_info *info)
+{
+    char name[32];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->nsegs; i++) {
+        kvt_spill_segment_name(i, name, sizeof(name));
+        n += faccessat(s->dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+    }
+    if (n && !info->message[0])
+        snprintf(info->message, sizeof(info->message),
+                 "ssd_dir %s: the index was missing or emptied while %" PRIu32 " segment files "
+                 "were present: their pages are gone, starting empty", s->dir, n);
 }
 
 struct scan {
@@ -217,10 +275,12 @@ static int alloc_maps(struct kvt_ssd *s)
     s->nsegs = (s->nslots + s->slots_per_seg - 1) / s->slots_per_seg;
     s->seg_fd = malloc(s->nsegs * sizeof(int));
     s->seg_state = calloc(s->nsegs, 1);
+    s->seg_retry_ns = calloc(s->nsegs, sizeof(uint64_t));
     s->seg_dirty = calloc(s->nsegs, 1);
     s->slot_state = calloc(s->nslots, 1);
     s->free_stack = malloc((size_t)s->nslots * sizeof(uint32_t));
-    if (!s->seg_fd || !s->seg_state || !s->seg_dirty || !s->slot_state || !s->free_stack)
+    if (!s->seg_fd || !s->seg_state || !s->seg_retry_ns || !s->seg_dirty || !s->slot_state ||
+        !s->free_stack)
         return -ENOMEM;
     for (uint32_t i = 0; i < s->nsegs; i++)
         s->seg_fd[i] = -1;
@@ -244,7 +304,7 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
     struct kvt_ssd *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    s->lock_fd = -1;
+    s->lock_fd = s->dfd = -1;
     s->dir = strdup(dir);
     s->page_bytes = s->slot_bytes = page_bytes;
     s->slots_per_seg = (uint32_t)(KVT_SSD_SEGMENT_BYTES / page_bytes);
@@ -255,12 +315,13 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
         r = -ENOMEM;
         goto out_free;
     }
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-        r = kvt_fail(-errno, "cannot create ssd_dir %s: %s", dir, strerror(errno));
+    bool ours;
+    if ((r = kvt_spill_opendir(dir, true, &s->dfd)) < 0 ||
+        (r = kvt_spill_claim(s->dfd, dir, &ours)) < 0 || (r = lock_dir(s)) < 0 ||
+        (r = check_layout(s, persist, info)) < 0 || (r = alloc_maps(s)) < 0)
         goto out_free;
-    }
-    if ((r = lock_dir(s)) < 0 || (r = check_layout(s, persist, info)) < 0 || (r = alloc_maps(s)) < 0)
-        goto out_free;
+    bool had_index = faccessat(s->dfd, KVT_SPILL_INDEX "/" KVT_SPILL_INDEX_DATA, F_OK,
+                               AT_SYMLINK_NOFOLLOW) == 0;
     struct kvt_index_open_info ii;
     if ((r = kvt_index_open(dir, persist, fingerprint, 0, &s->ix, &ii)) < 0)
         goto out_free;
@@ -269,6 +330,12 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
         snprintf(info->message, sizeof(info->message), "ssd_dir %s: %s", dir, ii.message);
     }
     info->dropped = ii.dropped_fingerprint;
+    if (ii.upgraded && !info->message[0])
+        snprintf(info->message, sizeof(info->message),
+                 "ssd_dir %s: %" PRIu64 " index entries upgraded to version %d (pages bound to "
+                 "their keys)", dir, ii.upgraded, KVT_SSD_ENTRY_VERSION);
+    if (persist && !had_index && !info->wiped)
+        note_orphans(s, info);
     if ((r = load_entries(s, fn, ctx, info)) < 0)
         goto out_free;
     info->kept = kvt_index_count(s->ix);
@@ -292,8 +359,11 @@ void kvt_ssd_close(struct kvt_ssd *s)
             close(s->seg_fd[i]);
     if (s->lock_fd >= 0)
         close(s->lock_fd); /* drops the flock */
+    if (s->dfd >= 0)
+        close(s->dfd);
     free(s->seg_fd);
     free(s->seg_state);
+    free(s->seg_retry_ns);
     free(s->seg_dirty);
     free(s->slot_state);
     free(s->free_stack);
@@ -316,48 +386,93 @@ static uint64_t seg_len(const struct kvt_ssd *s, uint32_t seg)
     return n * s->slot_bytes;
 }
 
-/* Opens segment seg, creating and preallocating it on first use.
- * Preallocation is what turns a full disk into a clean error here, at slot
- * allocation, instead of an ENOSPC in the middle of a write-back. */
-static int seg_open(struct kvt_ssd *s, uint32_t seg)
+/* Preallocation is what turns a full disk into a clean error at slot
+ * allocation, instead of an ENOSPC in the middle of a write-back. A failed
+ * one is undone: a file this call made is removed, one that was there goes
+ * back to its size, so a full disk is not left fuller. */
+static int seg_prealloc(struct kvt_ssd *s, uint32_t seg, int fd, bool created, const char *name)
 {
-    if (s->seg_state[seg] == SEG_READY)
-        return 0;
-    if (s->seg_state[seg] == SEG_FAILED)
-        return -ENOSPC;
-    char path[4096];
-    kvt_ssd_segment_path(s->dir, seg, path, sizeof(path));
-    int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EINVAL) /* a file system without O_DIRECT (tmpfs) */
-        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return kvt_fail(-errno, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    off_t before = fstat(fd, &st) == 0 ? st.st_size : 0;
     int r = posix_fallocate(fd, 0, (off_t)seg_len(s, seg));
-    if (r) {
+    if (r == 0)
+        return 0;
+    if (created)
+        unlinkat(s->dfd, name, 0);
+    else if (ftruncate(fd, before) != 0)
+        (void)0; /* the file keeps its blocks; it is ours and reused next time */
+    return kvt_fail(-r, "cannot preallocate %s/%s (%llu bytes): %s", s->dir, name,
+                    (unsigned long long)seg_len(s, seg), strerror(r));
+}
+
+/* Opens segment seg read-write (write) or at least read-only, creating and
+ * preallocating it when it is new. */
+static int seg_open(struct kvt_ssd *s, uint32_t seg, bool write)
+{
+    uint8_t st = s->seg_state[seg];
+    if (st == SEG_READY || (st == SEG_READONLY && !write))
+        return 0;
+    if (st == SEG_READONLY)
+        return kvt_fail(-EACCES, "segment %u of %s can be read but not written", seg, s->dir);
+    if (st == SEG_NOSPACE && kvt_now_ns() < s->seg_retry_ns[seg])
+        return kvt_fail(-ENOSPC, "segment %u of %s: no space for it a moment ago", seg, s->dir);
+    char name[32];
+    bool created;
+    kvt_spill_segment_name(seg, name, sizeof(name));
+    int flags = O_RDWR | O_CREAT | O_DIRECT;
+    int fd = kvt_spill_openat(s->dfd, s->dir, name, flags, 0600, &created);
+    if (fd == -EINVAL) /* a file system without O_DIRECT (tmpfs) */
+        fd = kvt_spill_openat(s->dfd, s->dir, name, flags & ~O_DIRECT, 0600, &created);
+    if ((fd == -EACCES || fd == -EPERM || fd == -EROFS) && !write) {
+        fd = kvt_spill_openat(s->dfd, s->dir, name, O_RDONLY | O_DIRECT, 0, NULL);
+        if (fd == -EINVAL)
+            fd = kvt_spill_openat(s->dfd, s->dir, name, O_RDONLY, 0, NULL);
+        if (fd >= 0) {
+            s->seg_fd[seg] = fd;
+            s->seg_state[seg] = SEG_READONLY;
+            return 0;
+        }
+    }
+    if (fd < 0)
+        return fd;
+    int r = seg_prealloc(s, seg, fd, created, name);
+    if (r < 0) {
         close(fd);
-        s->seg_state[seg] = SEG_FAILED;
-        return kvt_fail(-r, "cannot preallocate %s (%llu bytes): %s", path,
-                        (unsigned long long)seg_len(s, seg), strerror(r));
+        if (r == -ENOSPC || r == -EDQUOT) {
+            s->seg_state[seg] = SEG_NOSPACE;
+            s->seg_retry_ns[seg] = kvt_now_ns() + SEG_RETRY_NS;
+        }
+        return r;
     }
     s->seg_fd[seg] = fd;
     s->seg_state[seg] = SEG_READY;
     return 0;
 }
 
+static bool seg_full_disk(int r)
+{
+    return r == -ENOSPC || r == -EDQUOT;
+}
+
+/* A free slot whose segment can be written. Slots of a segment that cannot
+ * be written this run (read-only, a link, not a file) are parked on the
+ * way; a full disk leaves the slot free and says -ENOSPC. */
 uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err)
 {
     while (s->nfree) {
-        uint32_t slot = s->free_stack[--s->nfree];
-        int r = seg_open(s, slot / s->slots_per_seg);
+        uint32_t slot = s->free_stack[s->nfree - 1];
+        int r = seg_open(s, slot / s->slots_per_seg, true);
         if (r == 0) {
+            s->nfree--;
             s->slot_state[slot] = SLOT_USED;
             return slot;
         }
-        /* The segment cannot be made: its slots are lost for this run. */
-        s->slot_state[slot] = SLOT_BAD;
-        s->bad++;
         *err = r;
-        return KVT_NONE;
+        if (seg_full_disk(r) || r == -ENOMEM || r == -EMFILE || r == -ENFILE)
+            return KVT_NONE;
+        s->nfree--;
+        s->slot_state[slot] = SLOT_PARKED;
+        s->parked++;
     }
     *err = KVT_EFULL;
     return KVT_NONE;
@@ -375,6 +490,8 @@ void kvt_ssd_mark_bad(struct kvt_ssd *s, uint32_t slot)
 {
     if (slot >= s->nslots || s->slot_state[slot] == SLOT_BAD)
         return;
+    if (s->slot_state[slot] == SLOT_PARKED)
+        s->parked--;
     if (s->slot_state[slot] == SLOT_FREE) {
         for (uint32_t i = 0; i < s->nfree; i++)
             if (s->free_stack[i] == slot) {
@@ -400,10 +517,10 @@ void kvt_ssd_where(const struct kvt_ssd *s, uint32_t slot, uint32_t *segment, ui
     *offset = (uint64_t)(slot % s->slots_per_seg) * s->slot_bytes;
 }
 
-int kvt_ssd_locate(struct kvt_ssd *s, uint32_t slot, int *fd, uint64_t *off)
+int kvt_ssd_locate(struct kvt_ssd *s, uint32_t slot, bool write, int *fd, uint64_t *off)
 {
     uint32_t seg = slot / s->slots_per_seg;
-    int r = seg_open(s, seg);
+    int r = seg_open(s, seg, write);
     if (r < 0)
         return r;
     *fd = s->seg_fd[seg];
@@ -423,7 +540,7 @@ int kvt_ssd_sync(struct kvt_ssd *s)
         if (!s->seg_dirty[i])
             continue;
         s->seg_dirty[i] = 0;
-        if (fdatasync(s->seg_fd[i]) < 0 && !r)
+        if (s->seg_fd[i] >= 0 && fdatasync(s->seg_fd[i]) < 0 && !r)
             r = kvt_fail(-errno, "fdatasync of segment %u failed: %s", i, strerror(errno));
     }
     return r;

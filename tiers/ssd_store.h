@@ -3,6 +3,9 @@
  *
  * On-disk layout of an ssd_dir (format 1):
  *
+ * The names are tiers/spill_dir.h's; kvtier uses a directory only if it was
+ * empty or holds KVTIER, and touches nothing there but these:
+ *
  *   <dir>/KVTIER            text, written once when the directory is made:
  *                             "kvtier-ssd 1\n"
  *                             "page_bytes <N>\n"          raw page size
@@ -14,9 +17,11 @@
  *                           used. A page's stored bytes start at the slot's
  *                           offset and take stored_len bytes, padded with
  *                           zeros to a multiple of 4096 (O_DIRECT).
- *   <dir>/index/            the LMDB index (tiers/ssd_index.h): key ->
- *                           {segment, offset, stored_len, raw_len, codec,
- *                           crc32c of the stored bytes, fingerprint, generation}.
+ *   <dir>/LOCK              empty; flock'ed by the engine that owns the directory
+ *   <dir>/index/data.mdb    the LMDB index (tiers/ssd_index.h): key ->
+ *                           {segment, offset, stored_len, raw_len, codec, crc32c
+ *                           over (key, fingerprint, generation) and the stored
+ *                           bytes, fingerprint, generation}.
  *
  * Global slot number s lives in segment s / slots_per_segment at offset
  * (s % slots_per_segment) * slot_bytes.
@@ -50,9 +55,10 @@ struct kvt_ssd_open_info {
     char message[512];      /* why, when wiped or dropped: printed once by the engine */
 };
 
-/* Opens or creates the store in dir (created if missing). persist=0 wipes
- * what is there. A KVTIER file of another format or page size, or a damaged
- * one, wipes the directory with a message. Index entries of another
+/* Opens or creates the store in dir (created if missing). A directory that
+ * is neither empty nor holds KVTIER is refused (KVT_ECONFIG, nothing
+ * touched). persist=0 wipes kvtier's files there. A KVTIER file of another
+ * format or page size, or a damaged one, wipes them with a message. Index entries of another
  * fingerprint, pointing outside the capacity, or sharing a slot with an
  * earlier entry are deleted. fn is called for every entry kept (the engine
  * builds its page records), with its global slot number. */
@@ -68,18 +74,20 @@ uint32_t kvt_ssd_nfree(const struct kvt_ssd *s);
 size_t kvt_ssd_slot_bytes(const struct kvt_ssd *s);
 struct kvt_index *kvt_ssd_index(struct kvt_ssd *s);
 
-/* A free slot (its segment created and preallocated if new), or KVT_NONE
- * when every slot is used or bad. *err tells why on KVT_NONE: KVT_EFULL, or
- * -ENOSPC/-EIO when a segment could not be made (the tier is then smaller
- * than configured). */
+/* A free slot (its segment created and preallocated if new), or KVT_NONE.
+ * *err tells why on KVT_NONE: KVT_EFULL when every slot is used, bad, or in
+ * a segment that cannot be written (read-only file); -ENOSPC/-EDQUOT when
+ * the disk has no room for a new segment (no slot is retired for it: the
+ * allocation is tried again a second later); -ENOMEM/-EMFILE. */
 uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err);
 void kvt_ssd_free(struct kvt_ssd *s, uint32_t slot);
 /* Marks a slot bad after an I/O error: never handed out again (this run). */
 void kvt_ssd_mark_bad(struct kvt_ssd *s, uint32_t slot);
 uint64_t kvt_ssd_bad_slots(const struct kvt_ssd *s);
 
-/* The O_DIRECT descriptor and byte offset of a slot. */
-int kvt_ssd_locate(struct kvt_ssd *s, uint32_t slot, int *fd, uint64_t *off);
+/* The O_DIRECT descriptor and byte offset of a slot; write: one that can be
+ * written. The error of opening its segment otherwise (-EACCES, ...). */
+int kvt_ssd_locate(struct kvt_ssd *s, uint32_t slot, bool write, int *fd, uint64_t *off);
 /* Slot number of an index entry's location, or KVT_NONE if invalid. */
 uint32_t kvt_ssd_slot_of(const struct kvt_ssd *s, uint32_t segment, uint64_t offset);
 void kvt_ssd_where(const struct kvt_ssd *s, uint32_t slot, uint32_t *segment, uint64_t *offset);
@@ -89,9 +97,12 @@ void kvt_ssd_dirty(struct kvt_ssd *s, uint32_t slot);
 /* fdatasync of every segment written since the last call. */
 int kvt_ssd_sync(struct kvt_ssd *s);
 
-/* Reads the KVTIER file of dir (for inspect/fsck). 0, -ENOENT, KVT_ECORRUPT. */
+/* Reads the KVTIER file of dir, or of the directory open as dfd (named dir
+ * in messages). 0, -ENOENT, KVT_ECORRUPT, or -errno (a link: -ELOOP). */
 int kvt_ssd_read_layout(const char *dir, size_t *page_bytes, size_t *slot_bytes,
                         uint32_t *slots_per_segment);
+int kvt_ssd_read_layout_at(int dfd, const char *dir, size_t *page_bytes, size_t *slot_bytes,
+                           uint32_t *slots_per_segment);
 /* The path of segment n in dir. */
 void kvt_ssd_segment_path(const char *dir, uint32_t n, char *buf, size_t len);
 

@@ -15,9 +15,13 @@
  * the version it names. Deletions commit in their own transaction before the
  * round's writes, so a key dropped and written again ends up present.
  *
- * A page read back is trusted only if the CRC32C of its stored bytes matches
- * the index and it decodes to exactly page_bytes: otherwise it is lost
- * (KVT_ECORRUPT, counted), never served.
+ * A page read back is trusted only if the CRC32C of its binding header (key,
+ * fingerprint, generation) and stored bytes matches the index, and it
+ * decodes to exactly page_bytes: otherwise it is lost (KVT_ECORRUPT,
+ * counted), never served. An index entry goes only when its data is proven
+ * bad (or the medium failed, -EIO); a read that fails because the file
+ * cannot be opened or read right now (permissions, resources) keeps the
+ * page on SSD and reports the error.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -56,7 +60,7 @@ static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
     kvt_page_set(e, pg, PG_VALID_SSD, 0);
     kvt_page_sync(e, pg, false);
     kvt_page_indexed(e, pg);
-    e->ssd_meta[slot] = (struct kvt_ssd_meta){ v->stored_len, v->crc, v->codec };
+    e->ssd_meta[slot] = (struct kvt_ssd_meta){ v->generation, v->stored_len, v->crc, v->codec };
     if (v->generation >= e->generation)
         e->generation = v->generation + 1;
     return 0;
@@ -495,6 +499,7 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
             const struct kvt_ssd_meta *m = &e->ssd_meta[j->slot];
             j->stored_len = m->stored_len;
             j->crc = m->crc;
+            j->generation = m->generation;
             j->codec = m->codec;
         }
         /* Compressed pages go through the job's bounce buffer; raw ones move
@@ -509,8 +514,11 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
         struct kvt_ssd_job *j = &e->jobs[got[i]];
         if (j->write)
             kvt_ssd_dirty(e->ssd, j->slot);
-        if (kvt_ssd_locate(e->ssd, j->slot, &j->fd, &j->off) < 0)
+        int r = kvt_ssd_locate(e->ssd, j->slot, j->write, &j->fd, &j->off);
+        if (r < 0) {
             j->fd = -1;
+            j->res = r;
+        }
     }
     if (k) /* (the queue may not be allocated yet: memmove(NULL, ...) is undefined) */
         memmove(e->ssd_queue, e->ssd_queue + k, (e->ssd_queued - k) * sizeof(uint32_t));
@@ -534,7 +542,8 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     j->stored_len = (uint32_t)out;
     j->codec = (uint8_t)used;
     memset((uint8_t *)j->buf + out, 0, ALIGN4K(out) - out);
-    j->crc = kvt_crc32c(0, j->buf, out);
+    j->generation = e->generation++;
+    j->crc = kvt_crc32c(kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation), j->buf, out);
 }
 
 /* Verifies and decodes a page read (unlocked). */
@@ -542,7 +551,8 @@ static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
 {
     if (j->res < 0)
         return;
-    if (kvt_crc32c(0, j->buf, j->stored_len) != j->crc)
+    uint32_t seed = kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation);
+    if (kvt_crc32c(seed, j->buf, j->stored_len) != j->crc)
         j->res = KVT_ECORRUPT;
     else if (j->bounce >= 0 &&
              kvt_codec_decode(e->codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
@@ -560,8 +570,7 @@ static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
         struct kvt_ssd_job *j = &e->jobs[got[i]];
         if (j->write)
             job_encode(e, j);
-        if (j->fd < 0) {
-            j->res = -EIO; /* its segment could not be opened */
+        if (j->fd < 0) { /* its segment could not be opened: j->res says why */
             e->finished[e->nfinished++] = got[i];
             continue;
         }
@@ -629,7 +638,7 @@ static void pipe_commit(kvt_engine *e)
                                        .stored_len = j->stored_len,
                                        .raw_len = (uint32_t)e->page_bytes, .crc = j->crc,
                                        .fingerprint = e->cfg.fingerprint,
-                                       .generation = e->generation++ };
+                                       .generation = j->generation };
         kvt_ssd_where(e->ssd, j->slot, &v[i].segment, &v[i].offset);
     }
     if (!r && e->cfg.persist)
@@ -647,6 +656,13 @@ static void pipe_commit(kvt_engine *e)
     free(v);
 }
 
+/* A read error that says nothing about the data: the file could not be
+ * opened or read right now. The page keeps its SSD copy and index entry. */
+static bool read_error_keeps_page(int res)
+{
+    return res != KVT_ECORRUPT && res != -EIO;
+}
+
 static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
 {
     struct kvt_page *p = kvt_pg(&e->pt, j->pg);
@@ -656,8 +672,13 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
     if (j->res == 0 && j->transient) {
         e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
     } else if (j->res == 0) {
-        kvt_page_set(e, j->pg, PG_VALID_DRAM, 0);
+        kvt_page_set(e, j->pg, PG_VALID_DRAM, PG_READ_ERR);
         e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
+    } else if (read_error_keeps_page(j->res)) {
+        e->st.errors_io++;
+        e->ssd_read_err = j->res;
+        if (!j->transient)
+            kvt_page_set(e, j->pg, PG_READ_ERR, 0);
     } else {
         /* The only copy is unreadable: the page is lost, never served. */
         if (j->res == KVT_ECORRUPT)
@@ -680,16 +701,18 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
     p->xfer = XFER_NONE;
     p->flags &= (uint16_t)~PG_STALE;
     if (j->res < 0) {
-        /* The page stays where it was; a slot that failed a write is never
-         * used again. */
+        /* The page stays where it was. Only a slot whose write failed on
+         * the medium (-EIO) is never used again: a full disk or a refused
+         * file says nothing about the slot. */
         e->st.errors_io++;
-        if (j->res == -EIO || j->res == -ENOSPC)
+        e->ssd_write_err = j->res;
+        if (j->res == -EIO)
             kvt_ssd_mark_bad(e->ssd, j->slot);
         else
             kvt_ssd_free(e->ssd, j->slot);
         goto out;
     }
-    e->ssd_meta[j->slot] = (struct kvt_ssd_meta){ j->stored_len, j->crc, j->codec };
+    e->ssd_meta[j->slot] = (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc, j->codec };
     e->st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
     if (p->flags & PG_ZOMBIE) {
         /* Dropped while written: the new entry goes too. */
@@ -906,7 +929,10 @@ int kvt_ssd_flush(kvt_engine *e)
     }
     if (!missing)
         return 0;
-    return kvt_fail(err == KVT_EFULL ? KVT_EFULL : -EIO,
-                    "%llu pages could not be written to SSD (%s)", (unsigned long long)missing,
-                    err ? kvt_strerror(err) : "write errors");
+    /* The error as it happened: a full tier, a full disk, a refused file;
+     * -EIO only when the writes themselves failed on the medium. */
+    if (!err)
+        err = e->ssd_write_err ? e->ssd_write_err : -EIO;
+    return kvt_fail(err, "%llu pages could not be written to SSD (%s)",
+                    (unsigned long long)missing, kvt_strerror(err));
 }

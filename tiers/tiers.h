@@ -93,6 +93,9 @@ enum {
     PG_LOST_IO = 1u << 10,
     PG_LISTED_SSD = 1u << 11, /* the policy holds it as an SSD candidate (for prefetch) */
     PG_PREFETCHED = 1u << 12, /* brought into HBM by a prefetch and not acquired since */
+    PG_READ_ERR = 1u << 13,   /* its last SSD read failed with the file unreadable, not the
+                                 data bad (permissions, resources): the copy stays; the next
+                                 load reports ssd_read_err once, later ones try again */
 };
 
 enum kvt_xfer {
@@ -194,8 +197,9 @@ struct kvt_wait {
 /* The stored form of a page on SSD, per slot (the index holds the same;
  * kept in memory so a read needs no index lookup). */
 struct kvt_ssd_meta {
+    uint64_t generation;    /* with the key and fingerprint, what the crc binds */
     uint32_t stored_len;
-    uint32_t crc;
+    uint32_t crc;           /* as struct kvt_ssd_entry's: bound to the key */
     uint8_t codec;
 };
 
@@ -205,6 +209,7 @@ struct kvt_ssd_job {
     bool write, evict;
     int res;
     uint32_t stored_len, crc;
+    uint64_t generation;    /* the page's write number, bound into crc */
     uint8_t codec;
     void *buf;              /* what the I/O moves: the DRAM slot or a bounce buffer */
     void *dram;             /* the page's DRAM slot */
@@ -295,7 +300,9 @@ struct kvt_engine {
     uint32_t ndels, dels_cap;
     uint64_t ssd_rounds;            /* mover passes that finished jobs: what SSD waiters watch */
     uint64_t ssd_busy;              /* jobs queued or in the pipeline */
-    uint64_t generation;            /* of the next SSD write */
+    uint64_t generation;            /* of the next SSD write (the mover's) */
+    int ssd_read_err;               /* the last read error that kept its page (PG_READ_ERR) */
+    int ssd_write_err;              /* the last write error, for kvt_flush's answer */
     struct kvt_transient *trans;    /* transient reads in progress */
     uint32_t ntrans, trans_cap;
     pthread_cond_t xfer_cv;         /* broadcast when a round finishes */

@@ -17,9 +17,14 @@
  *
  * A running engine holds an exclusive flock on <dir>/LOCK. fsck takes it
  * shared to check and exclusive to repair, so no slot is rewritten while it is
- * read and no entry re-pointed while bad ones are deleted. inspect reads one
- * consistent LMDB snapshot and file sizes, and only asks whether the lock is
- * held.
+ * read and no entry re-pointed while bad ones are deleted. inspect holds it
+ * shared while it reads; when an engine holds it, inspect shows the layout
+ * and the files but not the index (reading LMDB under a live writer would
+ * need LMDB's reader table, a write).
+ *
+ * Neither writes anything without --repair: every file is opened read-only,
+ * relative to the directory's descriptor, without following a link
+ * (tiers/spill_dir.h), and the index without LMDB's lock file.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -39,6 +44,7 @@
 
 #include "include/kvtier.h"
 #include "io/codec.h"
+#include "tiers/spill_dir.h"
 #include "tiers/ssd_index.h"
 #include "tiers/ssd_store.h"
 #include "tiers/tiers.h"
@@ -61,13 +67,14 @@ enum spill_use { USE_INSPECT, USE_CHECK, USE_REPAIR };
 
 struct spill {
     const char *dir;
+    int dfd;                        /* the directory; -1 when not open */
     size_t page_bytes, slot_bytes;
     uint32_t sps;                   /* slots per segment */
     struct seg_file *seg;           /* the segment files present, by number */
     size_t nseg;
     struct kvt_index *ix;           /* NULL: no index was ever made here */
     int lock_fd;                    /* held while fsck runs; -1 when none */
-    bool in_use;                    /* inspect: an engine holds the directory */
+    bool in_use;                    /* inspect: an engine holds the directory (index not read) */
     char err[PATH_MAX + 512];       /* why spill_open failed */
 };
 
@@ -83,12 +90,10 @@ __attribute__((format(printf, 3, 4))) static int spill_fail(struct spill *s, int
 
 static int read_layout(struct spill *s)
 {
-    struct stat st;
-    if (stat(s->dir, &st) != 0)
-        return spill_fail(s, -errno, "cannot open %s: %s", s->dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return spill_fail(s, -ENOTDIR, "%s is not a directory", s->dir);
-    int rc = kvt_ssd_read_layout(s->dir, &s->page_bytes, &s->slot_bytes, &s->sps);
+    int rc = kvt_spill_opendir(s->dir, false, &s->dfd);
+    if (rc)
+        return spill_fail(s, rc, "%s", kvt_last_error());
+    rc = kvt_ssd_read_layout_at(s->dfd, s->dir, &s->page_bytes, &s->slot_bytes, &s->sps);
     if (rc == -ENOENT)
         return spill_fail(s, rc, "%s is not a kvtier spill directory (it has no KVTIER file)",
                           s->dir);
@@ -96,28 +101,31 @@ static int read_layout(struct spill *s)
         return spill_fail(s, rc, "%s/KVTIER is damaged: not a format %d layout file", s->dir,
                           KVT_SSD_FORMAT);
     if (rc)
-        return spill_fail(s, rc, "cannot read %s/KVTIER: %s", s->dir, kvt_strerror(rc));
+        return spill_fail(s, rc, "%s", kvt_last_error());
     return 0;
 }
 
-/* fsck holds <dir>/LOCK shared to check and exclusive to repair. A directory
- * no engine ever opened has no LOCK file: a check creates none. inspect takes
- * the lock for an instant only, to say whether an engine holds it. */
+/* fsck holds <dir>/LOCK shared to check and exclusive to repair; inspect
+ * shared, when no engine holds it. A directory no engine ever opened has no
+ * LOCK file: only a repair creates one. */
 static int spill_lock(struct spill *s, enum spill_use use)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/LOCK", s->dir);
-    s->lock_fd = open(path, (use == USE_REPAIR ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC, 0644);
-    if (s->lock_fd < 0)
-        return errno == ENOENT ? 0 : spill_fail(s, -errno, "cannot open %s: %s", path,
-                                                strerror(errno));
+    s->lock_fd = kvt_spill_openat(s->dfd, s->dir, KVT_SPILL_LOCK,
+                                  use == USE_REPAIR ? O_RDWR | O_CREAT : O_RDONLY, 0600, NULL);
+    if (s->lock_fd == -ENOENT) {
+        s->lock_fd = -1;
+        return 0;
+    }
+    if (s->lock_fd < 0) {
+        int rc = s->lock_fd;
+        s->lock_fd = -1;
+        return spill_fail(s, rc, "%s", kvt_last_error());
+    }
     int held = flock(s->lock_fd, (use == USE_REPAIR ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0;
     if (held && errno != EWOULDBLOCK)
-        return spill_fail(s, -errno, "cannot lock %s: %s", path, strerror(errno));
+        return spill_fail(s, -errno, "cannot lock %s/LOCK: %s", s->dir, strerror(errno));
     if (use == USE_INSPECT) {
         s->in_use = held;
-        close(s->lock_fd);
-        s->lock_fd = -1;
         return 0;
     }
     if (held)
@@ -126,20 +134,11 @@ static int spill_lock(struct spill *s, enum spill_use use)
     return 0;
 }
 
-/* "seg-NNNNNN.kvt" exactly as kvt_ssd_segment_path writes it; anything else
- * in the directory is not ours. */
+/* "seg-NNNNNN.kvt" exactly as the store names it; anything else in the
+ * directory is not ours. */
 static bool seg_name(const char *name, uint32_t *n)
 {
-    char canon[32], *end;
-    if (strncmp(name, "seg-", 4) != 0 || !isdigit((unsigned char)name[4]))
-        return false;
-    errno = 0;
-    unsigned long v = strtoul(name + 4, &end, 10);
-    if (errno || v > UINT32_MAX || strcmp(end, ".kvt") != 0)
-        return false;
-    snprintf(canon, sizeof(canon), "seg-%06lu.kvt", v);
-    *n = (uint32_t)v;
-    return strcmp(canon, name) == 0;
+    return kvt_spill_name_of(name, n) == KVT_NAME_SEGMENT;
 }
 
 static int seg_cmp(const void *a, const void *b)
@@ -173,8 +172,9 @@ static int list_segments(struct spill *s)
     while (rc == 0 && (de = readdir(d)) != NULL) {
         struct stat st;
         uint32_t n;
-        if (!seg_name(de->d_name, &n) || fstatat(dirfd(d), de->d_name, &st, 0) != 0 ||
-            !S_ISREG(st.st_mode))
+        /* A link is listed as absent: its pages are reported, never read. */
+        if (!seg_name(de->d_name, &n) ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
             continue;
         rc = seg_add(s, &cap, (struct seg_file){ n, (uint64_t)st.st_size,
                                                  (uint64_t)st.st_blocks * 512 });
@@ -195,6 +195,8 @@ static const struct seg_file *seg_find(const struct spill *s, uint32_t n)
 
 static int open_index(struct spill *s, enum spill_use use)
 {
+    if (s->in_use)
+        return 0;   /* an engine writes it now: see the file comment */
     int rc = use == USE_REPAIR ? kvt_index_open_repair(s->dir, &s->ix)
                                : kvt_index_open_readonly(s->dir, &s->ix);
     if (rc == -ENOENT)
@@ -215,6 +217,9 @@ static void spill_close(struct spill *s)
     if (s->lock_fd >= 0)
         close(s->lock_fd); /* drops the flock */
     s->lock_fd = -1;
+    if (s->dfd >= 0)
+        close(s->dfd);
+    s->dfd = -1;
 }
 
 /* The lock comes before the listing and the index, so that both describe
@@ -224,7 +229,7 @@ static int spill_open(struct spill *s, const char *dir, enum spill_use use)
     int rc;
     memset(s, 0, sizeof(*s));
     s->dir = dir;
-    s->lock_fd = -1;
+    s->lock_fd = s->dfd = -1;
     if ((rc = read_layout(s)) != 0 || (rc = spill_lock(s, use)) != 0 ||
         (rc = list_segments(s)) != 0 || (rc = open_index(s, use)) != 0)
         spill_close(s);
@@ -461,7 +466,9 @@ static void inspect_text(FILE *t, const struct spill *s, const struct inspect *i
         fprintf(t, "  seg-%06" PRIu32 ".kvt  %10s  %10s allocated\n", s->seg[i].n,
                 cli_bytes(b1, sizeof(b1), (double)s->seg[i].bytes),
                 cli_bytes(b2, sizeof(b2), (double)s->seg[i].allocated));
-    if (!s->ix) {
+    if (s->in_use) {
+        fprintf(t, "index      not read while an engine holds the directory\n");
+    } else if (!s->ix) {
         fprintf(t, "index      none (no page was ever indexed here)\n");
     } else {
         fprintf(t, "index      %" PRIu64 " entries in %zu fingerprints, generations %" PRIu64
@@ -681,15 +688,20 @@ static int loc_cmp(const void *a, const void *b)
 
 static int seg_open(struct fsck *f, uint32_t seg)
 {
-    char path[PATH_MAX];
+    char name[32];
     if (f->fd >= 0 && f->fd_seg == seg)
         return 0;
     if (f->fd >= 0)
         close(f->fd);
-    kvt_ssd_segment_path(f->sp.dir, seg, path, sizeof(path));
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    kvt_spill_segment_name(seg, name, sizeof(name));
+    f->fd = kvt_spill_openat(f->sp.dfd, f->sp.dir, name, O_RDONLY, 0, NULL);
     f->fd_seg = seg;
-    return f->fd < 0 ? -errno : 0;
+    if (f->fd < 0) {
+        int rc = f->fd;
+        f->fd = -1;
+        return rc;
+    }
+    return 0;
 }
 
 /* Exactly n bytes at off: 0, -errno, or -ENODATA when the file ends first. */
@@ -726,7 +738,10 @@ static int verify(struct fsck *f, struct rec *r)
         return 0;
     }
     f->bytes_verified += e->stored_len;
-    uint32_t crc = kvt_crc32c(0, f->buf, e->stored_len);
+    /* The CRC binds the bytes to the key they are filed under: an entry
+     * moved to another key fails here as surely as a damaged page. */
+    uint32_t crc = kvt_crc32c(kvt_ssd_bind(&r->key, e->fingerprint, e->generation), f->buf,
+                              e->stored_len);
     if (crc != e->crc) {
         r->reason = R_CRC;
         r->aux = crc;
@@ -892,6 +907,12 @@ static int fsck_run(struct fsck *f, const char *dir, bool repair)
         snprintf(f->err, sizeof(f->err), "%s", f->sp.err);
         return rc;
     }
+    if (!f->sp.ix && f->sp.nseg) {
+        snprintf(f->err, sizeof(f->err),
+                 "%s has %zu segment files but no index: no page in them can be found (an "
+                 "engine opening it starts empty)", dir, f->sp.nseg);
+        return KVT_ECORRUPT;
+    }
     if (!f->sp.ix)
         return 0;
     if ((rc = fsck_check(f)) != 0)
@@ -919,8 +940,9 @@ static void bad_detail(const struct fsck *f, const struct rec *r, char *buf, siz
         break;
     case R_READ: snprintf(buf, n, "read failed: %s", strerror((int)r->aux)); break;
     case R_CRC:
-        snprintf(buf, n, "crc32c of the stored bytes is 0x%08" PRIx64
-                 ", the index says 0x%08" PRIx32, r->aux, e->crc);
+        snprintf(buf, n, "crc32c of the key and stored bytes is 0x%08" PRIx64
+                 ", the index says 0x%08" PRIx32 " (damaged, or not this key's page)", r->aux,
+                 e->crc);
         break;
     case R_DECODE:
         snprintf(buf, n, "%s data does not decode to %" PRIu32 " bytes",
