@@ -136,3 +136,9 @@ def test_seq_ids_are_key_ids(make_engine, seq_ids, exc):
 def test_page_tokens_is_an_integer(make_engine):
     with pytest.raises(TypeError, match="page_tokens"):
         KVTierCache(make_engine(), page_tokens=2.5)
+
+
+def test_seq_ids_must_differ(make_engine):
+    # Two rows with one id write the same keys and read each other's K/V.
+    with pytest.raises(ValueError, match="repeat"):
+        KVTierCache(make_engine(), seq_ids=[5, 6, 5])

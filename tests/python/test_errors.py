@@ -190,3 +190,86 @@ def test_error_code_mapping_covers_the_library_block():
         assert err.message == kvtier.strerror(code) and err.message
     err = kvtier._lib.make_error(-errno.EIO, "f")
     assert type(err) is kvtier.KvtError and err.errno == errno.EIO and err.name == "EIO"
+
+
+@pytest.mark.parametrize("field", ["ssd_dir", "policy"])
+def test_config_strings_with_nul_are_refused(tmp_path, field):
+    # C reads up to the NUL: "DIR\0/../x" would open DIR (a spill directory
+    # that the engine may wipe), "lru\0junk" the lru policy.
+    value = str(tmp_path / "spill") + "\0/../other" if field == "ssd_dir" else "lru\0x"
+    with pytest.raises(ValueError, match="NUL"):
+        kvtier.make_config(**{field: value})
+
+
+@pytest.mark.parametrize("field,value,exc", [
+    ("device", (1 << 32) - 1, OverflowError),   # wrapped to -1 = KVT_DEVICE_HOST
+    ("device", "cuda:-1", ValueError),          # -1 = host
+    ("device", "cuda:1.5", ValueError),
+    ("device", "cudax", ValueError),
+    ("device", 0.5, TypeError),
+    ("codec", 1.7, TypeError),                  # was codec 1 (zstd)
+    ("codec", (1 << 32) + 1, OverflowError),    # was codec 1 (zstd)
+    ("io_backend", True, TypeError),
+    ("hbm_bytes", 1.5e6, TypeError),            # a size is an integer, not truncated
+    ("queue_depth", 1 << 32, OverflowError),
+    ("fingerprint", -1, ValueError),
+])
+def test_config_numbers_are_checked_not_wrapped(field, value, exc):
+    with pytest.raises(exc):
+        kvtier.make_config(**{field: value})
+
+
+def test_config_device_forms_still_accepted():
+    assert kvtier.make_config(device="cuda")[0].device == 0
+    assert kvtier.make_config(device="CUDA:3")[0].device == 3
+    assert kvtier.make_config(device=np.int32(2))[0].device == 2
+    assert kvtier.make_config(device="host")[0].device == kvtier.KVT_DEVICE_HOST
+    assert kvtier.make_config(hbm_bytes=np.int64(8192))[0].hbm_bytes == 8192
+
+
+@pytest.mark.parametrize("make,why", [
+    (lambda: torch.empty(PAGE, dtype=torch.uint8, device="meta"), "device meta"),
+    (lambda: torch.zeros(PAGE // 8, dtype=torch.complex64).conj(), "conj"),
+    (lambda: torch.zeros(PAGE, dtype=torch.uint8).to_sparse(), "sparse"),
+], ids=["meta", "conj", "sparse"])
+def test_tensors_without_plain_memory_are_refused(make_engine, make, why):
+    # meta has data_ptr() 0 (only the library's NULL check stopped it; any
+    # other device's pointer would be read as host memory); a conj view's
+    # bytes are not its values; a sparse tensor has no data_ptr().
+    e = make_engine()
+    with pytest.raises(ValueError, match=why):
+        e.put([(1, 0, 0)], [make()])
+    e.put([(1, 0, 0)], [bytes(PAGE)])
+    with pytest.raises(ValueError, match=why):
+        e.get([(1, 0, 0)], [make()])
+    assert e.stats().bytes_put == PAGE and e.stats().bytes_get == 0
+
+
+@pytest.mark.parametrize("cai,why", [
+    (dict(shape=(-1, -PAGE), typestr="|u1", data=(0xdead0000, False)), "shape"),
+    (dict(shape=(PAGE,), typestr="|u1", data=(0, False)), "not a pointer"),
+    (dict(shape=(PAGE,), typestr="|u1", data=(-4096, False)), "not a pointer"),
+    (dict(shape=(PAGE,), typestr="|ux", data=(0xdead0000, False)), "malformed"),
+    (dict(shape=(PAGE,), typestr="|u1"), "malformed"),
+    (dict(shape=(PAGE,), typestr="|u1", data=(0xdead0000, False), mask=object()), "mask"),
+])
+def test_malformed_cuda_array_interface_is_refused_as_such(make_engine, cai, why):
+    e = make_engine()
+    a = FakeCudaArray(PAGE)
+    a.__cuda_array_interface__ = dict(cai, version=3, strides=None)
+    with pytest.raises(ValueError, match=why):
+        e.put([(1, 0, 0)], [a])
+    assert e.stats().pages == 0
+
+
+@pytest.mark.parametrize("stream,exc", [(1.5, TypeError), (-1, ValueError), ("s", TypeError)])
+def test_bad_stream_keeps_the_ticket(make_engine, stream, exc):
+    # The ticket was consumed before the stream was converted: the TypeError
+    # left it never waited in C, its pin held for good.
+    e = make_engine()
+    e.put([(1, 0, 0)], [bytes(PAGE)])
+    t = e.acquire_async([(1, 0, 0)])
+    with pytest.raises(exc, match="stream"):
+        e.wait_stream(t, stream)
+    t.wait().release()
+    assert e.stats().pinned_pages == 0

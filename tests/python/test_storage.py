@@ -120,6 +120,21 @@ def test_wrong_sized_value_stores_nothing(tmp_path):
         assert s.batch_exists(keys) == 0 and s.get_stats()["bytes_put"] == 0
 
 
+def test_value_for_the_wrong_side_stores_nothing(tmp_path):
+    # Puts go in parts (here one page each); a CUDA value on a host engine was
+    # found only when its part came, after the parts before were stored.
+    class FakeCudaArray:
+        __cuda_array_interface__ = {"shape": (PB,), "typestr": "|u1", "version": 3,
+                                    "data": (0xdead0000, False), "strides": None}
+
+    keys, pages = doc_keys(3), doc_pages(3)
+    with KVTierStorage(**config(tmp_path, dram_bytes=2 * PB)) as s:
+        assert s._put_chunk == 1
+        with pytest.raises(ValueError, match="CUDA"):
+            s.batch_set(keys, pages[:2] + [FakeCudaArray()])
+        assert s.batch_exists(keys) == 0 and s.get_stats()["bytes_put"] == 0
+
+
 def test_full_store_returns_false(tmp_path):
     cfg = config(tmp_path, ssd_bytes=0, ssd_dir=None, persist=False)
     keys, pages = doc_keys(8), doc_pages(8)

@@ -83,6 +83,10 @@ class KVTierCache(Cache):
         # Key ids: integers in 0..2**64-1, refused otherwise (never truncated or wrapped).
         self._seq_ids = (None if seq_ids is None else
                          [_key_id(i, f"seq_ids[{n}]") for n, i in enumerate(seq_ids)])
+        if self._seq_ids is not None and len(set(self._seq_ids)) != len(self._seq_ids):
+            # Two rows with one id would write the same keys: each would read
+            # the other's K/V.
+            raise ValueError(f"seq_ids {self._seq_ids} repeat an id; each row needs its own")
         self._layers = []
         self._shape = None          # (B, H, D, dtype) fixed at the first update
         self._schedule_set = False

@@ -93,24 +93,10 @@ class _Borrowed:
         nbytes of contiguous memory (writable when asked). Raises ValueError
         (or TypeError for an object with no memory to borrow)."""
         if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # torch.Tensor
-            if not obj.is_contiguous():
-                raise ValueError(f"{what}: tensor is not contiguous")
-            size = obj.numel() * obj.element_size()
-            if size != nbytes:
-                raise ValueError(f"{what}: tensor holds {size} bytes, the page is {nbytes}")
-            return obj.data_ptr(), obj.device.type == "cuda"
+            return self._tensor(obj, nbytes, what)
         cai = getattr(obj, "__cuda_array_interface__", None)
         if cai is not None:
-            if cai.get("strides") is not None:
-                raise ValueError(f"{what}: CUDA array is not contiguous")
-            size = int(cai["typestr"][2:])  # "|u1", "<f2": the item size in bytes
-            for d in cai["shape"]:
-                size *= int(d)
-            if size != nbytes:
-                raise ValueError(f"{what}: CUDA array holds {size} bytes, the page is {nbytes}")
-            if writable and cai["data"][1]:
-                raise ValueError(f"{what}: CUDA array is read-only")
-            return int(cai["data"][0]), True
+            return self._cuda_array(cai, nbytes, writable, what)
         view = _PyBuffer()
         flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if writable else 0)
         try:
@@ -126,6 +112,60 @@ class _Borrowed:
             raise ValueError(f"{what}: buffer holds {view.len} bytes, the page is {nbytes}")
         # A zero-length buffer may have buf == NULL; nbytes > 0 here always.
         return view.buf, False
+
+    @staticmethod
+    def _tensor(t, nbytes, what):
+        # The engine dereferences data_ptr() as host memory (cpu) or device
+        # memory (cuda); any other device's pointer (meta: NULL, mps, xpu, ...)
+        # would be read as one of those. Sparse and other layouts have no
+        # plain block; a lazy conj/neg bit means the bytes are not the values.
+        kind = t.device.type
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"{what}: tensor on device {t.device}; only cpu and cuda "
+                             "tensors can be read or written")
+        if str(t.layout) != "torch.strided":
+            raise ValueError(f"{what}: a {t.layout} tensor has no plain block of memory")
+        if (hasattr(t, "is_conj") and t.is_conj()) or (hasattr(t, "is_neg") and t.is_neg()):
+            raise ValueError(f"{what}: tensor has a lazy conj/neg bit, its memory does not "
+                             "hold its values (resolve_conj()/resolve_neg() first)")
+        if not t.is_contiguous():
+            raise ValueError(f"{what}: tensor is not contiguous")
+        size = t.numel() * t.element_size()
+        if size != nbytes:
+            raise ValueError(f"{what}: tensor holds {size} bytes, the page is {nbytes}")
+        ptr = t.data_ptr()
+        if not ptr:
+            raise ValueError(f"{what}: tensor has no memory (data_ptr() is 0)")
+        return ptr, kind == "cuda"
+
+    @staticmethod
+    def _cuda_array(cai, nbytes, writable, what):
+        try:
+            item = int(cai["typestr"][2:])  # "|u1", "<f2": the item size in bytes
+            shape = [operator.index(d) for d in cai["shape"]]
+            ptr, readonly = cai["data"]
+            ptr = 0 if ptr is None else operator.index(ptr)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ValueError(f"{what}: malformed __cuda_array_interface__ "
+                             f"({type(exc).__name__}: {exc})") from None
+        if cai.get("strides") is not None:
+            raise ValueError(f"{what}: CUDA array is not contiguous")
+        if cai.get("mask") is not None:
+            raise ValueError(f"{what}: CUDA array has a mask")
+        # A negative extent (two of them multiply to a positive size) or
+        # item size is a lie about the memory, not a shape.
+        if item <= 0 or any(d < 0 for d in shape):
+            raise ValueError(f"{what}: CUDA array of item size {item}, shape {tuple(shape)}")
+        size = item
+        for d in shape:
+            size *= d
+        if size != nbytes:
+            raise ValueError(f"{what}: CUDA array holds {size} bytes, the page is {nbytes}")
+        if writable and readonly:
+            raise ValueError(f"{what}: CUDA array is read-only")
+        if not 0 < ptr < (1 << (8 * ctypes.sizeof(ctypes.c_void_p))):
+            raise ValueError(f"{what}: CUDA array address {ptr:#x} is not a pointer")
+        return ptr, True
 
     def close(self):
         for v in self.views:
@@ -277,14 +317,28 @@ def _choice(value, table, what):
             return table[value.lower()]
         except KeyError:
             raise ValueError(f"{what} {value!r}: one of {sorted(table)}") from None
-    return int(value)
+    # An int goes to a C int field: 1.7 must not become 1, nor 2**32-1 wrap
+    # to -1 (KVT_DEVICE_HOST).
+    return _cint(value, what)
 
 
 def _device(value):
     if isinstance(value, str) and value.lower().startswith("cuda"):
-        _, _, n = value.partition(":")
-        return int(n or 0)
+        _, sep, n = value.partition(":")
+        if value.lower() != "cuda" and not (sep and n.isascii() and n.isdigit()):
+            # "cuda:-1" would be KVT_DEVICE_HOST, "cuda:-2" KVT_DEVICE_AUTO.
+            raise ValueError(f"device {value!r}: want 'cuda' or 'cuda:N' with N >= 0")
+        return _cint(int(n or 0), "device")
     return _choice(value, _DEVICES, "device")
+
+
+def _stream(stream):
+    """The cudaStream_t of wait_stream()'s argument (None: the legacy default
+    stream): an object with .cuda_stream, or a pointer-sized int."""
+    raw = getattr(stream, "cuda_stream", stream)
+    if raw is None:
+        return None
+    return _u(raw, 8 * ctypes.sizeof(ctypes.c_void_p), "stream") or None
 
 
 CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir", "device",
@@ -310,6 +364,9 @@ def make_config(**kw):
             continue
         if name in ("ssd_dir", "policy"):
             b = os.fsencode(value)
+            if b"\0" in b:
+                # C would read only up to the NUL: another directory or policy.
+                raise ValueError(f"{name} {value!r} contains a NUL byte")
             keep.append(b)
             setattr(cfg, name, b)
         elif name == "device":
@@ -655,10 +712,12 @@ class Engine:
 
     def wait_stream(self, ticket, stream=None):
         """kvt_wait_stream(); stream is a torch.cuda.Stream, a raw cudaStream_t
-        int, or None (the legacy default stream). Returns the Pinned pages."""
+        int, or None (the legacy default stream). Returns the Pinned pages.
+        A bad stream raises before the ticket is consumed (it can be waited
+        again)."""
+        raw = _stream(stream)
         self._consume(ticket)
-        raw = getattr(stream, "cuda_stream", stream)
-        rc = self._L.kvt_wait_stream(self._handle(), ticket.value, ctypes.c_void_p(raw or None))
+        rc = self._L.kvt_wait_stream(self._handle(), ticket.value, ctypes.c_void_p(raw))
         if rc < 0:
             ticket._pinned.released = True
             check(rc, "kvt_wait_stream")

@@ -160,10 +160,11 @@ class KVTierStorage:
         return True
 
     def _check_sizes(self, values):
+        # What engine.put() checks per part, for the whole batch at once:
+        # sizes, and host/CUDA sides (mixed, or CUDA on a host engine).
         from .engine import _Borrowed
         with _Borrowed() as b:
-            for i, v in enumerate(values):
-                b.add(v, self.page_bytes, False, f"set: value {i}")
+            self.engine._addresses(b, values, writable=False, what="set")
 
     # ------------------------------------------------------------- upkeep
 
