@@ -44,45 +44,114 @@ static void bench_usage(FILE *f)
             "cudaMemcpyAsync on CUDA), as a ratio; and acquire+release per second.\n"
             "\n"
             "options:\n"
-            "  --page-bytes N   page size (default 256K)\n"
-            "  --hbm N          HBM tier capacity (default 256M)\n"
-            "  --dram N         DRAM tier capacity (default 1G)\n"
+            "  --page-bytes N   page size, a multiple of 4K (default 256K)\n"
+            "  --hbm N          HBM tier capacity (default 256M): at least 2 pages and --batch\n"
+            "  --dram N         DRAM tier capacity (default 1G): at least twice --hbm plus --batch\n"
             "  --device D       auto, host or a CUDA ordinal (default auto)\n"
             "  --batch N        pages per acquire / copy batch (default 64)\n"
             "  --reps N         runs per figure, best kept (default 5)\n"
-            "  --link-gbps X    host back-end: cap each emulated link (default: none)\n"
-            "  --quick          small sizes, one run (for tests)\n"
+            "  --link-gbps X    host back-end: cap each emulated link (default 0: no cap)\n"
+            "  --quick          --hbm at most 16M, --dram at most 64M, one run (for tests)\n"
             "  --json           one JSON object on stdout; text goes to stderr\n"
             "  -h, --help       this text\n");
 }
 
+static const struct option bench_lo[] = {
+    { "page-bytes", 1, 0, 'p' }, { "hbm", 1, 0, 'H' },   { "dram", 1, 0, 'D' },
+    { "device", 1, 0, 'd' },     { "batch", 1, 0, 'b' }, { "reps", 1, 0, 'r' },
+    { "link-gbps", 1, 0, 'l' },  { "quick", 0, 0, 'q' }, { "json", 0, 0, 'j' },
+    { "help", 0, 0, 'h' },       { 0, 0, 0, 0 },
+};
+
+/* One option's value into o; 0 or -EINVAL having said why. */
+static int bench_option(int c, const char *v, struct bench_opts *o)
+{
+    const char *cmd = "bench hbm";
+    uint64_t n;
+    int r;
+    switch (c) {
+    case 'p': return cli_opt_size(cmd, "page-bytes", v, 4096, UINT64_MAX, &o->page_bytes);
+    case 'H': return cli_opt_size(cmd, "hbm", v, 1, UINT64_MAX, &o->hbm);
+    case 'D': return cli_opt_size(cmd, "dram", v, 1, UINT64_MAX, &o->dram);
+    case 'd':
+        if (cli_parse_device(v, &o->device))
+            return cli_bad_value(cmd, "device", v, "auto, host or a CUDA ordinal");
+        return 0;
+    case 'b':
+    case 'r':
+        r = cli_opt_count(cmd, c == 'b' ? "batch" : "reps", v, 1, c == 'b' ? 4096 : 100, &n);
+        if (r == 0)
+            *(c == 'b' ? &o->batch : &o->reps) = (unsigned)n;
+        return r;
+    case 'l': return cli_opt_real(cmd, "link-gbps", v, 0, false, 1e6, &o->link_gbps);
+    case 'q': o->quick = true; return 0;
+    case 'j': o->json = true; return 0;
+    default: return -EINVAL;
+    }
+}
+
+static void bench_config(const struct bench_opts *o, kvt_config *cfg)
+{
+    kvt_config_init(cfg);
+    cfg->page_bytes = o->page_bytes;
+    cfg->hbm_bytes = o->hbm;
+    cfg->dram_bytes = o->dram;
+    cfg->device = o->device;
+    cfg->host_link_gbps = o->link_gbps;
+}
+
+static const struct cli_field bench_fields[] = {
+    { "page_bytes", "page-bytes" }, { "hbm_bytes", "hbm" },          { "dram_bytes", "dram" },
+    { "device", "device" },         { "host_link_gbps", "link-gbps" }, { NULL, NULL },
+};
+
+/* The engine's own minimums (kvt_config_check), then this benchmark's:
+ * an acquire takes --batch pages into HBM at once; the writeback phase
+ * dirties all of HBM but the mover's watermark (an eighth plus one, see
+ * tiers/engine.c), so at least 2 pages; the upload phase cycles over twice
+ * HBM plus a batch of pages held in DRAM. */
+static int bench_check(const struct bench_opts *o)
+{
+    kvt_config cfg;
+    bench_config(o, &cfg);
+    if (cli_config_check("bench hbm", &cfg, bench_fields))
+        return -EINVAL;
+    uint64_t nh = o->hbm / o->page_bytes, nd = o->dram / o->page_bytes;
+    const char *quick = o->quick ? " (--quick caps --hbm at 16M and --dram at 64M)" : "";
+    if (nh < 2 || nh < o->batch) {
+        cli_error("bench hbm", 2,
+                  "--hbm holds %llu pages of %llu bytes: at least 2 and --batch (%u) are needed%s",
+                  (unsigned long long)nh, (unsigned long long)o->page_bytes, o->batch, quick);
+        return -EINVAL;
+    }
+    if (nd < 2 * nh + o->batch) {
+        cli_error("bench hbm", 2,
+                  "--dram holds %llu pages of %llu bytes: at least twice --hbm's %llu plus "
+                  "--batch (%u) are needed%s",
+                  (unsigned long long)nd, (unsigned long long)o->page_bytes,
+                  (unsigned long long)nh, o->batch, quick);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* 0 to run, 1 after --help, -EINVAL after a message. */
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
-    static const struct option lo[] = {
-        { "page-bytes", 1, 0, 'p' }, { "hbm", 1, 0, 'H' },   { "dram", 1, 0, 'D' },
-        { "device", 1, 0, 'd' },     { "batch", 1, 0, 'b' }, { "reps", 1, 0, 'r' },
-        { "link-gbps", 1, 0, 'l' },  { "quick", 0, 0, 'q' }, { "json", 0, 0, 'j' },
-        { "help", 0, 0, 'h' },       { 0, 0, 0, 0 },
-    };
     *o = (struct bench_opts){ 256 << 10, 256ull << 20, 1ull << 30, KVT_DEVICE_AUTO, 64, 5, 0,
                               false, false };
-    uint64_t v;
-    int c, idx = -1;
+    int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
-        switch (c) {
-        case 'p': if (cli_parse_size(optarg, &o->page_bytes)) goto bad; break;
-        case 'H': if (cli_parse_size(optarg, &o->hbm)) goto bad; break;
-        case 'D': if (cli_parse_size(optarg, &o->dram)) goto bad; break;
-        case 'd': if (cli_parse_device(optarg, &o->device)) goto bad; break;
-        case 'b': if (cli_parse_count(optarg, &v) || !v || v > 4096) goto bad; o->batch = (unsigned)v; break;
-        case 'r': if (cli_parse_count(optarg, &v) || !v || v > 100) goto bad; o->reps = (unsigned)v; break;
-        case 'l': o->link_gbps = atof(optarg); if (o->link_gbps < 0) goto bad; break;
-        case 'q': o->quick = true; break;
-        case 'j': o->json = true; break;
-        case 'h': bench_usage(stdout); return 1;
-        default: bench_usage(stderr); return -EINVAL;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", bench_lo, NULL)) != -1) {
+        if (c == 'h') {
+            bench_usage(stdout);
+            return 1;
         }
+        if (c == '?' || c == ':')
+            return cli_getopt_error("bench hbm", c, argv);
+        if (bench_option(c, optarg, o))
+            return -EINVAL;
     }
     if (optind != argc) {
         cli_error("bench hbm", 2, "unexpected argument '%s'", argv[optind]);
@@ -93,10 +162,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         o->dram = o->dram < (64ull << 20) ? o->dram : 64ull << 20;
         o->reps = 1;
     }
-    return 0;
-bad:
-    cli_error("bench hbm", 2, "bad value '%s' for --%s", optarg, idx >= 0 ? lo[idx].name : "?");
-    return -EINVAL;
+    return bench_check(o);
 }
 
 /* ------------------------------------------------------------- baseline */
@@ -265,22 +331,13 @@ static void report(const struct bench_opts *o, kvt_engine *e, const struct link_
 static int bench_hbm(const struct bench_opts *o)
 {
     kvt_config cfg;
-    kvt_config_init(&cfg);
-    cfg.page_bytes = o->page_bytes;
-    cfg.hbm_bytes = o->hbm;
-    cfg.dram_bytes = o->dram;
-    cfg.device = o->device;
-    cfg.host_link_gbps = o->link_gbps;
+    bench_config(o, &cfg);
     kvt_engine *e;
     int r = kvt_open(&cfg, &e);
     if (r < 0)
         return cli_error("bench hbm", 1, "cannot open the engine: %s (%s)", kvt_strerror(r),
                          kvt_last_error());
-    uint32_t nh = e->arena[0].nslots, nd = e->arena[1].nslots;
-    if (nd - 1 < 2 * nh + o->batch) { /* nd counts the spare slot */
-        kvt_close(e);
-        return cli_error("bench hbm", 2, "--dram must hold at least twice --hbm plus one batch");
-    }
+    uint32_t nh = e->arena[0].nslots, nd = e->arena[1].nslots; /* bench_check()ed */
     bool host = !strcmp(kvt_device_name(e), "host");
     const char *base = host ? "host copy" : "cudaMemcpyAsync";
     uint64_t n_up = 2ull * nh + o->batch, m_down = nh - e->watermark;

@@ -4,45 +4,86 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "include/kvtier.h"
+#include "tiers/tiers.h"
 #include "tools/cli.h"
 
-static int parse_scaled(const char *s, uint64_t *out, int allow_t)
+/* 1024^k for the suffix at *p (k, m, g, t in any case, then optionally "b"
+ * or "ib"), advancing *p past it; 1 for no suffix; 0 for a bad one. */
+static uint64_t parse_suffix(const char **p, bool allow_t)
 {
-    if (!s || !*s)
+    static const char units[] = "kmgt";
+    const char *u = **p ? strchr(units, tolower((unsigned char)**p)) : NULL;
+    if (!u)
+        return 1;
+    if (u - units == 3 && !allow_t)
+        return 0;
+    (*p)++;
+    if (strcasecmp(*p, "ib") == 0 || strcasecmp(*p, "b") == 0)
+        *p += strlen(*p);
+    return 1ull << (10 * (u - units + 1));
+}
+
+/* Digits, an optional fraction of at most 18 digits, an optional suffix.
+ * Integer arithmetic throughout: a double would round sizes above 2^53
+ * and let "1e400" or "nan" through to a cast. */
+static int parse_scaled(const char *s, uint64_t *out, bool allow_t)
+{
+    if (!s || !isdigit((unsigned char)*s))
         return -EINVAL;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return -EINVAL;
-    uint64_t mul = 1;
-    switch (tolower((unsigned char)*end)) {
-    case 'k': mul = 1ull << 10; end++; break;
-    case 'm': mul = 1ull << 20; end++; break;
-    case 'g': mul = 1ull << 30; end++; break;
-    case 't': if (!allow_t) return -EINVAL; mul = 1ull << 40; end++; break;
-    default: break;
+    const char *p = s;
+    uint64_t whole = 0, frac = 0, scale = 1;
+    for (; isdigit((unsigned char)*p); p++)
+        if (__builtin_mul_overflow(whole, 10, &whole) ||
+            __builtin_add_overflow(whole, (uint64_t)(*p - '0'), &whole))
+            return -EINVAL;
+    if (*p == '.') {
+        if (!isdigit((unsigned char)*++p))
+            return -EINVAL;
+        for (; isdigit((unsigned char)*p); p++) {
+            if (scale == 1000000000000000000ull)
+                return -EINVAL;
+            frac = frac * 10 + (uint64_t)(*p - '0');
+            scale *= 10;
+        }
     }
-    if (mul > 1 && (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0))
-        end += strlen(end);
-    if (*end)
+    uint64_t mul = parse_suffix(&p, allow_t), v;
+    if (!mul || *p || __builtin_mul_overflow(whole, mul, &v))
         return -EINVAL;
-    double r = v * (double)mul;
-    if (r > 1.8e19 || r != (double)(uint64_t)r)
-        return -EINVAL;
-    *out = (uint64_t)r;
+    unsigned __int128 f = (unsigned __int128)frac * mul;
+    if (f % scale || __builtin_add_overflow(v, (uint64_t)(f / scale), &v))
+        return -EINVAL; /* not a whole number, or past 2^64 - 1 */
+    *out = v;
     return 0;
 }
 
-int cli_parse_size(const char *s, uint64_t *out) { return parse_scaled(s, out, 1); }
-int cli_parse_count(const char *s, uint64_t *out) { return parse_scaled(s, out, 0); }
+int cli_parse_size(const char *s, uint64_t *out) { return parse_scaled(s, out, true); }
+int cli_parse_count(const char *s, uint64_t *out) { return parse_scaled(s, out, false); }
+
+int cli_parse_real(const char *s, double *out)
+{
+    if (!s || !(isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]))))
+        return -EINVAL;
+    /* Decimal only: strtod would also take hex floats. */
+    if (s[strspn(s, "0123456789.eE+-")])
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || errno || !isfinite(v))
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
 
 int cli_parse_device(const char *s, int *out)
 {
@@ -54,13 +95,11 @@ int cli_parse_device(const char *s, int *out)
         *out = KVT_DEVICE_HOST;
         return 0;
     }
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s && !*end && v >= 0 && v < 1024) {
-        *out = (int)v;
-        return 0;
-    }
-    return -EINVAL;
+    uint64_t v;
+    if (s[strspn(s, "0123456789")] || parse_scaled(s, &v, false) || v >= 1024)
+        return -EINVAL;
+    *out = (int)v;
+    return 0;
 }
 
 double cli_now(void)
@@ -130,5 +169,91 @@ int cli_getopt_error(const char *cmd, int c, char **argv)
         cli_error(cmd, 2, "unknown option '-%c' (see kvtier %s --help)", optopt, cmd);
     else
         cli_error(cmd, 2, "unknown option '%s' (see kvtier %s --help)", argv[optind - 1], cmd);
+    return -EINVAL;
+}
+
+int cli_bad_value(const char *cmd, const char *opt, const char *val, const char *want)
+{
+    cli_error(cmd, 2, "bad value '%s' for --%s: expected %s", val, opt, want);
+    return -EINVAL;
+}
+
+int cli_opt_count(const char *cmd, const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                  uint64_t *out)
+{
+    uint64_t v;
+    if (cli_parse_count(val, &v) == 0 && v >= lo && v <= hi) {
+        *out = v;
+        return 0;
+    }
+    char want[96];
+    if (hi == UINT64_MAX)
+        snprintf(want, sizeof want, "a whole number, %llu or more", (unsigned long long)lo);
+    else
+        snprintf(want, sizeof want, "a whole number from %llu to %llu", (unsigned long long)lo,
+                 (unsigned long long)hi);
+    return cli_bad_value(cmd, opt, val, want);
+}
+
+int cli_opt_size(const char *cmd, const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                 uint64_t *out)
+{
+    uint64_t v;
+    if (cli_parse_size(val, &v) == 0 && v >= lo && v <= hi) {
+        *out = v;
+        return 0;
+    }
+    char want[128], a[32], b[32];
+    cli_bytes(a, sizeof a, (double)lo);
+    if (hi >= (1ull << 60)) /* an exabyte: no bound worth stating */
+        snprintf(want, sizeof want, "a size such as 512M, %s or more", a);
+    else
+        snprintf(want, sizeof want, "a size such as 512M, from %s to %s", a,
+                 cli_bytes(b, sizeof b, (double)hi));
+    return cli_bad_value(cmd, opt, val, want);
+}
+
+int cli_opt_real(const char *cmd, const char *opt, const char *val, double lo, bool lo_open,
+                 double hi, double *out)
+{
+    double v;
+    if (cli_parse_real(val, &v) == 0 && (lo_open ? v > lo : v >= lo) && v <= hi) {
+        *out = v;
+        return 0;
+    }
+    char want[96];
+    if (lo_open)
+        snprintf(want, sizeof want, "a number above %g, at most %g", lo, hi);
+    else
+        snprintf(want, sizeof want, "a number from %g to %g", lo, hi);
+    return cli_bad_value(cmd, opt, val, want);
+}
+
+int cli_opt_path(const char *cmd, const char *opt, const char *val)
+{
+    return *val ? 0 : cli_bad_value(cmd, opt, val, "a path (not an empty string)");
+}
+
+/* The option whose field starts msg ("hbm_bytes (0) is smaller ..."), or NULL. */
+static const char *config_option(const struct cli_field *map, const char *msg)
+{
+    for (; map && map->field; map++) {
+        size_t n = strlen(map->field);
+        if (!strncmp(msg, map->field, n) && (msg[n] == ' ' || msg[n] == '\0'))
+            return map->option;
+    }
+    return NULL;
+}
+
+int cli_config_check(const char *cmd, const struct kvt_config *c, const struct cli_field *map)
+{
+    int r = kvt_config_check(c);
+    if (r == 0)
+        return 0;
+    const char *msg = kvt_last_error(), *opt = config_option(map, msg);
+    if (opt)
+        cli_error(cmd, 2, "bad value for --%s: %s", opt, msg);
+    else
+        cli_error(cmd, 2, "these settings cannot run: %s", msg);
     return -EINVAL;
 }

@@ -8,12 +8,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Parses "4096", "256K", "512M", "4G", "1T" (also lower case, "KiB"/"MiB"
- * forms; K = 1024). Returns 0 or -EINVAL. */
+struct kvt_config;
+
+/* The number parsers take the whole string or nothing: it starts with a
+ * digit (no space, sign, "inf", "nan" or hex) and has nothing after the
+ * number and its suffix. Each returns 0 or -EINVAL, and leaves *out alone
+ * on error. */
+
+/* Bytes: "4096", "256K", "1.5M", "512MiB", "4G", "1TB" (K = 1024, any case).
+ * A fraction must come out a whole number of bytes; above 2^64-1 fails. */
 int cli_parse_size(const char *s, uint64_t *out);
-/* Parses a count with k/m suffixes meaning 1024 (context lengths: 32k, 1m). */
+/* A count with k, m, g suffixes meaning 1024 (context lengths: 32k, 1m). */
 int cli_parse_count(const char *s, uint64_t *out);
-/* "auto", "host" or an ordinal -> KVT_DEVICE_*; -EINVAL otherwise. */
+/* A finite decimal number, "2", "0.5", "1e3"; no sign. */
+int cli_parse_real(const char *s, double *out);
+/* "auto", "host" or an ordinal 0..1023 (digits only) -> KVT_DEVICE_* or the
+ * ordinal; -EINVAL otherwise. */
 int cli_parse_device(const char *s, int *out);
 /* Seconds of a monotonic clock. */
 double cli_now(void);
@@ -27,6 +37,33 @@ void cli_json_str(const char *s);
 /* getopt_long's own complaint (c is ':' or '?') as a clear error naming the
  * option; returns -EINVAL. */
 int cli_getopt_error(const char *cmd, int c, char **argv);
+/* Option checks: each parses val, checks it against [lo, hi], and on failure
+ * prints "bad value 'VAL' for --OPT: expected ..." and returns -EINVAL
+ * (the command then exits 2). *out is written only on success. */
+int cli_opt_count(const char *cmd, const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                  uint64_t *out);
+int cli_opt_size(const char *cmd, const char *opt, const char *val, uint64_t lo, uint64_t hi,
+                 uint64_t *out);
+/* A real number in [lo, hi], or (lo, hi] when lo_open. */
+int cli_opt_real(const char *cmd, const char *opt, const char *val, double lo, bool lo_open,
+                 double hi, double *out);
+/* A path: anything but the empty string, which names no file (and a
+ * directory "" with "/name" appended is a name in the root directory). */
+int cli_opt_path(const char *cmd, const char *opt, const char *val);
+/* "bad value 'VAL' for --OPT: expected WANT" on stderr; returns -EINVAL. */
+int cli_bad_value(const char *cmd, const char *opt, const char *val, const char *want);
+
+/* A kvt_config field and the option that sets it. */
+struct cli_field {
+    const char *field, *option;
+};
+/* Runs the library's own kvt_config_check() on c before anything is opened,
+ * so that a configuration the engine would refuse is an argument error
+ * naming the option: map (ended by a { NULL, NULL } entry) pairs the fields
+ * its message may start with to options. Returns 0, or -EINVAL after the
+ * message. */
+int cli_config_check(const char *cmd, const struct kvt_config *c, const struct cli_field *map);
+
 /* Prints "kvtier <cmd>: <msg>" to stderr and returns 2 (usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
