@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -134,7 +135,8 @@ static void run_usage(FILE *f)
             "  --model NAME      model shape preset (default llama3-8b):\n");
     kvt_preset_list(f, "                      ");
     fprintf(f,
-            "  --layers N        cut the model to its first N layers (default 4; 0 = all)\n"
+            "  --layers N        cut the model to its first N layers, at most its own (default 4;\n"
+            "                    0 = all)\n"
             "  --batch N         sequences decoded together (default 2)\n"
             "  --context N       tokens already in each sequence, e.g. 4096 or 32k (default 4k)\n"
             "  --tokens N        tokens to generate per sequence (default 16)\n"
@@ -143,7 +145,9 @@ static void run_usage(FILE *f)
             "  --hbm N           HBM tier capacity, e.g. 512M (default: a quarter of the KV,\n"
             "                    at least a (sequence, layer) group and two chunks beside\n"
             "                    it; with --device N, two groups)\n"
-            "  --dram N          DRAM tier capacity (default: two thirds of the KV beyond HBM)\n"
+            "  --dram N          DRAM tier capacity (default: two thirds of the KV beyond HBM);\n"
+            "                    with an SSD tier, at least the pages of one acquire\n"
+            "                    (--chunk-pages; with --device N, a whole group)\n"
             "  --ssd N           SSD tier capacity, 0 = none (default: twice the KV)\n"
             "  --ssd-dir DIR     spill directory (default: a temporary one, removed at exit)\n"
             "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none)\n"
@@ -157,6 +161,7 @@ static void run_usage(FILE *f)
             "  --nice N          their nice value, 0-19 (default 19: the I/O threads come first;\n"
             "                    0 = the caller's priority, the caller computing a part)\n"
             "  --link-gbps X     host back-end: cap each emulated DRAM<->HBM link at X GB/s\n"
+            "                    (default 0: no cap)\n"
             "  --seed N          KV generator seed (default 1)\n"
             "  --trace FILE      Chrome trace-event JSON of waits and compute (Perfetto)\n"
             "  --no-progress     no progress output\n"
@@ -165,102 +170,141 @@ static void run_usage(FILE *f)
             ATTN_MAX_PAGE_TOKENS);
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+static const struct option run_lo[] = {
+    { "model", 1, 0, 'm' },   { "layers", 1, 0, 'L' },    { "batch", 1, 0, 'b' },
+    { "context", 1, 0, 'c' }, { "tokens", 1, 0, 't' },    { "page-tokens", 1, 0, 'p' },
+    { "hbm", 1, 0, 'H' },     { "dram", 1, 0, 'D' },      { "ssd", 1, 0, 'S' },
+    { "ssd-dir", 1, 0, 'd' }, { "codec", 1, 0, 'C' },     { "policy", 1, 0, 'P' },
+    { "device", 1, 0, 'v' },  { "threads", 1, 0, 'T' },   { "link-gbps", 1, 0, 'l' },
+    { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
+    { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
+    { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },
+    { 0, 0, 0, 0 },
+};
+
+/* The long name of option c. */
+static const char *run_opt_name(int c)
 {
-    uint64_t v;
-    if (cli_parse_count(s, &v) || v < lo || v > hi)
-        return -EINVAL;
-    *out = (uint32_t)v;
-    return 0;
+    for (const struct option *l = run_lo; l->name; l++)
+        if (l->val == c)
+            return l->name;
+    return "?";
 }
 
-static int parse_codec(const char *s, int *out)
+/* A count option of at most 32 bits into *out. */
+static int opt_u32(int c, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
 {
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(s, codec_name[i])) {
+    uint64_t n;
+    int r = cli_opt_count("run", run_opt_name(c), v, lo, hi, &n);
+    if (r == 0)
+        *out = (uint32_t)n;
+    return r;
+}
+
+/* A word option: v must be one of names[0..n); its index into *out. */
+static int opt_word(int c, const char *v, const char *const *names, int n, const char *want,
+                    int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) {
             *out = i;
             return 0;
         }
-    return -EINVAL;
+    return cli_bad_value("run", run_opt_name(c), v, want);
+}
+
+/* The options that take a number. */
+static int run_number(int c, const char *v, struct run_opts *o)
+{
+    const char *n = run_opt_name(c);
+    switch (c) {
+    case 'L': return opt_u32(c, v, 0, 100000, &o->layers); /* against the model: run_parse */
+    case 'b': return opt_u32(c, v, 1, 4096, &o->batch);
+    case 'c': return cli_opt_count("run", n, v, 1, 1u << 30, &o->context);
+    case 't': return opt_u32(c, v, 1, 1u << 20, &o->tokens);
+    case 'p': return opt_u32(c, v, 1, ATTN_MAX_PAGE_TOKENS, &o->page_tokens);
+    case 'H': return cli_opt_size("run", n, v, 1, UINT64_MAX - 1, &o->hbm);
+    case 'D': return cli_opt_size("run", n, v, 1, UINT64_MAX - 1, &o->dram);
+    case 'S': return cli_opt_size("run", n, v, 0, UINT64_MAX - 1, &o->ssd);
+    case 'T': return opt_u32(c, v, 1, 64, &o->threads);
+    case 'N': return opt_u32(c, v, 0, 19, &o->nice);
+    case 'k': return opt_u32(c, v, 1, 1u << 30, &o->chunk_pages);
+    case 'l': return cli_opt_real("run", n, v, 0, false, 1e6, &o->link_gbps);
+    case 's':
+        if (cli_opt_count("run", n, v, 0, UINT64_MAX, &o->seed))
+            return -EINVAL;
+        o->ref_seed = o->seed;
+        return 0;
+    default: return -EINVAL;
+    }
+}
+
+/* One option's value into o; 0 or -EINVAL having said why. */
+static int run_option(int c, const char *v, struct run_opts *o)
+{
+    static const char *const policies[] = { "decode", "lru" };
+    static const char *const dtypes[] = { "bf16", "fp32" };
+    int i = 0;
+    switch (c) {
+    case 'm':
+        if (!(o->model = kvt_preset_find(v)))
+            return cli_bad_value("run", "model", v, "a preset name (see kvtier run --help)");
+        return 0;
+    case 'd':
+    case 'r':
+        if (cli_opt_path("run", run_opt_name(c), v))
+            return -EINVAL;
+        *(c == 'd' ? &o->ssd_dir : &o->trace_path) = v;
+        return 0;
+    case 'C': return opt_word(c, v, codec_name, 3, "none, zstd or zstd-shuffle16", &o->codec);
+    case 'P':
+        if (opt_word(c, v, policies, 2, "decode or lru", &i))
+            return -EINVAL;
+        o->policy = policies[i];
+        return 0;
+    case 'y':
+        if (opt_word(c, v, dtypes, 2, "bf16 or fp32", &i))
+            return -EINVAL;
+        o->fp32 = i == 1;
+        return 0;
+    case 'v':
+        if (cli_parse_device(v, &o->device))
+            return cli_bad_value("run", "device", v, "host, auto or a CUDA ordinal");
+        return 0;
+    case 'n': o->progress = false; return 0;
+    case 'j': o->json = true; return 0;
+    default: return run_number(c, v, o);
+    }
 }
 
 /* 0 to run, 1 after --help, -EINVAL after a message. */
 static int run_parse(int argc, char **argv, struct run_opts *o)
 {
-    static const struct option lo[] = {
-        { "model", 1, 0, 'm' },   { "layers", 1, 0, 'L' },    { "batch", 1, 0, 'b' },
-        { "context", 1, 0, 'c' }, { "tokens", 1, 0, 't' },    { "page-tokens", 1, 0, 'p' },
-        { "hbm", 1, 0, 'H' },     { "dram", 1, 0, 'D' },      { "ssd", 1, 0, 'S' },
-        { "ssd-dir", 1, 0, 'd' }, { "codec", 1, 0, 'C' },     { "policy", 1, 0, 'P' },
-        { "device", 1, 0, 'v' },  { "threads", 1, 0, 'T' },   { "link-gbps", 1, 0, 'l' },
-        { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
-        { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
-        { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },
-        { 0, 0, 0, 0 },
-    };
     run_opts_default(o);
-    uint64_t v;
-    int c, idx = -1;
-    char *end;
+    int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", lo, &idx)) != -1) {
-        switch (c) {
-        case 'm':
-            if (!(o->model = kvt_preset_find(optarg)))
-                goto bad;
-            break;
-        case 'L': if (parse_u32(optarg, 0, 100000, &o->layers)) goto bad; break;
-        case 'b': if (parse_u32(optarg, 1, 4096, &o->batch)) goto bad; break;
-        case 'c': if (cli_parse_count(optarg, &o->context) || !o->context || o->context > (1u << 30)) goto bad; break;
-        case 't': if (parse_u32(optarg, 1, 1u << 20, &o->tokens)) goto bad; break;
-        case 'p': if (parse_u32(optarg, 1, ATTN_MAX_PAGE_TOKENS, &o->page_tokens)) goto bad; break;
-        case 'H': if (cli_parse_size(optarg, &o->hbm) || !o->hbm) goto bad; break;
-        case 'D': if (cli_parse_size(optarg, &o->dram) || !o->dram) goto bad; break;
-        case 'S': if (cli_parse_size(optarg, &o->ssd)) goto bad; break;
-        case 'd': o->ssd_dir = optarg; break;
-        case 'C': if (parse_codec(optarg, &o->codec)) goto bad; break;
-        case 'P':
-            if (strcmp(optarg, "decode") && strcmp(optarg, "lru"))
-                goto bad;
-            o->policy = optarg;
-            break;
-        case 'v': if (cli_parse_device(optarg, &o->device)) goto bad; break;
-        case 'T': if (parse_u32(optarg, 1, 64, &o->threads)) goto bad; break;
-        case 'N': if (parse_u32(optarg, 0, 19, &o->nice)) goto bad; break;
-        case 'k': if (parse_u32(optarg, 1, 1u << 30, &o->chunk_pages)) goto bad; break;
-        case 'y':
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32"))
-                goto bad;
-            o->fp32 = !strcmp(optarg, "fp32");
-            break;
-        case 'l':
-            o->link_gbps = strtod(optarg, &end);
-            if (end == optarg || *end || !(o->link_gbps >= 0))
-                goto bad;
-            break;
-        case 's':
-            if (cli_parse_count(optarg, &v))
-                goto bad;
-            o->seed = o->ref_seed = v;
-            break;
-        case 'r': o->trace_path = optarg; break;
-        case 'n': o->progress = false; break;
-        case 'j': o->json = true; break;
-        case 'h': run_usage(stdout); return 1;
-        default:
-            return cli_getopt_error("run", c, argv);
+    while ((c = getopt_long(argc, argv, ":h", run_lo, NULL)) != -1) {
+        if (c == 'h') {
+            run_usage(stdout);
+            return 1;
         }
-        idx = -1;
+        if (c == '?' || c == ':')
+            return cli_getopt_error("run", c, argv);
+        if (run_option(c, optarg, o))
+            return -EINVAL;
     }
     if (optind != argc) {
         cli_error("run", 2, "unexpected argument '%s'", argv[optind]);
         return -EINVAL;
     }
+    /* A cut, never a silent one: more layers than the model has is a mistake. */
+    if (o->layers > o->model->layers) {
+        cli_error("run", 2, "bad value '%u' for --layers: %s has %u layers (0 = all of them)",
+                  o->layers, o->model->name, o->model->layers);
+        return -EINVAL;
+    }
     return 0;
-bad:
-    cli_error("run", 2, "bad value '%s' for --%s", optarg, idx >= 0 ? lo[idx].name : "?");
-    return -EINVAL;
 }
 
 /* ------------------------------------------------------------- sizing */
@@ -314,8 +358,13 @@ static uint32_t chunk_pages(const struct run_ctx *x);
 static int run_size(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
-    uint64_t kv = (uint64_t)o->batch * x->layers * x->pages_max * x->pb;
-    uint64_t group = (uint64_t)x->pages_max * x->pb;
+    uint64_t kv, group = (uint64_t)x->pages_max * x->pb; /* < 2^32 pages of < 2^32 bytes */
+    /* A quarter of 2^64 at most: the SSD's default, twice the KV, must fit too. */
+    if (__builtin_mul_overflow(group, (uint64_t)o->batch * x->layers, &kv) || kv > UINT64_MAX / 4) {
+        cli_error("run", 2, "--batch %u x %u layers x --context %llu: the KV does not fit 64 bits",
+                  o->batch, x->layers, (unsigned long long)o->context);
+        return -EINVAL;
+    }
     r->kv_bytes = kv;
     r->page_bytes = x->pb;
     r->pages = kv / x->pb;
@@ -342,9 +391,23 @@ static int run_size(struct run_ctx *x, struct run_result *r)
                   (unsigned long long)hbm, x->pages_max, x->pb);
         return -EINVAL;
     }
-    if (hbm + dram + ssd < kv + 2 * x->pb) {
+    /* Pages acquired from SSD pass through DRAM, all of one acquire at once:
+     * with fewer DRAM slots than that, kvt_acquire waits for ever. */
+    uint64_t acq = o->device == KVT_DEVICE_HOST ? chunk_pages(x) : x->pages_max;
+    acq = acq < x->pages_max ? acq : x->pages_max;
+    if (ssd && dram / x->pb < acq) {
+        cli_error("run", 2,
+                  "--dram %llu bytes is too small: pages read from --ssd pass through DRAM, %llu "
+                  "pages of %zu bytes at a time (--chunk-pages)",
+                  (unsigned long long)dram, (unsigned long long)acq, x->pb);
+        return -EINVAL;
+    }
+    uint64_t total;
+    bool past_2_64 = __builtin_add_overflow(hbm, dram, &total) ||
+                     __builtin_add_overflow(total, ssd, &total);
+    if (!past_2_64 && total < kv + 2 * x->pb) {
         cli_error("run", 2, "--hbm + --dram + --ssd (%llu bytes) cannot hold the KV (%llu bytes)",
-                  (unsigned long long)(hbm + dram + ssd), (unsigned long long)kv);
+                  (unsigned long long)total, (unsigned long long)kv);
         return -EINVAL;
     }
     r->cap[0] = hbm;
@@ -1189,26 +1252,52 @@ static int open_attention(struct run_ctx *x)
     return KVT_ENOTSUP;
 }
 
+/* The engine's configuration for the capacities run_size() chose. */
+static void engine_config(struct run_ctx *x, const struct run_result *r, kvt_config *c)
+{
+    const struct run_opts *o = x->o;
+    kvt_config_init(c);
+    c->page_bytes = x->pb;
+    c->hbm_bytes = r->cap[0];
+    c->dram_bytes = r->cap[1];
+    c->ssd_bytes = r->cap[2];
+    c->ssd_dir = r->cap[2] ? x->ssd_dir : NULL;
+    c->device = o->device;
+    c->policy = o->policy;
+    c->codec = o->codec;
+    c->host_link_gbps = o->link_gbps;
+    if (o->trace_path) {
+        c->on_transfer = on_transfer;
+        c->on_transfer_arg = x;
+    }
+    c->fingerprint = 0x6b767472756e0000ull ^ ((uint64_t)x->sh.kv_heads << 32) ^
+                     ((uint64_t)x->sh.head_dim << 16) ^ x->sh.page_tokens;
+}
+
+static const struct cli_field run_fields[] = {
+    { "page_bytes", "page-tokens" }, { "hbm_bytes", "hbm" },   { "dram_bytes", "dram" },
+    { "ssd_bytes", "ssd" },          { "ssd_dir", "ssd-dir" }, { "device", "device" },
+    { "policy", "policy" },          { "codec", "codec" },     { "host_link_gbps", "link-gbps" },
+    { NULL, NULL },
+};
+
+/* The engine's own check of the configuration, before anything is made on
+ * disk: a value it would refuse is an argument error. The temporary spill
+ * directory has no name yet; a stand-in takes its place. */
+static int check_engine_config(struct run_ctx *x, const struct run_result *r)
+{
+    kvt_config c;
+    engine_config(x, r, &c);
+    if (c.ssd_bytes && !c.ssd_dir)
+        c.ssd_dir = "(temporary)";
+    return cli_config_check("run", &c, run_fields);
+}
+
 static int open_engine(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
     kvt_config c;
-    kvt_config_init(&c);
-    c.page_bytes = x->pb;
-    c.hbm_bytes = r->cap[0];
-    c.dram_bytes = r->cap[1];
-    c.ssd_bytes = r->cap[2];
-    c.ssd_dir = r->cap[2] ? x->ssd_dir : NULL;
-    c.device = o->device;
-    c.policy = o->policy;
-    c.codec = o->codec;
-    c.host_link_gbps = o->link_gbps;
-    if (o->trace_path) {
-        c.on_transfer = on_transfer;
-        c.on_transfer_arg = x;
-    }
-    c.fingerprint = 0x6b767472756e0000ull ^ ((uint64_t)x->sh.kv_heads << 32) ^
-                    ((uint64_t)x->sh.head_dim << 16) ^ x->sh.page_tokens;
+    engine_config(x, r, &c);
     int rc = kvt_open(&c, &x->e);
     if (rc) {
         cli_error("run", 1, "cannot open the engine: %s (%s)", kvt_strerror(rc), kvt_last_error());
@@ -1294,15 +1383,15 @@ int run_exec(const struct run_opts *o, struct run_result *r)
         return -EINVAL;
     }
     x.pages_max = (uint32_t)((final_tokens + o->page_tokens - 1) / o->page_tokens);
+    x.ssd_dir = o->ssd_dir;
     int rc = run_size(&x, r);
-    if (rc)
+    if (rc || (rc = check_engine_config(&x, r)))
         return rc;
     trace_init(&x.trace, cli_now());
     if ((rc = ctx_alloc(&x))) {
         cli_error("run", 1, "out of memory");
         goto out;
     }
-    x.ssd_dir = o->ssd_dir;
     if (r->cap[2] && !x.ssd_dir) {
         const char *tmp = getenv("TMPDIR");
         snprintf(x.tmpdir, sizeof x.tmpdir, "%s/kvtier-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
