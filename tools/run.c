@@ -16,7 +16,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -28,6 +27,7 @@
 #include <unistd.h>
 
 #include "include/kvtier.h"
+#include "tiers/spill_dir.h"
 #include "tiers/tiers.h"
 #include "tools/attention.h"
 #include "tools/cli.h"
@@ -540,12 +540,10 @@ static int uring_passes(const char *path, uint64_t span, size_t pb, bool write, 
     return 0;
 }
 
-static int raw_ssd_uring(const char *dir, size_t pb, struct run_result *res)
+static int raw_ssd_uring(const char *path, size_t pb, struct run_result *res)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/kvtier-run-rawio.tmp", dir);
     uint64_t span = RAW_SPAN / pb * pb;
-    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     int r = -posix_fallocate(fd, 0, (off_t)span);
@@ -554,25 +552,18 @@ static int raw_ssd_uring(const char *dir, size_t pb, struct run_result *res)
         r = uring_passes(path, span, pb, true, 1, &res->ssd_write);
     if (r == 0)
         r = uring_passes(path, span, pb, false, 2, &res->ssd_read);
-    unlink(path);
     return r;
 }
 
-static void raw_ssd(const char *dir, size_t pb, struct run_result *res)
+/* The passes without io_uring, over the same scratch file. */
+static void raw_ssd_threads(const char *path, size_t pb, struct run_result *res)
 {
-    unsigned nr = res->ssd_read.n, nw = res->ssd_write.n;
-    if (raw_ssd_uring(dir, pb, res) == 0 && res->ssd_read.n > nr && res->ssd_write.n > nw)
-        return;
-    res->ssd_read.n = nr;
-    res->ssd_write.n = nw;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/kvtier-run-rawio.tmp", dir);
     size_t n = (32u << 20) / pb;
     int direct = 1;
-    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT, 0600);
+    int fd = open(path, O_RDWR | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         direct = 0;
-        fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
+        fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     }
     if (fd < 0)
         return;
@@ -583,6 +574,22 @@ static void raw_ssd(const char *dir, size_t pb, struct run_result *res)
     if (wr > 0)
         sample_add(&res->ssd_read, raw_io_pass(fd, pb, n, 0));
     close(fd);
+}
+
+/* In a scratch file of the spill directory's own (tiers/spill_dir.h: made
+ * exclusively under a name kvtier's wipe knows, so one a crash leaves
+ * behind is not a foreign file that would close the directory to kvtier). */
+static void raw_ssd(const char *dir, size_t pb, struct run_result *res)
+{
+    char path[PATH_MAX];
+    if (kvt_spill_scratch(dir, path, sizeof path) < 0)
+        return;
+    unsigned nr = res->ssd_read.n, nw = res->ssd_write.n;
+    if (raw_ssd_uring(path, pb, res) != 0 || res->ssd_read.n == nr || res->ssd_write.n == nw) {
+        res->ssd_read.n = nr;
+        res->ssd_write.n = nw;
+        raw_ssd_threads(path, pb, res);
+    }
     unlink(path);
 }
 
@@ -1143,11 +1150,6 @@ static int verify(struct run_ctx *x, struct run_result *r)
 
 /* ------------------------------------------------------------- set-up */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(path);
-}
-
 static void ctx_free(struct run_ctx *x)
 {
     kvt_close(x->e);
@@ -1178,8 +1180,10 @@ static void ctx_free(struct run_ctx *x)
     free(x->ptrs2);
     free(x->hashes);
     trace_free(&x->trace);
-    if (x->tmpdir[0])
-        nftw(x->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    /* The engine's files by name and the directory, never a recursive
+     * removal: anything else found there stays. */
+    if (x->tmpdir[0] && kvt_spill_remove(x->tmpdir) < 0)
+        cli_error("run", 1, "%s", kvt_last_error());
 }
 
 static int ctx_alloc(struct run_ctx *x)
@@ -1250,6 +1254,27 @@ static int open_attention(struct run_ctx *x)
               "is built where CMake finds nvcc, outside the sanitizer builds)",
               kvt_device_name(x->e));
     return KVT_ENOTSUP;
+}
+
+/* The spill directory, made if missing, must be one the engine will take
+ * (empty, or kvtier's) before anything is written in it: else an argument
+ * error naming what is in it, and nothing touched. */
+static int claim_spill_dir(const char *path)
+{
+    int dfd;
+    bool ours;
+    int rc = kvt_spill_opendir(path, true, &dfd);
+    if (rc < 0) {
+        cli_error("run", 1, "--ssd-dir: %s", kvt_last_error());
+        return rc;
+    }
+    rc = kvt_spill_claim(dfd, path, &ours);
+    close(dfd);
+    if (rc < 0) {
+        cli_error("run", 2, "--ssd-dir: %s", kvt_last_error());
+        return -EINVAL;
+    }
+    return 0;
 }
 
 /* The engine's configuration for the capacities run_size() chose. */
@@ -1404,7 +1429,8 @@ int run_exec(const struct run_opts *o, struct run_result *r)
         x.ssd_dir = x.tmpdir;
     }
     if (r->cap[2]) {
-        mkdir(x.ssd_dir, 0700);
+        if ((rc = claim_spill_dir(x.ssd_dir)))
+            goto out;
         raw_ssd(x.ssd_dir, x.pb, r);
     }
     if ((rc = open_engine(&x, r)))
