@@ -14,12 +14,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "include/kvtier.h"
+#include "tiers/spill_dir.h"
 #include "tiers/tiers.h"
 #include "tools/cli.h"
 
@@ -36,6 +38,9 @@ struct ssd_link {
     double gbps, base_gbps;
 };
 
+/* The page sizes measured. */
+static const size_t page_sizes[2] = { 256 << 10, 1 << 20 };
+
 static void ssd_usage(FILE *f)
 {
     fprintf(f,
@@ -46,8 +51,10 @@ static void ssd_usage(FILE *f)
             "system, as a ratio; then the codecs' ratio and GB/s per core on a bf16 page.\n"
             "\n"
             "options:\n"
-            "  --dir D        where to put the files (default $TMPDIR or /tmp); removed after\n"
-            "  --bytes N      data moved per measurement (default 256M)\n"
+            "  --dir D        an existing directory to work in (default $TMPDIR or /tmp): the\n"
+            "                 bench makes its own directory inside it, and removes it after\n"
+            "  --bytes N      data moved per measurement, 4M or more, held in DRAM whole\n"
+            "                 (default 256M)\n"
             "  --depth N      I/O queue depth (default 32)\n"
             "  --reps N       runs per figure, alternating which side goes first; best kept\n"
             "                 (default 9: this is a noisy measurement on virtual disks)\n"
@@ -56,28 +63,69 @@ static void ssd_usage(FILE *f)
             "  -h, --help     this text\n");
 }
 
+static const struct option ssd_lo[] = {
+    { "dir", 1, 0, 'd' },  { "bytes", 1, 0, 'b' }, { "depth", 1, 0, 'q' }, { "reps", 1, 0, 'r' },
+    { "quick", 0, 0, 'Q' }, { "json", 0, 0, 'j' }, { "help", 0, 0, 'h' },  { 0, 0, 0, 0 },
+};
+
+/* One option's value into o; 0 or -EINVAL having said why. */
+static int ssd_option(int c, const char *v, struct ssd_opts *o)
+{
+    const char *cmd = "bench ssd";
+    uint64_t n;
+    switch (c) {
+    case 'd':
+        o->dir = v;
+        return cli_opt_path(cmd, "dir", v);
+    /* 256 TiB: past the engine's 2^30 pages, short of overflowing a size. */
+    case 'b': return cli_opt_size(cmd, "bytes", v, 4u << 20, 1ull << 48, &o->bytes);
+    case 'q':
+    case 'r':
+        if (cli_opt_count(cmd, c == 'q' ? "depth" : "reps", v, 1, c == 'q' ? 4096 : 100, &n))
+            return -EINVAL;
+        *(c == 'q' ? &o->depth : &o->reps) = (unsigned)n;
+        return 0;
+    case 'Q': o->quick = true; return 0;
+    case 'j': o->json = true; return 0;
+    default: return -EINVAL;
+    }
+}
+
+static void kvtier_config(const char *dir, size_t pb, uint64_t n, unsigned depth, kvt_config *c);
+
+static const struct cli_field ssd_fields[] = {
+    { "dram_bytes", "bytes" }, { "ssd_bytes", "bytes" }, { "queue_depth", "depth" }, { NULL, NULL },
+};
+
+/* The engine's own check of both page sizes' configurations. */
+static int ssd_check(const struct ssd_opts *o)
+{
+    for (int i = 0; i < 2; i++) {
+        kvt_config c;
+        kvtier_config("(scratch)", page_sizes[i], o->bytes / page_sizes[i], o->depth, &c);
+        if (cli_config_check("bench ssd", &c, ssd_fields))
+            return -EINVAL;
+    }
+    return 0;
+}
+
+/* 0 to run, 1 after --help, -EINVAL after a message. */
 static int ssd_parse(int argc, char **argv, struct ssd_opts *o)
 {
-    static const struct option lo[] = {
-        { "dir", 1, 0, 'd' },  { "bytes", 1, 0, 'b' }, { "depth", 1, 0, 'q' }, { "reps", 1, 0, 'r' },
-        { "quick", 0, 0, 'Q' }, { "json", 0, 0, 'j' }, { "help", 0, 0, 'h' },  { 0, 0, 0, 0 },
-    };
     const char *tmp = getenv("TMPDIR");
     *o = (struct ssd_opts){ tmp && *tmp ? tmp : "/tmp", 256ull << 20, 32, 9, false, false };
-    uint64_t v;
-    int c, idx = -1;
+    int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
-        switch (c) {
-        case 'd': o->dir = optarg; break;
-        case 'b': if (cli_parse_size(optarg, &o->bytes) || o->bytes < (4u << 20)) goto bad; break;
-        case 'q': if (cli_parse_count(optarg, &v) || !v || v > 4096) goto bad; o->depth = (unsigned)v; break;
-        case 'r': if (cli_parse_count(optarg, &v) || !v || v > 100) goto bad; o->reps = (unsigned)v; break;
-        case 'Q': o->quick = true; break;
-        case 'j': o->json = true; break;
-        case 'h': ssd_usage(stdout); return 1;
-        default: ssd_usage(stderr); return -EINVAL;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", ssd_lo, NULL)) != -1) {
+        if (c == 'h') {
+            ssd_usage(stdout);
+            return 1;
         }
+        if (c == '?' || c == ':')
+            return cli_getopt_error("bench ssd", c, argv);
+        if (ssd_option(c, optarg, o))
+            return -EINVAL;
     }
     if (optind != argc) {
         cli_error("bench ssd", 2, "unexpected argument '%s'", argv[optind]);
@@ -87,22 +135,87 @@ static int ssd_parse(int argc, char **argv, struct ssd_opts *o)
         o->bytes = 32ull << 20;
         o->reps = 1;
     }
-    return 0;
-bad:
-    cli_error("bench ssd", 2, "bad value '%s' for --%s", optarg, idx >= 0 ? lo[idx].name : "?");
-    return -EINVAL;
+    return ssd_check(o);
 }
 
-/* ------------------------------------------------------------- raw */
+/* ------------------------------------------------------------- scratch */
 
-static int raw_file(const char *path, uint64_t bytes)
+/* The bench works in a directory of its own, made by mkdtemp inside --dir,
+ * and touches nothing else: in it, only the names below, each made by the
+ * bench (the raw file) or by the engine it opens (the spill directory), and
+ * removed by exact name; never a recursive removal, never a shell. A path
+ * the user gave cannot aim a removal anywhere but at what the bench made. */
+#define RAW_NAME "raw.dat"
+#define SPILL_NAME "kvtier"
+
+struct scratch {
+    char path[PATH_MAX]; /* <dir>/kvtier-bench-XXXXXX */
+    char raw[PATH_MAX + sizeof("/" RAW_NAME)];     /* for kvt_io_raw_bench */
+    char spill[PATH_MAX + sizeof("/" SPILL_NAME)]; /* the engine's ssd_dir */
+    const char *base;    /* the last component of path */
+    int parent, fd;      /* --dir and the scratch directory */
+};
+
+static int scratch_make(const char *dir, struct scratch *s)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    s->parent = s->fd = -1;
+    int n = snprintf(s->path, sizeof s->path, "%s/kvtier-bench-XXXXXX", dir);
+    if (n < 0 || (size_t)n >= sizeof s->path)
+        return -ENAMETOOLONG;
+    s->parent = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->parent < 0 || !mkdtemp(s->path))
+        return -errno;
+    s->base = strrchr(s->path, '/') + 1;
+    /* The name just made, looked up in --dir itself and not through a link:
+     * what gets removed at the end is the directory mkdtemp made. */
+    s->fd = openat(s->parent, s->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (s->fd < 0)
+        return -errno;
+    snprintf(s->raw, sizeof s->raw, "%s/" RAW_NAME, s->path);
+    snprintf(s->spill, sizeof s->spill, "%s/" SPILL_NAME, s->path);
+    return 0;
+}
+
+/* A fresh preallocated raw file, made by this call (O_EXCL, no link
+ * followed). */
+static int scratch_raw(struct scratch *s, uint64_t bytes)
+{
+    if (unlinkat(s->fd, RAW_NAME, 0) != 0 && errno != ENOENT)
+        return -errno;
+    int fd = openat(s->fd, RAW_NAME, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
     int r = posix_fallocate(fd, 0, (off_t)bytes);
     close(fd);
     return -r;
+}
+
+/* Removes the engine's spill directory (its own files by name, see
+ * tiers/spill_dir.h); absent is fine. */
+static int scratch_spill_remove(struct scratch *s)
+{
+    int r = kvt_spill_remove(s->spill);
+    return r == -ENOENT ? 0 : r;
+}
+
+/* Removes what the bench made, then the scratch directory; prints what
+ * could not be removed (something else is in it: it stays). */
+static void scratch_remove(struct scratch *s)
+{
+    int r = 0;
+    if (s->fd >= 0) {
+        if (unlinkat(s->fd, RAW_NAME, 0) != 0 && errno != ENOENT)
+            r = -errno;
+        if (r == 0 && (r = scratch_spill_remove(s)) < 0)
+            fprintf(stderr, "kvtier bench ssd: %s\n", kvt_last_error());
+        close(s->fd);
+        if (r == 0 && unlinkat(s->parent, s->base, AT_REMOVEDIR) != 0)
+            r = -errno;
+    }
+    if (s->parent >= 0)
+        close(s->parent);
+    if (r < 0)
+        fprintf(stderr, "kvtier bench ssd: could not remove %s: %s\n", s->path, strerror(-r));
 }
 
 /* ------------------------------------------------------------- kvtier */
@@ -129,18 +242,23 @@ static int fill_pages(kvt_engine *e, uint64_t n, size_t pb)
 
 /* One measurement through kvtier: write every DRAM page to SSD, then drop
  * the DRAM copies and read them all back. */
+static void kvtier_config(const char *dir, size_t pb, uint64_t n, unsigned depth, kvt_config *c)
+{
+    kvt_config_init(c);
+    c->page_bytes = pb;
+    c->hbm_bytes = pb;
+    c->dram_bytes = (n + 8) * pb;
+    c->ssd_bytes = (n + 8) * pb;
+    c->ssd_dir = dir;
+    c->device = KVT_DEVICE_HOST;
+    c->queue_depth = depth;
+    c->persist = 0;
+}
+
 static int kvtier_run(const char *dir, size_t pb, uint64_t n, unsigned depth, double *wr, double *rd)
 {
     kvt_config c;
-    kvt_config_init(&c);
-    c.page_bytes = pb;
-    c.hbm_bytes = pb;
-    c.dram_bytes = (n + 8) * pb;
-    c.ssd_bytes = (n + 8) * pb;
-    c.ssd_dir = dir;
-    c.device = KVT_DEVICE_HOST;
-    c.queue_depth = depth;
-    c.persist = 0;
+    kvtier_config(dir, pb, n, depth, &c);
     kvt_engine *e;
     int r = kvt_open(&c, &e);
     if (r < 0)
@@ -170,14 +288,39 @@ out:
 
 static double best(double a, double b) { return a > b ? a : b; }
 
-static int bench_size(const struct ssd_opts *o, const char *dir, size_t pb, struct ssd_link *w,
+/* One side of one rep: 0, or 1 after a message. */
+static int bench_raw(const struct ssd_opts *o, struct scratch *sc, size_t pb, uint64_t n,
+                     double *bw, double *br)
+{
+    /* A fresh preallocated file each time, as the engine's segments are:
+     * first writes into unwritten extents cost more than overwrites, on
+     * both sides alike. */
+    int rc;
+    if ((rc = scratch_raw(sc, n * pb)) < 0 ||
+        (rc = kvt_io_raw_bench(sc->raw, n * pb, pb, o->depth, n, true, bw)) < 0 ||
+        (rc = kvt_io_raw_bench(sc->raw, n * pb, pb, o->depth, n, false, br)) < 0)
+        return cli_error("bench ssd", 1, "raw io_uring baseline failed: %s", strerror(-rc));
+    return 0;
+}
+
+static int bench_kvtier(const struct ssd_opts *o, struct scratch *sc, size_t pb, uint64_t n,
+                        double *kw, double *kr)
+{
+    int rc = kvtier_run(sc->spill, pb, n, o->depth, kw, kr);
+    if (rc < 0)
+        return cli_error("bench ssd", 1, "through kvtier: %s (%s)", kvt_strerror(rc),
+                         kvt_last_error());
+    /* Each run starts from an empty directory: nothing of the last one,
+     * of another page size, is left for the engine to wipe. */
+    if ((rc = scratch_spill_remove(sc)) < 0)
+        return cli_error("bench ssd", 1, "%s", kvt_last_error());
+    return 0;
+}
+
+static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, struct ssd_link *w,
                       struct ssd_link *r)
 {
-    char raw[4200], kdir[4200];
-    snprintf(raw, sizeof(raw), "%s/raw.dat", dir);
-    snprintf(kdir, sizeof(kdir), "%s/kvtier", dir);
     uint64_t n = o->bytes / pb;
-    int rc = 0;
     *w = (struct ssd_link){ "dram->ssd", pb, 0, 0 };
     *r = (struct ssd_link){ "ssd->dram", pb, 0, 0 };
     for (unsigned i = 0; i < o->reps; i++) {
@@ -185,22 +328,10 @@ static int bench_size(const struct ssd_opts *o, const char *dir, size_t pb, stru
         /* Alternate which side goes first: a virtual disk's speed drifts
          * with what its host cached a moment ago. */
         for (int side = 0; side < 2; side++) {
-            if ((side ^ (int)(i & 1)) == 0) {
-                /* A fresh preallocated file each time, as the engine's
-                 * segments are: first writes into unwritten extents cost
-                 * more than overwrites, on both sides alike. */
-                if ((rc = raw_file(raw, n * pb)) < 0 ||
-                    (rc = kvt_io_raw_bench(raw, n * pb, pb, o->depth, n, true, &bw)) < 0 ||
-                    (rc = kvt_io_raw_bench(raw, n * pb, pb, o->depth, n, false, &br)) < 0) {
-                    unlink(raw);
-                    return cli_error("bench ssd", 1, "raw io_uring baseline failed: %s",
-                                     strerror(-rc));
-                }
-            } else if ((rc = kvtier_run(kdir, pb, n, o->depth, &kw, &kr)) < 0) {
-                unlink(raw);
-                return cli_error("bench ssd", 1, "through kvtier: %s (%s)", kvt_strerror(rc),
-                                 kvt_last_error());
-            }
+            int rc = (side ^ (int)(i & 1)) == 0 ? bench_raw(o, sc, pb, n, &bw, &br)
+                                                 : bench_kvtier(o, sc, pb, n, &kw, &kr);
+            if (rc)
+                return rc;
         }
         w->base_gbps = best(w->base_gbps, bw);
         r->base_gbps = best(r->base_gbps, br);
@@ -211,7 +342,6 @@ static int bench_size(const struct ssd_opts *o, const char *dir, size_t pb, stru
     }
     if (!o->json && isatty(2))
         fprintf(stderr, "\r%40s\r", "");
-    unlink(raw);
     return 0;
 }
 
@@ -240,7 +370,9 @@ static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
                 cf[i].ratio, cf[i].comp, cf[i].decomp);
     if (!o->json)
         return;
-    printf("{\"dir\": \"%s\", \"links\": [", o->dir);
+    printf("{\"dir\": ");
+    cli_json_str(o->dir);
+    printf(", \"links\": [");
     for (int i = 0; i < nl; i++)
         printf("%s{\"link\": \"%s\", \"block_bytes\": %zu, \"depth\": %u, \"gbps\": %.4f, "
                "\"baseline\": \"io_uring O_DIRECT\", \"baseline_gbps\": %.4f, \"ratio\": %.4f}",
@@ -260,20 +392,16 @@ int bench_ssd_main(int argc, char **argv)
     int r = ssd_parse(argc, argv, &o);
     if (r)
         return r > 0 ? 0 : 2;
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/kvtier-bench-XXXXXX", o.dir);
-    if (!mkdtemp(dir))
-        return cli_error("bench ssd", 1, "cannot create a directory in %s: %s", o.dir,
-                         strerror(errno));
+    struct scratch sc;
+    if ((r = scratch_make(o.dir, &sc)) < 0) {
+        scratch_remove(&sc);
+        return cli_error("bench ssd", 1, "cannot make a directory in %s: %s", o.dir, strerror(-r));
+    }
     struct ssd_link l[4];
-    static const size_t sizes[2] = { 256 << 10, 1 << 20 };
     int rc = 0;
     for (int i = 0; i < 2 && !rc; i++)
-        rc = bench_size(&o, dir, sizes[i], &l[2 * i], &l[2 * i + 1]);
-    char cmd[4200];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "kvtier bench ssd: could not remove %s\n", dir);
+        rc = bench_size(&o, &sc, page_sizes[i], &l[2 * i], &l[2 * i + 1]);
+    scratch_remove(&sc);
     if (rc)
         return rc;
     struct codec_fig cf[2] = { { "zstd", KVT_CODEC_ZSTD, 0, 0, 0 },
