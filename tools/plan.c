@@ -314,9 +314,8 @@ static int bad_value(const char *opt, const char *val, const char *want)
 /* A positive, finite bandwidth; 1e6 GB/s is past any link there is. */
 static int parse_gbps(const char *s, double *out)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v > 0) || v > 1e6)
+    double v;
+    if (cli_parse_real(s, &v) || !(v > 0) || v > 1e6)
         return -EINVAL;
     *out = v;
     return 0;

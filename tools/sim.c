@@ -1507,7 +1507,8 @@ static void sim_usage(FILE *f)
             "  --write-trace FILE  also write the trace being simulated to FILE\n"
             "generator (a decode of a model shape; ignored with --trace):\n"
             "  --model NAME        preset (default llama3-8b; list below)\n"
-            "  --layers N          layers to simulate (default: the model's; cut for speed)\n"
+            "  --layers N          layers to simulate, at most the model's (default: all; cut\n"
+            "                      for speed)\n"
             "  --dtype T           KV dtype (default: the preset's): sets the page bytes\n"
             "  --batch N           sequences (default 4)\n"
             "  --context N         tokens per sequence before the first step (default 8k;\n"
@@ -1605,10 +1606,8 @@ static int opt_count(const char *opt, const char *val, uint64_t max, bool zero_o
 static int opt_double(const char *opt, const char *val, double lo, bool lo_ok, double hi,
                       const char *want, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(val, &end);
-    if (errno || end == val || *end || !isfinite(v) || v < lo || (!lo_ok && v == lo) || v > hi)
+    double v;
+    if (cli_parse_real(val, &v) || v < lo || (!lo_ok && v == lo) || v > hi)
         return bad_value(opt, val, want);
     *out = v;
     return 0;
@@ -1649,8 +1648,12 @@ static int sim_option(int c, const char *a, struct sim_opts *o)
     if (c >= O_MODEL && c <= O_ORDER && !o->gen_flag)
         o->gen_flag = name;
     switch (c) {
-    case O_TRACE: o->trace_path = a; break;
-    case O_WRITE: o->write_path = a; break;
+    case O_TRACE:
+    case O_WRITE:
+        if (!*a)
+            e = bad_value(name, a, "a file name");
+        *(c == O_TRACE ? &o->trace_path : &o->write_path) = a;
+        break;
     case O_MODEL: o->model = a; break;
     case O_DTYPE: o->dtype = a; break;
     case O_LAYERS:
@@ -1717,6 +1720,11 @@ static int sim_shape(struct sim_opts *o)
     }
     if (!o->layers_given)
         o->gen.layers = o->shape->layers;
+    if (o->gen.layers > o->shape->layers) {
+        cli_error("sim", 2, "bad value '%u' for --layers: %s has %u layers", o->gen.layers,
+                  o->shape->name, o->shape->layers);
+        return -EINVAL;
+    }
     if (!o->dtype)
         o->dtype = o->shape->dtype;
     unsigned bits = kvt_dtype_bits(o->dtype);
