@@ -188,7 +188,10 @@ int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr);
  * resident. Keys may repeat (each occurrence is one pin).
  * Errors: KVT_ENOTFOUND (a key is in no tier), KVT_EFULL (the pages do not fit
  * beside the pages pinned now), KVT_ECORRUPT (a stored copy failed its
- * checksum), -EIO, KVT_EDEVICE. On error no page is pinned by this call. */
+ * checksum), -EIO, KVT_EDEVICE; the SSD's own error as it happened when a page
+ * could not be read from or written to its file for a reason that is not the
+ * data's (-EACCES, -ENOSPC, ...: the stored copy is kept, a later call tries
+ * again). On error no page is pinned by this call. */
 int kvt_acquire(kvt_engine *e, const kvt_key *keys, size_t n, void **dev_ptrs);
 
 /* Like kvt_acquire(), but returns once the copies are queued: dev_ptrs are
@@ -248,7 +251,8 @@ int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src
  * dst_on_device=1). found[i] is set to 1 if page i was copied, 0 if it is in
  * no tier (dst[i] untouched). A miss is not an error. found may be NULL.
  * Errors: KVT_ECORRUPT only when found is NULL and a stored copy is damaged
- * (with found, a damaged page reads as a miss), -EIO, KVT_EDEVICE. On error
+ * (with found, a damaged page reads as a miss), -EIO, KVT_EDEVICE, or the
+ * SSD file's own error (-EACCES, ...: the copy there is kept). On error
  * every found[i] is 0 (some dst[i] may have been written). */
 int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
             int dst_on_device, int *found);

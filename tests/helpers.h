@@ -6,6 +6,8 @@
 #define KVT_TEST_HELPERS_H
 
 #include <errno.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,6 +86,21 @@ static inline kvt_tier t_where(kvt_engine *e, kvt_key k)
     assert_true(r == 0 || r == 1);
     assert_true(r == 1 ? w != KVT_TIER_NONE : w == KVT_TIER_NONE);
     return w;
+}
+
+static inline int t_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Removes a test's own temporary tree (no shell, no link followed). */
+static inline void t_rmtree(const char *dir)
+{
+    nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Optional arguments of a test program (debugging): a test-name pattern to

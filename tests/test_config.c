@@ -227,9 +227,7 @@ static void test_ssd_config(void **state)
     assert_null(e2);
     assert_non_null(strstr(kvt_last_error(), dir));
     kvt_close(e);
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    t_rmtree(dir);
 }
 
 /* Both built policies open; belady is offline-only (the simulator) and

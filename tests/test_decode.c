@@ -235,9 +235,7 @@ static kvt_stats replay_with(const struct shape *sh, const struct trace *t, uint
     free(grp);
     free(ptr);
     if (dram_cap) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", ssd_dir);
-        assert_int_equal(system(cmd), 0);
+        t_rmtree(ssd_dir);
     }
     return s;
 }

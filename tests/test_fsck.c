@@ -448,17 +448,31 @@ static void test_repair(void **state)
     free2(&out, &err);
 }
 
-/* (name, size, mtime) of every file but lock.mdb, LMDB's reader table. */
+/* (name, type, size, mtime) of every entry under dir, lock.mdb included:
+ * inspect and fsck write nothing, not even LMDB's lock file. */
+static char *snap_buf;
+static size_t snap_len, snap_cap;
+
+static int snap_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)flag;
+    (void)ftw;
+    if (snap_len < snap_cap)
+        snap_len += (size_t)snprintf(snap_buf + snap_len, snap_cap - snap_len,
+                                     "%s %o %lld %lld.%09ld\n", path, (unsigned)st->st_mode,
+                                     (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+                                     st->st_mtim.tv_nsec);
+    return 0;
+}
+
 static void snapshot(const char *dir, char *buf, size_t n)
 {
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd),
-             "cd %s && find . -type f ! -name lock.mdb -printf '%%p %%s %%T@\\n' | sort", dir);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t got = fread(buf, 1, n - 1, p);
-    buf[got] = 0;
-    pclose(p);
+    snap_buf = buf;
+    snap_len = 0;
+    snap_cap = n;
+    buf[0] = 0;
+    assert_int_equal(nftw(dir, snap_one, 16, FTW_PHYS), 0);
+    assert_true(snap_len < n);
 }
 
 static void test_inspect(void **state)
@@ -583,16 +597,82 @@ static void test_no_index(void **state)
     struct fx *f = *state;
     char *out, *err, path[128];
     fx_done(f);
-    snprintf(path, sizeof(path), "rm -r %s/index", f->dir);
-    assert_int_equal(system(path), 0);
+    snprintf(path, sizeof(path), "%s/index", f->dir);
+    t_rmtree(path);
     assert_int_equal(RUN(fsck_main, "fsck", f->dir), 0);
     HAS(out, "no index");
     free2(&out, &err);
     assert_int_equal(RUN(inspect_main, "inspect", "--json", f->dir), 0);
     HAS(out, "\"index\": {\"present\": false, \"entries\": 0}");
     free2(&out, &err);
-    snprintf(path, sizeof(path), "%s/index", f->dir);
     assert_int_equal(access(path, F_OK), -1); /* and none was made */
+}
+
+/* Segments without the index that names their pages: an error, not "nothing
+ * to check" (the pages in them are lost, and fsck says so). */
+static void test_segments_without_index(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, path[128];
+    put_pages(f, 3);
+    fx_done(f);
+    snprintf(path, sizeof(path), "%s/index/data.mdb", f->dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "segment files but no index");
+    free2(&out, &err);
+}
+
+/* Two entries' keys exchanged in the index: each names the other's page,
+ * and the CRC, bound to the key, says so. --repair drops both. */
+static void test_exchanged_keys(void **state)
+{
+    struct fx *f = *state;
+    put_pages(f, 4);
+    fx_done(f);
+    put_entry(f, f->key[1], f->ent[2]);
+    put_entry(f, f->key[2], f->ent[1]);
+    struct bads b = verify(f, false, 4, 2);
+    expect_bad(&b, 0, f->key[1], "crc");
+    expect_bad(&b, 1, f->key[2], "crc");
+    verify(f, true, 4, 2);
+    verify(f, false, 2, 0);
+}
+
+/* Links in the directory are never followed by inspect or fsck: lock.mdb
+ * pointing outside is neither opened nor written, and a dangling LOCK is
+ * not created by --repair. */
+static void test_links_not_followed(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, link[160], target[160], text[64] = "";
+    put_pages(f, 2);
+    fx_done(f);
+    snprintf(target, sizeof(target), "%s.outside", f->dir);
+    write_file(target, "outside", 7);
+    snprintf(link, sizeof(link), "%s/index/lock.mdb", f->dir);
+    unlink(link);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(RUN(inspect_main, "inspect", f->dir), 0);
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 0);
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "--repair", f->dir), 0);
+    free2(&out, &err);
+    int fd = open(target, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, text, sizeof(text)), 7);
+    close(fd);
+    assert_memory_equal(text, "outside", 7);
+    unlink(target);
+
+    snprintf(link, sizeof(link), "%s/LOCK", f->dir);
+    unlink(link);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(RUN(fsck_main, "fsck", "--repair", f->dir), 1);
+    HAS(err, "LOCK is a symbolic link");
+    free2(&out, &err);
+    assert_int_equal(access(target, F_OK), -1);
 }
 
 static void test_in_use(void **state)
@@ -681,7 +761,8 @@ int main(void)
         T(test_bad_locations),  T(test_shared_slot), T(test_decode_failure),
         T(test_repair),         T(test_inspect),     T(test_garbage_index),
         T(test_not_a_spill_dir), T(test_no_index),   T(test_in_use),
-        T(test_usage),          T(test_index_as_is),
+        T(test_usage),          T(test_index_as_is), T(test_segments_without_index),
+        T(test_exchanged_keys), T(test_links_not_followed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,8 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
                 return kvt_check_failed(e);
             continue;
         }
+        if (r != KVT_EFULL)
+            return r;   /* the SSD refused the write-back: its error, as it is */
         r = e->arena[KVT_TIER_HBM].nfree ? 0 : kvt_make_room_hbm(e, 1, &w);
         if (r == 0) {
             kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM] = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pg);
@@ -242,6 +244,7 @@ struct get_src {
  * mover), waiting unlocked until each has a DRAM copy or is known lost. */
 static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
 {
+    int err = 0;    /* a read that failed with the page kept: reported, not a miss */
     for (;;) {
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         bool pending = false;
@@ -256,11 +259,18 @@ static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
                 } else {
                     g[i].tstate = 2;
                     g[i].tres = tr;
+                    if (tr < 0 && kvt_ssd_read_keeps_page(tr) && !err)
+                        err = kvt_ssd_read_error(e, g[i].pg, tr);
                 }
                 continue;
             }
             if (p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST))
                 continue;
+            if (p->flags & PG_READ_ERR) {
+                int r = kvt_ssd_read_error(e, g[i].pg, 0);
+                err = err ? err : r;
+                continue;
+            }
             if (p->xfer == XFER_SSD_READ) {
                 pending = true;
                 continue;
@@ -296,7 +306,7 @@ static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
             pending = true;
         }
         if (!pending)
-            return 0;
+            return err;
         if (w.kind == KVT_WAIT_NONE)
             w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
         kvt_wait_on(e, &w, true);

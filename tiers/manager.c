@@ -73,13 +73,8 @@ static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struc
         struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
         if (p->flags & PG_LOST)
             return lost_error(p);
-        if (p->flags & PG_READ_ERR) {
-            int r = e->ssd_read_err ? e->ssd_read_err : -EIO;
-            kvt_page_set(e, pages[i], 0, PG_READ_ERR);  /* the next load tries again */
-            return kvt_fail(r, "page (%llu,%u,%u) could not be read from SSD (%s); its copy "
-                            "there is kept", (unsigned long long)p->key.id, p->key.layer,
-                            p->key.index, kvt_strerror(r));
-        }
+        if (p->flags & PG_READ_ERR)
+            return kvt_ssd_read_error(e, pages[i], 0);
         if (p->slot[KVT_TIER_HBM] != KVT_NONE || (p->flags & PG_VALID_DRAM) ||
             p->xfer != XFER_NONE)
             continue;
@@ -276,6 +271,14 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     for (size_t i = 0; i < n; i++) {
         count_lookup(e, pages[i]);
         page_pin(e, pages[i]);
+    }
+    /* Every pinned page needs an HBM slot of its own at once: more than
+     * HBM has can never be served, however long it waits. */
+    if (e->st.pinned_pages > e->arena[KVT_TIER_HBM].nslots) {
+        r = kvt_fail(KVT_EFULL, "acquiring %zu pages would pin %llu pages in HBM, which has %u "
+                     "slots", n, (unsigned long long)e->st.pinned_pages,
+                     e->arena[KVT_TIER_HBM].nslots);
+        goto out_unpin;
     }
     if ((r = load_pages(e, pages, n)) < 0)
         goto out_unpin;

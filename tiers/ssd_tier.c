@@ -325,6 +325,16 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
 {
     struct kvt_arena *d = &e->arena[KVT_TIER_DRAM];
     uint32_t coming = 0;
+    int err = KVT_EFULL;
+    /* An eviction's write failed since the last call (a full disk, a file
+     * refused): its caller hears of it, once, instead of queueing the same
+     * page again for ever. */
+    if (e->evict_err) {
+        err = e->evict_err;
+        e->evict_err = 0;
+        return kvt_fail(err, "cannot write pages to SSD to make room in DRAM: %s",
+                        kvt_strerror(err));
+    }
     /* nfree counts the spare slot, which only evictions may take. */
     while ((d->nfree ? d->nfree - 1 : 0) + coming < need) {
         if (kvt_dram_drop_third_copy(e, KVT_NONE))
@@ -344,8 +354,10 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
             coming++; /* a slot is being freed for it: wait and try again */
             break;
         }
-        if (q < 0)
+        if (q < 0) {
+            err = q;
             break;
+        }
         coming++;
     }
     /* The SSD cannot take the policy's choice: pages with a copy elsewhere
@@ -374,7 +386,9 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
         *w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
         return -EAGAIN;
     }
-    return KVT_EFULL;
+    return err == KVT_EFULL ? KVT_EFULL
+                            : kvt_fail(err, "cannot write pages to SSD to make room in DRAM: %s",
+                                       kvt_strerror(err));
 }
 
 /* ------------------------------------------------------------- the pipeline */
@@ -656,11 +670,20 @@ static void pipe_commit(kvt_engine *e)
     free(v);
 }
 
-/* A read error that says nothing about the data: the file could not be
- * opened or read right now. The page keeps its SSD copy and index entry. */
-static bool read_error_keeps_page(int res)
+bool kvt_ssd_read_keeps_page(int res)
 {
     return res != KVT_ECORRUPT && res != -EIO;
+}
+
+int kvt_ssd_read_error(kvt_engine *e, uint32_t pg, int err)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (!err)
+        err = e->ssd_read_err ? e->ssd_read_err : -EIO;
+    kvt_page_set(e, pg, 0, PG_READ_ERR);  /* the next load tries again */
+    return kvt_fail(err, "page (%llu,%u,%u) could not be read from SSD (%s); its copy there is "
+                    "kept", (unsigned long long)p->key.id, p->key.layer, p->key.index,
+                    kvt_strerror(err));
 }
 
 static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
@@ -674,7 +697,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
     } else if (j->res == 0) {
         kvt_page_set(e, j->pg, PG_VALID_DRAM, PG_READ_ERR);
         e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
-    } else if (read_error_keeps_page(j->res)) {
+    } else if (kvt_ssd_read_keeps_page(j->res)) {
         e->st.errors_io++;
         e->ssd_read_err = j->res;
         if (!j->transient)
@@ -706,6 +729,8 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
          * file says nothing about the slot. */
         e->st.errors_io++;
         e->ssd_write_err = j->res;
+        if (j->evict && j->res != -EIO)
+            e->evict_err = j->res;  /* -EIO retired the slot: the next try goes elsewhere */
         if (j->res == -EIO)
             kvt_ssd_mark_bad(e->ssd, j->slot);
         else

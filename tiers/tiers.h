@@ -303,6 +303,7 @@ struct kvt_engine {
     uint64_t generation;            /* of the next SSD write (the mover's) */
     int ssd_read_err;               /* the last read error that kept its page (PG_READ_ERR) */
     int ssd_write_err;              /* the last write error, for kvt_flush's answer */
+    int evict_err;                  /* an eviction's write failed: the next room maker says so */
     struct kvt_transient *trans;    /* transient reads in progress */
     uint32_t ntrans, trans_cap;
     pthread_cond_t xfer_cv;         /* broadcast when a round finishes */
@@ -414,6 +415,13 @@ int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg);
  * -ENOSPC (no slot). */
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict);
 /* The page is going away: its index entry is deleted by the mover. */
+/* Whether a failed SSD read leaves the page and its index entry in place:
+ * every error but a proven-bad page (KVT_ECORRUPT) or the medium's (-EIO). */
+bool kvt_ssd_read_keeps_page(int res);
+/* The error of a page whose last read failed that way (err, or the one
+ * recorded): clears PG_READ_ERR so that the next load tries again, and
+ * names the page in kvt_last_error(). */
+int kvt_ssd_read_error(kvt_engine *e, uint32_t pg, int err);
 void kvt_ssd_forget(kvt_engine *e, uint32_t pg);
 /* One pass of the mover's SSD pipeline: takes queued jobs, submits them,
  * reaps, verifies, group-commits, finishes. Called locked; unlocks around
