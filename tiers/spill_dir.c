@@ -253,9 +253,9 @@ int kvt_spill_claim(int dfd, const char *path, bool *ours)
         if (dot(de->d_name))
             continue;
         enum kvt_spill_name k = kvt_spill_name_of(de->d_name, NULL);
-        /* What kvtier makes before the layout file: an empty LOCK, and the
-         * layout file being written. */
-        if (k == KVT_NAME_LAYOUT_TMP &&
+        /* What kvtier makes before the layout file: an empty LOCK, the
+         * layout file being written, a tool's scratch file. */
+        if ((k == KVT_NAME_LAYOUT_TMP || k == KVT_NAME_SCRATCH) &&
             kvt_spill_check_file(dfd, path, de->d_name, NULL) == 0)
             continue;
         if (k == KVT_NAME_LOCK && kvt_spill_check_file(dfd, path, de->d_name, &size) == 0 &&

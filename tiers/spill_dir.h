@@ -76,7 +76,7 @@ int kvt_spill_check_file(int dfd, const char *path, const char *name, off_t *siz
 
 /* Whether kvtier may use the directory: it holds the layout file (a regular
  * file), or nothing but what kvtier makes before it (an empty LOCK,
- * KVTIER.tmp). Anything else: KVT_ECONFIG, naming the directory and what is
+ * KVTIER.tmp, scratch files). Anything else: KVT_ECONFIG, naming the directory and what is
  * in it. *ours says whether the layout file is there. */
 int kvt_spill_claim(int dfd, const char *path, bool *ours);
 
