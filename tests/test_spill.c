@@ -683,6 +683,46 @@ static void test_error_messages(void **state)
     assert_non_null(strstr(text, "this engine uses 16384 and 16384"));
 }
 
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* slots_per_segment comes from the KVTIER file, so any value up to 2^32 - 1
+ * must size the segment tables right: the segment count was computed in 32
+ * bits and wrapped to 0 for the largest, which left zero-length tables that
+ * every access overran, segments never synced and their descriptors never
+ * closed. Such a layout only puts every slot in segment 0. */
+static void test_layout_huge_slots_per_segment(void **state)
+{
+    struct fx *f = *state;
+    char p[256];
+    int err;
+    make_store(f, 8);
+    path_in(p, sizeof(p), f->dir, "KVTIER");
+    write_file(p, "kvtier-ssd 1\npage_bytes 16384\nslot_bytes 16384\n"
+                  "slots_per_segment 4294967295\n");
+    int before = open_fds();
+    kvt_engine *e = open_ok(f, 1);
+    for (uint64_t i = 0; i < 8; i++)
+        assert_int_equal(get_page(e, i, &err), 1);
+    put_pages(e, 8, 40);                /* past DRAM: written to segment 0 */
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_close(e);
+    assert_int_equal(open_fds(), before);
+    e = open_ok(f, 1);
+    for (uint64_t i = 0; i < 48; i++)
+        assert_int_equal(get_page(e, i, &err), 1);
+    kvt_close(e);
+    assert_int_equal(open_fds(), before);
+}
+
 /* The index removed while segments stay: the engine says so. */
 static void test_missing_index_said(void **state)
 {
@@ -723,6 +763,7 @@ int main(int argc, char **argv)
         T(test_enospc_is_enospc),
         T(test_error_messages),
         T(test_missing_index_said),
+        T(test_layout_huge_slots_per_segment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -270,9 +270,12 @@ static int load_entries(struct kvt_ssd *s, kvt_ssd_entry_fn fn, void *ctx,
     return r;
 }
 
+/* slots_per_seg is the layout file's (any value up to 2^32 - 1), so the
+ * rounding up is done in 64 bits: in 32 it wraps to 0 segments for the
+ * largest values, and every segment access then overruns the tables. */
 static int alloc_maps(struct kvt_ssd *s)
 {
-    s->nsegs = (s->nslots + s->slots_per_seg - 1) / s->slots_per_seg;
+    s->nsegs = (uint32_t)(((uint64_t)s->nslots + s->slots_per_seg - 1) / s->slots_per_seg);
     s->seg_fd = malloc(s->nsegs * sizeof(int));
     s->seg_state = calloc(s->nsegs, 1);
     s->seg_retry_ns = calloc(s->nsegs, sizeof(uint64_t));
