@@ -280,7 +280,7 @@ typedef struct kvt_schedule {
  * policy evicts the page used furthest ahead and prefetches the nearest ones
  * (on the mover, while the caller computes); "lru" ignores it.
  * Errors: -EINVAL (n_ids or n_layers is 0, ids
- * NULL, unknown order). */
+ * NULL, unknown order, n_ids x n_layers above 2^30). */
 int kvt_set_schedule(kvt_engine *e, const kvt_schedule *s);
 
 /* "Now computing (id, layer)": call it before acquiring that layer's pages.

@@ -389,14 +389,17 @@ static void decode_schedule(void *priv, const kvt_schedule *s)
     d->ids = NULL;
     d->id_map = NULL;
     d->have = false;
-    d->S = (uint32_t)(s->n_ids * s->n_layers);
+    /* Too many groups for 32-bit group numbers (see KVT_MAX_SCHEDULE_GROUPS):
+     * run as if there were no schedule, as when out of memory. */
+    bool fits = s->n_ids && s->n_layers && s->n_ids <= KVT_MAX_SCHEDULE_GROUPS / s->n_layers;
+    d->S = fits ? (uint32_t)(s->n_ids * s->n_layers) : 0;
     d->order = s->order;
-    d->n_ids = (uint32_t)s->n_ids;
-    d->n_layers = s->n_layers;
+    d->n_ids = fits ? (uint32_t)s->n_ids : 0;
+    d->n_layers = fits ? s->n_layers : 0;
     d->window = s->window_pages;
     d->sinks = s->sink_pages;
     d->P = 0;
-    d->maxidx = calloc(d->S + 1, sizeof(uint32_t));
+    d->maxidx = fits ? calloc(d->S + 1, sizeof(uint32_t)) : NULL;
     if (!d->maxidx || build_id_map(d, s) < 0 || decode_alloc_buckets(d) < 0) {
         /* Out of memory: behave as LRU (everything unscheduled). */
         d->S = 0;

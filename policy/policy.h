@@ -39,6 +39,13 @@ struct kvt_policy_params {
     struct kvt_policy_host host;
 };
 
+/* The most groups (n_ids x n_layers) a schedule may have. Group numbers are
+ * 32-bit, the decode policy tags bucket numbers with the top bit and keeps a
+ * bucket per group; past this the product no longer fits them.
+ * kvt_set_schedule refuses more; a policy given more runs as if it had no
+ * schedule. */
+#define KVT_MAX_SCHEDULE_GROUPS (1u << 30)
+
 /* Next-use distances: smaller is sooner. */
 #define KVT_USE_NEVER UINT64_MAX          /* dead (outside the window) */
 #define KVT_USE_UNKNOWN (UINT64_MAX - 1)  /* not in the schedule */

@@ -559,6 +559,66 @@ static void test_large_batch(void **state)
     sweep((struct shape){ 8, 2, 12, 12, 0, 0, 0, KVT_ORDER_LAYER_MAJOR });
 }
 
+static const kvt_key two_keys[2] = { { 1000, 1, 0 }, { 1001, 3000, 0 } };
+
+static const kvt_key *two_key_of(void *ctx, uint32_t pg)
+{
+    return &((const kvt_key *)ctx)[pg];
+}
+
+/* The policy numbers groups (n_ids x n_layers) in 32 bits and keeps a
+ * bucket per group, so a schedule past KVT_MAX_SCHEDULE_GROUPS is refused
+ * with -EINVAL before anything is read or allocated: the product used to
+ * wrap (2^20 x 4096 = 2^32 became 0 groups, and filing a page wrote far
+ * past the buckets), and n_ids * 8 wrapped the copy's size. */
+static void test_schedule_too_many_groups(void **state)
+{
+    (void)state;
+    const size_t n = (size_t)1 << 20;
+    uint64_t *ids = calloc(n, sizeof(uint64_t));
+    assert_non_null(ids);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = 1000 + i;
+    kvt_config c = t_config(PB, 8, 16);
+    c.policy = "decode";
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    kvt_schedule sc = { ids, n, 4096, KVT_ORDER_LAYER_MAJOR, 0, 0 };
+    assert_int_equal(kvt_set_schedule(e, &sc), -EINVAL);
+    sc.n_ids = SIZE_MAX / sizeof(uint64_t) + 2;     /* n_ids * 8 wraps to 8 */
+    sc.n_layers = 1;
+    assert_int_equal(kvt_set_schedule(e, &sc), -EINVAL);
+    /* The engine goes on with the schedule it had (none). */
+    kvt_key k = t_key(ids[0], 1, 0);
+    void *p;
+    assert_int_equal(kvt_create(e, k, &p), 0);
+    t_fill(p, PB, k, 1);
+    assert_int_equal(kvt_release(e, &k, 1, 1), 0);
+    assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
+    assert_true(t_check(p, PB, k, 1));
+    assert_int_equal(kvt_release(e, &k, 1, 0), 0);
+    kvt_close(e);
+
+    /* The simulator hands a trace's schedule to the policy directly: the
+     * policy itself runs such a schedule as none (every page unscheduled). */
+    const struct kvt_policy_ops *ops = kvt_policy_find("decode");
+    uint64_t meta = 0;
+    struct kvt_policy_params pp = { .page_cap = 4, .slots = { 4, 4, 0 }, .meta = &meta,
+                                    .host = { (void *)two_keys, two_key_of, NULL } };
+    const kvt_key *keys = two_keys;
+    void *pol;
+    assert_int_equal(ops->create(&pp, &pol), 0);
+    sc = (kvt_schedule){ ids, n, 4096, KVT_ORDER_LAYER_MAJOR, 0, 0 };
+    ops->schedule(pol, &sc);
+    for (uint32_t pg = 0; pg < 2; pg++) {
+        ops->page_new(pol, pg, &keys[pg]);
+        ops->insert(pol, KVT_TIER_HBM, pg, &keys[pg]);
+        assert_true(ops->next_use(pol, pg) == KVT_USE_UNKNOWN);
+    }
+    ops->destroy(pol);
+    free(ids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_prefetch_bounded_and_useful),
         cmocka_unit_test(test_schedule_change_mid_run),
         cmocka_unit_test(test_ssd_layout_forward),
+        cmocka_unit_test(test_schedule_too_many_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

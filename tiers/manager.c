@@ -597,6 +597,10 @@ KVT_API int kvt_set_schedule(kvt_engine *e, const kvt_schedule *s)
     if (!s || !s->ids || !s->n_ids || !s->n_layers ||
         (s->order != KVT_ORDER_LAYER_MAJOR && s->order != KVT_ORDER_SEQ_MAJOR))
         return kvt_fail(-EINVAL, "schedule needs ids, n_ids > 0, n_layers > 0 and a known order");
+    /* Checked before n_ids is used as a size: the copy below would wrap. */
+    if (s->n_ids > KVT_MAX_SCHEDULE_GROUPS / s->n_layers)
+        return kvt_fail(-EINVAL, "schedule of %zu ids x %u layers: more than %u groups",
+                        s->n_ids, s->n_layers, KVT_MAX_SCHEDULE_GROUPS);
     uint64_t *ids = malloc(s->n_ids * sizeof(uint64_t));
     if (!ids)
         return kvt_fail(-ENOMEM, "out of memory");
