@@ -1,0 +1,185 @@
+/*
+ * test_cli.c — tools/cli.c's parsers take a whole, plain number or nothing:
+ * no space, sign, hex, exponent in a size, inf or nan, nothing after the
+ * suffix, nothing past 2^64 - 1, exact above 2^53; and the option checks
+ * name the option and the value when they refuse one.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "include/kvtier.h"
+#include "tools/cli.h"
+
+struct size_case {
+    const char *s;
+    uint64_t want; /* ignored where bad */
+    bool bad;
+};
+
+static void check_sizes(const struct size_case *c, size_t n, int (*parse)(const char *, uint64_t *))
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = 12345;
+        int r = parse(c[i].s, &v);
+        if (c[i].bad && (r != -EINVAL || v != 12345))
+            fail_msg("'%s' was taken as %llu", c[i].s, (unsigned long long)v);
+        if (!c[i].bad && (r != 0 || v != c[i].want))
+            fail_msg("'%s': %d, %llu, want %llu", c[i].s, r, (unsigned long long)v,
+                     (unsigned long long)c[i].want);
+    }
+}
+
+static void test_size(void **state)
+{
+    (void)state;
+    static const struct size_case c[] = {
+        { "4096", 4096, false },
+        { "0", 0, false },
+        { "256K", 256 << 10, false },
+        { "256kib", 256 << 10, false },
+        { "512MB", 512ull << 20, false },
+        { "1.5M", 3ull << 19, false },
+        { "4G", 4ull << 30, false },
+        { "1T", 1ull << 40, false },
+        { "9007199254740993", 9007199254740993ull, false }, /* 2^53 + 1: no double */
+        { "18446744073709551615", UINT64_MAX, false },
+        { "18446744073709551616", 0, true }, /* 2^64 */
+        { "16777216T", 0, true },            /* 2^64 too */
+        { "", 0, true },
+        { " 1M", 0, true },
+        { "1M ", 0, true },
+        { "+1", 0, true },
+        { "-1", 0, true },
+        { "-0", 0, true },
+        { "0x10", 0, true },
+        { "1e3", 0, true },
+        { "inf", 0, true },
+        { "nan", 0, true },
+        { "1.5", 0, true },   /* not a whole number of bytes */
+        { "1.", 0, true },
+        { ".5K", 0, true },
+        { "1X", 0, true },
+        { "1Mx", 0, true },
+        { "1b", 0, true },    /* a unit only after a multiplier */
+        { "1.0000000000000000001K", 0, true },
+    };
+    check_sizes(c, sizeof(c) / sizeof(c[0]), cli_parse_size);
+}
+
+static void test_count(void **state)
+{
+    (void)state;
+    static const struct size_case c[] = {
+        { "32k", 32768, false },
+        { "1m", 1 << 20, false },
+        { "17", 17, false },
+        { "1t", 0, true }, /* counts stop at g */
+        { "abc", 0, true },
+        { "1.5", 0, true },
+        { "1e1", 0, true },
+    };
+    check_sizes(c, sizeof(c) / sizeof(c[0]), cli_parse_count);
+}
+
+static void test_real(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        double want;
+    } good[] = { { "2", 2 }, { "0.5", 0.5 }, { ".5", 0.5 }, { "1e3", 1000 }, { "0", 0 } };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        double v = -1;
+        assert_int_equal(cli_parse_real(good[i].s, &v), 0);
+        assert_true(v == good[i].want);
+    }
+    static const char *const bad[] = { "",     "abc", "inf",    "nan",   "infinity", "-1",
+                                       " 1",   "1 ",  "0x10",   "1e400", "1e-400",   "1,5",
+                                       "1e",   ".",   "1.2.3" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        double v = -1;
+        if (cli_parse_real(bad[i], &v) != -EINVAL || v != -1)
+            fail_msg("'%s' was taken as %g", bad[i], v);
+    }
+}
+
+static void test_device(void **state)
+{
+    (void)state;
+    int d = 99;
+    assert_int_equal(cli_parse_device("host", &d), 0);
+    assert_int_equal(d, KVT_DEVICE_HOST);
+    assert_int_equal(cli_parse_device("auto", &d), 0);
+    assert_int_equal(d, KVT_DEVICE_AUTO);
+    assert_int_equal(cli_parse_device("3", &d), 0);
+    assert_int_equal(d, 3);
+    static const char *const bad[] = { "", "-1", "+1", " 1", "1k", "1.0", "1024", "0x1", "gpu" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        d = 99;
+        if (cli_parse_device(bad[i], &d) != -EINVAL || d != 99)
+            fail_msg("'%s' was taken as device %d", bad[i], d);
+    }
+}
+
+/* What an option check printed on stderr, with its return. */
+static int captured(char *buf, size_t n, int (*fn)(void *), void *arg)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    dup2(fileno(tmp), 2);
+    int r = fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t got = fread(buf, 1, n - 1, tmp);
+    buf[got] = '\0';
+    fclose(tmp);
+    return r;
+}
+
+static int bad_count(void *arg)
+{
+    uint64_t v;
+    return cli_opt_count("run", "batch", arg, 1, 4096, &v);
+}
+
+static int bad_real(void *arg)
+{
+    double v;
+    return cli_opt_real("bench hbm", "link-gbps", arg, 0, false, 1e6, &v);
+}
+
+static void test_opt_messages(void **state)
+{
+    (void)state;
+    char err[512];
+    assert_int_equal(captured(err, sizeof err, bad_count, "4097"), -EINVAL);
+    assert_non_null(strstr(err, "kvtier run: bad value '4097' for --batch"));
+    assert_non_null(strstr(err, "1 to 4096"));
+    assert_int_equal(captured(err, sizeof err, bad_real, "inf"), -EINVAL);
+    assert_non_null(strstr(err, "bad value 'inf' for --link-gbps"));
+    uint64_t v = 7;
+    assert_int_equal(cli_opt_size("x", "hbm", "1G", 1, UINT64_MAX, &v), 0);
+    assert_true(v == 1ull << 30);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_size),     cmocka_unit_test(test_count),
+        cmocka_unit_test(test_real),     cmocka_unit_test(test_device),
+        cmocka_unit_test(test_opt_messages),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
