@@ -10,6 +10,7 @@
 
 #include "helpers.h"
 #include "kvt_build.h"
+#include "tiers/tiers.h"
 
 /* A config that opens: 4 KiB pages, 4 HBM slots, 8 DRAM slots. */
 static kvt_config good_config(void)
@@ -189,6 +190,42 @@ static void test_bad_device_number(void **state)
     expect_open_fails(&c, KVT_ECONFIG, "device");
     c.device = INT_MIN;
     expect_open_fails(&c, KVT_ECONFIG, "device");
+}
+
+/* Sizes that each pass alone but whose products do not fit what the engine
+ * computes from them are refused as config errors, before anything is
+ * allocated or created. */
+static void test_sizes_past_what_fits(void **state)
+{
+    /* DRAM keeps a spare slot: (dram_bytes / page_bytes + 1) * page_bytes
+     * wrapped to 0 bytes of arena for 2^30 - 1 pages of 16 GiB. */
+    kvt_config c = good_config();
+    c.page_bytes = (size_t)1 << 34;
+    c.hbm_bytes = c.page_bytes;
+    c.dram_bytes = SIZE_MAX;
+    expect_open_fails(&c, KVT_ECONFIG, "dram_bytes");
+
+    /* Page records are numbered in 32 bits across HBM and DRAM. */
+    c = good_config();
+    c.hbm_bytes = c.dram_bytes = (((size_t)1 << 30) - 1) * c.page_bytes;
+    expect_open_fails(&c, KVT_ECONFIG, "hbm_bytes and dram_bytes");
+
+    /* The SSD index keeps a page's stored and raw lengths in 32 bits: a
+     * 4 GiB page would be stored as 0 bytes, and read back as whatever its
+     * DRAM slot held. */
+    char dir[] = "/tmp/kvt_test_config_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    c = good_config();
+    c.page_bytes = (size_t)4 << 30;
+    c.hbm_bytes = c.dram_bytes = c.page_bytes;
+    c.ssd_bytes = 2 * c.page_bytes;
+    c.ssd_dir = dir;
+    expect_open_fails(&c, KVT_ECONFIG, "page_bytes");
+    assert_int_equal(rmdir(dir), 0);  /* still empty: nothing was made */
+    c.page_bytes -= 4096;             /* the largest page an SSD tier takes */
+    c.hbm_bytes = c.dram_bytes = c.page_bytes;
+    c.ssd_bytes = 2 * c.page_bytes;
+    assert_int_equal(kvt_config_check(&c), 0);
 }
 
 /* The first invalid field is reported even when later ones are fine, and a
@@ -385,6 +422,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_codec),
         cmocka_unit_test(test_bad_io_backend),
         cmocka_unit_test(test_bad_device_number),
+        cmocka_unit_test(test_sizes_past_what_fits),
         cmocka_unit_test(test_good_config_opens_after_failures),
         cmocka_unit_test(test_ssd_config),
         cmocka_unit_test(test_policies_open),

@@ -59,6 +59,16 @@ KVT_API int kvt_config_check(const kvt_config *c)
     if ((r = check_tier_bytes("hbm_bytes", c->hbm_bytes, c->page_bytes)) < 0 ||
         (r = check_tier_bytes("dram_bytes", c->dram_bytes, c->page_bytes)) < 0)
         return r;
+    /* DRAM's arena has one spare slot (kvt_dram_slot): its size, whole pages
+     * plus one, must not wrap. */
+    if (c->dram_bytes / c->page_bytes * c->page_bytes > SIZE_MAX - c->page_bytes)
+        return kvt_fail(KVT_ECONFIG, "dram_bytes (%zu) plus a spare page of %zu bytes is more "
+                        "than a size_t holds", c->dram_bytes, c->page_bytes);
+    /* Page records of both tiers share 32-bit numbers (KVT_NONE reserved),
+     * and the key index is sized at twice their count. */
+    if (c->hbm_bytes / c->page_bytes + c->dram_bytes / c->page_bytes + 1 > KVT_MAX_SLOTS)
+        return kvt_fail(KVT_ECONFIG, "hbm_bytes and dram_bytes together hold more than %u pages",
+                        KVT_MAX_SLOTS);
     if (c->ssd_bytes && !c->ssd_dir)
         return kvt_fail(KVT_ECONFIG, "ssd_dir is required when ssd_bytes is set");
     if (c->device < KVT_DEVICE_AUTO)
@@ -83,6 +93,11 @@ KVT_API int kvt_config_check(const kvt_config *c)
     if (c->ssd_bytes && c->ssd_bytes < c->page_bytes)
         return kvt_fail(KVT_ECONFIG, "ssd_bytes (%zu) is smaller than one page (page_bytes = %zu)",
                         c->ssd_bytes, c->page_bytes);
+    /* The index stores a page's stored and raw lengths in 32 bits (struct
+     * kvt_ssd_entry): a 4 GiB page would be written as 0 bytes. */
+    if (c->ssd_bytes && c->page_bytes > UINT32_MAX)
+        return kvt_fail(KVT_ECONFIG, "page_bytes (%zu) is more than an SSD tier stores: at most "
+                        "%u with ssd_bytes set", c->page_bytes, UINT32_MAX & ~4095u);
     if (c->ssd_bytes && c->ssd_bytes / c->page_bytes >= KVT_MAX_SLOTS)
         return kvt_fail(KVT_ECONFIG, "ssd_bytes (%zu) holds more than %u pages", c->ssd_bytes,
                         KVT_MAX_SLOTS);
