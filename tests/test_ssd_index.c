@@ -12,8 +12,10 @@
 #include <ftw.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -434,6 +436,88 @@ static void test_file_is_directory(void **state)
     expect_refused(*state, -ENOTDIR, "index is a regular file, not a directory");
     assert_int_equal(stat(ixdir, &st), 0);
     assert_true(S_ISREG(st.st_mode));
+}
+
+static int write_text(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY);
+    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0)
+        close(fd);
+    return ok ? 0 : -1;
+}
+
+/* A mount namespace of this process's own, with /proc hidden; 77 when the
+ * system allows none (then the test is skipped). */
+static int hide_proc(void)
+{
+    char map[64];
+    uid_t u = getuid();
+    gid_t g = getgid();
+    if (u == 0) {
+        if (unshare(CLONE_NEWNS) != 0)
+            return 77;
+    } else {
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0 ||
+            write_text("/proc/self/setgroups", "deny") != 0)
+            return 77;
+        snprintf(map, sizeof(map), "%u %u 1", (unsigned)u, (unsigned)u);
+        if (write_text("/proc/self/uid_map", map) != 0)
+            return 77;
+        snprintf(map, sizeof(map), "%u %u 1", (unsigned)g, (unsigned)g);
+        if (write_text("/proc/self/gid_map", map) != 0)
+            return 77;
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("none", "/proc", "tmpfs", 0, NULL) != 0)
+        return 77;
+    return access("/proc/self/fd", F_OK) == 0 ? 77 : 0;
+}
+
+/* Child of test_index_without_proc: the exit code says what went wrong. */
+static int no_proc_child(const char *top)
+{
+    char p[64], dir[96], mdb[128];
+    int n = snprintf(p, sizeof(p), "%s/", top);
+    memset(p + n, 'a', sizeof(p) - 1 - (size_t)n);
+    p[sizeof(p) - 1] = 0;
+    snprintf(dir, sizeof(dir), "%sb", p);
+    if (mkdir(p, 0700) != 0 || mkdir(dir, 0700) != 0)
+        return 10;
+    int rc = hide_proc();
+    if (rc)
+        return rc;
+    struct kvt_index *ix = NULL;
+    if ((rc = kvt_index_open(dir, true, FP, 0, &ix, NULL)) != 0) {
+        fprintf(stderr, "kvt_index_open: %s (%s)\n", kvt_strerror(rc), kvt_last_error());
+        return 11;
+    }
+    rc = commit1(ix, t_key(1, 0, 0), 1, true);
+    kvt_index_close(ix);
+    if (rc)
+        return 12;
+    snprintf(mdb, sizeof(mdb), "%s/data.mdb", p);
+    return access(mdb, F_OK) == 0 ? 13 : 0; /* LMDB wrote into another directory */
+}
+
+/* Without /proc, LMDB is given the index directory by its path instead of
+ * /proc/self/fd/N. That path went through a 64-byte buffer: a longer one
+ * was cut, and a cut path named another directory (here the 63-character
+ * prefix of "<dir>/index" is a sibling directory, where LMDB then made a
+ * data.mdb before the inode check refused it). */
+static void test_index_without_proc(void **state)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(no_proc_child(*state));
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+        skip(); /* no mount namespace to hide /proc in */
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child: %s %d", WIFEXITED(status) ? "exit" : "signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }
 
 static void test_wrong_format_version(void **state)
@@ -871,6 +955,7 @@ int main(void)
         T(test_wrong_size_value),
         T(test_map_growth),
         T(test_map_growth_failure),
+        T(test_index_without_proc),
         T(test_foreach_order),
         T(test_foreach_early_stop),
         T(test_crash_kill),

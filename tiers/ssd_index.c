@@ -510,12 +510,17 @@ static int make_data_file(struct kvt_index *ix, struct stat *st)
 }
 
 /* What LMDB is given as the directory: the index directory's descriptor
- * through /proc, so a path swapped after our checks is never used. */
-static void env_path(const struct kvt_index *ix, char *buf, size_t len)
+ * through /proc, so a path swapped after our checks is never used. Without
+ * /proc, its path, whole: a path cut to fit would name another directory,
+ * where LMDB would make a data.mdb. */
+static int env_path(const struct kvt_index *ix, char *buf, size_t len)
 {
     snprintf(buf, len, "/proc/self/fd/%d", ix->ixfd);
-    if (access(buf, F_OK) != 0)
-        snprintf(buf, len, "%s", ix->path);
+    if (access(buf, F_OK) == 0)
+        return 0;
+    if ((size_t)snprintf(buf, len, "%s", ix->path) >= len)
+        return kvt_fail(-ENAMETOOLONG, "%s: path too long", ix->path);
+    return 0;
 }
 
 static int same_file(struct kvt_index *ix, const struct stat *want, struct open_scan *s)
@@ -554,7 +559,7 @@ static int check_length(struct kvt_index *ix, struct open_scan *s)
 static int try_open(struct kvt_index *ix, size_t map_bytes, struct open_scan *s)
 {
     struct stat want;
-    char where[64];
+    char where[PATH_MAX];
     int rc;
     if ((rc = precheck_file(ix, s)) != 0)
         return rc;
@@ -565,11 +570,12 @@ static int try_open(struct kvt_index *ix, size_t map_bytes, struct open_scan *s)
     if (s->mode != IX_ENGINE && fstatat(ix->ixfd, KVT_SPILL_INDEX_DATA, &want,
                                         AT_SYMLINK_NOFOLLOW) != 0)
         return -errno;
+    if ((rc = env_path(ix, where, sizeof(where))) != 0)
+        return rc;
     if ((rc = mdb_env_create(&ix->env)) != 0)
         return ix_err(rc);
     mdb_env_set_maxdbs(ix->env, 2);
     mdb_env_set_mapsize(ix->env, map_bytes);
-    env_path(ix, where, sizeof(where));
     rc = mdb_env_open(ix->env, where,
                       MDB_NOLOCK | MDB_NOTLS | MDB_NOSYNC |
                       (s->mode == IX_READONLY ? MDB_RDONLY : 0), 0600);
