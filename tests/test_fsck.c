@@ -675,6 +675,42 @@ static void test_links_not_followed(void **state)
     assert_int_equal(access(target, F_OK), -1);
 }
 
+/* The "disk" object of inspect --json: what the sizes add up to. */
+static void disk_json(const char *out, char *buf, size_t n)
+{
+    const char *d = strstr(out, "\"disk\": ");
+    assert_non_null(d);
+    snprintf(buf, n, "%s", d);
+}
+
+/* inspect's disk usage counts the directory's own files, not what a link
+ * in it points to: lock.mdb and a name at the top linked to a 1 MiB file
+ * outside add nothing (the sizes were read through the links). */
+static void test_inspect_sizes_not_through_links(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err, link[160], target[160], before[512], after[512];
+    static char big[1 << 20];
+    put_pages(f, 2);
+    fx_done(f);
+    assert_int_equal(RUN(inspect_main, "inspect", "--json", f->dir), 0);
+    disk_json(out, before, sizeof(before));
+    free2(&out, &err);
+    snprintf(target, sizeof(target), "%s.outside", f->dir);
+    memset(big, 0x5a, sizeof(big));
+    write_file(target, big, sizeof(big));
+    snprintf(link, sizeof(link), "%s/index/lock.mdb", f->dir);
+    unlink(link);
+    assert_int_equal(symlink(target, link), 0);
+    snprintf(link, sizeof(link), "%s/notes", f->dir);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(RUN(inspect_main, "inspect", "--json", f->dir), 0);
+    disk_json(out, after, sizeof(after));
+    free2(&out, &err);
+    unlink(target);
+    assert_string_equal(before, after);
+}
+
 static void test_in_use(void **state)
 {
     struct fx *f = *state;
@@ -763,6 +799,7 @@ int main(void)
         T(test_not_a_spill_dir), T(test_no_index),   T(test_in_use),
         T(test_usage),          T(test_index_as_is), T(test_segments_without_index),
         T(test_exchanged_keys), T(test_links_not_followed),
+        T(test_inspect_sizes_not_through_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

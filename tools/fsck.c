@@ -161,9 +161,23 @@ static int seg_add(struct spill *s, size_t *cap, struct seg_file f)
     return 0;
 }
 
+/* A listing of the directory open as dfd (which stays open): the one the
+ * layout was read from, not whatever the path names now. */
+static DIR *dir_list(int dfd)
+{
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return d;
+}
+
 static int list_segments(struct spill *s)
 {
-    DIR *d = opendir(s->dir);
+    DIR *d = dir_list(s->dfd);
     struct dirent *de;
     size_t cap = 0;
     int rc = 0;
@@ -415,16 +429,19 @@ static int fp_cmp(const void *a, const void *b)
     return (x->fp > y->fp) - (x->fp < y->fp);
 }
 
-/* Regular files directly in path: st_size and allocated bytes. */
-static void dir_usage(const char *path, uint64_t *bytes, uint64_t *alloc)
+/* Regular files directly in the directory open as dfd: st_size and
+ * allocated bytes. A link counts as nothing: what it points to is not in
+ * the directory (and may be anywhere). */
+static void dir_usage(int dfd, uint64_t *bytes, uint64_t *alloc)
 {
-    DIR *d = opendir(path);
+    DIR *d = dir_list(dfd);
     struct dirent *de;
     struct stat st;
     if (!d)
         return;
     while ((de = readdir(d)) != NULL)
-        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode)) {
             *bytes += (uint64_t)st.st_size;
             *alloc += (uint64_t)st.st_blocks * 512;
         }
@@ -433,7 +450,6 @@ static void dir_usage(const char *path, uint64_t *bytes, uint64_t *alloc)
 
 static void disk_usage(const struct spill *s, struct usage *u)
 {
-    char path[PATH_MAX];
     uint64_t ignored = 0;
     memset(u, 0, sizeof(*u));
     for (size_t i = 0; i < s->nseg; i++) {
@@ -441,11 +457,15 @@ static void disk_usage(const struct spill *s, struct usage *u)
         u->seg_alloc += s->seg[i].allocated;
         u->seg_slots += s->seg[i].bytes / s->slot_bytes;
     }
-    snprintf(path, sizeof(path), "%s/index", s->dir);
-    dir_usage(path, &u->index_bytes, &u->index_alloc);
+    int ifd = kvt_spill_subdir(s->dfd, s->dir, KVT_SPILL_INDEX, false);
+    if (ifd >= 0) {
+        dir_usage(ifd, &u->index_bytes, &u->index_alloc);
+        close(ifd);
+    }
+    kvt_clear_error(); /* no index directory (or a link there): nothing to count */
     /* The directory itself holds KVTIER, LOCK and the segments: count the
      * whole of it and take the segments back out. */
-    dir_usage(s->dir, &ignored, &u->other_alloc);
+    dir_usage(s->dfd, &ignored, &u->other_alloc);
     u->other_alloc -= u->seg_alloc < u->other_alloc ? u->seg_alloc : u->other_alloc;
 }
 
