@@ -114,10 +114,10 @@ int kvt_io_open(int which, const struct kvt_io_params *p, const struct kvt_io_op
 
 #if !KVT_HAVE_URING
 /* The baseline needs io_uring itself; the command reports it missing. */
-int kvt_io_raw_bench(const char *path, uint64_t span, size_t block, unsigned depth, uint64_t n,
-                     bool write, double *gbps)
+int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
+                     uint64_t n, bool write, double *gbps)
 {
-    (void)path, (void)span, (void)block, (void)depth, (void)n, (void)write, (void)gbps;
+    (void)dfd, (void)name, (void)span, (void)block, (void)depth, (void)n, (void)write, (void)gbps;
     return -ENOSYS;
 }
 #endif

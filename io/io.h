@@ -130,10 +130,13 @@ struct kvt_sched_attr {
 };
 
 /* Raw io_uring O_DIRECT throughput, the baseline of `kvtier bench ssd`: n
- * requests of block bytes at the given depth over a file at path (which must
- * exist and be at least span bytes), reading or writing, buffers registered.
- * Returns 0 and *gbps (1e9 bytes/s), or -errno (-ENOSYS without io_uring). */
-int kvt_io_raw_bench(const char *path, uint64_t span, size_t block, unsigned depth, uint64_t n,
-                     bool write, double *gbps);
+ * requests of block bytes at the given depth over the regular file name in
+ * the directory open as dfd (AT_FDCWD: name is a path), which must exist and
+ * be at least span bytes; reading or writing, buffers registered. A link at
+ * name is not followed (-ELOOP): the file is one the caller made, in a
+ * directory others may have written. Returns 0 and *gbps (1e9 bytes/s), or
+ * -errno (-ENOSYS without io_uring). */
+int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
+                     uint64_t n, bool write, double *gbps);
 
 #endif /* KVT_IO_H */

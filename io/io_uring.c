@@ -36,6 +36,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -588,16 +589,24 @@ static double bench_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int kvt_io_raw_bench(const char *path, uint64_t span, size_t block, unsigned depth, uint64_t n,
-                     bool write, double *gbps)
+int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
+                     uint64_t n, bool write, double *gbps)
 {
-    if (!path || !gbps || !block || block % 4096 || block > URING_CHUNK || !depth || !n ||
+    if (!name || !gbps || !block || block % 4096 || block > URING_CHUNK || !depth || !n ||
         span < block)
         return -EINVAL;
     struct bench b = { .write = write, .block = block, .nblocks = span / block };
-    b.fd = open(path, (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the file's place must not hang the open (it
+     * changes nothing for a regular file). */
+    b.fd = openat(dfd, name,
+                  (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (b.fd < 0)
         return -errno;
+    struct stat st;
+    if (fstat(b.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(b.fd);
+        return -EINVAL;
+    }
     size_t region = (size_t)b.nblocks * block;
     /* Memory of the kind the engine's arenas are (huge pages where THP
      * allows, see tiers/device_host.c): on a virtual disk the DMA target's

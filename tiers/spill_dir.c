@@ -371,33 +371,28 @@ out_close:
     return r;
 }
 
-int kvt_spill_scratch(const char *path, char *buf, size_t len)
+int kvt_spill_scratch(const char *path, int *dfd, char *name, size_t len)
 {
-    int dfd, r;
-    if ((r = kvt_spill_opendir(path, false, &dfd)) < 0)
+    int r;
+    if (len < 32)
+        return kvt_fail(-EINVAL, "kvt_spill_scratch: a name buffer of %zu bytes", len);
+    if ((r = kvt_spill_opendir(path, false, dfd)) < 0)
         return r;
-    for (int tries = 0; tries < 16; tries++) {
+    r = -EEXIST; /* until a name is free: sixteen taken in a row is not chance */
+    for (int tries = 0; tries < 16 && r == -EEXIST; tries++) {
         uint64_t v;
         if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != sizeof(v))
             v = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)tries;
-        char name[40];
-        snprintf(name, sizeof(name), "scratch-%016" PRIx64 ".tmp", v);
-        int fd = openat(dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0 && errno == EEXIST)
-            continue;
-        if (fd < 0) {
-            r = kvt_fail(-errno, "cannot create a scratch file in %s: %s", path, strerror(errno));
-            break;
-        }
-        close(fd);
-        if ((size_t)snprintf(buf, len, "%s/%s", path, name) >= len)
-            r = kvt_fail(-ENAMETOOLONG, "scratch file path in %s is too long", path);
-        else
-            r = 0;
-        if (r < 0)
-            unlinkat(dfd, name, 0);
-        break;
+        snprintf(name, len, "scratch-%016" PRIx64 ".tmp", v);
+        int fd = openat(*dfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        r = fd >= 0 ? 0 : -errno;
+        if (fd >= 0)
+            close(fd);
     }
-    close(dfd);
+    if (r == 0)
+        return 0;
+    kvt_fail(r, "cannot create a scratch file in %s: %s", path, strerror(-r));
+    close(*dfd);
+    *dfd = -1;
     return r;
 }

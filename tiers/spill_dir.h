@@ -97,8 +97,10 @@ int kvt_spill_wipe_index(int dfd, const char *path);
 int kvt_spill_remove(const char *path);
 
 /* A new scratch file "scratch-<random>.tmp" in the spill directory at path,
- * created exclusively; its full path in buf. The caller removes it with
- * unlink (kvt_spill_wipe removes one a crash left). */
-int kvt_spill_scratch(const char *path, char *buf, size_t len);
+ * created exclusively: its name in name (len >= 32), the directory in *dfd
+ * (the caller closes it). The caller opens the file through *dfd
+ * (kvt_spill_openat) and removes it with unlinkat(*dfd, name, 0);
+ * kvt_spill_wipe removes one a crash left. */
+int kvt_spill_scratch(const char *path, int *dfd, char *name, size_t len);
 
 #endif /* KVT_SPILL_DIR_H */

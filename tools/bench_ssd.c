@@ -150,7 +150,6 @@ static int ssd_parse(int argc, char **argv, struct ssd_opts *o)
 
 struct scratch {
     char path[PATH_MAX]; /* <dir>/kvtier-bench-XXXXXX */
-    char raw[PATH_MAX + sizeof("/" RAW_NAME)];     /* for kvt_io_raw_bench */
     char spill[PATH_MAX + sizeof("/" SPILL_NAME)]; /* the engine's ssd_dir */
     const char *base;    /* the last component of path */
     int parent, fd;      /* --dir and the scratch directory */
@@ -171,7 +170,6 @@ static int scratch_make(const char *dir, struct scratch *s)
     s->fd = openat(s->parent, s->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (s->fd < 0)
         return -errno;
-    snprintf(s->raw, sizeof s->raw, "%s/" RAW_NAME, s->path);
     snprintf(s->spill, sizeof s->spill, "%s/" SPILL_NAME, s->path);
     return 0;
 }
@@ -297,8 +295,8 @@ static int bench_raw(const struct ssd_opts *o, struct scratch *sc, size_t pb, ui
      * both sides alike. */
     int rc;
     if ((rc = scratch_raw(sc, n * pb)) < 0 ||
-        (rc = kvt_io_raw_bench(sc->raw, n * pb, pb, o->depth, n, true, bw)) < 0 ||
-        (rc = kvt_io_raw_bench(sc->raw, n * pb, pb, o->depth, n, false, br)) < 0)
+        (rc = kvt_io_raw_bench(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, true, bw)) < 0 ||
+        (rc = kvt_io_raw_bench(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, false, br)) < 0)
         return cli_error("bench ssd", 1, "raw io_uring baseline failed: %s", strerror(-rc));
     return 0;
 }

@@ -525,14 +525,23 @@ static void sample_add(struct run_link *l, double gbps)
         l->s[l->n++] = gbps;
 }
 
-/* passes raw io_uring passes over the first span bytes of path, each a
- * sample of l. 0 or the first pass's error. */
-static int uring_passes(const char *path, uint64_t span, size_t pb, bool write, int passes,
-                        struct run_link *l)
+/* A file of the spill directory (the scratch file, a segment): its name in
+ * the directory open as dfd (named dir in messages). Opened only through
+ * dfd, never following a link (tiers/spill_dir.h). */
+struct spill_file {
+    int dfd;
+    const char *dir;
+    char name[64];
+};
+
+/* passes raw io_uring passes over the first span bytes of the file sf names,
+ * each a sample of l. 0 or the first pass's error. */
+static int uring_passes(const struct spill_file *sf, uint64_t span, size_t pb, bool write,
+                        int passes, struct run_link *l)
 {
     for (int pass = 0; pass < passes; pass++) {
         double g = 0;
-        int r = kvt_io_raw_bench(path, span, pb, 32, span / pb, write, &g);
+        int r = kvt_io_raw_bench(sf->dfd, sf->name, span, pb, 32, span / pb, write, &g);
         if (r)
             return r;
         sample_add(l, g);
@@ -540,30 +549,30 @@ static int uring_passes(const char *path, uint64_t span, size_t pb, bool write, 
     return 0;
 }
 
-static int raw_ssd_uring(const char *path, size_t pb, struct run_result *res)
+static int raw_ssd_uring(const struct spill_file *sf, size_t pb, struct run_result *res)
 {
     uint64_t span = RAW_SPAN / pb * pb;
-    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    int fd = kvt_spill_openat(sf->dfd, sf->dir, sf->name, O_RDWR, 0, NULL);
     if (fd < 0)
-        return -errno;
+        return fd;
     int r = -posix_fallocate(fd, 0, (off_t)span);
     close(fd);
     if (r == 0)
-        r = uring_passes(path, span, pb, true, 1, &res->ssd_write);
+        r = uring_passes(sf, span, pb, true, 1, &res->ssd_write);
     if (r == 0)
-        r = uring_passes(path, span, pb, false, 2, &res->ssd_read);
+        r = uring_passes(sf, span, pb, false, 2, &res->ssd_read);
     return r;
 }
 
 /* The passes without io_uring, over the same scratch file. */
-static void raw_ssd_threads(const char *path, size_t pb, struct run_result *res)
+static void raw_ssd_threads(const struct spill_file *sf, size_t pb, struct run_result *res)
 {
     size_t n = (32u << 20) / pb;
     int direct = 1;
-    int fd = open(path, O_RDWR | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+    int fd = kvt_spill_openat(sf->dfd, sf->dir, sf->name, O_RDWR | O_DIRECT, 0, NULL);
     if (fd < 0) {
         direct = 0;
-        fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        fd = kvt_spill_openat(sf->dfd, sf->dir, sf->name, O_RDWR, 0, NULL);
     }
     if (fd < 0)
         return;
@@ -581,16 +590,18 @@ static void raw_ssd_threads(const char *path, size_t pb, struct run_result *res)
  * behind is not a foreign file that would close the directory to kvtier). */
 static void raw_ssd(const char *dir, size_t pb, struct run_result *res)
 {
-    char path[PATH_MAX];
-    if (kvt_spill_scratch(dir, path, sizeof path) < 0)
+    struct spill_file sf = { .dir = dir };
+    if (kvt_spill_scratch(dir, &sf.dfd, sf.name, sizeof sf.name) < 0)
         return;
     unsigned nr = res->ssd_read.n, nw = res->ssd_write.n;
-    if (raw_ssd_uring(path, pb, res) != 0 || res->ssd_read.n == nr || res->ssd_write.n == nw) {
+    if (raw_ssd_uring(&sf, pb, res) != 0 || res->ssd_read.n == nr || res->ssd_write.n == nw) {
         res->ssd_read.n = nr;
         res->ssd_write.n = nw;
-        raw_ssd_threads(path, pb, res);
+        raw_ssd_threads(&sf, pb, res);
     }
-    unlink(path);
+    unlinkat(sf.dfd, sf.name, 0);
+    close(sf.dfd);
+    kvt_clear_error(); /* a baseline that could not run is left out, not reported */
 }
 
 static void link_range(const struct run_link *l, double *lo, double *hi)
@@ -626,13 +637,17 @@ static double link_median(const struct run_link *l)
  * decode read from, not of wherever a scratch file landed. */
 static void raw_spill_reads(struct run_ctx *x, struct run_result *r)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/seg-000000.kvt", x->ssd_dir);
+    struct spill_file sf = { .dir = x->ssd_dir };
     uint64_t written = r->end.resident_pages[KVT_TIER_SSD] * x->pb / 10 * 9;
     uint64_t span = written < RAW_SPAN ? written : RAW_SPAN;
     span = span / x->pb * x->pb;
-    if (span >= 64 * x->pb)
-        uring_passes(path, span, x->pb, false, 2, &r->spill_read);
+    if (span < 64 * x->pb || kvt_spill_opendir(x->ssd_dir, false, &sf.dfd) < 0) {
+        kvt_clear_error();
+        return;
+    }
+    kvt_spill_segment_name(0, sf.name, sizeof sf.name);
+    uring_passes(&sf, span, x->pb, false, 2, &r->spill_read);
+    close(sf.dfd);
 }
 
 /* The SSD link again after the decode, and its speed for the bound: the
