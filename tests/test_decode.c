@@ -559,6 +559,49 @@ static void test_large_batch(void **state)
     sweep((struct shape){ 8, 2, 12, 12, 0, 0, 0, KVT_ORDER_LAYER_MAJOR });
 }
 
+/* prefetch_bytes is "at most": a budget of 2^32 pages or more is no limit,
+ * where the page count cut to 32 bits used to come out 0 and turn
+ * prefetching off. */
+static void test_prefetch_bytes_past_32_bits(void **state)
+{
+    (void)state;
+    const uint32_t layers = 4, pages = 40;
+    kvt_config c = t_config(PB, 2 * layers * pages / 4, 8 * layers * pages);
+    c.policy = "decode";
+    c.prefetch_bytes = (size_t)PB << 32;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    uint64_t ids[2] = { 11, 12 };
+    for (uint32_t s = 0; s < 2; s++)
+        for (uint32_t l = 0; l < layers; l++)
+            for (uint32_t i = 0; i < pages; i++) {
+                kvt_key k = t_key(ids[s], l, i);
+                void *p;
+                assert_int_equal(kvt_create(e, k, &p), 0);
+                t_fill(p, PB, k, 1);
+                assert_int_equal(kvt_release(e, &k, 1, 1), 0);
+            }
+    kvt_schedule sc = { ids, 2, layers, KVT_ORDER_LAYER_MAJOR, 0, 0 };
+    assert_int_equal(kvt_set_schedule(e, &sc), 0);
+    kvt_key grp[64];
+    void *ptr[64];
+    for (int step = 0; step < 16; step++)
+        for (uint32_t l = 0; l < layers; l++)
+            for (uint32_t s = 0; s < 2; s++) {
+                assert_int_equal(kvt_advance(e, ids[s], l), 0);
+                for (uint32_t i = 0; i < pages; i++)
+                    grp[i] = t_key(ids[s], l, i);
+                assert_int_equal(kvt_acquire(e, grp, pages, ptr), 0);
+                for (uint32_t i = 0; i < pages; i++)
+                    assert_true(t_check(ptr[i], PB, grp[i], 1));
+                assert_int_equal(kvt_release(e, grp, pages, 0), 0);
+            }
+    /* As in test_schedule_change_mid_run: over 128 groups a working
+     * prefetcher brings some pages up ahead. */
+    assert_true(t_stats(e).prefetch_pages > 0);
+    kvt_close(e);
+}
+
 static const kvt_key two_keys[2] = { { 1000, 1, 0 }, { 1001, 3000, 0 } };
 
 static const kvt_key *two_key_of(void *ctx, uint32_t pg)
@@ -634,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_schedule_change_mid_run),
         cmocka_unit_test(test_ssd_layout_forward),
         cmocka_unit_test(test_schedule_too_many_groups),
+        cmocka_unit_test(test_prefetch_bytes_past_32_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

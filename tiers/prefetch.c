@@ -84,7 +84,8 @@ static uint32_t budget_pages(const kvt_engine *e, int tier)
                : tier == KVT_TIER_HBM ? e->cfg.hbm_bytes / 8
                                       : e->cfg.dram_bytes / 4;
     size_t n = b / e->page_bytes;
-    return n ? (uint32_t)n : 1;
+    /* A page count past 32 bits is no limit, not its low bits (which may be 0). */
+    return n > UINT32_MAX ? UINT32_MAX : n ? (uint32_t)n : 1;
 }
 
 /* How many pages in flight may have displaced live pages, for a step that
