@@ -723,6 +723,29 @@ static void test_layout_huge_slots_per_segment(void **state)
     assert_int_equal(open_fds(), before);
 }
 
+/* An acquire of more SSD-only pages than DRAM has slots: each page is read
+ * into DRAM, copied up, and its DRAM slot reused; it used to hang (two
+ * pages of the acquire took each other's DRAM slot for ever). */
+static void test_acquire_more_than_dram(void **state)
+{
+    struct fx *f = *state;
+    kvt_config c = cfg(f, 0);
+    kvt_engine *e = NULL;
+    void *ptr[16];
+    kvt_key k[16];
+    c.hbm_bytes = 16 * PB;
+    c.dram_bytes = 4 * PB;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    put_pages(e, 0, 40);    /* pages 0..15 end up on SSD only */
+    for (int i = 0; i < 16; i++)
+        k[i] = t_key((uint64_t)i, 0, 0);
+    assert_int_equal(kvt_acquire(e, k, 16, ptr), 0);
+    for (int i = 0; i < 16; i++)
+        assert_true(t_check(ptr[i], PB, k[i], 1));
+    assert_int_equal(kvt_release(e, k, 16, 0), 0);
+    kvt_close(e);
+}
+
 /* The index removed while segments stay: the engine says so. */
 static void test_missing_index_said(void **state)
 {
@@ -763,6 +786,7 @@ int main(int argc, char **argv)
         T(test_enospc_is_enospc),
         T(test_error_messages),
         T(test_missing_index_said),
+        T(test_acquire_more_than_dram),
         T(test_layout_huge_slots_per_segment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,8 +88,11 @@ static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struc
                 s = kvt_dram_slot(e, pages[i], KVT_SLOT_STEAL);
             else if (r != -EAGAIN) /* every tier full: stage in the spare */
                 s = kvt_dram_slot(e, pages[i], KVT_SLOT_SPARE);
-            if (s == KVT_NONE && r != -EAGAIN)
-                return kvt_fail(r, "DRAM is full of pages that cannot go to SSD");
+            if (s == KVT_NONE && r != -EAGAIN && r != KVT_EFULL)
+                return r;
+            /* KVT_EFULL: DRAM holds this acquire's own pages; they free
+             * their slots once copied up (load_pages waits for that, or
+             * says KVT_EFULL when nothing is on its way). */
         }
         if (s == KVT_NONE) {
             missing++;
@@ -163,8 +166,20 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
             if (room == -EAGAIN)
                 w = hw;
         }
-        if (w.kind == KVT_WAIT_NONE && from_ssd)
-            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
+        /* A wait must be for something that will happen: SSD jobs, or
+         * copies up whose completion lets DRAM give up their pages' copies
+         * for the reads still to stage. With none in flight and pages still
+         * to read, more waiting cannot help (DRAM is too small for them). */
+        if (w.kind == KVT_WAIT_SSD && !e->ssd_busy && !e->ndels)
+            w.kind = KVT_WAIT_NONE;
+        if (w.kind == KVT_WAIT_NONE && from_ssd) {
+            if (e->ssd_busy || e->ndels)
+                w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
+            else if (!kvt_copy_wait(e, &w))
+                return kvt_fail(KVT_EFULL, "%u of the %zu pages to acquire are on SSD only and "
+                                "DRAM (%u slots) cannot stage them beside what it holds",
+                                from_ssd, n, e->arena[KVT_TIER_DRAM].nslots);
+        }
         if (w.kind == KVT_WAIT_NONE) {
             if (room == KVT_EFULL)
                 return KVT_EFULL;

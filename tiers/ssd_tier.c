@@ -301,6 +301,11 @@ static bool usable_dram_evict(void *ctx, uint32_t pg)
     const struct kvt_page *p = kvt_pg(&e->pt, pg);
     if (p->xfer != XFER_NONE || p->busy)
         return false;
+    /* A pinned page not yet in HBM is on its way up for an acquire: taking
+     * its DRAM copy would undo that acquire's read (with DRAM smaller than
+     * the acquire, two pages took each other's slot for ever). */
+    if (p->pins && !(p->flags & PG_VALID_HBM))
+        return false;
     return e->ssd || (p->flags & (PG_VALID_HBM | PG_VALID_SSD));
 }
 

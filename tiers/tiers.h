@@ -391,6 +391,9 @@ int kvt_submit_up(kvt_engine *e, const uint32_t *pages, const struct kvt_copy *c
 int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w);
 /* Waits (unlocked) for w; stall adds the time to stall_ns. */
 int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall);
+/* Sets *w to wait for the newest device copy in flight (up first); false
+ * when none is. */
+bool kvt_copy_wait(kvt_engine *e, struct kvt_wait *w);
 int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool evict, uint64_t *fence);
 /* Releases the lock while waiting for fence f of dir; adds to stall_ns when
  * stall is set. Returns the fence's status. */

@@ -185,6 +185,17 @@ static uint64_t inflight_last(const struct kvt_inflight *q)
     return q->len ? q->fence[(q->head + q->len - 1) % q->cap] : 0;
 }
 
+bool kvt_copy_wait(kvt_engine *e, struct kvt_wait *w)
+{
+    if (e->inflight[KVT_H2D].len)
+        *w = (struct kvt_wait){ KVT_WAIT_H2D, inflight_last(&e->inflight[KVT_H2D]) };
+    else if (e->inflight[KVT_D2H].len)
+        *w = (struct kvt_wait){ KVT_WAIT_D2H, inflight_last(&e->inflight[KVT_D2H]) };
+    else
+        return false;
+    return true;
+}
+
 static void complete_up(kvt_engine *e, uint32_t pg, bool ok)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
