@@ -745,6 +745,12 @@ static void test_usage(void **state)
     HAS(err, "unexpected argument '/b'");
     free2(&out, &err);
     assert_int_equal(RUN(fsck_main, "fsck", "--bogus", "/a"), 2);
+    HAS(err, "unknown option '--bogus'");
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", ""), 2);
+    HAS(err, "the directory name is empty");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", ""), 2);
     free2(&out, &err);
     assert_int_equal(RUN(inspect_main, "inspect", "--repair", "/a"), 2);
     free2(&out, &err);

@@ -295,6 +295,7 @@ static int parse_args(const char *cmd, int argc, char **argv, bool repair_ok,
     int c;
     *o = (struct cmd_opts){ 0 };
     optind = 0; /* glibc: a full re-initialisation, for callers that parse twice */
+    opterr = 0; /* our own message, with the command's name */
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
         case 'j': o->json = true; break;
@@ -306,7 +307,9 @@ static int parse_args(const char *cmd, int argc, char **argv, bool repair_ok,
             o->repair = true;
             break;
         case 'h': usage(stdout); return 1;
-        default: goto bad;
+        default:
+            cli_error(cmd, 2, "unknown option '%s'", argv[optind - 1]);
+            goto bad;
         }
     }
     if (optind == argc) {
@@ -318,6 +321,10 @@ static int parse_args(const char *cmd, int argc, char **argv, bool repair_ok,
         return -EINVAL;
     }
     o->dir = argv[optind];
+    if (!o->dir[0]) {
+        cli_error(cmd, 2, "the directory name is empty");
+        return -EINVAL;
+    }
     return 0;
 bad:
     usage(stderr);
@@ -1044,8 +1051,10 @@ static void fsck_usage(FILE *f)
             "\n"
             "Checks every page an SSD spill directory indexes: its location (segment file\n"
             "present, slot-aligned offset inside it, lengths the layout allows, no slot\n"
-            "named twice), the CRC32C of its stored bytes, and that it decodes to exactly\n"
-            "one page. Needs the directory not to be in use by an engine.\n"
+            "named twice), the CRC32C that binds its stored bytes to its key (an entry\n"
+            "filed under another key fails it), and that it decodes to exactly one page.\n"
+            "Writes nothing without --repair. Needs the directory not to be in use by an\n"
+            "engine.\n"
             "\n"
             "options:\n"
             "  --repair     delete the bad entries from the index (one synced commit);\n"
