@@ -197,6 +197,20 @@ static int check_layout(struct kvt_ssd *s, bool persist, struct kvt_ssd_open_inf
     return write_layout(s);
 }
 
+/* Whether index/data.mdb is there (through no link: kvt_index_open refuses
+ * one anyway, this only decides a message). */
+static bool has_index(struct kvt_ssd *s)
+{
+    int ifd = kvt_spill_subdir(s->dfd, s->dir, KVT_SPILL_INDEX, false);
+    if (ifd < 0) {
+        kvt_clear_error();
+        return false;
+    }
+    bool there = faccessat(ifd, KVT_SPILL_INDEX_DATA, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+    close(ifd);
+    return there;
+}
+
 /* Segment files with no index to name their pages: say so once (their
  * slots are reused as the free map says). */
 static void note_orphans(struct kvt_ssd *s, struct kvt_ssd_open_info *info)
@@ -323,8 +337,7 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
         (r = kvt_spill_claim(s->dfd, dir, &ours)) < 0 || (r = lock_dir(s)) < 0 ||
         (r = check_layout(s, persist, info)) < 0 || (r = alloc_maps(s)) < 0)
         goto out_free;
-    bool had_index = faccessat(s->dfd, KVT_SPILL_INDEX "/" KVT_SPILL_INDEX_DATA, F_OK,
-                               AT_SYMLINK_NOFOLLOW) == 0;
+    bool had_index = has_index(s);
     struct kvt_index_open_info ii;
     if ((r = kvt_index_open(dir, persist, fingerprint, 0, &s->ix, &ii)) < 0)
         goto out_free;
