@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include "policy/belady.h"
-#include "tiers/tiers.h"
 
 #define T KVT_POLICY_TIERS
 #define NEVER UINT32_MAX /* no next use (positions are below 2^32 - 1) */

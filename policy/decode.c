@@ -28,7 +28,6 @@
 #include <string.h>
 
 #include "policy/policy.h"
-#include "tiers/tiers.h"
 
 #define SENT 0x80000000u
 #define T KVT_POLICY_TIERS

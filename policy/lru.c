@@ -10,7 +10,6 @@
 #include <stdlib.h>
 
 #include "policy/policy.h"
-#include "tiers/tiers.h"
 
 /* Links of all tiers in one array, [page][tier][prev,next], so that growth
  * is one realloc that either fully happens or leaves everything as it was. */

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "include/kvtier.h"
+#include "core/base.h"
 
 #define KVT_POLICY_OPS_VERSION 2
 #define KVT_POLICY_TIERS 3

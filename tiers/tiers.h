@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "core/base.h"
 #include "include/kvtier.h"
 #include "io/codec.h"
 #include "io/io.h"
@@ -35,21 +36,7 @@
 #include "tiers/device.h"
 #include "tiers/ssd_store.h"
 
-#define KVT_NONE UINT32_MAX
 #define KVT_ARENAS 2 /* HBM and DRAM hold slots in memory; SSD has its own store */
-
-/* ------------------------------------------------------------- errors */
-
-/* Records a detailed message for kvt_last_error() and returns err. */
-int kvt_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void kvt_clear_error(void);
-
-/* ------------------------------------------------------------- metadata */
-
-/* Counts bytes of page metadata allocated, for kvt_stats.meta_bytes. */
-void *kvt_meta_alloc(uint64_t *counter, size_t bytes);
-void *kvt_meta_realloc(uint64_t *counter, void *p, size_t old_bytes, size_t new_bytes);
-void kvt_meta_free(uint64_t *counter, void *p, size_t bytes);
 
 /* ------------------------------------------------------------- arena */
 
@@ -148,29 +135,6 @@ void kvt_ptable_remove(struct kvt_ptable *t, uint32_t pg);
 static inline struct kvt_page *kvt_pg(const struct kvt_ptable *t, uint32_t pg)
 {
     return &t->pages[pg];
-}
-static inline bool kvt_key_eq(const kvt_key *a, const kvt_key *b)
-{
-    return a->id == b->id && a->layer == b->layer && a->index == b->index;
-}
-/* Order by id, then layer, then index (the SSD index's key order). */
-static inline int kvt_key_cmp(const kvt_key *a, const kvt_key *b)
-{
-    if (a->id != b->id)
-        return a->id < b->id ? -1 : 1;
-    if (a->layer != b->layer)
-        return a->layer < b->layer ? -1 : 1;
-    return (a->index > b->index) - (a->index < b->index);
-}
-/* A well-mixed hash for open-addressing tables keyed by kvt_key. */
-static inline uint64_t kvt_key_hash(const kvt_key *k)
-{
-    uint64_t h = k->id * 0x9E3779B97F4A7C15ull;
-    h ^= (((uint64_t)k->layer << 32) | k->index) * 0xC2B2AE3D27D4EB4Full;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return h;
 }
 
 /* ------------------------------------------------------------- in flight */
@@ -326,19 +290,6 @@ struct kvt_engine {
 /* Reports a completed batch to cfg.on_transfer, if set (locked). */
 void kvt_report(kvt_engine *e, int kind, uint32_t pages, uint64_t start_ns, uint64_t end_ns);
 
-static inline uint64_t kvt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Exponential smoothing with weight 1/4 for the new sample (0 = no history). */
-static inline uint64_t kvt_smooth(uint64_t avg, uint64_t sample)
-{
-    return avg ? (3 * avg + sample) / 4 : sample;
-}
-
 /* Opens with an explicit device back-end (tests inject the faulty one). */
 int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,
                          kvt_engine **out);
@@ -346,8 +297,6 @@ int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev
 int kvt_config_check(const kvt_config *cfg);
 /* The back-end's private state (tests arm host faults through it). */
 void *kvt_engine_device_priv(kvt_engine *e);
-
-#define KVT_API __attribute__((visibility("default")))
 
 /* Every API entry: a valid engine, a clean error slot, the lock, settled. */
 #define KVT_ENTER(e)                                                            \

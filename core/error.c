@@ -1,5 +1,5 @@
 /*
- * error.c — kvt_strerror(), kvt_last_error() and metadata accounting.
+ * error.c — kvt_strerror(), kvt_last_error(), kvt_fail() and metadata accounting.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tiers/tiers.h"
+#include "core/base.h"
 
 
 /* The detailed message of the last failure, per thread, so concurrent callers
