@@ -7,10 +7,10 @@
  * narrow range of magnitudes, so that byte takes a handful of values (about 3
  * bits of entropy on a Gaussian), while the low byte (last exponent bit and
  * the mantissa) is close to random. Interleaved, the two mix into one byte
- * distribution that Huffman codes poorly (ratio about 1.25 on a Gaussian page).
- * Shuffled, zstd sees a half page of low-entropy bytes, which it codes to a
- * third of its size, and a half page of noise, which it stores as raw blocks
- * at memcpy speed: ratio about 1.5, and decompression gets faster too.
+ * distribution that Huffman codes poorly. Shuffled, zstd sees a half page of
+ * low-entropy bytes, which it codes to a third of its size, and a half page
+ * of noise, which it stores as raw blocks at memcpy speed: the ratio goes up
+ * and decompression gets faster (docs/performance.md#codecs).
  *
  * A context holds one ZSTD_CCtx, one ZSTD_DCtx and a page of scratch for the
  * shuffle, so the mover's steady state allocates nothing. A context decodes
@@ -120,10 +120,9 @@ void kvt_unshuffle16(const void *src, void *dst, size_t n)
  * matches that are coincidences of a 3-bit alphabet: each costs more to code
  * than its literals and makes a sequence to decode. Matches of 7 bytes or more
  * and a 256-entry hash table leave nearly everything to the Huffman coder,
- * which is what this data wants: on a 256 KiB Gaussian bf16 page the ratio goes
- * from 1.44 to 1.50, compression from 0.5 to 1.2 GB/s and decompression from
- * 2.5 to 4.8 GB/s; zero runs are still found, long exact repeats partly.
- * Other levels get zstd's own parameters. */
+ * which is what this data wants: ratio, compression and decompression speed
+ * all gain (docs/performance.md#codecs); zero runs are still found, long
+ * exact repeats partly. Other levels get zstd's own parameters. */
 #define SHUFFLE_MIN_MATCH 7
 #define SHUFFLE_HASH_LOG 8
 

@@ -5,13 +5,11 @@
  * One ring per context, driven by a reaper thread of its own. The owner
  * (io.h: the engine's mover) only queues requests and takes completions;
  * the reaper alone submits to the kernel, so the moment it harvests a
- * completion it hands the disk the next queued request. Before, the owner
- * did both, and every millisecond it spent elsewhere (checking CRCs,
- * applying results under the engine lock, or off-CPU behind two attention
- * threads on two cores) left finished requests unharvested and the disk's
- * queue draining: the device sat idle 12-17% of a decode that always had
- * work queued. The reaper sleeps in the kernel between completions, so the
- * scheduler runs it at once when one arrives.
+ * completion it hands the disk the next queued request: while the owner
+ * checks CRCs, applies results under the engine lock or waits for a CPU,
+ * the disk's queue still refills (docs/design.md#io-threads). The reaper
+ * sleeps in the kernel between completions, so the scheduler runs it at
+ * once when one arrives.
  *
  * Each request in the kernel holds a slot (struct uring_op) that records how
  * far it has got: short transfers are resubmitted from there, and the
@@ -525,8 +523,8 @@ struct bench {
     int fd;
     bool write, fixed;
     char *bufs;              /* one buffer per block of the span, as the engine's DRAM
-                                arena gives each page its own slot: reusing a few buffers
-                                measured up to 2x slower on virtual disks */
+                                arena gives each page its own slot; a few reused
+                                buffers measure something else (docs/design.md#huge-pages) */
     size_t block;
     uint64_t nblocks, issued, completed, bytes;
     int err;
@@ -609,8 +607,8 @@ int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, uns
     }
     size_t region = (size_t)b.nblocks * block;
     /* Memory of the kind the engine's arenas are (huge pages where THP
-     * allows, see tiers/device_host.c): on a virtual disk the DMA target's
-     * physical layout moves the figure by up to 1.5x. */
+     * allows): on a virtual disk the DMA target's physical layout moves the
+     * figure (docs/design.md#huge-pages). */
     int rc = 0;
     b.bufs = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (b.bufs == MAP_FAILED) {

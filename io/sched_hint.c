@@ -6,11 +6,9 @@
  * a completion arrives. Beside CPU-bound threads — an engine's own compute,
  * or kvtier run's attention on the same cores — the fair scheduler may let
  * a woken one wait for the running thread's slice (milliseconds): long
- * enough for 32 queued reads to finish and the disk to sit idle. Measured
- * on 2 cores with `kvtier run` before this hint (and before its attention
- * was niced): the reaper waited 220 ms on the run queue over a run whose
- * decode took 1.7 s, and the disk was idle 15-20% of the decode with
- * requests queued behind a waiting thread.
+ * enough for 32 queued reads to finish and the disk to sit idle with
+ * requests queued behind a waiting thread
+ * (docs/performance.md#io-thread-scheduling).
  *
  * Linux 6.12+ lets a SCHED_OTHER thread ask for a short slice
  * (sched_attr.sched_runtime), which EEVDF turns into an early deadline: the
