@@ -7,10 +7,12 @@
  * policies that know the future, "which pages should come up next".
  *
  * Pages are 32-bit page numbers of the manager's page table. A page is a
- * candidate of tier t between on_insert(t) and on_remove(t); the manager
- * never inserts twice. Pinned pages are not candidates. All calls are made
- * under the engine lock: a policy needs no locking of its own and must not
- * call back into the engine except through the usable() callback.
+ * candidate of tier t between insert(t) and remove(t); the manager never
+ * inserts twice. Pinned pages are not candidates. All calls are made under
+ * the engine lock (the simulator drives a policy from one thread): a policy
+ * needs no locking of its own and must not call back into the engine except
+ * through the callbacks it is given (usable(), wanted(), the host's key_of
+ * and find).
  */
 #ifndef KVT_POLICY_H
 #define KVT_POLICY_H
