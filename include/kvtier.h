@@ -5,8 +5,9 @@
  * (HBM), pinned host memory (DRAM) and NVMe files (SSD) — and moves fixed-size
  * pages between them ahead of the decode loop.
  *
- * Order of this file: version, error codes, types, configuration, the engine,
- * engine-managed pages, engine-owned buffers, decode position, statistics.
+ * Order of this file: version, error codes, types, growable structs,
+ * configuration, the engine, engine-managed pages, engine-owned buffers, decode
+ * position, statistics.
  *
  * Conventions (they hold for every function below unless its comment says
  * otherwise):
@@ -38,10 +39,16 @@ extern "C" {
 #define KVT_VERSION_MINOR 1
 #define KVT_VERSION_PATCH 0
 #define KVT_VERSION_NUMBER (KVT_VERSION_MAJOR * 10000 + KVT_VERSION_MINOR * 100 + KVT_VERSION_PATCH)
+#define KVT_QUOTE(x) #x
+#define KVT_EXPAND_AND_QUOTE(x) KVT_QUOTE(x)
+#define KVT_VERSION_STRING                                                    \
+    KVT_EXPAND_AND_QUOTE(KVT_VERSION_MAJOR) "." KVT_EXPAND_AND_QUOTE(KVT_VERSION_MINOR) "." \
+    KVT_EXPAND_AND_QUOTE(KVT_VERSION_PATCH)
 
 /* The version of the library linked at run time (KVT_VERSION_NUMBER form). */
 unsigned kvt_version_number(void);
-/* "0.1.0"; a static string, valid forever. */
+/* The library's KVT_VERSION_STRING ("major.minor.patch"); a static string,
+ * valid forever. */
 const char *kvt_version_string(void);
 
 /* ----------------------------------------------------------------- errors */
@@ -94,6 +101,37 @@ typedef enum {
 
 #define KVT_TIERS 3
 
+/* ------------------------------------------------------- growable structs */
+
+/* kvt_config and kvt_stats grow at the end, and only there. Each published
+ * layout's size is kept as KVT_CONFIG_SIZE_VER<n> / KVT_STATS_SIZE_VER<n>
+ * (VER0 is the layout of DESIGN.md §3). A field added after VER0 means "the
+ * default" when it is 0, and it extends the size: one placed in an older
+ * layout's tail padding would be ignored, not refused, by that library.
+ *
+ * Every call that reads or writes one of them takes the size the caller was
+ * compiled with: the *_sized functions. The names of DESIGN.md §3
+ * (kvt_config_init, kvt_config_check, kvt_open, kvt_get_stats) are inline
+ * wrappers that pass sizeof from this header, so a program compiled against
+ * any version of it tells the library its own size. The library then
+ *  - reads and writes the first min(size, its own size) bytes only: an older,
+ *    smaller struct is never written past, and its missing fields keep their
+ *    defaults;
+ *  - zeroes a newer caller's bytes beyond its own size when it writes (a
+ *    field it does not know reads as 0, the default), and refuses a config
+ *    whose bytes beyond its own size are not all 0 with KVT_ECONFIG (the
+ *    caller set a field this library does not know);
+ *  - refuses a size below VER0 or above KVT_STRUCT_SIZE_MAX with -EINVAL.
+ *
+ * kvt_config_init, kvt_open and kvt_get_stats are also exported as plain
+ * symbols for binaries and bindings built against a header without sizes.
+ * Those read and write the VER0 part only, the one layout every version
+ * shares, so they never write past any caller's struct: later config fields
+ * keep their defaults, later counters are not written. Define
+ * KVT_VER0_SYMBOLS before including this header to declare them instead of
+ * the inline wrappers. */
+#define KVT_STRUCT_SIZE_MAX 4096
+
 /* ------------------------------------------------------------ configuration */
 
 #define KVT_DEVICE_HOST (-1)   /* emulated HBM in host memory, asynchronous copy threads */
@@ -141,7 +179,6 @@ typedef struct kvt_config {
     uint64_t fingerprint;       /* model/dtype/layout identity; another one never matches */
     int io_backend;             /* KVT_IO_* */
     unsigned queue_depth;       /* I/O requests in flight */
-    /* --- fields after this line were added to DESIGN.md §3; zero keeps the default --- */
     double host_link_gbps;      /* host back-end: cap each emulated link at this many GB/s
                                    (1e9 bytes/s); 0 = uncapped, unless KVT_HOST_LINK_GBPS is set */
     size_t prefetch_bytes;      /* decode policy: bytes brought up ahead of use at most, per
@@ -150,23 +187,68 @@ typedef struct kvt_config {
     void *on_transfer_arg;      /* passed to on_transfer (borrowed until kvt_close) */
 } kvt_config;
 
-/* Fills *cfg with defaults: 256 KiB pages, 1 GiB HBM, 4 GiB DRAM, no SSD,
- * device AUTO, policy "decode", no codec, no persistence, fingerprint 0, io AUTO,
- * queue depth 32, uncapped host link. Never fails. */
-void kvt_config_init(kvt_config *cfg);
+/* The published layouts of kvt_config: VER0 ends with queue_depth
+ * (DESIGN.md §3), VER1 with on_transfer_arg (kvtier 0.1). */
+#define KVT_CONFIG_SIZE_VER0 offsetof(kvt_config, host_link_gbps)
+#define KVT_CONFIG_SIZE_VER1 (offsetof(kvt_config, on_transfer_arg) + sizeof(void *))
+
+/* Fills the first cfg_size bytes of *cfg with defaults: 256 KiB pages, 1 GiB
+ * HBM, 4 GiB DRAM, no SSD, device AUTO, policy "decode", no codec, no
+ * persistence, fingerprint 0, io AUTO, queue depth 32, every later field 0
+ * (uncapped host link, default prefetch, no transfer reports). Bytes beyond
+ * this library's kvt_config are zeroed. Errors: -EINVAL (cfg NULL, or
+ * cfg_size below KVT_CONFIG_SIZE_VER0 or above KVT_STRUCT_SIZE_MAX); on error
+ * nothing is written. */
+int kvt_config_init_sized(kvt_config *cfg, size_t cfg_size);
+
+/* Checks a configuration as kvt_open() does, without opening anything, so
+ * that a command can refuse its options before it creates a file. cfg is read
+ * during the call only. Errors: those of kvt_open() that concern the
+ * configuration (KVT_ECONFIG, KVT_ENOTSUP, -EINVAL for a size out of range);
+ * kvt_last_error() names the field. */
+int kvt_config_check_sized(const kvt_config *cfg, size_t cfg_size);
+
+#ifndef KVT_VER0_SYMBOLS
+/* kvt_config_init_sized for this header's kvt_config. Never fails. */
+static inline void kvt_config_init(kvt_config *cfg)
+{
+    (void)kvt_config_init_sized(cfg, sizeof(*cfg));
+}
+
+/* kvt_config_check_sized for this header's kvt_config. */
+static inline int kvt_config_check(const kvt_config *cfg)
+{
+    return kvt_config_check_sized(cfg, sizeof(*cfg));
+}
+#else
+void kvt_config_init(kvt_config *cfg);   /* writes the VER0 part only */
+#endif
 
 /* ----------------------------------------------------------------- engine */
 
 /* Opens an engine: allocates the HBM and DRAM arenas and starts the mover.
- * cfg is read during the call only (strings are copied).
+ * cfg (cfg_size bytes, as for kvt_config_init_sized) is read during the call
+ * only (strings are copied).
  * On success *out owns the engine until kvt_close(). On failure *out is NULL,
  * nothing is allocated, and the return is:
- *   KVT_ECONFIG  a field is invalid (kvt_last_error() names it),
+ *   KVT_ECONFIG  a field is invalid (kvt_last_error() names it), or one
+ *                beyond this library's kvt_config is set,
  *   KVT_ENOTSUP  a requested part is not built (a policy, CUDA, io_uring),
  *   -EBUSY       ssd_dir is in use by another engine,
  *   KVT_EDEVICE  the requested device cannot be used,
- *   -ENOMEM      an arena could not be allocated. */
-int kvt_open(const kvt_config *cfg, kvt_engine **out);
+ *   -ENOMEM      an arena could not be allocated,
+ *   -EINVAL      out or cfg is NULL, or cfg_size is out of range. */
+int kvt_open_sized(const kvt_config *cfg, size_t cfg_size, kvt_engine **out);
+
+#ifndef KVT_VER0_SYMBOLS
+/* kvt_open_sized for this header's kvt_config. */
+static inline int kvt_open(const kvt_config *cfg, kvt_engine **out)
+{
+    return kvt_open_sized(cfg, sizeof(*cfg), out);
+}
+#else
+int kvt_open(const kvt_config *cfg, kvt_engine **out);   /* reads the VER0 part only */
+#endif
 
 /* Waits for transfers in flight, flushes what must be flushed, frees
  * everything. Device pointers handed out become invalid. NULL is a no-op.
@@ -289,34 +371,54 @@ int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer);
 
 /* -------------------------------------------------------------- statistics */
 
-typedef struct kvt_stats {          /* counters since open; fields may be added at the end */
-    uint64_t resident_pages[3];     /* valid copies held, indexed by kvt_tier */
-    uint64_t hits[3], misses[3];    /* acquire/get found the page in tier t / had to look below t */
-    uint64_t bytes_up[3];           /* bytes copied into tier t from the tier below (HBM: DRAM->HBM) */
-    uint64_t bytes_down[3];         /* bytes written from tier t to the tier below */
-    uint64_t stall_ns;              /* time callers spent blocked waiting for pages */
+typedef struct kvt_stats {               /* counters since open; grows at the end (see above) */
+    uint64_t resident_pages[KVT_TIERS];  /* valid copies held, indexed by kvt_tier */
+    uint64_t hits[KVT_TIERS];            /* acquire/get found the page in tier t */
+    uint64_t misses[KVT_TIERS];          /* acquire/get had to look below tier t */
+    uint64_t bytes_up[KVT_TIERS];        /* bytes copied into tier t from the tier below
+                                            (HBM: DRAM->HBM) */
+    uint64_t bytes_down[KVT_TIERS];      /* bytes written from tier t to the tier below */
+    uint64_t stall_ns;                   /* time callers spent blocked waiting for pages */
     uint64_t errors_io, errors_corrupt;
-    /* --- added after DESIGN.md §3 --- */
-    uint64_t capacity_pages[3];     /* configured pages per tier (DRAM keeps one spare slot
-                                       beyond this for swaps, so resident_pages[1] may
-                                       exceed it by one while a swap runs) */
-    uint64_t pinned_pages;          /* pages pinned now */
-    uint64_t pages;                 /* distinct keys held */
-    uint64_t meta_bytes;            /* host bytes of page metadata (tables, records, policy) */
-    uint64_t errors_device;         /* device copies that failed */
-    uint64_t bytes_put, bytes_get;  /* bytes copied in by kvt_put / out by kvt_get */
-    uint64_t ssd_bad_slots;         /* SSD slots retired after I/O errors */
-    uint64_t io_fallback;           /* 1: io_uring was unavailable, the pread/pwrite pool runs */
-    uint64_t prefetch_pages;        /* pages brought into HBM ahead of use */
-    uint64_t prefetch_wasted;       /* of those, evicted before any acquire used them */
-    uint64_t prefetch_inflight_max; /* most DRAM->HBM pages in flight when a prefetch was
-                                       queued (a prefetch never takes this past
-                                       prefetch_bytes / page_bytes) */
+    uint64_t capacity_pages[KVT_TIERS];  /* configured pages per tier (DRAM keeps one spare
+                                            slot beyond this for swaps, so resident_pages[1]
+                                            may exceed it by one while a swap runs) */
+    uint64_t pinned_pages;               /* pages pinned now */
+    uint64_t pages;                      /* distinct keys held */
+    uint64_t meta_bytes;                 /* host bytes of page metadata (tables, records,
+                                            policy) */
+    uint64_t errors_device;              /* device copies that failed */
+    uint64_t bytes_put, bytes_get;       /* bytes copied in by kvt_put / out by kvt_get */
+    uint64_t ssd_bad_slots;              /* SSD slots retired after I/O errors */
+    uint64_t io_fallback;                /* 1: io_uring was unavailable, the pread/pwrite
+                                            pool runs */
+    uint64_t prefetch_pages;             /* pages brought into HBM ahead of use */
+    uint64_t prefetch_wasted;            /* of those, evicted before any acquire used them */
+    uint64_t prefetch_inflight_max;      /* most DRAM->HBM pages in flight when a prefetch
+                                            was queued (a prefetch never takes this past
+                                            prefetch_bytes / page_bytes) */
 } kvt_stats;
 
-/* Fills *out with a consistent snapshot. Never fails on a valid engine, even
- * in the failed state. */
-int kvt_get_stats(kvt_engine *e, kvt_stats *out);
+/* The published layouts of kvt_stats: VER0 ends with errors_corrupt
+ * (DESIGN.md §3), VER1 with prefetch_inflight_max (kvtier 0.1). */
+#define KVT_STATS_SIZE_VER0 offsetof(kvt_stats, capacity_pages)
+#define KVT_STATS_SIZE_VER1 (offsetof(kvt_stats, prefetch_inflight_max) + sizeof(uint64_t))
+
+/* Writes a consistent snapshot to the first out_size bytes of *out (bytes
+ * beyond this library's kvt_stats are zeroed). Never fails on a valid engine,
+ * even in the failed state. Errors: -EINVAL (e or out NULL, or out_size below
+ * KVT_STATS_SIZE_VER0 or above KVT_STRUCT_SIZE_MAX; nothing is written). */
+int kvt_get_stats_sized(kvt_engine *e, kvt_stats *out, size_t out_size);
+
+#ifndef KVT_VER0_SYMBOLS
+/* kvt_get_stats_sized for this header's kvt_stats. */
+static inline int kvt_get_stats(kvt_engine *e, kvt_stats *out)
+{
+    return kvt_get_stats_sized(e, out, sizeof(*out));
+}
+#else
+int kvt_get_stats(kvt_engine *e, kvt_stats *out);   /* writes the VER0 part only */
+#endif
 
 /* Writes every dirty page down one tier and waits: on return every page has a
  * copy below HBM (and, with an SSD tier and persist, is durable).

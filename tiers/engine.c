@@ -12,14 +12,15 @@
 #include <string.h>
 
 #include "kvt_build.h"
+#include "tiers/abi.h"
 #include "tiers/tiers.h"
 
 #define KVT_MAX_SLOTS (1u << 30)
 
 KVT_API unsigned kvt_version_number(void) { return KVT_VERSION_NUMBER; }
-KVT_API const char *kvt_version_string(void) { return "0.1.0"; }
+KVT_API const char *kvt_version_string(void) { return KVT_VERSION_STRING; }
 
-KVT_API void kvt_config_init(kvt_config *cfg)
+void kvt_config_defaults(kvt_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->page_bytes = 256 << 10;
@@ -48,7 +49,7 @@ static int check_tier_bytes(const char *field, size_t bytes, size_t page_bytes)
     return 0;
 }
 
-KVT_API int kvt_config_check(const kvt_config *c)
+int kvt_config_validate(const kvt_config *c)
 {
     int r;
     if (!c)
@@ -319,11 +320,6 @@ out_engine:
     return r;
 }
 
-KVT_API int kvt_open(const kvt_config *cfg, kvt_engine **out)
-{
-    return kvt_open_with_device(cfg, NULL, out);
-}
-
 /* Waits for every copy in flight so no back-end thread touches memory that
  * is about to be freed. */
 static void drain_inflight(kvt_engine *e)
@@ -368,10 +364,8 @@ KVT_API void kvt_close(kvt_engine *e)
     engine_free(e);
 }
 
-KVT_API int kvt_get_stats(kvt_engine *e, kvt_stats *out)
+int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
 {
-    if (!e || !out)
-        return kvt_fail(-EINVAL, "engine or out is NULL");
     pthread_mutex_lock(&e->lock);
     kvt_settle(e);
     *out = e->st;

@@ -4,6 +4,12 @@ Everything here mirrors the header one to one; the Pythonic layer is engine.py.
 Struct layouts are declared field by field in header order: ctypes applies the
 same C alignment rules as the compiler, and tests/python/test_binding.py checks
 every offset against offsetof() from a C compiler when one is installed.
+
+kvt_config and kvt_stats grow at the end (kvtier.h, "growable structs"), so
+they are passed to the *_sized calls with ctypes.sizeof() of the declarations
+below, as a C caller's inline wrappers pass sizeof: a newer library reads and
+writes only what these declarations hold; an older one zeroes the counters it
+does not keep and refuses a config that sets a field it does not know.
 """
 
 import ctypes
@@ -100,20 +106,20 @@ class KvtSchedule(ctypes.Structure):
                 ("sink_pages", ctypes.c_uint32)]
 
 
-_U64x3 = ctypes.c_uint64 * 3
+_U64xTiers = ctypes.c_uint64 * KVT_TIERS
 
 
 class KvtStats(ctypes.Structure):
-    # Header order; the comment in kvtier.h says fields may be added at the end.
-    _fields_ = [("resident_pages", _U64x3),
-                ("hits", _U64x3),
-                ("misses", _U64x3),
-                ("bytes_up", _U64x3),
-                ("bytes_down", _U64x3),
+    # Header order.
+    _fields_ = [("resident_pages", _U64xTiers),
+                ("hits", _U64xTiers),
+                ("misses", _U64xTiers),
+                ("bytes_up", _U64xTiers),
+                ("bytes_down", _U64xTiers),
                 ("stall_ns", ctypes.c_uint64),
                 ("errors_io", ctypes.c_uint64),
                 ("errors_corrupt", ctypes.c_uint64),
-                ("capacity_pages", _U64x3),
+                ("capacity_pages", _U64xTiers),
                 ("pinned_pages", ctypes.c_uint64),
                 ("pages", ctypes.c_uint64),
                 ("meta_bytes", ctypes.c_uint64),
@@ -125,22 +131,6 @@ class KvtStats(ctypes.Structure):
                 ("prefetch_pages", ctypes.c_uint64),
                 ("prefetch_wasted", ctypes.c_uint64),
                 ("prefetch_inflight_max", ctypes.c_uint64)]
-
-
-# kvt_config_init() and kvt_get_stats() write sizeof(their struct) bytes and take
-# no size argument. A newer library with fields appended would write past a
-# struct declared from an older header, so both are handed a buffer this much
-# larger than what we declare; the extra bytes are never read.
-STRUCT_SLACK = 1024
-
-
-def padded(struct_type):
-    """A zeroed instance of struct_type backed by STRUCT_SLACK spare bytes.
-
-    Returns (struct, backing); the caller keeps both alive together (the struct
-    is a view into backing)."""
-    backing = ctypes.create_string_buffer(ctypes.sizeof(struct_type) + STRUCT_SLACK)
-    return struct_type.from_buffer(backing), backing
 
 
 # ------------------------------------------------------------ library lookup
@@ -190,8 +180,10 @@ def _declare(lib):
         "kvt_version_string": (ctypes.c_char_p, []),
         "kvt_strerror": (ctypes.c_char_p, [c_int]),
         "kvt_last_error": (ctypes.c_char_p, []),
-        "kvt_config_init": (None, [P(KvtConfig)]),
-        "kvt_open": (c_int, [P(KvtConfig), P(engine_p)]),
+        # The struct calls take ctypes.sizeof() of our declaration (module doc).
+        "kvt_config_init_sized": (c_int, [P(KvtConfig), c_size_t]),
+        "kvt_config_check_sized": (c_int, [P(KvtConfig), c_size_t]),
+        "kvt_open_sized": (c_int, [P(KvtConfig), c_size_t, P(engine_p)]),
         "kvt_close": (None, [engine_p]),
         "kvt_create": (c_int, [engine_p, KvtKey, P(c_void_p)]),
         "kvt_acquire": (c_int, [engine_p, P(KvtKey), c_size_t, P(c_void_p)]),
@@ -206,7 +198,7 @@ def _declare(lib):
         "kvt_exists": (c_int, [engine_p, P(KvtKey), c_size_t, P(c_int)]),
         "kvt_set_schedule": (c_int, [engine_p, P(KvtSchedule)]),
         "kvt_advance": (c_int, [engine_p, c_uint64, c_uint32]),
-        "kvt_get_stats": (c_int, [engine_p, P(KvtStats)]),
+        "kvt_get_stats_sized": (c_int, [engine_p, P(KvtStats), c_size_t]),
         "kvt_flush": (c_int, [engine_p]),
         "kvt_page_bytes": (c_size_t, [engine_p]),
         "kvt_device_name": (ctypes.c_char_p, [engine_p]),

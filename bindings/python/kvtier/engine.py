@@ -356,9 +356,10 @@ def make_config(**kw):
     unknown = set(kw) - set(CONFIG_FIELDS)
     if unknown:
         raise TypeError(f"unknown kvtier config field(s): {', '.join(sorted(unknown))}")
-    cfg, backing = _lib.padded(KvtConfig)
-    _lib.lib().kvt_config_init(ctypes.byref(cfg))
-    keep = [backing]
+    cfg = KvtConfig()
+    check(_lib.lib().kvt_config_init_sized(ctypes.byref(cfg), ctypes.sizeof(cfg)),
+          "kvt_config_init_sized")
+    keep = []
     for name, value in kw.items():
         if value is None:
             continue
@@ -559,7 +560,8 @@ class Engine:
         cfg, keep = make_config(**config)
         L = _lib.lib()
         handle = ctypes.c_void_p()
-        check(L.kvt_open(ctypes.byref(cfg), ctypes.byref(handle)), "kvt_open")
+        check(L.kvt_open_sized(ctypes.byref(cfg), ctypes.sizeof(cfg), ctypes.byref(handle)),
+              "kvt_open")
         del keep  # kvt_open copied the strings
         self._L = L
         self._h = handle
@@ -815,8 +817,9 @@ class Engine:
 
     def stats(self):
         """kvt_get_stats() as a Stats dataclass (a snapshot; owned by the caller)."""
-        s, _backing = _lib.padded(KvtStats)
-        check(self._L.kvt_get_stats(self._handle(), ctypes.byref(s)), "kvt_get_stats")
+        s = KvtStats()
+        check(self._L.kvt_get_stats_sized(self._handle(), ctypes.byref(s), ctypes.sizeof(s)),
+              "kvt_get_stats")
         return Stats._from_c(s)
 
     def flush(self):
