@@ -21,6 +21,7 @@
 
 #include "include/kvtier.h"
 #include "io/io.h"
+#include "io/raw_bench.h"
 
 static atomic_flag fallback_said = ATOMIC_FLAG_INIT;
 

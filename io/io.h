@@ -113,30 +113,4 @@ int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need);
  * ignore it). */
 int kvt_io_short_slice(void);
 
-/* The kernel's struct sched_attr for sched_setattr/sched_getattr
- * (linux/sched/types.h clashes with glibc's sched.h, so it is spelled out;
- * the size field versions it). */
-struct kvt_sched_attr {
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime;
-    uint64_t sched_deadline;
-    uint64_t sched_period;
-    uint32_t sched_util_min;
-    uint32_t sched_util_max;
-};
-
-/* Raw io_uring O_DIRECT throughput, the baseline of `kvtier bench ssd`: n
- * requests of block bytes at the given depth over the regular file name in
- * the directory open as dfd (AT_FDCWD: name is a path), which must exist and
- * be at least span bytes; reading or writing, buffers registered. A link at
- * name is not followed (-ELOOP): the file is one the caller made, in a
- * directory others may have written. Returns 0 and *gbps (1e9 bytes/s), or
- * -errno (-ENOSYS without io_uring). */
-int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
-                     uint64_t n, bool write, double *gbps);
-
 #endif /* KVT_IO_H */

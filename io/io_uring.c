@@ -1,6 +1,6 @@
 /*
  * io_uring.c — the io_uring back-end, and the raw io_uring baseline of
- * `kvtier bench ssd`. The only file that includes liburing.
+ * `kvtier bench ssd` (io/raw_bench.h). The only file that includes liburing.
  *
  * One ring per context, driven by a reaper thread of its own. The owner
  * (io.h: the engine's mover) only queues requests and takes completions;
@@ -42,6 +42,7 @@
 #include <liburing.h>
 
 #include "io/io.h"
+#include "io/raw_bench.h"
 
 #define URING_CHUNK ((size_t)1 << 30) /* the kernel's limit per registered buffer */
 #define URING_BATCH 64                /* CQEs taken per peek */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "include/kvtier.h"
-#include "tiers/tiers.h"
+#include "tiers/tool.h"
 #include "tools/cli.h"
 
 struct bench_opts {
@@ -169,45 +169,24 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 
 /* Copies `pages` blocks between the arenas with no manager (cycling over all
  * HBM slots and the first nd DRAM slots: the span the manager phase uses), in
- * batches of `batch` through the device back-end's own queue: on the host
- * back-end that is the copy thread's page copy (the emulated link itself), on
- * CUDA cudaMemcpyAsync on the direction's stream. Not pipelined: waits for
- * each batch, as an acquire does; pipelined: queues everything, then waits,
- * as a flush does. Returns GB/s. */
-static double raw_copy(kvt_engine *e, enum kvt_dir dir, uint64_t pages, uint64_t nd,
-                       unsigned batch, bool pipelined)
+ * batches of `batch` through the device back-end's own queue
+ * (kvt_tool_link_copy). Not pipelined: waits for each batch, as an acquire
+ * does; pipelined: queues everything, then waits, as a flush does. Returns
+ * GB/s, 0 on failure. */
+static double raw_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t nd, unsigned batch,
+                       bool pipelined)
 {
-    size_t pb = e->page_bytes;
-    uint32_t nh = e->arena[KVT_TIER_HBM].nslots;
-    uint8_t *h = e->hbm_base, *d = e->dram_base;
-    struct kvt_copy *c = malloc(batch * sizeof(*c));
-    uint64_t f = 0;
-    int r = 0;
-    double t0 = cli_now();
-    for (uint64_t i = 0; i < pages && r == 0;) {
-        unsigned k = 0;
-        for (; k < batch && i < pages; k++, i++) {
-            uint8_t *hp = h + (i % nh) * pb, *dp = d + (i % nd) * pb;
-            c[k] = dir == KVT_H2D ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
-        }
-        r = e->dev->submit(e->dev_priv, dir, c, k, &f);
-        if (r == 0 && !pipelined)
-            r = e->dev->wait(e->dev_priv, dir, f);
-    }
-    if (r == 0 && pipelined)
-        r = e->dev->wait(e->dev_priv, dir, f);
-    double dt = cli_now() - t0;
-    free(c);
-    return r ? 0 : (double)pages * (double)pb / dt / 1e9;
+    double g = 0;
+    kvt_tool_link_copy(e, up, pages, nd, batch, pipelined, &g);
+    return g;
 }
 
 /* ------------------------------------------------------------- manager */
 
 static kvt_key bkey(uint64_t i) { return (kvt_key){ 1, 0, (uint32_t)i }; }
 
-static int put_pages(kvt_engine *e, uint64_t n)
+static int put_pages(kvt_engine *e, size_t pb, uint64_t n)
 {
-    size_t pb = e->page_bytes;
     uint8_t *buf = malloc(pb);
     if (!buf)
         return -ENOMEM;
@@ -337,30 +316,32 @@ static int bench_hbm(const struct bench_opts *o)
     if (r < 0)
         return cli_error("bench hbm", 1, "cannot open the engine: %s (%s)", kvt_strerror(r),
                          kvt_last_error());
-    uint32_t nh = e->arena[0].nslots, nd = e->arena[1].nslots; /* bench_check()ed */
+    struct kvt_tool_info ti;
+    kvt_tool_info(e, &ti);
+    uint32_t nh = ti.hbm_slots, nd = ti.dram_slots; /* bench_check()ed */
     bool host = !strcmp(kvt_device_name(e), "host");
     const char *base = host ? "host copy" : "cudaMemcpyAsync";
-    uint64_t n_up = 2ull * nh + o->batch, m_down = nh - e->watermark;
+    uint64_t n_up = 2ull * nh + o->batch, m_down = nh - ti.watermark;
     uint64_t rounds = o->quick ? 2 : 4;
     struct link_result l[2] = { { "dram->hbm", base, 0, 0 }, { "hbm->dram", base, 0, 0 } };
     double ops = 0, g = 0;
 
     /* Touch every byte of both arenas first: first-touch page faults would
      * otherwise be charged to whichever side ran first. */
-    raw_copy(e, KVT_H2D, nd, nd, o->batch, true);
-    raw_copy(e, KVT_D2H, nd, nd, o->batch, true);
-    if ((r = put_pages(e, n_up)) < 0)
+    raw_copy(e, true, nd, nd, o->batch, true);
+    raw_copy(e, false, nd, nd, o->batch, true);
+    if ((r = put_pages(e, ti.page_bytes, n_up)) < 0)
         goto out_fail;
     for (unsigned i = 0; i < o->reps; i++) {
-        l[0].base_gbps = best(l[0].base_gbps, raw_copy(e, KVT_H2D, n_up * rounds, n_up, o->batch, false));
+        l[0].base_gbps = best(l[0].base_gbps, raw_copy(e, true, n_up * rounds, n_up, o->batch, false));
         if ((r = manager_up(e, n_up, rounds, o->batch, &g)) < 0)
             goto out_fail;
         l[0].gbps = best(l[0].gbps, g);
     }
-    if ((r = kvt_drop_id(e, 1)) < 0 || (r = put_pages(e, m_down)) < 0)
+    if ((r = kvt_drop_id(e, 1)) < 0 || (r = put_pages(e, ti.page_bytes, m_down)) < 0)
         goto out_fail;
     for (unsigned i = 0; i < o->reps; i++) {
-        l[1].base_gbps = best(l[1].base_gbps, raw_copy(e, KVT_D2H, m_down * rounds, m_down, o->batch, true));
+        l[1].base_gbps = best(l[1].base_gbps, raw_copy(e, false, m_down * rounds, m_down, o->batch, true));
         if ((r = manager_down(e, m_down, rounds, &g)) < 0)
             goto out_fail;
         l[1].gbps = best(l[1].gbps, g);

@@ -21,8 +21,9 @@
 #include <unistd.h>
 
 #include "include/kvtier.h"
+#include "io/codec.h"
 #include "tiers/spill_dir.h"
-#include "tiers/tiers.h"
+#include "tiers/tool.h"
 #include "tools/cli.h"
 
 struct ssd_opts {
@@ -238,8 +239,7 @@ static int fill_pages(kvt_engine *e, uint64_t n, size_t pb)
     return r;
 }
 
-/* One measurement through kvtier: write every DRAM page to SSD, then drop
- * the DRAM copies and read them all back. */
+/* An engine whose n pages all fit in DRAM, with an SSD tier to take them. */
 static void kvtier_config(const char *dir, size_t pb, uint64_t n, unsigned depth, kvt_config *c)
 {
     kvt_config_init(c);
@@ -253,6 +253,8 @@ static void kvtier_config(const char *dir, size_t pb, uint64_t n, unsigned depth
     c->persist = 0;
 }
 
+/* One measurement through kvtier: write every DRAM page to SSD, then drop
+ * the DRAM copies and read them all back (kvt_tool_ssd_cycle). */
 static int kvtier_run(const char *dir, size_t pb, uint64_t n, unsigned depth, double *wr, double *rd)
 {
     kvt_config c;
@@ -265,20 +267,14 @@ static int kvtier_run(const char *dir, size_t pb, uint64_t n, unsigned depth, do
         goto out;
     kvt_stats s0, s1;
     kvt_get_stats(e, &s0);
-    pthread_mutex_lock(&e->lock);
-    double t0 = cli_now();
-    r = kvt_ssd_flush(e);
-    double t1 = cli_now();
-    kvt_dram_drop_redundant(e);
-    double t2 = cli_now();
-    uint64_t got = kvt_ssd_read_all(e);
-    double t3 = cli_now();
-    pthread_mutex_unlock(&e->lock);
+    double ws = 0, rs = 0;
+    uint64_t got = 0;
+    r = kvt_tool_ssd_cycle(e, &ws, &rs, &got);
     kvt_get_stats(e, &s1);
     if (r == 0 && (got != n || s1.errors_io || s1.errors_corrupt))
         r = -EIO;
-    *wr = (double)(s1.bytes_down[1] - s0.bytes_down[1]) / (t1 - t0) / 1e9;
-    *rd = (double)(s1.bytes_up[1] - s0.bytes_up[1]) / (t3 - t2) / 1e9;
+    *wr = (double)(s1.bytes_down[1] - s0.bytes_down[1]) / ws / 1e9;
+    *rd = (double)(s1.bytes_up[1] - s0.bytes_up[1]) / rs / 1e9;
 out:
     kvt_close(e);
     return r;
@@ -295,8 +291,8 @@ static int bench_raw(const struct ssd_opts *o, struct scratch *sc, size_t pb, ui
      * both sides alike. */
     int rc;
     if ((rc = scratch_raw(sc, n * pb)) < 0 ||
-        (rc = kvt_io_raw_bench(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, true, bw)) < 0 ||
-        (rc = kvt_io_raw_bench(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, false, br)) < 0)
+        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, true, bw)) < 0 ||
+        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, false, br)) < 0)
         return cli_error("bench ssd", 1, "raw io_uring baseline failed: %s", strerror(-rc));
     return 0;
 }

@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "include/kvtier.h"
-#include "tiers/tiers.h"
+#include "tiers/tool.h"
 #include "tools/cli.h"
 
 /* 1024^k for the suffix at *p (k, m, g, t in any case, then optionally "b"

@@ -47,7 +47,7 @@
 #include "tiers/spill_dir.h"
 #include "tiers/ssd_index.h"
 #include "tiers/ssd_store.h"
-#include "tiers/tiers.h"
+#include "tiers/tool.h"
 #include "tools/cli.h"
 
 int inspect_main(int argc, char **argv);

@@ -28,10 +28,9 @@
 
 #include "include/kvtier.h"
 #include "tiers/spill_dir.h"
-#include "tiers/tiers.h"
+#include "tiers/tool.h"
 #include "tools/attention.h"
 #include "tools/cli.h"
-#include "io/io.h"
 #include "tools/run.h"
 #include "tools/trace_json.h"
 #if KVT_HAVE_CUDA_ATTN
@@ -419,98 +418,32 @@ static int run_size(struct run_ctx *x, struct run_result *r)
 /* ------------------------------------------------------------- links */
 
 /* DRAM<->HBM raw: page-sized copies between the (still empty) arenas through
- * the device back-end's queue, as `bench hbm` does; best of 3. GB/s. */
-static double raw_link(kvt_engine *e, enum kvt_dir dir)
+ * the device back-end's queue, as `bench hbm` does (kvt_tool_link_copy);
+ * best of 3. GB/s. */
+static double raw_link(kvt_engine *e, bool up)
 {
-    size_t pb = e->page_bytes;
-    uint32_t nh = e->arena[KVT_TIER_HBM].nslots, nd = e->arena[KVT_TIER_DRAM].nslots;
-    uint32_t n = nh < nd ? nh : nd, batch = 32;
+    struct kvt_tool_info ti;
+    kvt_tool_info(e, &ti);
+    uint32_t n = ti.hbm_slots < ti.dram_slots ? ti.hbm_slots : ti.dram_slots;
     if (n > 256)
         n = 256;
-    struct kvt_copy c[32];
     double best = 0;
     for (int rep = 0; rep < 4; rep++) {
-        uint64_t f = 0;
-        int rc = 0;
-        double t0 = cli_now();
-        for (uint32_t i = 0; i < n && !rc;) {
-            uint32_t k = 0;
-            for (; k < batch && i < n; k++, i++) {
-                uint8_t *hp = (uint8_t *)e->hbm_base + (size_t)i * pb;
-                uint8_t *dp = (uint8_t *)e->dram_base + (size_t)i * pb;
-                c[k] = dir == KVT_H2D ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
-            }
-            rc = e->dev->submit(e->dev_priv, dir, c, k, &f);
-        }
-        if (rc == 0)
-            rc = e->dev->wait(e->dev_priv, dir, f);
-        double dt = cli_now() - t0;
-        if (rc == 0 && rep > 0 && (double)n * pb / dt / 1e9 > best) /* rep 0 touches the pages */
-            best = (double)n * pb / dt / 1e9;
+        double g = 0;
+        int rc = kvt_tool_link_copy(e, up, n, n, 32, true, &g);
+        if (rc == 0 && rep > 0 && g > best) /* rep 0 touches the pages */
+            best = g;
     }
     return best;
 }
 
-/* SSD raw: a 32 MiB file written then read back in page-sized O_DIRECT
- * blocks in the spill directory, RAW_IO_DEPTH threads each with one request
- * in flight (the engine keeps many in flight too; one synchronous reader
- * would understate the link). Buffered + fdatasync + drop-cache where the
- * file system refuses O_DIRECT. Done before the engine opens the directory. */
+/* SSD raw without io_uring: a 32 MiB file written then read back in
+ * page-sized blocks in the spill directory through the engine's own
+ * pread/pwrite pool (kvt_tool_ssd_psync), RAW_IO_DEPTH requests in flight
+ * (the engine keeps many in flight too; one synchronous reader would
+ * understate the link). Buffered + drop-cache where the file system refuses
+ * O_DIRECT. Done before the engine opens the directory. */
 #define RAW_IO_DEPTH 8
-
-struct raw_io {
-    int fd, write, bad;
-    size_t pb, n;
-    unsigned part;
-    void *buf;
-};
-
-static void *raw_io_part(void *a)
-{
-    struct raw_io *w = a;
-    for (size_t i = w->part; i < w->n; i += RAW_IO_DEPTH) {
-        ssize_t got = w->write ? pwrite(w->fd, w->buf, w->pb, (off_t)(i * w->pb))
-                               : pread(w->fd, w->buf, w->pb, (off_t)(i * w->pb));
-        if (got != (ssize_t)w->pb) {
-            w->bad = 1;
-            break;
-        }
-    }
-    return NULL;
-}
-
-/* Runs the pass on RAW_IO_DEPTH threads; GB/s, 0 on failure. */
-static double raw_io_pass(int fd, size_t pb, size_t n, int write)
-{
-    struct raw_io w[RAW_IO_DEPTH];
-    pthread_t tid[RAW_IO_DEPTH];
-    unsigned started = 0;
-    int bad = 0;
-    double t0 = cli_now();
-    for (unsigned i = 0; i < RAW_IO_DEPTH; i++) {
-        w[i] = (struct raw_io){ fd, write, 0, pb, n, i, NULL };
-        if (posix_memalign(&w[i].buf, 4096, pb)) {
-            bad = 1;
-            break;
-        }
-        memset(w[i].buf, 0x5a, pb);
-        if (pthread_create(&tid[i], NULL, raw_io_part, &w[i])) {
-            free(w[i].buf);
-            bad = 1;
-            break;
-        }
-        started++;
-    }
-    for (unsigned i = 0; i < started; i++) {
-        pthread_join(tid[i], NULL);
-        bad |= w[i].bad;
-        free(w[i].buf);
-    }
-    if (write && !bad && fdatasync(fd))
-        bad = 1;
-    double dt = cli_now() - t0;
-    return bad ? 0 : (double)(n * pb) / dt / 1e9;
-}
 
 /* The SSD link as the engine uses it: io_uring O_DIRECT, page-sized
  * blocks, the engine's queue depth, over a fresh preallocated 256 MiB file:
@@ -541,7 +474,7 @@ static int uring_passes(const struct spill_file *sf, uint64_t span, size_t pb, b
 {
     for (int pass = 0; pass < passes; pass++) {
         double g = 0;
-        int r = kvt_io_raw_bench(sf->dfd, sf->name, span, pb, 32, span / pb, write, &g);
+        int r = kvt_tool_ssd_raw(sf->dfd, sf->name, span, pb, 32, span / pb, write, &g);
         if (r)
             return r;
         sample_add(l, g);
@@ -576,12 +509,13 @@ static void raw_ssd_threads(const struct spill_file *sf, size_t pb, struct run_r
     }
     if (fd < 0)
         return;
-    double wr = raw_io_pass(fd, pb, n, 1);
+    double wr = 0, rd = 0;
+    kvt_tool_ssd_psync(fd, pb, n, RAW_IO_DEPTH, true, &wr);
     sample_add(&res->ssd_write, wr);
     if (!direct)
         posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (wr > 0)
-        sample_add(&res->ssd_read, raw_io_pass(fd, pb, n, 0));
+    if (wr > 0 && kvt_tool_ssd_psync(fd, pb, n, RAW_IO_DEPTH, false, &rd) == 0)
+        sample_add(&res->ssd_read, rd);
     close(fd);
 }
 
@@ -786,10 +720,10 @@ static uint64_t seq_id(uint32_t s) { return 1 + (uint64_t)s; }
 /* Page bytes go in and out through the device back-end's synchronous copy,
  * so one path serves host pages and device pages alike (on the host
  * back-end it is a memcpy). */
-static int page_copy(struct run_ctx *x, enum kvt_copy_kind kind, void *dst, const void *src,
-                     size_t bytes)
+static int page_copy(struct run_ctx *x, bool to_page, void *dst, const void *src, size_t bytes)
 {
-    int rc = x->e->dev->copy_sync(x->e->dev_priv, kind, dst, src, bytes);
+    int rc = to_page ? kvt_tool_copy_to_page(x->e, dst, src, bytes)
+                     : kvt_tool_copy_from_page(x->e, dst, src, bytes);
     if (rc) {
         cli_error("run", 1, "copying page bytes: %s", kvt_strerror(rc));
         x->said = true;
@@ -807,7 +741,7 @@ static int write_token(struct run_ctx *x, void *page, uint32_t seq, uint32_t lay
         for (uint32_t h = 0; h < s->kv_heads; h++) {
             for (uint32_t d = 0; d < s->head_dim; d++)
                 attn_store(s, x->stage, d, run_kv_value(x->o->seed, seq, layer, pos, h, d, kind));
-            int rc = page_copy(x, KVT_COPY_H2D, (char *)page + attn_row(s, kind, h, t) * eb,
+            int rc = page_copy(x, true, (char *)page + attn_row(s, kind, h, t) * eb,
                                x->stage, s->head_dim * eb);
             if (rc)
                 return rc;
@@ -821,7 +755,7 @@ static int write_page(struct run_ctx *x, void *page, uint32_t seq, uint32_t laye
 {
     memset(x->stage, 0, x->pb);
     run_fill_page(&x->sh, x->o->seed, seq, layer, i, nt, 0, x->sh.kv_heads, x->stage);
-    return page_copy(x, KVT_COPY_H2D, page, x->stage, x->pb);
+    return page_copy(x, true, page, x->stage, x->pb);
 }
 
 static int prefill(struct run_ctx *x)
@@ -868,9 +802,9 @@ static int corrupt(struct run_ctx *x, void *page)
 {
     uint8_t b[4];
     size_t eb = attn_elem_bytes(&x->sh);
-    int rc = page_copy(x, KVT_COPY_D2H, b, page, eb);
+    int rc = page_copy(x, false, b, page, eb);
     b[eb - 1] ^= 0x01;
-    return rc ? rc : page_copy(x, KVT_COPY_H2D, page, b, eb);
+    return rc ? rc : page_copy(x, true, page, b, eb);
 }
 
 #if KVT_HAVE_CUDA_ATTN
@@ -1451,8 +1385,8 @@ int run_exec(const struct run_opts *o, struct run_result *r)
     if ((rc = open_engine(&x, r)))
         goto out;
     snprintf(r->device, sizeof r->device, "%s", kvt_device_name(x.e));
-    r->gbps_h2d = raw_link(x.e, KVT_H2D);
-    r->gbps_d2h = raw_link(x.e, KVT_D2H);
+    r->gbps_h2d = raw_link(x.e, true);
+    r->gbps_d2h = raw_link(x.e, false);
     double t0 = cli_now();
     if ((rc = prefill(&x))) {
         if (!x.said)

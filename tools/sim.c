@@ -62,7 +62,7 @@
 #include <string.h>
 
 #include "policy/belady.h"
-#include "tiers/tiers.h"
+#include "policy/policy.h"
 #include "tools/cli.h"
 #include "tools/presets.h"
 #include "tools/sim.h"

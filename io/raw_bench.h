@@ -1,0 +1,26 @@
+/*
+ * raw_bench.h — the raw O_DIRECT throughput baseline (internal).
+ *
+ * Not part of the I/O interface (io.h): the engine never calls it. It is
+ * the disk with no engine, the baseline `kvtier bench ssd` and `kvtier run`
+ * hold the engine's SSD figures to; tools reach it through tiers/tool.h.
+ * Defined in io/io_uring.c, the one file that includes liburing (io/io.c
+ * gives -ENOSYS in a build without it).
+ */
+#ifndef KVT_RAW_BENCH_H
+#define KVT_RAW_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Raw io_uring O_DIRECT throughput: n requests of block bytes at the given
+ * depth over the regular file name in the directory open as dfd (AT_FDCWD:
+ * name is a path), which must exist and be at least span bytes; reading or
+ * writing, buffers registered. A link at name is not followed (-ELOOP): the
+ * file is one the caller made, in a directory others may have written.
+ * Returns 0 and *gbps (1e9 bytes/s), or -errno (-ENOSYS without io_uring). */
+int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
+                     uint64_t n, bool write, double *gbps);
+
+#endif /* KVT_RAW_BENCH_H */

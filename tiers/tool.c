@@ -1,0 +1,174 @@
+/*
+ * tool.c — the tools' interface to an engine (tiers/tool.h).
+ *
+ * The engine internals this file touches, all read-only but the lock:
+ *   e->page_bytes, e->arena[].nslots, e->watermark     (fixed at open)
+ *   e->hbm_base, e->dram_base                          (the arenas' memory)
+ *   e->dev, e->dev_priv: submit, wait, copy_sync       (the device back-end)
+ *   e->lock, kvt_ssd_flush, kvt_dram_drop_redundant, kvt_ssd_read_all
+ * Whoever renames them keeps this file compiling; the tools do not change.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io/io.h"
+#include "io/raw_bench.h"
+#include "tiers/tiers.h"
+#include "tiers/tool.h"
+
+static double tool_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out)
+{
+    *out = (struct kvt_tool_info){
+        .page_bytes = e->page_bytes,
+        .hbm_slots = e->arena[KVT_TIER_HBM].nslots,
+        .dram_slots = e->arena[KVT_TIER_DRAM].nslots,
+        .watermark = e->watermark,
+    };
+}
+
+int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_span,
+                       unsigned batch, bool pipelined, double *gbps)
+{
+    size_t pb = e->page_bytes;
+    uint32_t nh = e->arena[KVT_TIER_HBM].nslots;
+    enum kvt_dir dir = up ? KVT_H2D : KVT_D2H;
+    *gbps = 0;
+    if (!pages || !batch || batch > 4096 || !dram_span || dram_span > e->arena[KVT_TIER_DRAM].nslots)
+        return -EINVAL;
+    struct kvt_copy *c = malloc(batch * sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    uint8_t *h = e->hbm_base, *d = e->dram_base;
+    uint64_t f = 0;
+    int r = 0;
+    double t0 = tool_now();
+    for (uint64_t i = 0; i < pages && r == 0;) {
+        unsigned k = 0;
+        for (; k < batch && i < pages; k++, i++) {
+            uint8_t *hp = h + (i % nh) * pb, *dp = d + (i % dram_span) * pb;
+            c[k] = up ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
+        }
+        r = e->dev->submit(e->dev_priv, dir, c, k, &f);
+        if (r == 0 && !pipelined)
+            r = e->dev->wait(e->dev_priv, dir, f);
+    }
+    if (r == 0 && pipelined)
+        r = e->dev->wait(e->dev_priv, dir, f);
+    double dt = tool_now() - t0;
+    free(c);
+    if (r == 0)
+        *gbps = (double)pages * (double)pb / dt / 1e9;
+    return r;
+}
+
+int kvt_tool_copy_to_page(kvt_engine *e, void *page, const void *src, size_t bytes)
+{
+    return e->dev->copy_sync(e->dev_priv, KVT_COPY_H2D, page, src, bytes);
+}
+
+int kvt_tool_copy_from_page(kvt_engine *e, void *dst, const void *page, size_t bytes)
+{
+    return e->dev->copy_sync(e->dev_priv, KVT_COPY_D2H, dst, page, bytes);
+}
+
+/* One lock hold for all three phases: nothing else runs on the engine
+ * between them, so the read phase starts from exactly what the write phase
+ * left. */
+int kvt_tool_ssd_cycle(kvt_engine *e, double *write_s, double *read_s, uint64_t *read_pages)
+{
+    pthread_mutex_lock(&e->lock);
+    double t0 = tool_now();
+    int r = kvt_ssd_flush(e);
+    double t1 = tool_now();
+    kvt_dram_drop_redundant(e);
+    double t2 = tool_now();
+    *read_pages = kvt_ssd_read_all(e);
+    double t3 = tool_now();
+    pthread_mutex_unlock(&e->lock);
+    *write_s = t1 - t0;
+    *read_s = t3 - t2;
+    return r;
+}
+
+int kvt_tool_ssd_raw(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
+                     uint64_t n, bool write, double *gbps)
+{
+    return kvt_io_raw_bench(dfd, name, span, block, depth, n, write, gbps);
+}
+
+/* Keeps `depth` requests in flight, each with its own buffer, reissuing a
+ * request for the next block as soon as it is reaped. */
+static int psync_pass(const struct kvt_io_ops *ops, void *io, struct kvt_io_req *req,
+                      uint8_t *bufs, int fd, size_t block, uint64_t n, unsigned depth,
+                      bool write)
+{
+    struct kvt_io_req *done[64];
+    uint64_t issued = 0, completed = 0;
+    int rc = 0;
+    for (unsigned i = 0; i < depth && issued < n && !rc; i++) {
+        struct kvt_io_req *r = &req[i];
+        *r = (struct kvt_io_req){ fd, write, bufs + (size_t)i * block, block, issued * block, 0, NULL };
+        if ((rc = ops->submit(io, &r, 1)) == 0)
+            issued++;
+    }
+    while (completed < issued) {
+        int k = ops->reap(io, done, 64, 1);
+        if (k < 0)
+            return rc ? rc : k;
+        for (int j = 0; j < k; j++) {
+            struct kvt_io_req *r = done[j];
+            completed++;
+            rc = rc ? rc : r->res;
+            if (rc || issued == n)
+                continue;
+            r->off = issued * block;
+            r->res = 0;
+            if ((rc = ops->submit(io, &r, 1)) == 0)
+                issued++;
+        }
+    }
+    return rc;
+}
+
+int kvt_tool_ssd_psync(int fd, size_t block, uint64_t n, unsigned depth, bool write,
+                       double *gbps)
+{
+    *gbps = 0;
+    if (fd < 0 || !block || block % 4096 || !n || !depth || depth > 64)
+        return -EINVAL;
+    struct kvt_io_params p = { .depth = depth };
+    const struct kvt_io_ops *ops;
+    void *io;
+    int rc = kvt_io_open(KVT_IO_PSYNC, &p, &ops, &io, NULL, 0);
+    if (rc)
+        return rc;
+    struct kvt_io_req *req = calloc(depth, sizeof(*req));
+    void *bufs = NULL;
+    if (!req || posix_memalign(&bufs, 4096, (size_t)depth * block)) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    memset(bufs, 0x5a, (size_t)depth * block);
+    double t0 = tool_now();
+    rc = psync_pass(ops, io, req, bufs, fd, block, n, depth, write);
+    if (rc == 0 && write && fdatasync(fd))
+        rc = -errno;
+    double dt = tool_now() - t0;
+    if (rc == 0)
+        *gbps = (double)n * (double)block / dt / 1e9;
+out:
+    ops->close(io);
+    free(bufs);
+    free(req);
+    return rc;
+}
