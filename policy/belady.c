@@ -526,6 +526,49 @@ static uint64_t belady_next_use(void *priv, uint32_t pg)
     return nx == NEVER ? KVT_USE_NEVER : (uint64_t)(nx - b->pos);
 }
 
+/* The trace is the whole future: no decode position, no groups, and no
+ * prefetch (the simulator models demand paging against it). */
+static void belady_schedule(void *priv, const kvt_schedule *s)
+{
+    (void)priv;
+    (void)s;
+}
+
+static void belady_advance(void *priv, uint64_t id, uint32_t layer)
+{
+    (void)priv;
+    (void)id;
+    (void)layer;
+}
+
+static uint64_t belady_group_of(void *priv, uint32_t pg)
+{
+    (void)priv;
+    (void)pg;
+    return KVT_USE_UNKNOWN;
+}
+
+static uint32_t belady_prefetch(void *priv, int from, kvt_usable_fn wanted, void *ctx,
+                                uint32_t *out, uint32_t max)
+{
+    (void)priv, (void)from, (void)wanted, (void)ctx, (void)out, (void)max;
+    return 0;
+}
+
+static uint64_t belady_working_set(void *priv)
+{
+    (void)priv;
+    return 0;
+}
+
+static uint64_t belady_use_at(void *priv, uint64_t ahead, uint64_t *group)
+{
+    (void)priv;
+    (void)ahead;
+    *group = KVT_USE_UNKNOWN;
+    return KVT_USE_UNKNOWN;
+}
+
 const struct kvt_policy_ops kvt_policy_belady_ops = {
     .name = "belady",
     .version = KVT_POLICY_OPS_VERSION,
@@ -537,10 +580,13 @@ const struct kvt_policy_ops kvt_policy_belady_ops = {
     .remove = belady_remove,
     .access = belady_access,
     .victim = belady_victim,
-    .schedule = NULL,
-    .advance = NULL,
+    .schedule = belady_schedule,
+    .advance = belady_advance,
     .page_new = belady_page_new,
     .page_gone = belady_page_gone,
     .next_use = belady_next_use,
-    .prefetch = NULL,
+    .group_of = belady_group_of,
+    .prefetch = belady_prefetch,
+    .working_set = belady_working_set,
+    .use_at = belady_use_at,
 };

@@ -276,6 +276,13 @@ static uint64_t decode_next_use(void *priv, uint32_t pg)
     return ((uint64_t)((g + d->S - d->P) % d->S) << 32) | k->index;
 }
 
+/* next_use() keeps the group distance in its high 32 bits. */
+static uint64_t decode_group_of(void *priv, uint32_t pg)
+{
+    uint64_t nu = decode_next_use(priv, pg);
+    return nu >= KVT_USE_UNKNOWN ? nu : nu >> 32;
+}
+
 static uint32_t decode_prefetch(void *priv, int from, kvt_usable_fn wanted, void *ctx,
                                 uint32_t *out, uint32_t max)
 {
@@ -301,7 +308,7 @@ static uint64_t decode_working_set(void *priv)
     return n;
 }
 
-static uint64_t decode_use_at(void *priv, uint64_t ahead)
+static uint64_t decode_use_at(void *priv, uint64_t ahead, uint64_t *group)
 {
     struct decode *d = priv;
     for (uint32_t k = 0; d->have && k < d->S; k++) {
@@ -313,10 +320,12 @@ static uint64_t decode_use_at(void *priv, uint64_t ahead)
         }
         if (ahead < len) {
             uint64_t idx = ahead < d->sinks || !first ? ahead : first + (ahead - d->sinks);
+            *group = k;
             return ((uint64_t)k << 32) | idx;
         }
         ahead -= len;
     }
+    *group = KVT_USE_UNKNOWN;
     return KVT_USE_UNKNOWN;
 }
 
@@ -460,6 +469,13 @@ static void decode_page_new(void *priv, uint32_t pg, const kvt_key *key)
     }
 }
 
+/* A page's candidacy ends with remove(); its number is forgotten by then. */
+static void decode_page_gone(void *priv, uint32_t pg)
+{
+    (void)priv;
+    (void)pg;
+}
+
 const struct kvt_policy_ops kvt_policy_decode_ops = {
     .name = "decode",
     .version = KVT_POLICY_OPS_VERSION,
@@ -473,8 +489,9 @@ const struct kvt_policy_ops kvt_policy_decode_ops = {
     .schedule = decode_schedule,
     .advance = decode_advance,
     .page_new = decode_page_new,
-    .page_gone = NULL,
+    .page_gone = decode_page_gone,
     .next_use = decode_next_use,
+    .group_of = decode_group_of,
     .prefetch = decode_prefetch,
     .working_set = decode_working_set,
     .use_at = decode_use_at,

@@ -115,7 +115,7 @@ static uint32_t lru_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx
 
 const struct kvt_policy_ops kvt_policy_lru_ops = {
     .name = "lru",
-    .version = KVT_POLICY_OPS_VERSION,
+    .version = KVT_POLICY_OPS_V1,
     .create = lru_create,
     .destroy = lru_destroy,
     .reserve = lru_reserve,
@@ -123,6 +123,4 @@ const struct kvt_policy_ops kvt_policy_lru_ops = {
     .remove = lru_remove,
     .access = lru_access,
     .victim = lru_victim,
-    .schedule = NULL,
-    .advance = NULL,
 };

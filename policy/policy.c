@@ -12,6 +12,19 @@ static const struct kvt_policy_ops *const policies[] = {
     &kvt_policy_belady_ops,
 };
 
+bool kvt_policy_ops_ok(const struct kvt_policy_ops *o)
+{
+    if (!o || !o->name || o->version < KVT_POLICY_OPS_V1 || o->version > KVT_POLICY_OPS_VERSION)
+        return false;
+    bool ok = o->create && o->destroy && o->reserve && o->insert && o->remove && o->access &&
+              o->victim;
+    if (o->version >= KVT_POLICY_OPS_V2)
+        ok = ok && o->schedule && o->advance && o->page_new && o->page_gone;
+    if (o->version >= KVT_POLICY_OPS_V3)
+        ok = ok && o->next_use && o->group_of && o->prefetch && o->working_set && o->use_at;
+    return ok;
+}
+
 const struct kvt_policy_ops *kvt_policy_find(const char *name)
 {
     for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); i++)

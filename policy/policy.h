@@ -23,7 +23,13 @@
 
 #include "core/base.h"
 
-#define KVT_POLICY_OPS_VERSION 2
+/* Versions of struct kvt_policy_ops. A policy of version v provides every
+ * op of every version up to v (none is NULL); the engine asks the version,
+ * never a pointer, whether an op exists. */
+#define KVT_POLICY_OPS_V1 1 /* evicts: create .. victim */
+#define KVT_POLICY_OPS_V2 2 /* follows the decode position: schedule, advance, page_new, page_gone */
+#define KVT_POLICY_OPS_V3 3 /* plans ahead: next_use, group_of, prefetch, working_set, use_at */
+#define KVT_POLICY_OPS_VERSION KVT_POLICY_OPS_V3
 #define KVT_POLICY_TIERS 3
 
 /* What a policy may ask of whoever drives it (the manager, or the
@@ -73,33 +79,43 @@ struct kvt_policy_ops {
      * KVT_NONE. Cost: O(candidates skipped). */
     uint32_t (*victim)(void *priv, int tier, kvt_usable_fn usable, void *ctx);
 
-    /* Decode position (may be NULL for policies that ignore it). */
+    /* --- version 2: the decode position --- */
     void (*schedule)(void *priv, const kvt_schedule *s);
     void (*advance)(void *priv, uint64_t id, uint32_t layer);
-
-    /* --- version 2: for policies that plan ahead (may be NULL) --- */
     /* A page now exists under its key (pg KVT_NONE: is about to, announced
      * before room is made for it) / is gone. */
     void (*page_new)(void *priv, uint32_t pg, const kvt_key *key);
     void (*page_gone)(void *priv, uint32_t pg);
-    /* How far away pg's next use is (KVT_USE_* for none known). */
+
+    /* --- version 3: planning ahead --- */
+    /* How far away pg's next use is: smaller is sooner, in the policy's own
+     * units, comparable only with other next_use() and use_at() values
+     * (KVT_USE_* for none known). */
     uint64_t (*next_use)(void *priv, uint32_t pg);
+    /* How many schedule groups ((sequence, layer) pairs) from the current
+     * one pg's next use is: 0 = the group being computed. KVT_USE_* for
+     * none known, and for a policy without groups. */
+    uint64_t (*group_of)(void *priv, uint32_t pg);
     /* Candidates of tier `from` that should move up next, soonest use
-     * first, that wanted() accepts; at most max, into out. Returns count. */
+     * first and a group at a time (a group's pages in no particular order),
+     * that wanted() accepts; at most max, into out. Returns count. */
     uint32_t (*prefetch)(void *priv, int from, kvt_usable_fn wanted, void *ctx, uint32_t *out,
                          uint32_t max);
     /* Pages one step of the schedule reads (0 = unknown). */
     uint64_t (*working_set)(void *priv);
     /* The next use, in next_use()'s units, of the page read `ahead` reads
-     * into the schedule from the start of the current position's group;
-     * KVT_USE_UNKNOWN when that is past a whole step or unknown. A policy
-     * that has it gives next uses with the group distance in the high 32
-     * bits, and prefetch() lists candidates a group at a time. */
-    uint64_t (*use_at)(void *priv, uint64_t ahead);
+     * into the schedule from the start of the current group, and in *group
+     * its group_of(); KVT_USE_UNKNOWN (both) when that is past a whole step
+     * or unknown. */
+    uint64_t (*use_at)(void *priv, uint64_t ahead, uint64_t *group);
 };
 
 extern const struct kvt_policy_ops kvt_policy_lru_ops;
 extern const struct kvt_policy_ops kvt_policy_decode_ops;
+
+/* Whether o is a vtable this build can drive: a known version, and every op
+ * of that version present. */
+bool kvt_policy_ops_ok(const struct kvt_policy_ops *o);
 
 /* The policy called name, or NULL. */
 const struct kvt_policy_ops *kvt_policy_find(const char *name);

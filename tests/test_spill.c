@@ -29,6 +29,21 @@
 #define FP 0x5AFE5AFE0001ull
 #define NOBODY 65534
 
+/* Engines opened by t_open_io() from now on use this I/O back-end (NULL:
+ * the config's), passed at open (kvt_open_with_hooks). */
+static const struct kvt_io_ops *t_io_ops;
+
+static void t_force_io(const struct kvt_io_ops *ops)
+{
+    t_io_ops = ops;
+}
+
+static int t_open_io(const kvt_config *c, kvt_engine **e)
+{
+    struct kvt_test_hooks h = { NULL, t_io_ops };
+    return kvt_open_with_hooks(c, &h, e);
+}
+
 struct fx {
     char top[64];       /* mkdtemp: holds spill/ and outside files */
     char dir[96];       /* top/spill: the spill directory */
@@ -73,7 +88,7 @@ static kvt_engine *open_ok(const struct fx *f, int persist)
 {
     kvt_config c = cfg(f, persist);
     kvt_engine *e = NULL;
-    int r = kvt_open(&c, &e);
+    int r = t_open_io(&c, &e);
     if (r)
         print_error("kvt_open: %s (%s)\n", kvt_strerror(r), kvt_last_error());
     assert_int_equal(r, 0);
@@ -173,7 +188,7 @@ static void test_foreign_dir_refused(void **state)
     for (int persist = 0; persist < 2; persist++) {
         kvt_config c = cfg(f, persist);
         kvt_engine *e = NULL;
-        assert_int_equal(kvt_open(&c, &e), KVT_ECONFIG);
+        assert_int_equal(t_open_io(&c, &e), KVT_ECONFIG);
         assert_null(e);
         assert_non_null(strstr(kvt_last_error(), f->dir));
         assert_non_null(strstr(kvt_last_error(), "docs/"));
@@ -232,7 +247,7 @@ static void test_missing_layout_refused(void **state)
     assert_int_equal(unlink(p), 0);
     kvt_config c = cfg(f, 1);
     kvt_engine *e = NULL;
-    assert_int_equal(kvt_open(&c, &e), KVT_ECONFIG);
+    assert_int_equal(t_open_io(&c, &e), KVT_ECONFIG);
     assert_non_null(strstr(kvt_last_error(), "no KVTIER layout file"));
     path_in(p, sizeof(p), f->dir, "seg-000000.kvt");
     assert_true(exists(p));
@@ -461,13 +476,13 @@ static void test_index_and_lock_links_refused(void **state)
     make_store(f, 10);
     outside_make(f, &o, "outside.mdb");
     link_in(f, "index/data.mdb", o.path);
-    assert_int_equal(kvt_open(&c, &e), -ELOOP);
+    assert_int_equal(t_open_io(&c, &e), -ELOOP);
     assert_non_null(strstr(kvt_last_error(), "data.mdb is a symbolic link"));
     outside_same(&o);
 
     path_in(target, sizeof(target), f->top, "made-by-lock");
     link_in(f, "LOCK", target);
-    assert_int_equal(kvt_open(&c, &e), -ELOOP);
+    assert_int_equal(t_open_io(&c, &e), -ELOOP);
     assert_non_null(strstr(kvt_last_error(), "LOCK is a symbolic link"));
     assert_false(exists(target));
 }
@@ -505,7 +520,7 @@ static int child_store(struct fx *f, uint64_t n)
     kvt_config c = cfg(f, 1);
     kvt_engine *e = NULL;
     static _Alignas(4096) unsigned char page[PB];
-    if (kvt_open(&c, &e))
+    if (t_open_io(&c, &e))
         return 1;
     for (uint64_t i = 0; i < n; i++) {
         kvt_key k = t_key(i, 0, 0);
@@ -547,18 +562,18 @@ static int unreadable_segment(struct fx *f)
     kvt_engine *e = NULL;
     /* Read-only: every page still served. */
     bad += CHECK(chmod(seg, 0444) == 0);
-    bad += CHECK(kvt_open(&c, &e) == 0);
+    bad += CHECK(t_open_io(&c, &e) == 0);
     bad += CHECK(child_read_all(e, 90, &err) == 90);
     kvt_close(e);
     /* No access at all: the error as it is, and nothing forgotten. */
     bad += CHECK(chmod(seg, 0000) == 0);
-    bad += CHECK(kvt_open(&c, &e) == 0);
+    bad += CHECK(t_open_io(&c, &e) == 0);
     bad += CHECK(child_read_all(e, 90, &err) == 0);
     bad += CHECK(err == -EACCES);
     bad += CHECK(chmod(seg, 0600) == 0);
     bad += CHECK(child_read_all(e, 90, &err) == 90); /* the same engine tries again */
     kvt_close(e);
-    bad += CHECK(kvt_open(&c, &e) == 0);
+    bad += CHECK(t_open_io(&c, &e) == 0);
     bad += CHECK(child_read_all(e, 90, &err) == 90);
     kvt_close(e);
     return bad;
@@ -580,7 +595,7 @@ static int unreadable_index(struct fx *f)
     for (int persist = 0; persist < 2; persist++) {
         kvt_config c = cfg(f, persist);
         kvt_engine *e = NULL;
-        bad += CHECK(kvt_open(&c, &e) == -EACCES);
+        bad += CHECK(t_open_io(&c, &e) == -EACCES);
         bad += CHECK(strstr(kvt_last_error(), "index") != NULL);
     }
     bad += CHECK(chmod(ix, 0700) == 0);
@@ -627,11 +642,11 @@ static void test_enospc_is_enospc(void **state)
     struct fx *f = *state;
     struct kvt_io_fault full = { .op = KVT_IOF_WRITE, .nth = 1, .err = -ENOSPC, .repeat = true };
     kvt_io_faulty_arm(NULL, &full);
-    kvt_test_force_io(&kvt_io_faulty_ops);
+    t_force_io(&kvt_io_faulty_ops);
     kvt_config c = cfg(f, 0);
     kvt_engine *e = NULL;
-    int r = kvt_open(&c, &e);
-    kvt_test_force_io(NULL);
+    int r = t_open_io(&c, &e);
+    t_force_io(NULL);
     assert_int_equal(r, 0);
     r = try_put_pages(e, 0, 20);    /* more than HBM and DRAM hold */
     if (r == 0)
@@ -735,7 +750,7 @@ static void test_acquire_more_than_dram(void **state)
     kvt_key k[16];
     c.hbm_bytes = 16 * PB;
     c.dram_bytes = 4 * PB;
-    assert_int_equal(kvt_open(&c, &e), 0);
+    assert_int_equal(t_open_io(&c, &e), 0);
     put_pages(e, 0, 40);    /* pages 0..15 end up on SSD only */
     for (int i = 0; i < 16; i++)
         k[i] = t_key((uint64_t)i, 0, 0);

@@ -49,6 +49,21 @@
 #define MAX_SWEEP 600
 #define CHILD_ALARM 30 /* seconds: a forked child that hangs dies with SIGALRM */
 
+/* Engines opened by t_open_io() from now on use this I/O back-end (NULL:
+ * the config's), passed at open (kvt_open_with_hooks). */
+static const struct kvt_io_ops *t_io_ops;
+
+static void t_force_io(const struct kvt_io_ops *ops)
+{
+    t_io_ops = ops;
+}
+
+static int t_open_io(const kvt_config *c, kvt_engine **e)
+{
+    struct kvt_test_hooks h = { NULL, t_io_ops };
+    return kvt_open_with_hooks(c, &h, e);
+}
+
 /* How a forked child ended, for messages. */
 static const char *child_end(int status, char *buf, size_t len)
 {
@@ -106,7 +121,7 @@ static kvt_config ssd_config(const char *dir, size_t hbm, size_t dram, size_t ss
 static kvt_engine *open_ok(const kvt_config *c)
 {
     kvt_engine *e = NULL;
-    int r = kvt_open(c, &e);
+    int r = t_open_io(c, &e);
     if (r)
         print_error("kvt_open: %s (%s)\n", kvt_strerror(r), kvt_last_error());
     assert_int_equal(r, 0);
@@ -503,7 +518,7 @@ static int sweep_run(const struct kvt_io_fault *f, struct sweep_totals *tot)
 {
     char *dir = dir_new();
     kvt_io_faulty_arm(NULL, f);
-    kvt_test_force_io(&kvt_io_faulty_ops);
+    t_force_io(&kvt_io_faulty_ops);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     struct wl w;
     wl_init(&w, f);
@@ -570,7 +585,7 @@ static int sweep_run(const struct kvt_io_fault *f, struct sweep_totals *tot)
      * writing a page: one failed write is retried elsewhere */
     unsigned behind =
         check_reopen(&w, dir, w.repeat && (fired || fired_at_close) && !w.read_mode, new_key);
-    kvt_test_force_io(NULL);
+    t_force_io(NULL);
 
     tot->runs++;
     tot->fired += fired || fired_at_close;
@@ -685,10 +700,10 @@ static void flush_fault_child(const char *dir, const struct kvt_io_fault *f, int
 {
     alarm(CHILD_ALARM);
     kvt_io_faulty_arm(NULL, NULL);
-    kvt_test_force_io(&kvt_io_faulty_ops);
+    t_force_io(&kvt_io_faulty_ops);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     kvt_engine *e = NULL;
-    if (kvt_open(&c, &e))
+    if (t_open_io(&c, &e))
         _exit(2);
     void *b = aligned_alloc(4096, PB);
     for (uint32_t i = 0; i < 6; i++) { /* DRAM holds them all: no SSD write yet */
@@ -778,7 +793,7 @@ static void test_put_overwrite_crash(void **state)
         alarm(CHILD_ALARM);
         kvt_config c = ssd_config(dir, 4, 8, 64);
         kvt_engine *e = NULL;
-        if (kvt_open(&c, &e))
+        if (t_open_io(&c, &e))
             _exit(2);
         void *b = aligned_alloc(4096, PB);
         for (uint32_t i = 0; i < 16; i++) { /* more than DRAM holds: some go to SSD */
@@ -854,7 +869,7 @@ static void test_read_fault_loses_one_page(void **state)
     char *dir = dir_new();
     struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
     kvt_io_faulty_arm(NULL, &none);
-    kvt_test_force_io(&kvt_io_faulty_ops);
+    t_force_io(&kvt_io_faulty_ops);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     kvt_engine *e = open_ok(&c);
     void *b = aligned_alloc(4096, PB);
@@ -924,7 +939,7 @@ static void test_read_fault_loses_one_page(void **state)
     assert_int_equal(present, 14);
     assert_int_equal(t_stats(e).errors_io, 0);
     kvt_close(e);
-    kvt_test_force_io(NULL);
+    t_force_io(NULL);
     free(b);
     dir_free(dir);
 }
@@ -935,7 +950,7 @@ static void test_read_fault_loses_one_page(void **state)
 static void test_drop_before_any_ssd_job(void **state)
 {
     char *dir = dir_new();
-    kvt_test_force_io(NULL);
+    t_force_io(NULL);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     kvt_engine *e = open_ok(&c);
     void *b = aligned_alloc(4096, PB);
@@ -953,7 +968,7 @@ static void test_drop_before_any_ssd_job(void **state)
     if (pid == 0) {
         alarm(CHILD_ALARM);
         kvt_engine *ce = NULL;
-        if (kvt_open(&c, &ce))
+        if (t_open_io(&c, &ce))
             _exit(2);
         kvt_key k = t_key(8, 0, 3);
         if (kvt_drop(ce, &k, 1))
@@ -993,7 +1008,7 @@ static void test_drop_before_any_ssd_job(void **state)
 static void test_uring_disabled(void **state)
 {
     char *dir = dir_new();
-    kvt_test_force_io(NULL);
+    t_force_io(NULL);
     const char *old = getenv("KVT_IO_URING_DISABLE");
     char *saved = old ? strdup(old) : NULL;
     assert_int_equal(setenv("KVT_IO_URING_DISABLE", "1", 1), 0);
@@ -1001,7 +1016,7 @@ static void test_uring_disabled(void **state)
     kvt_config c = ssd_config(dir, 4, 8, 64);
     c.io_backend = KVT_IO_URING;
     kvt_engine *e = (kvt_engine *)(uintptr_t)0x1;
-    int r = kvt_open(&c, &e);
+    int r = t_open_io(&c, &e);
     print_message("io_backend URING with io_uring disabled: %s (%s)\n", kvt_strerror(r),
                   kvt_last_error());
     assert_true(r < 0);
@@ -1123,7 +1138,7 @@ static void crash_child(const char *dir, int cycle, const uint32_t *cur0, uint32
     memcpy(cur, cur0, sizeof(cur));
     kvt_config c = crash_config(dir, cycle);
     kvt_engine *e = NULL;
-    if (kvt_open(&c, &e))
+    if (t_open_io(&c, &e))
         _exit(2);
     void *b = aligned_alloc(4096, PB);
     if (!b)
@@ -1327,7 +1342,7 @@ static void test_crash_kill(void **state)
         seed = (unsigned)strtoul(getenv("KVT_CRASH_SEED"), NULL, 0);
     print_message("ssd crash seed %u (KVT_CRASH_SEED replays the kill times)\n", seed);
     char *dir = dir_new();
-    kvt_test_force_io(NULL);
+    t_force_io(NULL);
     uint32_t cur[CK] = { 0 };
     struct crash_totals tot = { 0 };
     struct rec *log = NULL;

@@ -25,9 +25,7 @@ struct reservation {
 static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
 {
     for (;;) {
-        uint32_t s = kvt_dram_slot(e, pg, KVT_SLOT_STEAL);
-        if (s != KVT_NONE) {
-            kvt_pg(&e->pt, pg)->slot[KVT_TIER_DRAM] = s;
+        if (kvt_dram_slot(e, pg, KVT_SLOT_STEAL) != KVT_NONE) {
             *tier = KVT_TIER_DRAM;
             return 0;
         }
@@ -45,7 +43,7 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
             return r;   /* the SSD refused the write-back: its error, as it is */
         r = e->arena[KVT_TIER_HBM].nfree ? 0 : kvt_make_room_hbm(e, 1, &w);
         if (r == 0) {
-            kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM] = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pg);
+            kvt_page_take_slot(e, pg, KVT_TIER_HBM);
             *tier = KVT_TIER_HBM;
             return 0;
         }
@@ -61,12 +59,8 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
 
 static void unreserve(kvt_engine *e, struct reservation *res, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        struct kvt_page *p = kvt_pg(&e->pt, res[i].pg);
-        p->busy = 0;
-        p->flags |= PG_ZOMBIE;
-        kvt_page_trim(e, res[i].pg);
-    }
+    for (size_t i = 0; i < n; i++)
+        kvt_page_abandon(e, res[i].pg);
 }
 
 static void *slot_ptr(kvt_engine *e, uint32_t pg, int tier)
@@ -113,7 +107,7 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
             unreserve(e, &res[i], 1);
             continue;
         }
-        kvt_page_set(e, res[i].pg, res[i].tier == KVT_TIER_HBM ? PG_VALID_HBM : PG_VALID_DRAM, 0);
+        kvt_page_now_valid(e, res[i].pg, res[i].tier);
         kvt_page_indexed(e, res[i].pg);
         kvt_page_sync(e, res[i].pg, true);
         e->st.bytes_put += e->page_bytes;
@@ -138,7 +132,7 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
             if ((r = kvt_admit(e)) < 0)
                 break;
         }
-        uint32_t pg = kvt_record_new(e);
+        uint32_t pg = kvt_page_new(e);
         if (pg == KVT_NONE) {
             r = kvt_fail(-ENOMEM, "out of memory for a page record");
             break;
@@ -148,10 +142,7 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         p->busy = 1;
         res[k].pg = pg;
         if ((r = reserve_slot(e, pg, &res[k].tier)) < 0) {
-            p = kvt_pg(&e->pt, pg);
-            p->busy = 0;
-            p->flags |= PG_ZOMBIE;
-            kvt_page_trim(e, pg);
+            kvt_page_abandon(e, pg);
             break;
         }
     }
@@ -160,13 +151,13 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
 
     for (size_t i = 0; i < n; i++)
         res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     for (size_t i = 0; i < n && r == 0; i++) {
         bool to_dev = res[i].tier == KVT_TIER_HBM;
         r = e->dev->copy_sync(e->dev_priv, copy_kind(src_on_device, to_dev), res[i].dst, src[i],
                               e->page_bytes);
     }
-    pthread_mutex_lock(&e->lock);
+    kvt_lock(e);
     if (r < 0) {
         kvt_fail(r, "copying a page in failed: %s", kvt_strerror(r));
         goto out_unreserve;
@@ -177,7 +168,7 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
         while (old != KVT_NONE && !e->failed && (kvt_pg(&e->pt, old)->xfer == XFER_SSD_WRITE ||
                                                  kvt_pg(&e->pt, old)->xfer == XFER_SSD_READ)) {
-            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_rounds };
+            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
             kvt_wait_on(e, &w, false);
             old = kvt_ptable_find(&e->pt, &keys[i]);
         }
@@ -225,7 +216,7 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
         size_t m = n - i < batch ? n - i : batch;
         r = put_batch(e, keys + i, m, src + i, src_on_device, res);
     }
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     free(res);
     return r;
 }
@@ -301,14 +292,13 @@ static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
                 pending = true;
                 continue;
             }
-            kvt_pg(&e->pt, g[i].pg)->slot[KVT_TIER_DRAM] = s;
             kvt_ssd_queue_read(e, g[i].pg);
             pending = true;
         }
         if (!pending)
             return err;
         if (w.kind == KVT_WAIT_NONE)
-            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
+            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_tier.progress };
         kvt_wait_on(e, &w, true);
         if (e->failed)
             return kvt_check_failed(e);
@@ -360,7 +350,7 @@ static void get_end(kvt_engine *e, struct get_src *g, size_t n)
             /* Still queued (the call failed): the mover owns the buffer until
              * the read completes, so wait for it. */
             while (kvt_ssd_transient_result(e, g[i].pg) == 1) {
-                struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_rounds };
+                struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
                 kvt_wait_on(e, &w, false);
             }
         }
@@ -421,7 +411,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
         r = get_begin(e, keys, n, g);
     if (r < 0)
         goto out_end;
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     int cr = 0;
     bool lost = false;
     for (size_t i = 0; i < n && cr == 0; i++) {
@@ -438,7 +428,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
      * work out which of its buffers hold complete pages. */
     if (cr < 0 && found)
         memset(found, 0, n * sizeof(*found));
-    pthread_mutex_lock(&e->lock);
+    kvt_lock(e);
     for (size_t i = 0; i < n && cr == 0; i++)
         if (g[i].tier != KVT_TIER_NONE)
             e->st.bytes_get += e->page_bytes;
@@ -448,7 +438,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
         r = kvt_fail(KVT_ECORRUPT, "a page failed its checksum on SSD and is gone");
 out_end:
     get_end(e, g, n);
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     free(g);
     return r;
 }

@@ -178,38 +178,6 @@ static void close_arenas(kvt_engine *e)
     e->dev->hbm_free(e->dev_priv, e->hbm_base, e->hbm_alloc_bytes);
 }
 
-static int open_inflight(kvt_engine *e)
-{
-    /* Only pages with an HBM slot have a device copy in flight (the target of
-     * an H2D, the source of a D2H), so each ring needs one entry per HBM slot. */
-    uint32_t cap = e->arena[KVT_TIER_HBM].nslots;
-    for (int d = 0; d < KVT_DIRS; d++) {
-        struct kvt_inflight *q = &e->inflight[d];
-        q->cap = cap;
-        q->page = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint32_t));
-        q->fence = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint64_t));
-        if (e->cfg.on_transfer)
-            q->t_ns = kvt_meta_alloc(&e->meta_bytes, (size_t)cap * sizeof(uint64_t));
-        if (!q->page || !q->fence || (e->cfg.on_transfer && !q->t_ns))
-            return -ENOMEM;
-    }
-    return 0;
-}
-
-static void close_inflight(kvt_engine *e)
-{
-    for (int d = 0; d < KVT_DIRS; d++) {
-        struct kvt_inflight *q = &e->inflight[d];
-        kvt_meta_free(&e->meta_bytes, q->page, (size_t)q->cap * sizeof(uint32_t));
-        kvt_meta_free(&e->meta_bytes, q->fence, (size_t)q->cap * sizeof(uint64_t));
-        if (q->t_ns)
-            kvt_meta_free(&e->meta_bytes, q->t_ns, (size_t)q->cap * sizeof(uint64_t));
-        q->page = NULL;
-        q->fence = NULL;
-        q->t_ns = NULL;
-    }
-}
-
 static const kvt_key *engine_key_of(void *ctx, uint32_t pg)
 {
     return &kvt_pg(&((kvt_engine *)ctx)->pt, pg)->key;
@@ -229,6 +197,9 @@ static int open_policy(kvt_engine *e)
         .host = { e, engine_key_of, engine_find },
     };
     e->pol = kvt_policy_find(e->policy_name);
+    if (!kvt_policy_ops_ok(e->pol))
+        return kvt_fail(KVT_ENOTSUP, "policy \"%s\" has an ops table of version %d, which this "
+                        "build cannot drive", e->policy_name, e->pol->version);
     return e->pol->create(&pp, &e->pol_priv);
 }
 
@@ -237,8 +208,8 @@ static void engine_free(kvt_engine *e)
     free(e->ssd_dir);
     free(e->policy_name);
     pthread_mutex_destroy(&e->lock);
-    pthread_cond_destroy(&e->mover_cv);
-    pthread_cond_destroy(&e->xfer_cv);
+    pthread_cond_destroy(&e->mover.cv);
+    pthread_cond_destroy(&e->ssd_tier.cv);
     free(e);
 }
 
@@ -247,11 +218,18 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     kvt_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return NULL;
-    pthread_mutex_init(&e->lock, NULL);
-    pthread_cond_init(&e->mover_cv, NULL);
-    pthread_cond_init(&e->xfer_cv, NULL);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+#if KVT_DEBUG
+    /* A relock by the owner returns EDEADLK instead of hanging (kvt_lock). */
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+#endif
+    pthread_mutex_init(&e->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    pthread_cond_init(&e->mover.cv, NULL);
+    pthread_cond_init(&e->ssd_tier.cv, NULL);
     e->cfg = *cfg;
-    e->red_head = e->red_tail = KVT_NONE;
+    e->dram.red_head = e->dram.red_tail = KVT_NONE;
     e->page_bytes = cfg->page_bytes;
     e->policy_name = strdup(cfg->policy ? cfg->policy : "decode");
     e->ssd_dir = cfg->ssd_dir ? strdup(cfg->ssd_dir) : NULL;
@@ -264,9 +242,12 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     return e;
 }
 
-int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *forced,
-                         kvt_engine **out)
+int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hooks,
+                        kvt_engine **out)
 {
+    static const struct kvt_test_hooks none = { NULL, NULL };
+    if (!hooks)
+        hooks = &none;
     int r;
     kvt_clear_error();
     if (out)
@@ -279,7 +260,7 @@ int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *for
     if (!e)
         return kvt_fail(-ENOMEM, "out of memory");
 
-    if ((r = pick_device(cfg, forced, &e->dev, &e->dev_priv)) < 0) {
+    if ((r = pick_device(cfg, hooks->device, &e->dev, &e->dev_priv)) < 0) {
         if (!kvt_last_error()[0])
             kvt_fail(r, "could not open the device back-end: %s", kvt_strerror(r));
         goto out_engine;
@@ -289,11 +270,11 @@ int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *for
     uint32_t slots = e->arena[0].nslots + e->arena[1].nslots;
     if ((r = kvt_ptable_init(&e->pt, slots, &e->meta_bytes)) < 0)
         goto out_arenas;
-    if ((r = open_inflight(e)) < 0)
-        goto out_inflight;
+    if ((r = kvt_copy_open(e)) < 0)
+        goto out_copy;
     if ((r = open_policy(e)) < 0)
-        goto out_inflight;
-    if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e)) < 0)
+        goto out_copy;
+    if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e, hooks->io)) < 0)
         goto out_ssd;
     /* Write back ahead of need while fewer than 1/8 of HBM slots are free or
      * clean, so that an eviction seldom waits for a D2H copy. */
@@ -306,8 +287,8 @@ int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *for
 out_ssd:
     kvt_ssd_tier_close(e);
     e->pol->destroy(e->pol_priv);
-out_inflight:
-    close_inflight(e);
+out_copy:
+    kvt_copy_close(e);
     kvt_ptable_fini(&e->pt);
 out_arenas:
     close_arenas(e);
@@ -320,17 +301,11 @@ out_engine:
     return r;
 }
 
-/* Waits for every copy in flight so no back-end thread touches memory that
- * is about to be freed. */
-static void drain_inflight(kvt_engine *e)
+int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,
+                         kvt_engine **out)
 {
-    for (int d = 0; d < KVT_DIRS; d++) {
-        struct kvt_inflight *q = &e->inflight[d];
-        if (q->len) {
-            uint64_t last = q->fence[(q->head + q->len - 1) % q->cap];
-            e->dev->wait(e->dev_priv, (enum kvt_dir)d, last);
-        }
-    }
+    struct kvt_test_hooks h = { dev, NULL };
+    return kvt_open_with_hooks(cfg, &h, out);
 }
 
 KVT_API void kvt_close(kvt_engine *e)
@@ -346,10 +321,10 @@ KVT_API void kvt_close(kvt_engine *e)
                     kvt_last_error());
     }
     kvt_mover_stop(e);
-    pthread_mutex_lock(&e->lock);
-    drain_inflight(e);
+    kvt_lock(e);
+    kvt_copy_drain(e);
     kvt_settle(e);
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
 
     for (uint32_t i = 0; i < e->n_tickets; i++)
         free(e->tickets[i].pages);
@@ -357,7 +332,7 @@ KVT_API void kvt_close(kvt_engine *e)
     free((void *)e->sched.ids);
     kvt_ssd_tier_close(e);
     e->pol->destroy(e->pol_priv);
-    close_inflight(e);
+    kvt_copy_close(e);
     kvt_ptable_fini(&e->pt);
     close_arenas(e);
     e->dev->close(e->dev_priv);

@@ -1,6 +1,6 @@
 /*
- * invariants.c — kvt_check_invariants(): the page-state rules of tiers.h,
- * checked over the whole engine. Compiled in with KVT_DEBUG (the sanitizer
+ * invariants.c — kvt_check_invariants(): the page-state rules of page.h,
+ * checked over the whole engine, and the lock rules of tiers.h. Compiled in with KVT_DEBUG (the sanitizer
  * build of the test command turns it on); O(pages + slots) per call.
  *
  * A broken rule here is the kind of bug that serves one page's bytes under
@@ -76,7 +76,7 @@ void kvt_check_invariants(kvt_engine *e)
         return;
     struct tally t = { 0 };
     uint64_t red = 0;
-    for (uint32_t pg = e->red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
+    for (uint32_t pg = e->dram.red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
         CHECK((p->flags & PG_VALID_DRAM) && (p->flags & PG_VALID_HBM), pg,
               "listed as a redundant DRAM copy but is not one");
@@ -87,13 +87,40 @@ void kvt_check_invariants(kvt_engine *e)
             check_page(e, pg, &t);
     for (int v = 0; v < 3; v++)
         CHECK(t.resident[v] == e->st.resident_pages[v], KVT_NONE, "resident count drifted");
-    CHECK(t.dirty == e->hbm_dirty, KVT_NONE, "dirty count drifted");
+    CHECK(t.dirty == e->hbm.dirty, KVT_NONE, "dirty count drifted");
     CHECK(t.pinned == e->st.pinned_pages, KVT_NONE, "pinned count drifted");
     CHECK(t.live == e->pt.live, KVT_NONE, "live record count drifted");
     CHECK(t.redundant == red, KVT_NONE, "redundant DRAM copy list misses a page");
     for (int a = 0; a < KVT_ARENAS; a++)
         CHECK(t.owned[a] == e->arena[a].nslots - e->arena[a].nfree, KVT_NONE,
               "slots owned by no page (leak)");
+}
+
+void kvt_lock_abort(const char *msg)
+{
+    fprintf(stderr, "kvtier: lock rule broken: %s\n", msg);
+    abort();
+}
+
+/* Catches state changed without the engine lock: a trylock that succeeds
+ * means nobody, this thread included, held it. (Held by another thread
+ * cannot be told from held by this one without tracking the owner on every
+ * lock; the tests' single-threaded paths find the missing lock.) */
+void kvt_assert_locked(kvt_engine *e, const char *fn)
+{
+    if (pthread_mutex_trylock(&e->lock) == 0) {
+        pthread_mutex_unlock(&e->lock);
+        fprintf(stderr, "kvtier: %s called without the engine lock\n", fn);
+        abort();
+    }
+}
+
+void kvt_assert_mover(kvt_engine *e, const char *fn)
+{
+    if (!kvt_mover_is_self(e)) {
+        fprintf(stderr, "kvtier: %s touches the SSD pipe outside the mover thread\n", fn);
+        abort();
+    }
 }
 
 #endif /* KVT_DEBUG */

@@ -15,36 +15,18 @@
 
 #define BATCH 64
 
-/* Every API entry: a valid engine, a clean error slot, the lock, settled. */
-uint32_t kvt_record_new(kvt_engine *e)
+/* Capacity is counted in pages, not slots: every page needs one slot
+ * somewhere, and a second copy is a cache that can always be given up.
+ * Records in use (keys, put reservations, dropped pages still being read)
+ * may not exceed the configured HBM + DRAM pages. */
+int kvt_admit(kvt_engine *e)
 {
-    uint32_t cap = e->pt.cap;
-    uint32_t pg = kvt_ptable_new(&e->pt);
-    if (pg == KVT_NONE)
-        return KVT_NONE;
-    if (e->pt.cap != cap && e->pol->reserve(e->pol_priv, e->pt.cap) < 0) {
-        kvt_ptable_delete(&e->pt, pg);
-        return KVT_NONE;
-    }
-    return pg;
-}
-
-static void page_pin(kvt_engine *e, uint32_t pg)
-{
-    struct kvt_page *p = kvt_pg(&e->pt, pg);
-    p->flags &= (uint16_t)~PG_PREFETCHED; /* used: the prefetch paid off */
-    if (p->pins++ == 0)
-        e->st.pinned_pages++;
-    kvt_page_sync(e, pg, true);
-}
-
-static void page_unpin(kvt_engine *e, uint32_t pg)
-{
-    struct kvt_page *p = kvt_pg(&e->pt, pg);
-    if (--p->pins == 0)
-        e->st.pinned_pages--;
-    kvt_page_sync(e, pg, true);
-    kvt_page_trim(e, pg);
+    uint64_t cap = (uint64_t)e->arena[KVT_TIER_HBM].nslots + e->arena[KVT_TIER_DRAM].nslots - 1 +
+                   (e->ssd ? kvt_ssd_nslots(e->ssd) : 0);
+    if (e->pt.live < cap)
+        return 0;
+    return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (HBM + "
+                               "DRAM + SSD)", e->pt.live, (unsigned long long)cap);
 }
 
 static void *hbm_ptr(kvt_engine *e, uint32_t pg)
@@ -98,7 +80,6 @@ static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struc
             missing++;
             continue;
         }
-        kvt_pg(&e->pt, pages[i])->slot[KVT_TIER_DRAM] = s;
         kvt_ssd_queue_read(e, pages[i]);
     }
     return missing;
@@ -111,25 +92,21 @@ static int stage_up(kvt_engine *e, const uint32_t *pages, size_t n)
     uint32_t batch[BATCH], k = 0;
     struct kvt_copy c[BATCH];
     for (size_t i = 0; i < n && e->arena[KVT_TIER_HBM].nfree; i++) {
-        struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
+        const struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
         if (p->slot[KVT_TIER_HBM] != KVT_NONE || !(p->flags & PG_VALID_DRAM) ||
             p->xfer != XFER_NONE)
             continue;
-        uint32_t s = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pages[i]);
-        p->slot[KVT_TIER_HBM] = s;
-        p->xfer = XFER_UP;
+        if (!kvt_copy_claim_up(e, pages[i], false, &c[k]))
+            break;
         batch[k] = pages[i];
-        c[k] = (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_HBM], s),
-                                  kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
-                                  e->page_bytes };
         if (++k == BATCH) {
-            int r = kvt_submit_up(e, batch, c, k);
+            int r = kvt_copy_submit_up(e, batch, c, k);
             if (r < 0)
                 return r;
             k = 0;
         }
     }
-    return k ? kvt_submit_up(e, batch, c, k) : 0;
+    return k ? kvt_copy_submit_up(e, batch, c, k) : 0;
 }
 
 /* Makes every page of an acquire have an HBM slot (valid, or a copy in
@@ -170,11 +147,11 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
          * copies up whose completion lets DRAM give up their pages' copies
          * for the reads still to stage. With none in flight and pages still
          * to read, more waiting cannot help (DRAM is too small for them). */
-        if (w.kind == KVT_WAIT_SSD && !e->ssd_busy && !e->ndels)
+        if (w.kind == KVT_WAIT_SSD && !kvt_ssd_waiting(e))
             w.kind = KVT_WAIT_NONE;
         if (w.kind == KVT_WAIT_NONE && from_ssd) {
-            if (e->ssd_busy || e->ndels)
-                w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_rounds };
+            if (kvt_ssd_waiting(e))
+                w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_tier.progress };
             else if (!kvt_copy_wait(e, &w))
                 return kvt_fail(KVT_EFULL, "%u of the %zu pages to acquire are on SSD only and "
                                 "DRAM (%u slots) cannot stage them beside what it holds",
@@ -186,9 +163,9 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
             continue; /* stage_up used the room: look again */
         }
         /* Slots freed while we wait are ours: the prefetcher stands back. */
-        e->room_waiters++;
+        e->hbm.room_waiters++;
         int r = kvt_wait_on(e, &w, true);
-        e->room_waiters--;
+        e->hbm.room_waiters--;
         if (r < 0)
             return kvt_fail(r, "a transfer that makes room failed: %s", kvt_strerror(r));
         if (e->failed)
@@ -285,7 +262,7 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
         goto out_free;
     for (size_t i = 0; i < n; i++) {
         count_lookup(e, pages[i]);
-        page_pin(e, pages[i]);
+        kvt_page_pin(e, pages[i]);
     }
     /* Every pinned page needs an HBM slot of its own at once: more than
      * HBM has can never be served, however long it waits. */
@@ -306,27 +283,27 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     }
     if ((r = ticket_new(e, pages, (uint32_t)n, fence, t)) < 0)
         goto out_unpin;
-    if (e->pol->prefetch) {
+    if (e->pol->version >= KVT_POLICY_OPS_V3) {
         /* The caller computes now: that is when the disk and the links
          * should be bringing up what comes next (the mover would otherwise
          * sleep until the next advance, and reads would wait for demand).
          * A caller that takes its group in chunks computes from the first
          * one on: timing from the last one measured a ninth of a group and
          * cut the disk's read-ahead to match (kvtier run: the disk idle). */
-        if (!e->acquired_ns)
-            e->acquired_ns = kvt_now_ns();
+        if (!e->pace.acquired_ns)
+            e->pace.acquired_ns = kvt_now_ns();
         kvt_mover_wake(e);
     }
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return 0;
 
 out_unpin:
     for (size_t i = 0; i < n; i++)
-        page_unpin(e, pages[i]);
+        kvt_page_unpin(e, pages[i]);
 out_free:
     free(pages);
 out_unlock:
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return r;
 }
 
@@ -337,9 +314,9 @@ static int ticket_finish(kvt_engine *e, struct kvt_ticket_rec *tr, void *stream,
     int r = 0;
     if (tr->fence) {
         if (on_stream && e->dev->poll(e->dev_priv, KVT_H2D, tr->fence) == -EINPROGRESS) {
-            pthread_mutex_unlock(&e->lock);
+            kvt_unlock(e);
             r = e->dev->stream_wait(e->dev_priv, KVT_H2D, tr->fence, stream);
-            pthread_mutex_lock(&e->lock);
+            kvt_lock(e);
             kvt_settle(e);
         } else {
             r = kvt_wait_fence(e, KVT_H2D, tr->fence, true);
@@ -355,7 +332,7 @@ static int ticket_finish(kvt_engine *e, struct kvt_ticket_rec *tr, void *stream,
     if (r < 0) {
         kvt_fail(r, "a DRAM->HBM copy failed: %s", kvt_strerror(r));
         for (uint32_t i = 0; i < tr->n; i++)
-            page_unpin(e, tr->pages[i]);
+            kvt_page_unpin(e, tr->pages[i]);
     }
     free(tr->pages);
     return r;
@@ -371,7 +348,7 @@ static int wait_common(kvt_engine *e, kvt_ticket t, void *stream, bool on_stream
                      (unsigned long long)t);
     else
         r = ticket_finish(e, &tr, stream, on_stream);
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return r;
 }
 
@@ -414,7 +391,7 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
         goto out;
     /* Announce the key before making room: a new tail page pushes an old one
      * out of a sliding window, and that one should be the page evicted. */
-    if (e->pol->page_new)
+    if (e->pol->version >= KVT_POLICY_OPS_V2)
         e->pol->page_new(e->pol_priv, KVT_NONE, &key);
     for (;;) {
         if (e->arena[KVT_TIER_HBM].nfree)
@@ -422,9 +399,9 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         r = kvt_make_room_hbm(e, 1, &w);
         if (r == -EAGAIN) {
-            e->room_waiters++;
+            e->hbm.room_waiters++;
             r = kvt_wait_on(e, &w, true);
-            e->room_waiters--;
+            e->hbm.room_waiters--;
         }
         if (r == 0 && e->failed)
             r = kvt_check_failed(e);
@@ -437,26 +414,24 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
                      key.index);
         goto out;
     }
-    if ((pg = kvt_record_new(e)) == KVT_NONE) {
+    if ((pg = kvt_page_new(e)) == KVT_NONE) {
         r = kvt_fail(-ENOMEM, "out of memory for a page record");
         goto out;
     }
-    struct kvt_page *p = kvt_pg(&e->pt, pg);
-    p->key = key;
-    p->slot[KVT_TIER_HBM] = kvt_arena_alloc(&e->arena[KVT_TIER_HBM], pg);
+    kvt_pg(&e->pt, pg)->key = key;
+    kvt_page_take_slot(e, pg, KVT_TIER_HBM); /* one is free: checked above, locked since */
     if ((r = kvt_ptable_insert(&e->pt, pg)) < 0) {
-        kvt_arena_free(&e->arena[KVT_TIER_HBM], p->slot[KVT_TIER_HBM]);
-        kvt_ptable_delete(&e->pt, pg);
+        kvt_page_abandon(e, pg);
         kvt_fail(r, "out of memory for the page index");
         goto out;
     }
-    kvt_page_set(e, pg, PG_VALID_HBM, 0);
+    kvt_page_now_valid(e, pg, KVT_TIER_HBM);
     kvt_page_indexed(e, pg);
-    page_pin(e, pg);
+    kvt_page_pin(e, pg);
     *dev_ptr = hbm_ptr(e, pg);
     kvt_mover_kick(e);
 out:
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return r;
 }
 
@@ -488,41 +463,20 @@ KVT_API int kvt_release(kvt_engine *e, const kvt_key *keys, size_t n, int dirty)
 
     for (i = 0; i < n; i++) {
         uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
-        struct kvt_page *p = kvt_pg(&e->pt, pg);
-        if (dirty) {
-            /* The caller wrote HBM: every lower copy is now stale. A D2H in
-             * flight read bytes being rewritten, so its result is discarded. */
-            if (p->xfer == XFER_DOWN)
-                p->flags |= PG_STALE;
-            kvt_page_set(e, pg, 0, PG_VALID_DRAM | PG_VALID_SSD);
-        }
-        page_unpin(e, pg);
+        /* The caller wrote HBM: every lower copy is now stale, and a copy
+         * down in flight read bytes being rewritten. */
+        if (dirty)
+            kvt_page_rewritten(e, pg);
+        kvt_page_unpin(e, pg);
     }
     if (dirty)
         kvt_mover_kick(e);
 out:
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return r;
 }
 
 /* ------------------------------------------------------------- drop */
-
-void kvt_page_indexed(kvt_engine *e, uint32_t pg)
-{
-    if (e->pol->page_new)
-        e->pol->page_new(e->pol_priv, pg, &kvt_pg(&e->pt, pg)->key);
-}
-
-void kvt_page_destroy(kvt_engine *e, uint32_t pg)
-{
-    if (e->pol->page_gone)
-        e->pol->page_gone(e->pol_priv, pg);
-    kvt_ssd_forget(e, pg);
-    kvt_ptable_remove(&e->pt, pg);
-    kvt_page_set(e, pg, PG_ZOMBIE, PG_VALID_HBM | PG_VALID_DRAM | PG_VALID_SSD);
-    kvt_page_sync(e, pg, false);
-    kvt_page_trim(e, pg);
-}
 
 KVT_API int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n)
 {
@@ -544,7 +498,7 @@ KVT_API int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n)
             kvt_page_destroy(e, pg);
     }
 out:
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return r;
 }
 
@@ -566,22 +520,11 @@ KVT_API int kvt_drop_id(kvt_engine *e, uint64_t id)
             kvt_page_destroy(e, pg);
     }
 out:
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return r;
 }
 
 /* ------------------------------------------------------------- exists */
-
-static kvt_tier page_tier(const struct kvt_page *p)
-{
-    if (p->flags & PG_VALID_HBM)
-        return KVT_TIER_HBM;
-    if (p->flags & PG_VALID_DRAM)
-        return KVT_TIER_DRAM;
-    if (p->flags & PG_VALID_SSD)
-        return KVT_TIER_SSD;
-    return KVT_TIER_NONE;
-}
 
 KVT_API int kvt_exists(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where)
 {
@@ -593,7 +536,7 @@ KVT_API int kvt_exists(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *w
     int prefix = -1;
     for (size_t i = 0; i < n; i++) {
         uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
-        kvt_tier t = pg == KVT_NONE ? KVT_TIER_NONE : page_tier(kvt_pg(&e->pt, pg));
+        kvt_tier t = pg == KVT_NONE ? KVT_TIER_NONE : kvt_page_tier(kvt_pg(&e->pt, pg));
         if (where)
             where[i] = t;
         if (t == KVT_TIER_NONE && prefix < 0)
@@ -601,7 +544,7 @@ KVT_API int kvt_exists(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *w
         if (!where && prefix >= 0)
             break;
     }
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return prefix < 0 ? (int)n : prefix;
 }
 
@@ -624,9 +567,9 @@ KVT_API int kvt_set_schedule(kvt_engine *e, const kvt_schedule *s)
     free((void *)e->sched.ids);
     e->sched = *s;
     e->sched.ids = ids;
-    if (e->pol->schedule)
+    if (e->pol->version >= KVT_POLICY_OPS_V2)
         e->pol->schedule(e->pol_priv, &e->sched);
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return 0;
 }
 
@@ -634,19 +577,19 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
 {
     if (!e)
         return kvt_fail(-EINVAL, "engine is NULL");
-    if (!e->pol->advance)
+    if (e->pol->version < KVT_POLICY_OPS_V2)
         return 0; /* the policy ignores the position: no need to take the lock */
-    pthread_mutex_lock(&e->lock);
-    if (e->acquired_ns) {
+    kvt_lock(e);
+    if (e->pace.acquired_ns) {
         /* The caller's compute on the last group: what prefetch can hide. */
-        e->compute_ns = kvt_smooth(e->compute_ns, kvt_now_ns() - e->acquired_ns);
-        e->acquired_ns = 0;
+        e->pace.compute_ns = kvt_smooth(e->pace.compute_ns, kvt_now_ns() - e->pace.acquired_ns);
+        e->pace.acquired_ns = 0;
     }
     e->pol->advance(e->pol_priv, id, layer);
     /* The position moved: what should come up next changed. */
-    if (e->pol->prefetch)
+    if (e->pol->version >= KVT_POLICY_OPS_V3)
         kvt_mover_wake(e);
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return 0;
 }
 
@@ -657,7 +600,7 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
 static int flush_hbm(kvt_engine *e)
 {
     for (;;) {
-        uint64_t fence = 0, dirty = e->hbm_dirty;
+        uint64_t fence = 0, dirty = e->hbm.dirty;
         int r = kvt_writeback(e, UINT32_MAX, true, &fence);
         if (fence) {
             int w = kvt_wait_fence(e, KVT_D2H, fence, false);
@@ -667,10 +610,10 @@ static int flush_hbm(kvt_engine *e)
         if (r != KVT_EFULL || !e->ssd)
             return r;
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
-        int m = kvt_make_room_dram(e, (uint32_t)(e->hbm_dirty ? e->hbm_dirty : 1), &w);
+        int m = kvt_make_room_dram(e, (uint32_t)(e->hbm.dirty ? e->hbm.dirty : 1), &w);
         if (m == -EAGAIN)
             kvt_wait_on(e, &w, false);
-        else if (m < 0 && e->hbm_dirty >= dirty)
+        else if (m < 0 && e->hbm.dirty >= dirty)
             return r; /* no room anywhere and no progress */
         if (e->failed)
             return kvt_check_failed(e);
@@ -686,6 +629,6 @@ KVT_API int kvt_flush(kvt_engine *e)
     /* With persist, every page goes to SSD and the index is synced. */
     if (r == 0 && e->ssd && e->cfg.persist)
         r = kvt_ssd_flush(e);
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return r;
 }

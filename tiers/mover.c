@@ -8,16 +8,25 @@
  * under pressure: with room in HBM, dirty pages stay where they are (no D2H
  * bandwidth spent on pages that may be rewritten or dropped).
  *
- * The decode policy's prefetch (issue 4) and the SSD I/O (issue 3) run here
- * too; callers wait on fences, never on this thread.
+ * The prefetch (prefetch.c) and the SSD pipeline (ssd_pipe.c, which this
+ * thread owns) run here too; callers wait on fences and on the SSD tier's
+ * progress, never on this thread.
  */
 #include <errno.h>
 
 #include "tiers/tiers.h"
 
+/* The engine whose mover this thread is (KVT_ASSERT_MOVER), NULL elsewhere. */
+static _Thread_local const kvt_engine *mover_of;
+
+bool kvt_mover_is_self(const kvt_engine *e)
+{
+    return mover_of == e;
+}
+
 static uint32_t mover_deficit(kvt_engine *e)
 {
-    uint64_t clean = e->st.resident_pages[KVT_TIER_HBM] - e->hbm_dirty;
+    uint64_t clean = e->st.resident_pages[KVT_TIER_HBM] - e->hbm.dirty;
     uint64_t ok = e->arena[KVT_TIER_HBM].nfree + clean;
     return ok >= e->watermark ? 0 : (uint32_t)(e->watermark - ok);
 }
@@ -25,72 +34,73 @@ static uint32_t mover_deficit(kvt_engine *e)
 static void *mover_main(void *arg)
 {
     kvt_engine *e = arg;
+    mover_of = e;
     pthread_setname_np(pthread_self(), "kvt-mover");
     /* It hands the disk its work and the callers their pages: it should not
      * wait behind the caller's compute when woken (io/sched_hint.c). */
     (void)kvt_io_short_slice();
-    pthread_mutex_lock(&e->lock);
+    kvt_lock(e);
     /* On stop, SSD jobs still queued are run first: their callers wait. */
-    while (!e->mover_stop || kvt_ssd_pending(e)) {
-        if (!e->mover_kick && !kvt_ssd_pending(e)) {
-            pthread_cond_wait(&e->mover_cv, &e->lock);
+    while (!e->mover.stop || kvt_ssd_pipe_pending(e)) {
+        if (!e->mover.kick && !kvt_ssd_pipe_pending(e)) {
+            pthread_cond_wait(&e->mover.cv, &e->lock);
             continue;
         }
-        e->mover_kick = false;
+        e->mover.kick = false;
         kvt_settle(e);
         kvt_prefetch(e);
         /* SSD work first: callers wait on it, while write-back is ahead of need. */
-        if (kvt_ssd_round(e)) {
-            e->mover_kick = true;
+        if (kvt_ssd_pipe_step(e)) {
+            e->mover.kick = true;
             continue;
         }
         uint32_t want = mover_deficit(e);
-        if (e->failed || !want || !e->hbm_dirty)
+        if (e->failed || !want || !e->hbm.dirty)
             continue;
         uint64_t fence = 0;
         kvt_writeback(e, want, false, &fence);
         if (fence) {
             /* Look again once these land: more may be needed by then. */
             kvt_wait_fence(e, KVT_D2H, fence, false);
-            e->mover_kick = true;
+            e->mover.kick = true;
         }
     }
-    pthread_mutex_unlock(&e->lock);
+    kvt_unlock(e);
     return NULL;
 }
 
 int kvt_mover_start(kvt_engine *e)
 {
-    int r = pthread_create(&e->mover, NULL, mover_main, e);
+    int r = pthread_create(&e->mover.thread, NULL, mover_main, e);
     if (r)
         return -r;
-    e->mover_started = true;
+    e->mover.started = true;
     return 0;
 }
 
 void kvt_mover_stop(kvt_engine *e)
 {
-    if (!e->mover_started)
+    if (!e->mover.started)
         return;
-    pthread_mutex_lock(&e->lock);
-    e->mover_stop = true;
-    pthread_cond_signal(&e->mover_cv);
-    pthread_mutex_unlock(&e->lock);
-    pthread_join(e->mover, NULL);
-    e->mover_started = false;
+    kvt_lock(e);
+    e->mover.stop = true;
+    pthread_cond_signal(&e->mover.cv);
+    kvt_unlock(e);
+    pthread_join(e->mover.thread, NULL);
+    e->mover.started = false;
 }
 
 void kvt_mover_wake(kvt_engine *e)
 {
-    e->mover_kick = true;
-    pthread_cond_signal(&e->mover_cv);
+    e->mover.kick = true;
+    pthread_cond_signal(&e->mover.cv);
 }
 
 /* Called under the lock after pages turned dirty. */
 void kvt_mover_kick(kvt_engine *e)
 {
-    if (e->mover_kick || !mover_deficit(e))
+    if (e->mover.kick || !mover_deficit(e))
         return;
-    e->mover_kick = true;
-    pthread_cond_signal(&e->mover_cv);
+    e->mover.kick = true;
+    pthread_cond_signal(&e->mover.cv);
 }

@@ -64,7 +64,7 @@ uint32_t kvt_ptable_new(struct kvt_ptable *t)
     uint32_t pg;
     if (t->free_head != KVT_NONE) {
         pg = t->free_head;
-        t->free_head = t->pages[pg].slot[0];
+        t->free_head = kvt_page_record_next(&t->pages[pg]);
     } else {
         if (t->used == t->cap) {
             if (t->cap >= KVT_NONE / 2)
@@ -80,19 +80,13 @@ uint32_t kvt_ptable_new(struct kvt_ptable *t)
         pg = t->used++;
     }
     t->live++;
-    struct kvt_page *p = &t->pages[pg];
-    memset(p, 0, sizeof(*p));
-    for (int i = 0; i < KVT_ARENAS; i++)
-        p->slot[i] = KVT_NONE;
-    p->ssd_slot = KVT_NONE;
+    kvt_page_record_init(&t->pages[pg]);
     return pg;
 }
 
 void kvt_ptable_delete(struct kvt_ptable *t, uint32_t pg)
 {
-    struct kvt_page *p = &t->pages[pg];
-    memset(p, 0, sizeof(*p));
-    p->slot[0] = t->free_head;
+    kvt_page_record_free(&t->pages[pg], t->free_head);
     t->free_head = pg;
     t->live--;
 }
@@ -143,7 +137,7 @@ int kvt_ptable_insert(struct kvt_ptable *t, uint32_t pg)
         return -ENOMEM;
     index_place(t, pg);
     t->count++;
-    t->pages[pg].flags |= PG_HASHED;
+    kvt_page_record_hashed(&t->pages[pg], true);
     return 0;
 }
 
@@ -169,5 +163,5 @@ void kvt_ptable_remove(struct kvt_ptable *t, uint32_t pg)
     }
     t->index[hole] = KVT_NONE;
     t->count--;
-    t->pages[pg].flags &= (uint16_t)~PG_HASHED;
+    kvt_page_record_hashed(&t->pages[pg], false);
 }

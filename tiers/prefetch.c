@@ -26,32 +26,23 @@
 
 static bool want_up(void *ctx, uint32_t pg)
 {
-    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
-    return (p->flags & PG_VALID_DRAM) && p->slot[KVT_TIER_HBM] == KVT_NONE &&
-           p->xfer == XFER_NONE && !p->busy && !(p->flags & PG_ZOMBIE);
+    return kvt_page_can_come(kvt_pg(&((kvt_engine *)ctx)->pt, pg), KVT_TIER_HBM);
 }
 
 static bool want_dram(void *ctx, uint32_t pg)
 {
-    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
-    /* A page whose file could not be read is left to the demand load,
-     * which reports it: prefetch would retry it on every wake. */
-    return (p->flags & PG_VALID_SSD) &&
-           !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM | PG_ZOMBIE | PG_READ_ERR)) &&
-           p->slot[KVT_TIER_DRAM] == KVT_NONE && p->xfer == XFER_NONE && !p->busy;
+    return kvt_page_can_come(kvt_pg(&((kvt_engine *)ctx)->pt, pg), KVT_TIER_DRAM);
 }
 
-/* A candidate that can leave HBM for free: a lower copy is current. */
+/* Candidates that can leave their tier for free: a copy elsewhere is current. */
 static bool clean_hbm(void *ctx, uint32_t pg)
 {
-    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
-    return p->xfer == XFER_NONE && !p->busy && (p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
+    return kvt_page_can_leave(kvt_pg(&((kvt_engine *)ctx)->pt, pg), KVT_TIER_HBM, KVT_LEAVE_FREE);
 }
 
 static bool clean_dram(void *ctx, uint32_t pg)
 {
-    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
-    return p->xfer == XFER_NONE && !p->busy && (p->flags & (PG_VALID_HBM | PG_VALID_SSD));
+    return kvt_page_can_leave(kvt_pg(&((kvt_engine *)ctx)->pt, pg), KVT_TIER_DRAM, KVT_LEAVE_FREE);
 }
 
 /* Frees a slot of tier for page x by dropping the clean candidate used
@@ -67,9 +58,7 @@ static bool room_for(kvt_engine *e, int tier, uint32_t x, bool live_ok)
     uint64_t nv = e->pol->next_use(e->pol_priv, v);
     if (nv <= e->pol->next_use(e->pol_priv, x) || (nv < KVT_USE_UNKNOWN && !live_ok))
         return false;
-    kvt_page_set(e, v, 0, tier == KVT_TIER_HBM ? PG_VALID_HBM : PG_VALID_DRAM);
-    kvt_page_sync(e, v, false);
-    kvt_page_trim(e, v);
+    kvt_page_drop_copy(e, v, tier);
     return true;
 }
 
@@ -116,8 +105,8 @@ static uint32_t live_depth(const kvt_engine *e, int tier, uint64_t pages)
     uint64_t depth = pages > cap ? (pages - cap) / 128 : 0;
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
     if (tier == KVT_TIER_DRAM && !e->cfg.prefetch_bytes && pages > cap && groups &&
-        e->ssd_ns_per_page) {
-        uint64_t overlap = e->compute_ns / e->ssd_ns_per_page;
+        e->pace.ssd_ns_per_page) {
+        uint64_t overlap = e->pace.compute_ns / e->pace.ssd_ns_per_page;
         uint64_t share = (pages - cap) / groups;
         if (overlap > share)
             overlap = share;
@@ -129,10 +118,10 @@ static uint32_t live_depth(const kvt_engine *e, int tier, uint64_t pages)
 
 static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
 {
-    uint32_t inflight = e->inflight[KVT_H2D].len, live = live_depth(e, KVT_TIER_HBM, ws);
+    uint32_t inflight = e->copy.ring[KVT_H2D].len, live = live_depth(e, KVT_TIER_HBM, ws);
     /* Slots freed by write-backs belong to the callers waiting for them: a
      * prefetch taking one would make the caller evict a second page. */
-    if (inflight >= budget || e->room_waiters)
+    if (inflight >= budget || e->hbm.room_waiters)
         return;
     uint32_t cand[MAXBATCH], batch[MAXBATCH], k = 0;
     struct kvt_copy c[MAXBATCH];
@@ -142,25 +131,19 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
     for (uint32_t i = 0; i < n; i++) {
         if (!h->nfree && !room_for(e, KVT_TIER_HBM, cand[i], inflight + k < live))
             break;
-        struct kvt_page *p = kvt_pg(&e->pt, cand[i]);
-        uint32_t s = kvt_arena_alloc(h, cand[i]);
-        p->slot[KVT_TIER_HBM] = s;
-        p->xfer = XFER_UP;
-        p->flags |= PG_PREFETCHED;
-        batch[k] = cand[i];
-        c[k++] = (struct kvt_copy){ kvt_arena_ptr(h, s),
-                                    kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
-                                    e->page_bytes };
+        if (!kvt_copy_claim_up(e, cand[i], true, &c[k]))
+            break;
+        batch[k++] = cand[i];
     }
-    if (!k || kvt_submit_up(e, batch, c, k) < 0)
+    if (!k || kvt_copy_submit_up(e, batch, c, k) < 0)
         return;
     e->st.prefetch_pages += k;
-    if (e->inflight[KVT_H2D].len > e->st.prefetch_inflight_max)
-        e->st.prefetch_inflight_max = e->inflight[KVT_H2D].len;
+    if (e->copy.ring[KVT_H2D].len > e->st.prefetch_inflight_max)
+        e->st.prefetch_inflight_max = e->copy.ring[KVT_H2D].len;
 }
 
-/* How far ahead a disk read may reach: the next use (in the policy's units:
- * the group distance in the high 32 bits) of the page the schedule reads two
+/* How far ahead a disk read may reach: the next use, and in *group its
+ * group (policy.h, use_at), of the page the schedule reads two
  * groups' worth of pages from the start of the current group, or four
  * in-flight budgets when groups are small; KVT_USE_UNKNOWN for no limit
  * (also when that reaches past a whole step: every page is within it).
@@ -173,15 +156,16 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
  * with DRAM at 62% of the KV: 819 reads a step of 1032 pages, against 469
  * with this horizon, and no more demand misses). Within the horizon the
  * reads are the misses MIN would take anyway, only earlier. */
-static uint64_t read_horizon(const kvt_engine *e, uint32_t budget, uint64_t ws)
+static uint64_t read_horizon(const kvt_engine *e, uint32_t budget, uint64_t ws, uint64_t *group)
 {
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
-    if (!e->pol->use_at || !groups || !ws)
+    *group = KVT_USE_UNKNOWN;
+    if (!groups || !ws)
         return KVT_USE_UNKNOWN;
     uint64_t ahead = 2 * ((ws + groups - 1) / groups);
     if (ahead < 4 * (uint64_t)budget)
         ahead = 4 * (uint64_t)budget;
-    return e->pol->use_at(e->pol_priv, ahead);
+    return e->pol->use_at(e->pol_priv, ahead, group);
 }
 
 /* SSD->DRAM: bounded by the live depth for every page, free slots included,
@@ -194,20 +178,20 @@ static void prefetch_dram(kvt_engine *e, uint32_t budget, uint64_t ws)
     uint32_t live = live_depth(e, KVT_TIER_DRAM, ws);
     if (live < budget)
         budget = live;
-    if (!e->ssd || e->ssd_busy >= budget || e->room_waiters)
+    if (!e->ssd || e->ssd_tier.busy >= budget || e->hbm.room_waiters)
         return;
     uint32_t cand[MAXBATCH];
-    uint32_t want = budget - (uint32_t)e->ssd_busy;
+    uint32_t want = budget - (uint32_t)e->ssd_tier.busy;
     want = want < MAXBATCH ? want : MAXBATCH;
     uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_SSD, want_dram, e, cand, want);
-    uint64_t horizon = read_horizon(e, budget, ws);
+    uint64_t hgroup, horizon = read_horizon(e, budget, ws, &hgroup);
     for (uint32_t i = 0; i < n; i++) {
         uint64_t nu = horizon != KVT_USE_UNKNOWN ? e->pol->next_use(e->pol_priv, cand[i]) : 0;
         if (nu > horizon) {
             /* Candidates come a group at a time, soonest group first, but
              * a group's pages in no particular order: past the horizon's
              * group every candidate is further still. */
-            if (nu >> 32 > horizon >> 32)
+            if (e->pol->group_of(e->pol_priv, cand[i]) > hgroup)
                 break;
             continue;
         }
@@ -216,17 +200,16 @@ static void prefetch_dram(kvt_engine *e, uint32_t budget, uint64_t ws)
             s = kvt_dram_slot(e, cand[i], 0);
         if (s == KVT_NONE)
             break;
-        kvt_pg(&e->pt, cand[i])->slot[KVT_TIER_DRAM] = s;
         kvt_ssd_queue_read(e, cand[i]);
     }
 }
 
 void kvt_prefetch(kvt_engine *e)
 {
-    if (!e->pol->prefetch || !e->pol->next_use || e->failed)
+    if (e->pol->version < KVT_POLICY_OPS_V3 || e->failed)
         return;
     /* Pages a step reads (0: unknown): both stages size their depth by it. */
-    uint64_t ws = e->pol->working_set ? e->pol->working_set(e->pol_priv) : 0;
+    uint64_t ws = e->pol->working_set(e->pol_priv);
     prefetch_hbm(e, budget_pages(e, KVT_TIER_HBM), ws);
     prefetch_dram(e, budget_pages(e, KVT_TIER_DRAM), ws);
 }

@@ -1,32 +1,44 @@
 /*
  * tiers.h — the tier manager's internal types (not installed).
  *
- * One engine lock (e->lock) guards every structure below. It is never held
- * across a wait for a copy: callers queue copies under the lock, drop it,
- * wait on the device fence, take it again and settle what completed.
+ * Locking. One engine lock (e->lock) guards the engine and every page.
+ *   Order: e->lock, then a back-end's own mutexes (device_host.c's d->mu,
+ *   device_cuda.c's locks, the I/O back-ends' pools), never the other way:
+ *   back-ends never call into the engine, and settling is lazy (kvt_settle
+ *   polls fences) so the device never calls back. cfg.on_transfer and the
+ *   policy are called under e->lock and must not call the engine (the lock
+ *   is not recursive; KVT_DEBUG builds abort on a relock, see KVT_LOCK).
+ *   e->lock is never held across a wait: callers queue copies, drop it
+ *   (kvt_wait_on, kvt_wait_fence), take it again and settle.
+ * Owned without the lock:
+ *   - e->pipe (struct kvt_ssd_pipe) by the mover thread, with or without
+ *     the lock; open and close touch it only while no mover runs. Others
+ *     see the SSD pipeline only through e->ssd_tier (under the lock).
+ *   - a page marked busy (get/put) or pinned (acquire/create): its slots do
+ *     not move, so its bytes may be copied unlocked by that caller.
+ *   - a job's DRAM slot, from take to finish (the page's xfer says so).
+ * KVT_DEBUG builds assert both (KVT_ASSERT_LOCKED, KVT_ASSERT_MOVER).
  *
- * Page states. A page is one record (struct kvt_page) and up to one copy per
- * tier. For tier t: slot[t] != KVT_NONE means a slot is allocated to it;
- * PG_VALID_<t> means the slot holds the page's current bytes. A slot that is
- * allocated but not valid is the target of a copy in flight (xfer), a put in
- * progress, or a stale copy still being read (busy) and freed by page_trim().
- *
- * Caching is inclusive downwards: a page promoted to HBM keeps its DRAM copy.
- * With an SSD tier and a policy that knows next uses, that copy (when SSD
- * backs the page too) is the first to go when DRAM needs room, so that DRAM
- * holds other pages than HBM (kvt_dram_drop_third_copy).
- * "Dirty" is derived, not stored: the HBM copy is valid and no lower copy is.
- * A dirty release invalidates the lower copies at once, so there is never a
- * lower copy that is valid but older than HBM.
+ * Files, by what they own (writes to a struct's fields are made by the
+ * functions of its file; others call them):
+ *   page.h/page.c   a page's flags, slot[] and xfer, every transition
+ *   copy.c          e->copy: the HBM<->DRAM copies in flight, settle, waits
+ *   hbm.c           room in HBM, write-back (e->hbm)
+ *   dram.c          DRAM slots, victims, third copies, the spare slot
+ *   ssd.c           e->ssd_tier: the SSD tier under the lock (queue, drops,
+ *                   read errors, flush)
+ *   ssd_pipe.c      e->pipe: the mover's SSD pipeline
+ *   prefetch.c      bringing pages up ahead of use (e->pace)
+ *   mover.c         the mover thread (e->mover)
+ *   manager.c, buffers.c   the page API; engine.c open/close
  */
 #ifndef KVT_TIERS_H
 #define KVT_TIERS_H
 
+#include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "core/base.h"
 #include "include/kvtier.h"
@@ -34,9 +46,13 @@
 #include "io/io.h"
 #include "policy/policy.h"
 #include "tiers/device.h"
+#include "tiers/page.h"
 #include "tiers/ssd_store.h"
 
-#define KVT_ARENAS 2 /* HBM and DRAM hold slots in memory; SSD has its own store */
+#if KVT_DEBUG
+/* Aborts with msg: a broken lock rule (invariants.c). */
+_Noreturn void kvt_lock_abort(const char *msg);
+#endif
 
 /* ------------------------------------------------------------- arena */
 
@@ -64,50 +80,7 @@ static inline void *kvt_arena_ptr(const struct kvt_arena *a, uint32_t slot)
     return a->base + (size_t)slot * a->page_bytes;
 }
 
-/* ------------------------------------------------------------- pages */
-
-enum {
-    PG_VALID_HBM = 1u << 0,
-    PG_VALID_DRAM = 1u << 1,
-    PG_VALID_SSD = 1u << 2,
-    PG_LISTED_HBM = 1u << 3,  /* the policy holds it as an HBM candidate */
-    PG_LISTED_DRAM = 1u << 4, /* the policy holds it as a DRAM candidate */
-    PG_STALE = 1u << 5,       /* a dirty release overtook the D2H copy in flight */
-    PG_EVICTING = 1u << 6,    /* the D2H in flight frees the HBM slot when done */
-    PG_ZOMBIE = 1u << 7,      /* dropped while busy; freed when the last user leaves */
-    PG_HASHED = 1u << 8,      /* in the key index */
-    PG_LOST = 1u << 9,        /* its only copy failed to read: checksum (or I/O, with LOST_IO) */
-    PG_LOST_IO = 1u << 10,
-    PG_LISTED_SSD = 1u << 11, /* the policy holds it as an SSD candidate (for prefetch) */
-    PG_PREFETCHED = 1u << 12, /* brought into HBM by a prefetch and not acquired since */
-    PG_READ_ERR = 1u << 13,   /* its last SSD read failed with the file unreadable, not the
-                                 data bad (permissions, resources): the copy stays; the next
-                                 load reports ssd_read_err once, later ones try again */
-};
-
-enum kvt_xfer {
-    XFER_NONE = 0,
-    XFER_UP = 1,        /* DRAM -> HBM (device) */
-    XFER_DOWN = 2,      /* HBM -> DRAM (device) */
-    XFER_SSD_READ = 3,  /* SSD -> DRAM slot (mover) */
-    XFER_SSD_WRITE = 4, /* DRAM slot -> a new SSD slot (mover) */
-};
-
-/* One page record: 56 bytes. Records live in one array indexed by a 32-bit
- * page number; pointers into it are valid only under the lock and until the
- * next record allocation (the array may move). */
-struct kvt_page {
-    kvt_key key;
-    uint32_t slot[KVT_ARENAS];  /* HBM, DRAM; KVT_NONE when none */
-    uint32_t pins;              /* engine pins (acquire/create) */
-    uint16_t flags;
-    uint8_t xfer;               /* enum kvt_xfer in flight */
-    uint8_t busy;               /* get/put copies in progress */
-    uint64_t fence;             /* device fence of xfer */
-    uint32_t red_prev, red_next; /* list of redundant DRAM copies (see e->red_head) */
-    uint32_t ssd_slot;          /* the slot the committed index names, or KVT_NONE;
-                                   PG_VALID_SSD says whether its bytes are current */
-};
+/* ------------------------------------------------------------- page table (page_table.c) */
 
 /* The page table: records plus an open-addressing index by key (linear
  * probing, backward-shift deletion, no tombstones, load <= 1/2). */
@@ -137,7 +110,17 @@ static inline struct kvt_page *kvt_pg(const struct kvt_ptable *t, uint32_t pg)
     return &t->pages[pg];
 }
 
-/* ------------------------------------------------------------- in flight */
+/* ------------------------------------------------------------- tickets */
+
+struct kvt_ticket_rec {
+    uint32_t gen;           /* ticket id = gen << 32 | (slot + 1) */
+    uint32_t live;
+    uint32_t n;
+    uint32_t *pages;        /* the pinned pages, n entries */
+    uint64_t fence;         /* H2D fence covering every load of the ticket */
+};
+
+/* ------------------------------------------------------------- copies (copy.c) */
 
 /* Device copies in flight of one direction, in fence order (a ring). */
 struct kvt_inflight {
@@ -147,16 +130,34 @@ struct kvt_inflight {
     uint32_t cap, head, len;
 };
 
-/* ------------------------------------------------------------- waits */
-
 /* What a call that found no room waits for before it tries again. */
 enum kvt_wait_kind { KVT_WAIT_NONE = 0, KVT_WAIT_D2H, KVT_WAIT_H2D, KVT_WAIT_SSD };
 struct kvt_wait {
     enum kvt_wait_kind kind;
-    uint64_t v;             /* the fence, or the SSD round count seen */
+    uint64_t v;             /* the fence, or the SSD progress count seen */
 };
 
-/* ------------------------------------------------------------- SSD jobs */
+struct kvt_copies {
+    struct kvt_inflight ring[KVT_DIRS];
+};
+
+/* ------------------------------------------------------------- HBM, DRAM */
+
+struct kvt_hbm {
+    uint64_t dirty;                 /* dirty pages in HBM (page.c keeps it) */
+    uint32_t room_waiters;          /* callers waiting for HBM slots being freed for them */
+};
+
+struct kvt_dram {
+    /* Pages whose DRAM copy is redundant (valid in HBM too), oldest first:
+     * the DRAM copies that can be given up for free. A list (page.c keeps it
+     * as flags change), not a walk of the DRAM candidates, because in a full
+     * engine every eviction asks for one and the DRAM-only pages would be
+     * walked past each time. */
+    uint32_t red_head, red_tail;
+};
+
+/* ------------------------------------------------------------- SSD (ssd.c) */
 
 /* The stored form of a page on SSD, per slot (the index holds the same;
  * kept in memory so a read needs no index lookup). */
@@ -166,6 +167,48 @@ struct kvt_ssd_meta {
     uint32_t crc;           /* as struct kvt_ssd_entry's: bound to the key */
     uint8_t codec;
 };
+
+/* A page waiting for the mover: a read into its DRAM slot (or a transient
+ * buffer), or a write of its DRAM copy to `slot`, an SSD slot allocated for
+ * it; evict: the DRAM copy goes once the write is committed. */
+struct kvt_ssd_req {
+    uint32_t pg;
+    uint32_t slot;          /* writes: the new slot */
+    bool write, evict;
+};
+
+/* A read of an SSD page into a buffer of a kvt_get, when no DRAM slot can
+ * be had: the page's state does not change, the caller copies out. */
+struct kvt_transient {
+    uint32_t pg;
+    void *buf;
+    int res;                /* 1 while pending, then 0 or the error */
+};
+
+struct kvt_ssd_del {
+    kvt_key key;
+    uint32_t slot;
+};
+
+/* The SSD tier's state under the lock (ssd.c; the pipe finishes into it). */
+struct kvt_ssd_tier {
+    struct kvt_ssd_meta *meta;      /* per SSD slot */
+    struct kvt_ssd_req *queue;      /* requests waiting for the pipe */
+    uint32_t queued, queue_cap;
+    struct kvt_ssd_del *dels;       /* index deletions waiting for the mover */
+    uint32_t ndels, dels_cap;
+    struct kvt_transient *trans;    /* transient reads in progress */
+    uint32_t ntrans, trans_cap;
+    uint64_t busy;                  /* requests queued or in the pipe */
+    uint64_t progress;              /* pipe steps that finished jobs or freed slots:
+                                       what SSD waiters watch */
+    int read_err;                   /* the last read error that kept its page (PG_READ_ERR) */
+    int write_err;                  /* the last write error, for kvt_flush's answer */
+    int evict_err;                  /* an eviction's write failed: the next room maker says so */
+    pthread_cond_t cv;              /* broadcast when progress moves */
+};
+
+/* ------------------------------------------------------------- SSD pipe (ssd_pipe.c) */
 
 struct kvt_ssd_job {
     uint32_t pg;
@@ -186,27 +229,38 @@ struct kvt_ssd_job {
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
 };
 
-/* A read of an SSD page into a buffer of a kvt_get, when no DRAM slot can
- * be had: the page's state does not change, the caller copies out. */
-struct kvt_transient {
-    uint32_t pg;
-    void *buf;
-    int res;                /* 1 while pending, then 0 or the error */
+/* The mover's SSD pipeline: owned by the mover thread (see Locking). Jobs go
+ * free -> taken -> submitted -> (writes) uncommitted -> finished -> free. */
+struct kvt_ssd_pipe {
+    uint32_t max_jobs;              /* jobs in the pipeline at most */
+    struct kvt_ssd_job *jobs;       /* max_jobs */
+    struct kvt_io_req *reqs;        /* max_jobs, one per job */
+    uint8_t *bounce;                /* max_jobs buffers of page_bytes, one per job */
+    uint32_t *job_free, njob_free;  /* free job numbers */
+    uint32_t *uncommitted, nuncommitted; /* written, waiting for the group commit */
+    uint32_t *finished, nfinished;  /* done (read verified / write committed) */
+    struct kvt_slot_order *order;   /* max_jobs: scratch of the write slots' ordering */
+    uint32_t *order_slot;           /* max_jobs: its slots, sorted */
+    uint32_t inflight;              /* jobs submitted and not yet reaped */
+    struct kvt_codec *codec;
+    uint64_t generation;            /* of the next SSD write */
 };
 
-struct kvt_ssd_del {
-    kvt_key key;
-    uint32_t slot;
+/* ------------------------------------------------------------- mover, pace */
+
+struct kvt_mover {
+    pthread_t thread;
+    pthread_cond_t cv;
+    bool started, stop, kick;
 };
 
-/* ------------------------------------------------------------- tickets */
-
-struct kvt_ticket_rec {
-    uint32_t gen;           /* ticket id = gen << 32 | (slot + 1) */
-    uint32_t live;
-    uint32_t n;
-    uint32_t *pages;        /* the pinned pages, n entries */
-    uint64_t fence;         /* H2D fence covering every load of the ticket */
+/* How long the caller computes between acquires, and how long the disk takes
+ * per page, both measured as they happen (prefetch.c sizes its depth by them). */
+struct kvt_pace {
+    uint64_t acquired_ns;           /* when the first acquire since the last advance returned; 0 = none */
+    uint64_t compute_ns;            /* smoothed gap from an acquire to the next advance */
+    uint64_t ssd_mark_ns;           /* last time the SSD pipeline's work was counted */
+    uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
 };
 
 /* ------------------------------------------------------------- engine */
@@ -216,14 +270,22 @@ struct kvt_engine {
     size_t page_bytes;
     kvt_config cfg;                 /* strings point into names below */
     char *ssd_dir, *policy_name;
+    int failed;                     /* 0, or the error that failed the engine */
+    kvt_stats st;                   /* counters */
+    uint64_t meta_bytes;
 
+    /* back-ends */
     const struct kvt_device_ops *dev;
     void *dev_priv;
+    const struct kvt_io_ops *io;    /* SSD I/O (NULL without an SSD tier); the pipe's */
+    void *io_priv;
+    char io_note[192];
+
+    /* memory and pages */
     void *hbm_base, *dram_base;
     size_t hbm_alloc_bytes, dram_alloc_bytes;
     struct kvt_arena arena[KVT_ARENAS];
     struct kvt_ptable pt;
-    struct kvt_inflight inflight[KVT_DIRS];
 
     const struct kvt_policy_ops *pol;
     void *pol_priv;
@@ -232,71 +294,47 @@ struct kvt_engine {
     struct kvt_ticket_rec *tickets;
     uint32_t n_tickets;
 
-    int failed;                     /* 0, or the error that failed the engine */
-    kvt_stats st;                   /* counters (under lock) */
-    uint64_t meta_bytes;
-    uint64_t hbm_dirty;             /* dirty pages in HBM */
-    /* Pages whose DRAM copy is redundant (valid in HBM or on SSD too), oldest
-     * first: the DRAM copies that can be given up for free. A list, not a
-     * walk of the DRAM candidates, because in a full engine every eviction
-     * asks for one and the DRAM-only pages would be walked past each time. */
-    uint32_t red_head, red_tail;
-
-    /* SSD tier (NULL without one) */
-    struct kvt_ssd *ssd;
-    const struct kvt_io_ops *io;
-    void *io_priv;
-    char io_note[192];
-    struct kvt_codec *codec;
-    struct kvt_ssd_meta *ssd_meta;  /* per SSD slot */
-    uint8_t *bounce;                /* round_max buffers of slot_bytes, one per job */
-    uint32_t round_max;             /* jobs in the pipeline at most */
-    struct kvt_ssd_job *jobs;       /* round_max; mover-owned between take and finish */
-    struct kvt_io_req *reqs;        /* round_max, one per job */
-    uint32_t *job_free, njob_free;  /* free job numbers */
-    uint32_t *uncommitted, nuncommitted; /* written, waiting for the group commit */
-    uint32_t *finished, nfinished;  /* done (read verified / write committed) */
-    struct kvt_slot_order *order;   /* round_max: scratch of pipe_take's slot ordering */
-    uint32_t *order_slot;           /* round_max: its slots, sorted */
-    uint32_t ssd_inflight;          /* jobs submitted and not yet reaped */
-    uint32_t *ssd_queue, ssd_queued, ssd_queue_cap;  /* pages with an SSD job waiting */
-    struct kvt_ssd_del *dels;       /* index deletions waiting for the mover */
-    uint32_t ndels, dels_cap;
-    uint64_t ssd_rounds;            /* mover passes that finished jobs: what SSD waiters watch */
-    uint64_t ssd_busy;              /* jobs queued or in the pipeline */
-    uint64_t generation;            /* of the next SSD write (the mover's) */
-    int ssd_read_err;               /* the last read error that kept its page (PG_READ_ERR) */
-    int ssd_write_err;              /* the last write error, for kvt_flush's answer */
-    int evict_err;                  /* an eviction's write failed: the next room maker says so */
-    struct kvt_transient *trans;    /* transient reads in progress */
-    uint32_t ntrans, trans_cap;
-    pthread_cond_t xfer_cv;         /* broadcast when a round finishes */
-
-    /* mover: background write-back so evictions seldom wait */
-    pthread_t mover;
-    pthread_cond_t mover_cv;
-    bool mover_started, mover_stop, mover_kick;
-    uint32_t watermark;             /* HBM slots kept free or clean */
-    uint32_t room_waiters;          /* callers waiting for HBM slots being freed for them */
-
-    /* Overlap (prefetch.c): how long the caller computes between acquires,
-     * and how long the disk takes per page, both measured as they happen. */
-    uint64_t acquired_ns;           /* when the first acquire since the last advance returned; 0 = none */
-    uint64_t compute_ns;            /* smoothed gap from an acquire to the next advance */
-    uint64_t ssd_mark_ns;           /* last time the SSD pipeline's work was counted */
-    uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
+    uint32_t watermark;             /* HBM slots the mover keeps free or clean */
+    struct kvt_hbm hbm;
+    struct kvt_dram dram;
+    struct kvt_copies copy;
+    struct kvt_ssd *ssd;            /* the SSD store (NULL without an SSD tier) */
+    struct kvt_ssd_tier ssd_tier;
+    struct kvt_ssd_pipe pipe;
+    struct kvt_mover mover;
+    struct kvt_pace pace;
 };
 
-/* Reports a completed batch to cfg.on_transfer, if set (locked). */
-void kvt_report(kvt_engine *e, int kind, uint32_t pages, uint64_t start_ns, uint64_t end_ns);
+/* ------------------------------------------------------------- lock checks */
 
-/* Opens with an explicit device back-end (tests inject the faulty one). */
-int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,
-                         kvt_engine **out);
-/* Validates cfg; KVT_ECONFIG with a message naming the field. */
-int kvt_config_check(const kvt_config *cfg);
-/* The back-end's private state (tests arm host faults through it). */
-void *kvt_engine_device_priv(kvt_engine *e);
+/* Takes the engine lock. KVT_DEBUG builds use an error-checking mutex: a
+ * thread that takes it twice (a callback calling the engine) aborts here
+ * instead of hanging. */
+static inline void kvt_lock(kvt_engine *e)
+{
+    int r = pthread_mutex_lock(&e->lock);
+#if KVT_DEBUG
+    if (r == EDEADLK)
+        kvt_lock_abort("the engine was called back under its own lock (from on_transfer or "
+                       "a policy?)");
+#endif
+    (void)r;
+}
+
+static inline void kvt_unlock(kvt_engine *e)
+{
+    pthread_mutex_unlock(&e->lock);
+}
+
+#if KVT_DEBUG
+void kvt_assert_locked(kvt_engine *e, const char *fn);
+void kvt_assert_mover(kvt_engine *e, const char *fn);
+#define KVT_ASSERT_LOCKED(e) kvt_assert_locked((e), __func__)
+#define KVT_ASSERT_MOVER(e) kvt_assert_mover((e), __func__)
+#else
+#define KVT_ASSERT_LOCKED(e) ((void)(e))
+#define KVT_ASSERT_MOVER(e) ((void)(e))
+#endif
 
 /* Every API entry: a valid engine, a clean error slot, the lock, settled. */
 #define KVT_ENTER(e)                                                            \
@@ -304,58 +342,132 @@ void *kvt_engine_device_priv(kvt_engine *e);
         if (!(e))                                                               \
             return kvt_fail(-EINVAL, "engine is NULL");                         \
         kvt_clear_error();                                                      \
-        pthread_mutex_lock(&(e)->lock);                                         \
+        kvt_lock(e);                                                            \
         kvt_settle(e);                                                          \
         kvt_check_invariants(e);                                                \
     } while (0)
 
-static inline bool kvt_page_in_use(const struct kvt_page *p)
-{
-    return p->pins || p->busy;
-}
+/* ------------------------------------------------------------- engine.c */
 
-/* manager.c / transfer.c (all under e->lock) */
-uint32_t kvt_record_new(kvt_engine *e);
+/* Opens with explicit back-ends for tests: a device (the faulty one) and an
+ * I/O back-end (NULL: as the config says). */
+struct kvt_test_hooks {
+    const struct kvt_device_ops *device;
+    const struct kvt_io_ops *io;
+};
+int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hooks,
+                        kvt_engine **out);
+int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,
+                         kvt_engine **out);
+/* The back-end's private state (tests arm host faults through it). */
+void *kvt_engine_device_priv(kvt_engine *e);
+int kvt_check_failed(kvt_engine *e);
+
+/* ------------------------------------------------------------- page.c (page.h) */
+
+/* A fresh record (policy told of the new capacity), or KVT_NONE. */
+uint32_t kvt_page_new(kvt_engine *e);
 /* The page is now findable under its key: tells the policy. */
 void kvt_page_indexed(kvt_engine *e, uint32_t pg);
+/* Out of the index, every copy invalid; the record goes when unused. */
 void kvt_page_destroy(kvt_engine *e, uint32_t pg);
-void kvt_settle(kvt_engine *e);
-/* Sets and clears page flags, keeping resident/dirty counters exact. */
-void kvt_page_set(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear);
-enum {
-    KVT_SLOT_STEAL = 1, /* may take the DRAM slot of a page whose HBM copy stays */
-    KVT_SLOT_SPARE = 2, /* may take the last free slot (evictions only) */
-};
-uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how);
-/* Drops one DRAM copy of a page that HBM holds and SSD backs (see
- * transfer.c) to make room for page x: for x KVT_NONE (a page needed now)
- * any such copy, else only one used later than x. false when none goes. */
-bool kvt_dram_drop_third_copy(kvt_engine *e, uint32_t x);
-/* 0 when one more page fits in the engine's capacity, else KVT_EFULL. */
-int kvt_admit(kvt_engine *e);
+/* A put's reservation given up: the record goes once unused. */
+void kvt_page_abandon(kvt_engine *e, uint32_t pg);
+/* Policy candidate sets from the flags (touch: a use); kvt_page_trim frees
+ * unused slots and a dropped record; settle is both. */
 void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch);
 void kvt_page_trim(kvt_engine *e, uint32_t pg);
-int kvt_inflight_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fence);
-int kvt_submit_up(kvt_engine *e, const uint32_t *pages, const struct kvt_copy *c, uint32_t k);
-int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w);
-/* Waits (unlocked) for w; stall adds the time to stall_ns. */
-int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall);
+void kvt_page_settle(kvt_engine *e, uint32_t pg);
+/* A slot of tier (HBM or DRAM) for pg from the free ones, stored; KVT_NONE
+ * when none is free. */
+uint32_t kvt_page_take_slot(kvt_engine *e, uint32_t pg, int tier);
+void kvt_page_now_valid(kvt_engine *e, uint32_t pg, int tier);
+/* The copy of tier is given up (another tier holds the page, or it goes). */
+void kvt_page_drop_copy(kvt_engine *e, uint32_t pg, int tier);
+/* A dirty release: HBM was written, lower copies are stale. */
+void kvt_page_rewritten(kvt_engine *e, uint32_t pg);
+void kvt_page_pin(kvt_engine *e, uint32_t pg);
+void kvt_page_unpin(kvt_engine *e, uint32_t pg);
+/* Transfers: begin marks the page (prefetch: PG_PREFETCHED); copy_queued
+ * records the device fence (evict: the HBM copy goes when it lands); cancel
+ * undoes a begin that was never queued; end clears xfer and says whether a
+ * rewrite made the result stale. up_done/down_done apply a device copy's
+ * result and say whether the target turned valid. */
+void kvt_page_xfer_begin(kvt_engine *e, uint32_t pg, enum kvt_xfer x, bool prefetch);
+void kvt_page_copy_queued(kvt_engine *e, uint32_t pg, enum kvt_dir d, uint64_t fence, bool evict);
+void kvt_page_xfer_cancel(kvt_engine *e, uint32_t pg);
+bool kvt_page_xfer_end(kvt_engine *e, uint32_t pg);
+bool kvt_page_up_done(kvt_engine *e, uint32_t pg, bool ok);
+bool kvt_page_down_done(kvt_engine *e, uint32_t pg, bool ok);
+/* SSD reads: the DRAM copy is current; a read failed but the copy stays
+ * (PG_READ_ERR), and that was reported; the only copy is unreadable. */
+void kvt_page_read_ok(kvt_engine *e, uint32_t pg);
+void kvt_page_read_failed(kvt_engine *e, uint32_t pg);
+void kvt_page_read_failure_told(kvt_engine *e, uint32_t pg);
+void kvt_page_lost(kvt_engine *e, uint32_t pg, bool io);
+
+/* ------------------------------------------------------------- copy.c */
+
+/* Reports a completed batch to cfg.on_transfer, if set. */
+void kvt_report(kvt_engine *e, int kind, uint32_t pages, uint64_t start_ns, uint64_t end_ns);
+/* Retires the device copies that completed (and gives the spare DRAM slot back). */
+void kvt_settle(kvt_engine *e);
+/* Claims pg for a copy up: an HBM slot taken, xfer UP, *c filled. false
+ * when HBM has no free slot. */
+bool kvt_copy_claim_up(kvt_engine *e, uint32_t pg, bool prefetch, struct kvt_copy *c);
+/* Queues claimed copies as one batch. On error the pages are as before. */
+int kvt_copy_submit_up(kvt_engine *e, const uint32_t *pages, const struct kvt_copy *c, uint32_t k);
+int kvt_copy_submit_down(kvt_engine *e, const uint32_t *pages, struct kvt_copy *c, uint32_t n,
+                         bool evict);
+/* The newest fence queued in dir (0 when none). */
+uint64_t kvt_copy_last(const kvt_engine *e, enum kvt_dir dir);
 /* Sets *w to wait for the newest device copy in flight (up first); false
  * when none is. */
 bool kvt_copy_wait(kvt_engine *e, struct kvt_wait *w);
-int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool evict, uint64_t *fence);
 /* Releases the lock while waiting for fence f of dir; adds to stall_ns when
  * stall is set. Returns the fence's status. */
 int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall);
-int kvt_check_failed(kvt_engine *e);
+/* Waits (unlocked) for w; stall adds the time to stall_ns. */
+int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall);
+/* Waits for every copy in flight (close). */
+void kvt_copy_drain(kvt_engine *e);
+int kvt_copy_open(kvt_engine *e);
+void kvt_copy_close(kvt_engine *e);
 
-/* ssd_tier.c (under e->lock unless said otherwise) */
-int kvt_ssd_tier_open(kvt_engine *e);
-void kvt_ssd_tier_close(kvt_engine *e);
+/* ------------------------------------------------------------- hbm.c */
+
+/* Frees (or starts freeing) need HBM slots: clean victims dropped, dirty ones
+ * written down. 0, -EAGAIN with *w, or KVT_EFULL. */
+int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w);
+/* Writes back up to max dirty pages, coldest first (all: every dirty page,
+ * pinned ones too, for flush); *fence the last D2H fence (0: none). */
+int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool all, uint64_t *fence);
+
+/* ------------------------------------------------------------- dram.c */
+
+enum {
+    KVT_SLOT_STEAL = 1, /* may take the DRAM slot of a page whose copy lives elsewhere too */
+    KVT_SLOT_SPARE = 2, /* may take the last free slot (evictions only) */
+};
+/* A DRAM slot for pg, stored in the page; KVT_NONE when there is no room. */
+uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how);
+/* Drops one third copy (DRAM copy of a page HBM holds and SSD backs) to
+ * make room for page x: for x KVT_NONE (a page needed now) any such copy,
+ * else only one used later than x. false when none goes. */
+bool kvt_dram_drop_third_copy(kvt_engine *e, uint32_t x);
 /* Frees DRAM slots (beyond the spare) for need pages: drops redundant
  * copies, queues SSD write-backs of DRAM-only pages. 0, -EAGAIN with *w,
  * or KVT_EFULL. */
 int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w);
+/* The spare slot is in use: give one back once a copy can go for free. */
+void kvt_dram_restore_spare(kvt_engine *e);
+/* Bulk, for benchmarks: drops every DRAM copy that SSD also holds. */
+void kvt_dram_drop_redundant(kvt_engine *e);
+
+/* ------------------------------------------------------------- ssd.c */
+
+int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_io_ops *io);
+void kvt_ssd_tier_close(kvt_engine *e);
 /* Queues an SSD read of pg into its (allocated) DRAM slot. */
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
 /* Queues an SSD read of pg into buf (4096-aligned, page_bytes), leaving the
@@ -363,10 +475,12 @@ void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
 int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf);
 /* 1 while pending; then 0 or the error, and the entry is gone. */
 int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg);
-/* Queues a write of pg's DRAM copy to a new SSD slot. 0, KVT_EFULL or
- * -ENOSPC (no slot). */
+struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg);
+/* Queues a write of pg's DRAM copy to a new SSD slot. 0, KVT_EFULL,
+ * -EAGAIN (a slot is being freed) or -ENOSPC. */
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict);
 /* The page is going away: its index entry is deleted by the mover. */
+void kvt_ssd_forget(kvt_engine *e, uint32_t pg);
 /* Whether a failed SSD read leaves the page and its index entry in place:
  * every error but a proven-bad page (KVT_ECORRUPT) or the medium's (-EIO). */
 bool kvt_ssd_read_keeps_page(int res);
@@ -374,34 +488,42 @@ bool kvt_ssd_read_keeps_page(int res);
  * recorded): clears PG_READ_ERR so that the next load tries again, and
  * names the page in kvt_last_error(). */
 int kvt_ssd_read_error(kvt_engine *e, uint32_t pg, int err);
-void kvt_ssd_forget(kvt_engine *e, uint32_t pg);
-/* One pass of the mover's SSD pipeline: takes queued jobs, submits them,
- * reaps, verifies, group-commits, finishes. Called locked; unlocks around
- * the I/O. Returns true while there is SSD work in the pipeline. */
-bool kvt_ssd_round(kvt_engine *e);
-/* Whether the SSD pipeline has anything queued or in flight. */
-bool kvt_ssd_pending(const kvt_engine *e);
-int kvt_ssd_pipeline_init(kvt_engine *e);
-void kvt_ssd_pipeline_fini(kvt_engine *e);
-/* Tests: engines opened from now on use these I/O ops (NULL: back to config). */
-void kvt_test_force_io(const struct kvt_io_ops *ops);
-/* Writes every page without a current SSD copy to SSD and waits (flush with
- * persist). */
+/* Whether the SSD tier has anything queued, being dropped or in the pipe. */
+bool kvt_ssd_waiting(const kvt_engine *e);
+/* Writes every page without a current SSD copy to SSD and waits. */
 int kvt_ssd_flush(kvt_engine *e);
-/* Bulk moves for benchmarks and warm-up (locked): drop DRAM copies that SSD
- * also holds; read every SSD-only page into free DRAM slots and wait. */
-void kvt_dram_drop_redundant(kvt_engine *e);
+/* Bulk, for benchmarks: reads every SSD-only page into free DRAM slots and
+ * waits. Returns how many were read. */
 uint64_t kvt_ssd_read_all(kvt_engine *e);
 
-/* prefetch.c: brings the soonest-used pages up ahead of use (locked). */
-void kvt_prefetch(kvt_engine *e);
+/* ------------------------------------------------------------- ssd_pipe.c (the mover) */
 
-/* mover.c */
+int kvt_ssd_pipe_init(kvt_engine *e);
+void kvt_ssd_pipe_fini(kvt_engine *e);
+/* Whether the pipe or its queue hold work. */
+bool kvt_ssd_pipe_pending(const kvt_engine *e);
+/* One step of the pipe: take queued requests, submit, reap, verify, commit
+ * a group of writes, finish. Called locked; unlocks around the I/O. Returns
+ * true while there was SSD work. */
+bool kvt_ssd_pipe_step(kvt_engine *e);
+
+/* ------------------------------------------------------------- prefetch.c, mover.c */
+
+/* Brings the soonest-used pages up ahead of use (locked). */
+void kvt_prefetch(kvt_engine *e);
 int kvt_mover_start(kvt_engine *e);
 void kvt_mover_stop(kvt_engine *e);
+/* Wakes the mover when pages turned dirty and HBM is short of clean slots. */
 void kvt_mover_kick(kvt_engine *e);
-/* Wakes the mover for SSD work. */
+/* Wakes the mover for SSD work or prefetch. */
 void kvt_mover_wake(kvt_engine *e);
+/* Whether the calling thread is e's mover (KVT_ASSERT_MOVER). */
+bool kvt_mover_is_self(const kvt_engine *e);
+
+/* ------------------------------------------------------------- manager.c */
+
+/* 0 when one more page fits in the engine's capacity, else KVT_EFULL. */
+int kvt_admit(kvt_engine *e);
 
 #if KVT_DEBUG
 void kvt_check_invariants(kvt_engine *e);

@@ -1,0 +1,309 @@
+/*
+ * page.c — every change of a page's state: flags, slots and transfers.
+ *
+ * The only code that writes a record's flags, slot[] and xfer (page.h says
+ * what they mean). Each transition below is named for what happened to the
+ * page; each keeps, as one step, what the flags imply elsewhere: the
+ * resident and dirty counters (kvt_stats), the list of redundant DRAM
+ * copies (e->dram) and the policy's candidate sets (kvt_page_sync). Under
+ * the engine lock.
+ */
+#include <errno.h>
+
+#include "tiers/tiers.h"
+
+/* ------------------------------------------------------------- flags */
+
+/* A DRAM copy whose page is also current in HBM: it can go at no cost now
+ * (the page just turns dirty in HBM). DRAM copies backed by SSD are not on
+ * this list: those leave in the policy's order (dram.c). */
+static inline bool redundant_dram(uint16_t f)
+{
+    return (f & PG_VALID_DRAM) && (f & PG_VALID_HBM);
+}
+
+static void red_link(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->red_next = KVT_NONE;
+    p->red_prev = e->dram.red_tail;
+    if (e->dram.red_tail != KVT_NONE)
+        kvt_pg(&e->pt, e->dram.red_tail)->red_next = pg;
+    else
+        e->dram.red_head = pg;
+    e->dram.red_tail = pg;
+}
+
+static void red_unlink(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (p->red_prev != KVT_NONE)
+        kvt_pg(&e->pt, p->red_prev)->red_next = p->red_next;
+    else
+        e->dram.red_head = p->red_next;
+    if (p->red_next != KVT_NONE)
+        kvt_pg(&e->pt, p->red_next)->red_prev = p->red_prev;
+    else
+        e->dram.red_tail = p->red_prev;
+}
+
+/* Sets and clears flags, keeping the resident and dirty counters and the
+ * redundant-copy list. Every flag change goes through here. */
+static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
+{
+    KVT_ASSERT_LOCKED(e);
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    uint16_t old = p->flags, nf = (uint16_t)((old | set) & ~clear);
+    /* A prefetched page leaving HBM unused: the prefetch was wasted. */
+    if ((old & PG_PREFETCHED) && (old & PG_VALID_HBM) && !(nf & PG_VALID_HBM)) {
+        e->st.prefetch_wasted++;
+        nf &= (uint16_t)~PG_PREFETCHED;
+    }
+    for (int t = 0; t < KVT_TIERS; t++) {
+        uint16_t v = kvt_page_valid_bit(t);
+        if ((nf & v) && !(old & v))
+            e->st.resident_pages[t]++;
+        else if (!(nf & v) && (old & v))
+            e->st.resident_pages[t]--;
+    }
+    e->hbm.dirty += (uint64_t)kvt_page_dirty_flags(nf) - (uint64_t)kvt_page_dirty_flags(old);
+    p->flags = nf;
+    if (redundant_dram(nf) && !redundant_dram(old))
+        red_link(e, pg);
+    else if (!redundant_dram(nf) && redundant_dram(old))
+        red_unlink(e, pg);
+}
+
+/* Keeps the policy's candidate sets equal to what the page's state says:
+ * an HBM candidate is valid there, unpinned and not being evicted; a DRAM
+ * or SSD candidate is valid there. touch reports a use. */
+void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    bool live = !(p->flags & PG_ZOMBIE);
+    bool want[KVT_TIERS] = {
+        live && (p->flags & PG_VALID_HBM) && p->pins == 0 && !(p->flags & PG_EVICTING),
+        live && (p->flags & PG_VALID_DRAM),
+        live && (p->flags & PG_VALID_SSD),
+    };
+    static const uint16_t listed[KVT_TIERS] = { PG_LISTED_HBM, PG_LISTED_DRAM, PG_LISTED_SSD };
+    for (int t = 0; t < KVT_TIERS; t++) {
+        bool is = p->flags & listed[t];
+        if (want[t] && !is) {
+            e->pol->insert(e->pol_priv, t, pg, &p->key);
+            p->flags |= listed[t];
+        } else if (!want[t] && is) {
+            e->pol->remove(e->pol_priv, t, pg);
+            p->flags &= (uint16_t)~listed[t];
+        } else if (want[t] && touch) {
+            e->pol->access(e->pol_priv, t, pg);
+        }
+    }
+}
+
+/* Frees slots that hold nothing valid and that no copy or reader uses, and
+ * the record of a dropped page once it has no slot left. A slot is never
+ * freed under a reader (busy) or a copy in flight: that is what keeps a slot
+ * from being handed to another page while its bytes are still being read. */
+void kvt_page_trim(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (p->busy)
+        return;
+    for (int t = 0; t < KVT_ARENAS; t++) {
+        if (p->slot[t] != KVT_NONE && !(p->flags & kvt_page_valid_bit(t)) &&
+            p->xfer == XFER_NONE) {
+            kvt_arena_free(&e->arena[t], p->slot[t]);
+            p->slot[t] = KVT_NONE;
+        }
+    }
+    /* A page whose only copy could not be read goes once nobody holds it. */
+    if ((p->flags & (PG_HASHED | PG_LOST)) == (PG_HASHED | PG_LOST) && !p->pins &&
+        p->xfer == XFER_NONE && !(p->flags & PG_VALID_ALL)) {
+        kvt_page_destroy(e, pg);
+        return;
+    }
+    if ((p->flags & PG_ZOMBIE) && p->xfer == XFER_NONE && p->slot[0] == KVT_NONE &&
+        p->slot[1] == KVT_NONE) {
+        kvt_page_sync(e, pg, false);
+        kvt_ptable_delete(&e->pt, pg);
+    }
+}
+
+void kvt_page_settle(kvt_engine *e, uint32_t pg)
+{
+    kvt_page_sync(e, pg, false);
+    kvt_page_trim(e, pg);
+}
+
+/* ------------------------------------------------------------- records */
+
+uint32_t kvt_page_new(kvt_engine *e)
+{
+    uint32_t cap = e->pt.cap;
+    uint32_t pg = kvt_ptable_new(&e->pt);
+    if (pg == KVT_NONE)
+        return KVT_NONE;
+    if (e->pt.cap != cap && e->pol->reserve(e->pol_priv, e->pt.cap) < 0) {
+        kvt_ptable_delete(&e->pt, pg);
+        return KVT_NONE;
+    }
+    return pg;
+}
+
+void kvt_page_indexed(kvt_engine *e, uint32_t pg)
+{
+    if (e->pol->version >= KVT_POLICY_OPS_V2)
+        e->pol->page_new(e->pol_priv, pg, &kvt_pg(&e->pt, pg)->key);
+}
+
+void kvt_page_destroy(kvt_engine *e, uint32_t pg)
+{
+    if (e->pol->version >= KVT_POLICY_OPS_V2)
+        e->pol->page_gone(e->pol_priv, pg);
+    kvt_ssd_forget(e, pg);
+    kvt_ptable_remove(&e->pt, pg);
+    page_flags(e, pg, PG_ZOMBIE, PG_VALID_ALL);
+    kvt_page_settle(e, pg);
+}
+
+void kvt_page_abandon(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->busy = 0;
+    page_flags(e, pg, PG_ZOMBIE, 0);
+    kvt_page_trim(e, pg);
+}
+
+/* ------------------------------------------------------------- slots */
+
+uint32_t kvt_page_take_slot(kvt_engine *e, uint32_t pg, int tier)
+{
+    uint32_t s = kvt_arena_alloc(&e->arena[tier], pg);
+    if (s != KVT_NONE)
+        kvt_pg(&e->pt, pg)->slot[tier] = s;
+    return s;
+}
+
+/* ------------------------------------------------------------- copies */
+
+void kvt_page_now_valid(kvt_engine *e, uint32_t pg, int tier)
+{
+    page_flags(e, pg, kvt_page_valid_bit(tier), 0);
+}
+
+void kvt_page_drop_copy(kvt_engine *e, uint32_t pg, int tier)
+{
+    page_flags(e, pg, 0, kvt_page_valid_bit(tier));
+    kvt_page_settle(e, pg);
+}
+
+/* A copy down in flight (to DRAM or to SSD) read bytes being rewritten:
+ * its result is discarded when it lands (PG_STALE). */
+void kvt_page_rewritten(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    uint16_t stale = p->xfer == XFER_DOWN || p->xfer == XFER_SSD_WRITE ? PG_STALE : 0;
+    page_flags(e, pg, stale, PG_VALID_DRAM | PG_VALID_SSD);
+}
+
+void kvt_page_pin(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    page_flags(e, pg, 0, PG_PREFETCHED); /* used: the prefetch paid off */
+    if (p->pins++ == 0)
+        e->st.pinned_pages++;
+    kvt_page_sync(e, pg, true);
+}
+
+void kvt_page_unpin(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (--p->pins == 0)
+        e->st.pinned_pages--;
+    kvt_page_sync(e, pg, true);
+    kvt_page_trim(e, pg);
+}
+
+/* ------------------------------------------------------------- transfers */
+
+void kvt_page_xfer_begin(kvt_engine *e, uint32_t pg, enum kvt_xfer x, bool prefetch)
+{
+    kvt_pg(&e->pt, pg)->xfer = (uint8_t)x;
+    if (prefetch)
+        page_flags(e, pg, PG_PREFETCHED, 0);
+}
+
+void kvt_page_copy_queued(kvt_engine *e, uint32_t pg, enum kvt_dir d, uint64_t fence, bool evict)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->xfer = d == KVT_H2D ? XFER_UP : XFER_DOWN;
+    p->fence = fence;
+    if (evict)
+        page_flags(e, pg, PG_EVICTING, 0);
+}
+
+void kvt_page_xfer_cancel(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    bool up = p->xfer == XFER_UP;
+    p->xfer = XFER_NONE;
+    if (up)
+        page_flags(e, pg, 0, PG_PREFETCHED);
+    kvt_page_trim(e, pg);
+}
+
+bool kvt_page_xfer_end(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    bool stale = p->flags & PG_STALE;
+    p->xfer = XFER_NONE;
+    page_flags(e, pg, 0, PG_STALE);
+    return stale;
+}
+
+bool kvt_page_up_done(kvt_engine *e, uint32_t pg, bool ok)
+{
+    kvt_page_xfer_end(e, pg);
+    bool valid = ok && !(kvt_pg(&e->pt, pg)->flags & PG_ZOMBIE);
+    if (valid)
+        page_flags(e, pg, PG_VALID_HBM, 0);
+    kvt_page_settle(e, pg);
+    return valid;
+}
+
+bool kvt_page_down_done(kvt_engine *e, uint32_t pg, bool ok)
+{
+    bool stale = kvt_page_xfer_end(e, pg);
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    bool valid = ok && !stale && !(p->flags & PG_ZOMBIE);
+    if (valid)
+        page_flags(e, pg, PG_VALID_DRAM, 0);
+    if (p->flags & PG_EVICTING) {
+        /* An acquire that came while the copy ran keeps the page in HBM. */
+        bool go = !kvt_page_in_use(p) && (p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
+        page_flags(e, pg, 0, PG_EVICTING | (go ? PG_VALID_HBM : 0));
+    }
+    kvt_page_settle(e, pg);
+    return valid;
+}
+
+void kvt_page_read_ok(kvt_engine *e, uint32_t pg)
+{
+    page_flags(e, pg, PG_VALID_DRAM, PG_READ_ERR);
+}
+
+void kvt_page_read_failed(kvt_engine *e, uint32_t pg)
+{
+    page_flags(e, pg, PG_READ_ERR, 0);
+}
+
+void kvt_page_read_failure_told(kvt_engine *e, uint32_t pg)
+{
+    page_flags(e, pg, 0, PG_READ_ERR);
+}
+
+void kvt_page_lost(kvt_engine *e, uint32_t pg, bool io)
+{
+    page_flags(e, pg, PG_LOST | (io ? PG_LOST_IO : 0), PG_VALID_SSD);
+}

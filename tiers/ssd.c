@@ -1,0 +1,373 @@
+/*
+ * ssd.c — the SSD tier under the engine lock: requests for the mover,
+ * index deletions, read errors, flush.
+ *
+ * Callers never do SSD I/O. Under the engine lock they mark a page
+ * (XFER_SSD_READ / XFER_SSD_WRITE), queue a request (e->ssd_tier.queue) and
+ * wake the mover, whose pipeline (ssd_pipe.c) does the I/O without the lock
+ * and finishes the requests into the pages. Waiters watch
+ * e->ssd_tier.progress (kvt_wait_on).
+ *
+ * A page read back is trusted only if the CRC32C of its binding header (key,
+ * fingerprint, generation) and stored bytes matches the index, and it
+ * decodes to exactly page_bytes: otherwise it is lost (KVT_ECORRUPT,
+ * counted), never served. An index entry goes only when its data is proven
+ * bad (or the medium failed, -EIO); a read that fails because the file
+ * cannot be opened or read right now (permissions, resources) keeps the
+ * page on SSD and reports the error.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdatomic.h>
+
+#include "tiers/tiers.h"
+
+/* ------------------------------------------------------------- open/close */
+
+struct load_ctx {
+    kvt_engine *e;
+    int err;
+};
+
+/* A kept index entry becomes a page record valid on SSD only. */
+static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v, uint32_t slot)
+{
+    struct load_ctx *lc = ctx;
+    kvt_engine *e = lc->e;
+    uint32_t pg = kvt_page_new(e);
+    if (pg == KVT_NONE)
+        return -ENOMEM;
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    p->key = *k;
+    p->ssd_slot = slot;
+    int r = kvt_ptable_insert(&e->pt, pg);
+    if (r < 0) {
+        kvt_ptable_delete(&e->pt, pg);
+        return r;
+    }
+    kvt_page_now_valid(e, pg, KVT_TIER_SSD);
+    kvt_page_sync(e, pg, false);
+    kvt_page_indexed(e, pg);
+    e->ssd_tier.meta[slot] = (struct kvt_ssd_meta){ v->generation, v->stored_len, v->crc,
+                                                    v->codec };
+    if (v->generation >= e->pipe.generation)
+        e->pipe.generation = v->generation + 1;
+    return 0;
+}
+
+/* The I/O back-end: forced (tests), or the one the config names. */
+static int open_io(kvt_engine *e, const struct kvt_io_ops *forced)
+{
+    struct kvt_io_params p = { .depth = e->cfg.queue_depth,
+                               .fixed_base = e->dram_base,
+                               .fixed_len = e->dram_alloc_bytes };
+    if (forced) {
+        e->io = forced;
+        int fr = forced->open(&p, &e->io_priv);
+        if (fr < 0)
+            e->io = NULL;
+        return fr;
+    }
+    int r = kvt_io_open(e->cfg.io_backend, &p, &e->io, &e->io_priv, e->io_note, sizeof(e->io_note));
+    if (r < 0)
+        return kvt_fail(r, "cannot set up SSD I/O: %s", e->io_note[0] ? e->io_note : kvt_strerror(r));
+    /* Pages then go through the kernel's copy of the buffer each time: slower,
+     * still correct. Say so once (RLIMIT_MEMLOCK is the usual cause). */
+    const char *how = e->io->describe(e->io_priv);
+    static _Atomic int told;
+    if (how && strstr(how, "unregistered buffers:") && !atomic_exchange(&told, 1))
+        fprintf(stderr, "kvtier: SSD I/O runs with %s\n", strstr(how, "unregistered"));
+    return 0;
+}
+
+int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_io_ops *io)
+{
+    size_t pb = e->page_bytes;
+    uint32_t nslots = (uint32_t)(e->cfg.ssd_bytes / pb);
+    int r;
+    e->ssd_tier.meta = kvt_meta_alloc(&e->meta_bytes, (size_t)nslots * sizeof(*e->ssd_tier.meta));
+    if (!e->ssd_tier.meta)
+        return kvt_fail(-ENOMEM, "out of memory for the SSD tier");
+    if ((r = kvt_ssd_pipe_init(e)) < 0)
+        return r;
+    struct kvt_ssd_open_info info;
+    struct load_ctx lc = { e, 0 };
+    /* Nobody else sees the engine yet; the lock is for the page transitions'
+     * checks (KVT_ASSERT_LOCKED). */
+    kvt_lock(e);
+    r = kvt_ssd_open(e->ssd_dir, pb, e->cfg.ssd_bytes, e->cfg.persist, e->cfg.fingerprint,
+                     load_page, &lc, &e->ssd, &info);
+    kvt_unlock(e);
+    if (r < 0) {
+        if (!kvt_last_error()[0])
+            kvt_fail(r, "cannot open ssd_dir %s: %s", e->ssd_dir, kvt_strerror(r));
+        return r;
+    }
+    if (info.message[0])
+        fprintf(stderr, "kvtier: %s\n", info.message);
+    return open_io(e, io);
+}
+
+void kvt_ssd_tier_close(kvt_engine *e)
+{
+    if (e->io)
+        e->io->close(e->io_priv);
+    kvt_ssd_close(e->ssd);
+    kvt_ssd_pipe_fini(e);
+    kvt_meta_free(&e->meta_bytes, e->ssd_tier.meta,
+                  (size_t)(e->cfg.ssd_bytes / e->page_bytes) * sizeof(*e->ssd_tier.meta));
+    free(e->ssd_tier.trans);
+    free(e->ssd_tier.queue);
+    free(e->ssd_tier.dels);
+    e->io = NULL;
+    e->ssd = NULL;
+    e->ssd_tier.meta = NULL;
+}
+
+/* ------------------------------------------------------------- queueing */
+
+bool kvt_ssd_waiting(const kvt_engine *e)
+{
+    return e->ssd_tier.busy || e->ssd_tier.ndels;
+}
+
+static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    KVT_ASSERT_LOCKED(e);
+    if (t->queued == t->queue_cap) {
+        uint32_t nc = t->queue_cap ? t->queue_cap * 2 : 64;
+        struct kvt_ssd_req *nq = realloc(t->queue, nc * sizeof(*nq));
+        if (!nq)
+            return -ENOMEM;
+        t->queue = nq;
+        t->queue_cap = nc;
+    }
+    t->queue[t->queued++] = req;
+    if (!t->busy++)
+        e->pace.ssd_mark_ns = kvt_now_ns(); /* the disk starts working: see ssd_pipe.c */
+    kvt_mover_wake(e);
+    return 0;
+}
+
+void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg)
+{
+    kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
+    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false }) < 0)
+        kvt_page_xfer_cancel(e, pg); /* the caller sees no progress and fails with EFULL */
+}
+
+struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg)
+{
+    for (uint32_t i = 0; i < e->ssd_tier.ntrans; i++)
+        if (e->ssd_tier.trans[i].pg == pg)
+            return &e->ssd_tier.trans[i];
+    return NULL;
+}
+
+int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    if (t->ntrans == t->trans_cap) {
+        uint32_t nc = t->trans_cap ? t->trans_cap * 2 : 8;
+        struct kvt_transient *nt = realloc(t->trans, nc * sizeof(*nt));
+        if (!nt)
+            return -ENOMEM;
+        t->trans = nt;
+        t->trans_cap = nc;
+    }
+    t->trans[t->ntrans++] = (struct kvt_transient){ pg, buf, 1 };
+    kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
+    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false }) < 0) {
+        kvt_page_xfer_cancel(e, pg);
+        t->ntrans--;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_transient *t = kvt_ssd_transient_of(e, pg);
+    if (!t)
+        return -ENOENT;
+    int r = t->res;
+    if (r != 1)
+        *t = e->ssd_tier.trans[--e->ssd_tier.ntrans];
+    return r;
+}
+
+/* Every SSD slot is taken: give up the SSD copy of a page that is current in
+ * DRAM or HBM too. Its index entry is deleted by the mover, which frees the
+ * slot; the caller waits for that (-EAGAIN). Costs a scan: only a full
+ * engine comes here. */
+static int release_redundant_ssd(kvt_engine *e, uint32_t except)
+{
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        const struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (pg == except || !(p->flags & PG_HASHED) || !kvt_page_idle(p) ||
+            !(p->flags & PG_VALID_SSD) || !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM)))
+            continue;
+        kvt_page_drop_copy(e, pg, KVT_TIER_SSD);
+        kvt_ssd_forget(e, pg);
+        return -EAGAIN;
+    }
+    return e->ssd_tier.ndels ? -EAGAIN : KVT_EFULL; /* deletions in flight free slots too */
+}
+
+int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
+{
+    int err = 0;
+    uint32_t slot = kvt_ssd_alloc(e->ssd, &err);
+    /* Only an eviction may take another page's SSD copy: a flush doing so
+     * would undo its own work. And never with persist: that copy is what
+     * survives a close or a crash, so a full persisted engine says EFULL. */
+    if (slot == KVT_NONE && err == KVT_EFULL)
+        return evict && !e->cfg.persist ? release_redundant_ssd(e, pg) : KVT_EFULL;
+    if (slot == KVT_NONE) {
+        e->st.errors_io++;
+        return err;
+    }
+    kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);
+    if (queue_push(e, (struct kvt_ssd_req){ pg, slot, true, evict }) < 0) {
+        kvt_page_xfer_cancel(e, pg);
+        kvt_ssd_free(e->ssd, slot);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void kvt_ssd_forget(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (!e->ssd || p->ssd_slot == KVT_NONE)
+        return;
+    if (t->ndels == t->dels_cap) {
+        uint32_t nc = t->dels_cap ? t->dels_cap * 2 : 64;
+        struct kvt_ssd_del *nd = realloc(t->dels, nc * sizeof(*nd));
+        if (!nd) {
+            /* Cannot remember the deletion: keep the slot out of use rather
+             * than risk a stale index entry naming a reused slot. */
+            kvt_ssd_mark_bad(e->ssd, p->ssd_slot);
+            p->ssd_slot = KVT_NONE;
+            return;
+        }
+        t->dels = nd;
+        t->dels_cap = nc;
+    }
+    t->dels[t->ndels++] = (struct kvt_ssd_del){ p->key, p->ssd_slot };
+    p->ssd_slot = KVT_NONE;
+    kvt_mover_wake(e);
+}
+
+/* ------------------------------------------------------------- read errors */
+
+bool kvt_ssd_read_keeps_page(int res)
+{
+    return res != KVT_ECORRUPT && res != -EIO;
+}
+
+int kvt_ssd_read_error(kvt_engine *e, uint32_t pg, int err)
+{
+    const struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (!err)
+        err = e->ssd_tier.read_err ? e->ssd_tier.read_err : -EIO;
+    kvt_page_read_failure_told(e, pg); /* the next load tries again */
+    return kvt_fail(err, "page (%llu,%u,%u) could not be read from SSD (%s); its copy there is "
+                    "kept", (unsigned long long)p->key.id, p->key.layer, p->key.index,
+                    kvt_strerror(err));
+}
+
+/* ------------------------------------------------------------- bulk moves */
+
+/* Waits (unlocked) until the pipe has run everything queued, deletions
+ * included, or the engine failed. */
+static void wait_idle(kvt_engine *e)
+{
+    while (kvt_ssd_waiting(e) && !e->failed) {
+        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+        kvt_wait_on(e, &w, false);
+    }
+}
+
+/* Reads every page that is only on SSD into DRAM, as far as free DRAM slots
+ * go, and waits. Returns how many were read. */
+uint64_t kvt_ssd_read_all(kvt_engine *e)
+{
+    uint64_t n = 0;
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        const struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (!(p->flags & PG_HASHED) || p->xfer != XFER_NONE ||
+            (p->flags & (PG_VALID_HBM | PG_VALID_DRAM)) || !(p->flags & PG_VALID_SSD))
+            continue;
+        if (kvt_dram_slot(e, pg, 0) == KVT_NONE)
+            break;
+        kvt_ssd_queue_read(e, pg);
+        n++;
+    }
+    while (e->ssd_tier.busy && !e->failed) {
+        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+        kvt_wait_on(e, &w, false);
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------- flush */
+
+static bool needs_ssd_copy(const struct kvt_page *p)
+{
+    return (p->flags & PG_HASHED) && (p->flags & PG_VALID_DRAM) && !(p->flags & PG_VALID_SSD);
+}
+
+/* Queues a write of every page with a DRAM copy and no current SSD copy;
+ * *err gets why one could not be queued. */
+static void flush_queue(kvt_engine *e, int *err)
+{
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        const struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (!needs_ssd_copy(p) || p->xfer != XFER_NONE)
+            continue;
+        int q = kvt_ssd_queue_write(e, pg, false);
+        if (q < 0)
+            *err = q;
+    }
+}
+
+static uint64_t flush_missing(kvt_engine *e)
+{
+    uint64_t n = 0;
+    for (uint32_t pg = 0; pg < e->pt.used; pg++)
+        n += needs_ssd_copy(kvt_pg(&e->pt, pg));
+    return n;
+}
+
+/* Writes every page without a current SSD copy and waits. A write that
+ * fails (its slot is then retired) is tried again on another slot while
+ * that makes progress; what still is not on SSD is reported, never hidden
+ * behind a 0. */
+int kvt_ssd_flush(kvt_engine *e)
+{
+    int err = 0;
+    uint64_t prev = UINT64_MAX, missing = 0;
+    for (int pass = 0; pass < 8; pass++) {
+        flush_queue(e, &err);
+        wait_idle(e);
+        if (e->failed)
+            return kvt_check_failed(e);
+        missing = flush_missing(e);
+        if (!missing || missing >= prev)
+            break;
+        prev = missing;
+    }
+    if (!missing)
+        return 0;
+    /* The error as it happened: a full tier, a full disk, a refused file;
+     * -EIO only when the writes themselves failed on the medium. */
+    if (!err)
+        err = e->ssd_tier.write_err ? e->ssd_tier.write_err : -EIO;
+    return kvt_fail(err, "%llu pages could not be written to SSD (%s)",
+                    (unsigned long long)missing, kvt_strerror(err));
+}

@@ -1,0 +1,522 @@
+/*
+ * ssd_pipe.c — the mover's SSD pipeline: requests in, I/O, results out.
+ *
+ * Owned by the mover thread (tiers.h, Locking): e->pipe is touched only by
+ * it, with or without the lock. Each step (kvt_ssd_pipe_step) takes queued
+ * requests under the lock, then without it encodes, submits the reads and
+ * writes through io/ at the configured depth, reaps what completed,
+ * verifies and decodes reads and commits a group of writes to the index;
+ * then, locked again, finishes the jobs into their pages and wakes the
+ * waiters. The disk never waits for a whole batch to drain: new jobs go in
+ * as old ones come out.
+ *
+ * Durability order: data written -> (persist) fdatasync of the segments
+ * written -> index commit -> the old slots of rewritten pages freed. A crash
+ * anywhere leaves the index naming slots that hold complete data of the
+ * version it names. Deletions commit in their own transaction before the
+ * writes taken in the same step, so a key dropped and written again ends up
+ * present.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "tiers/tiers.h"
+
+#define ALIGN4K(n) (((n) + 4095) & ~(size_t)4095)
+
+/* ------------------------------------------------------------- set-up */
+
+/* pipe_take's scratch for order_write_slots() (below). */
+struct kvt_slot_order {
+    kvt_key key;
+    uint32_t job;
+};
+
+int kvt_ssd_pipe_init(kvt_engine *e)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    /* Jobs beyond the disk's queue depth keep it fed while finished ones
+     * are applied under the lock: 8 x depth. Bounce buffers are address
+     * space until a codec touches them. */
+    uint32_t n = P->max_jobs = 8 * e->cfg.queue_depth;
+    size_t bb = (size_t)n * e->page_bytes;
+    P->generation = 1;
+    P->bounce = mmap(NULL, bb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (P->bounce == MAP_FAILED) {
+        P->bounce = NULL;
+        return kvt_fail(-ENOMEM, "out of memory for the SSD tier");
+    }
+    (void)madvise(P->bounce, bb, MADV_HUGEPAGE); /* DMA targets: see device_host.c */
+    P->jobs = calloc(n, sizeof(*P->jobs));
+    P->reqs = calloc(n, sizeof(*P->reqs));
+    P->job_free = malloc(n * sizeof(uint32_t));
+    P->uncommitted = malloc(n * sizeof(uint32_t));
+    P->finished = malloc(n * sizeof(uint32_t));
+    P->order = malloc(n * sizeof(*P->order));
+    P->order_slot = malloc(n * sizeof(uint32_t));
+    if (!P->jobs || !P->reqs || !P->job_free || !P->uncommitted || !P->finished || !P->order ||
+        !P->order_slot)
+        return kvt_fail(-ENOMEM, "out of memory for the SSD pipeline");
+    for (uint32_t i = 0; i < n; i++)
+        P->job_free[i] = n - 1 - i;
+    P->njob_free = n;
+    int r = kvt_codec_new(e->cfg.codec, 0, e->page_bytes, &P->codec);
+    if (r < 0)
+        return kvt_fail(r, "cannot set up codec %d", e->cfg.codec);
+    return 0;
+}
+
+void kvt_ssd_pipe_fini(kvt_engine *e)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    if (P->bounce)
+        munmap(P->bounce, (size_t)P->max_jobs * e->page_bytes);
+    kvt_codec_free(P->codec);
+    free(P->jobs);
+    free(P->reqs);
+    free(P->job_free);
+    free(P->uncommitted);
+    free(P->finished);
+    free(P->order);
+    free(P->order_slot);
+    *P = (struct kvt_ssd_pipe){ 0 };
+}
+
+bool kvt_ssd_pipe_pending(const kvt_engine *e)
+{
+    const struct kvt_ssd_pipe *P = &e->pipe;
+    return e->ssd && (e->ssd_tier.queued || e->ssd_tier.ndels || P->inflight ||
+                      P->nuncommitted || P->nfinished);
+}
+
+/* ------------------------------------------------------------- take (locked) */
+
+static int by_key(const void *x, const void *y)
+{
+    return kvt_key_cmp(&((const struct kvt_slot_order *)x)->key,
+                       &((const struct kvt_slot_order *)y)->key);
+}
+
+static int by_u32(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Gives the write jobs among got[0..n) their slots in key order. Slots are
+ * allocated in eviction order, which is the policy's (the decode policy
+ * gives up a group's pages from its end), so a group's pages landed in
+ * descending or interleaved slots, and every later read of the group, in
+ * page order, walked the file backwards: ~1.0 GB/s here where forward
+ * reads of the same file run at 1.5-1.8. Permuting the batch's slots puts
+ * each run of a group's pages in ascending slots. */
+static void order_write_slots(kvt_engine *e, const uint32_t *got, uint32_t n)
+{
+    struct kvt_slot_order *o = e->pipe.order;
+    uint32_t *slot = e->pipe.order_slot, k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
+        if (j->write) {
+            o[k] = (struct kvt_slot_order){ j->key, got[i] };
+            slot[k++] = j->slot;
+        }
+    }
+    if (k < 2)
+        return;
+    qsort(slot, k, sizeof(*slot), by_u32);
+    qsort(o, k, sizeof(*o), by_key);
+    for (uint32_t i = 0; i < k; i++)
+        e->pipe.jobs[o[i].job].slot = slot[i];
+}
+
+/* Fills job ji from request q: where the bytes are, and for a read what the
+ * stored form is. Locked. */
+static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
+{
+    const struct kvt_page *p = kvt_pg(&e->pt, q->pg);
+    struct kvt_ssd_job *j = &e->pipe.jobs[ji];
+    *j = (struct kvt_ssd_job){ .pg = q->pg, .key = p->key, .write = q->write,
+                               .evict = q->evict };
+    if (e->cfg.on_transfer)
+        j->t_ns = kvt_now_ns();
+    if (!q->write && p->slot[KVT_TIER_DRAM] == KVT_NONE) {
+        j->transient = true;
+        j->dram = kvt_ssd_transient_of(e, q->pg)->buf;
+    } else {
+        j->dram = kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
+    }
+    if (q->write) {
+        j->slot = q->slot;
+    } else {
+        j->slot = p->ssd_slot;
+        const struct kvt_ssd_meta *m = &e->ssd_tier.meta[j->slot];
+        j->stored_len = m->stored_len;
+        j->crc = m->crc;
+        j->generation = m->generation;
+        j->codec = m->codec;
+    }
+    /* Compressed pages go through the job's bounce buffer; raw ones move
+     * straight between the registered DRAM arena and the disk. */
+    bool bounce = j->write ? e->cfg.codec != KVT_CODEC_NONE : j->codec != KVT_CODEC_NONE;
+    j->bounce = bounce ? (int)ji : -1;
+    j->buf = bounce ? e->pipe.bounce + (size_t)ji * e->page_bytes : j->dram;
+}
+
+/* Step 1: takes queued requests into free jobs and resolves where each
+ * goes. Locked. Returns how many, their numbers in got[]. */
+static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    uint32_t n = 0, k = 0;
+    for (; k < t->queued && e->pipe.njob_free; k++) {
+        uint32_t ji = e->pipe.job_free[--e->pipe.njob_free];
+        job_fill(e, ji, &t->queue[k]);
+        got[n++] = ji;
+    }
+    order_write_slots(e, got, n);
+    for (uint32_t i = 0; i < n; i++) {
+        struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
+        if (j->write)
+            kvt_ssd_dirty(e->ssd, j->slot);
+        int r = kvt_ssd_locate(e->ssd, j->slot, j->write, &j->fd, &j->off);
+        if (r < 0) {
+            j->fd = -1;
+            j->res = r;
+        }
+    }
+    if (k) /* (the queue may not be allocated yet: memmove(NULL, ...) is undefined) */
+        memmove(t->queue, t->queue + k, (t->queued - k) * sizeof(*t->queue));
+    t->queued -= k;
+    return n;
+}
+
+/* ------------------------------------------------------------- I/O (unlocked) */
+
+/* Encodes a page to write (unlocked: its DRAM slot is the job's). */
+static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
+{
+    size_t pb = e->page_bytes, out = pb;
+    int used = KVT_CODEC_NONE;
+    if (j->bounce >= 0) {
+        int r = kvt_codec_encode(e->pipe.codec, j->dram, pb, j->buf, pb, &out, &used);
+        if (r < 0 || used == KVT_CODEC_NONE) {
+            memcpy(j->buf, j->dram, pb); /* stored raw */
+            out = pb;
+            used = KVT_CODEC_NONE;
+        }
+    }
+    j->stored_len = (uint32_t)out;
+    j->codec = (uint8_t)used;
+    memset((uint8_t *)j->buf + out, 0, ALIGN4K(out) - out);
+    j->generation = e->pipe.generation++;
+    j->crc = kvt_crc32c(kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation), j->buf, out);
+}
+
+/* Verifies and decodes a page read (unlocked). */
+static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
+{
+    if (j->res < 0)
+        return;
+    uint32_t seed = kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation);
+    if (kvt_crc32c(seed, j->buf, j->stored_len) != j->crc)
+        j->res = KVT_ECORRUPT;
+    else if (j->bounce >= 0 &&
+             kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
+        j->res = KVT_ECORRUPT;
+}
+
+/* Encodes and submits the jobs just taken (unlocked). The back-end blocks
+ * submit() only while `depth` requests are in the kernel, so the pipeline
+ * holds more jobs than the disk does and refills it as requests complete. */
+static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
+{
+    struct kvt_io_req *rp[64];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
+        if (j->write)
+            job_encode(e, j);
+        if (j->fd < 0) { /* its segment could not be opened: j->res says why */
+            e->pipe.finished[e->pipe.nfinished++] = got[i];
+            continue;
+        }
+        e->pipe.reqs[got[i]] = (struct kvt_io_req){ .fd = j->fd, .write = j->write, .buf = j->buf,
+                                               .len = ALIGN4K(j->stored_len), .off = j->off,
+                                               .user = j };
+        rp[k++] = &e->pipe.reqs[got[i]];
+        /* Small groups: the first requests reach the disk while later pages
+         * are still being encoded. */
+        if (k == 64 || (k == 8 && i + 1 < n) || i + 1 == n) {
+            int r = e->io->submit(e->io_priv, rp, k);
+            for (uint32_t q = 0; q < k; q++) {
+                struct kvt_ssd_job *qj = rp[q]->user;
+                if (r < 0) {
+                    qj->res = r;
+                    e->pipe.finished[e->pipe.nfinished++] = (uint32_t)(qj - e->pipe.jobs);
+                } else {
+                    qj->submitted = true;
+                    e->pipe.inflight++;
+                }
+            }
+            k = 0;
+        }
+    }
+}
+
+/* Reaps completions: reads are verified and finished, writes wait for the
+ * group commit. Waits for one completion when asked to. */
+static int pipe_reap(kvt_engine *e, bool wait)
+{
+    struct kvt_io_req *done[64];
+    int m = e->io->reap(e->io_priv, done, 64, wait && e->pipe.inflight ? 1 : 0);
+    if (m < 0)
+        return m;
+    for (int i = 0; i < m; i++) {
+        struct kvt_ssd_job *j = done[i]->user;
+        uint32_t ji = (uint32_t)(j - e->pipe.jobs);
+        j->res = done[i]->res;
+        j->submitted = false;
+        e->pipe.inflight--;
+        if (!j->write) {
+            job_verify(e, j);
+            e->pipe.finished[e->pipe.nfinished++] = ji;
+        } else if (j->res < 0) {
+            e->pipe.finished[e->pipe.nfinished++] = ji;
+        } else {
+            e->pipe.uncommitted[e->pipe.nuncommitted++] = ji;
+        }
+    }
+    return m;
+}
+
+/* Group commit of the written pages: data durable (persist), then one index
+ * transaction. Only after it may their old slots be reused. */
+static void pipe_commit(kvt_engine *e)
+{
+    uint32_t n = e->pipe.nuncommitted;
+    kvt_key *k = malloc(n * sizeof(*k));
+    struct kvt_ssd_entry *v = malloc(n * sizeof(*v));
+    int r = k && v ? 0 : -ENOMEM;
+    for (uint32_t i = 0; i < n && !r; i++) {
+        const struct kvt_ssd_job *j = &e->pipe.jobs[e->pipe.uncommitted[i]];
+        k[i] = j->key;
+        v[i] = (struct kvt_ssd_entry){ .version = KVT_SSD_ENTRY_VERSION, .codec = j->codec,
+                                       .stored_len = j->stored_len,
+                                       .raw_len = (uint32_t)e->page_bytes, .crc = j->crc,
+                                       .fingerprint = e->cfg.fingerprint,
+                                       .generation = j->generation };
+        kvt_ssd_where(e->ssd, j->slot, &v[i].segment, &v[i].offset);
+    }
+    if (!r && e->cfg.persist)
+        r = kvt_ssd_sync(e->ssd);
+    if (!r)
+        r = kvt_index_commit(kvt_ssd_index(e->ssd), k, v, n, NULL, 0, e->cfg.persist != 0);
+    for (uint32_t i = 0; i < n; i++) {
+        /* Not indexed: as far as anyone will ever know, the write did not happen. */
+        if (r < 0)
+            e->pipe.jobs[e->pipe.uncommitted[i]].res = r;
+        e->pipe.finished[e->pipe.nfinished++] = e->pipe.uncommitted[i];
+    }
+    e->pipe.nuncommitted = 0;
+    free(k);
+    free(v);
+}
+
+/* Deletions queued by drops: one transaction, committed before any write
+ * taken after them, so a key dropped and written again ends up present. */
+static int pipe_deletes(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n)
+{
+    kvt_key *k = malloc((n ? n : 1) * sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        k[i] = dels[i].key;
+    int r = kvt_index_commit(kvt_ssd_index(e->ssd), NULL, NULL, 0, k, n, false);
+    free(k);
+    return r;
+}
+
+/* The disk's pace: busy time per finished job, for sizing how far ahead
+ * prefetch reads (prefetch.c). Time counts only while jobs were waiting the
+ * whole interval (e->ssd_tier.busy was non-zero at its start), so idle gaps do
+ * not make the disk look slow. Called under the lock with n jobs finished. */
+static void pipe_pace(kvt_engine *e, uint32_t n)
+{
+    uint64_t now = kvt_now_ns();
+    if (e->pace.ssd_mark_ns && now > e->pace.ssd_mark_ns)
+        e->pace.ssd_ns_per_page = kvt_smooth(e->pace.ssd_ns_per_page, (now - e->pace.ssd_mark_ns) / n);
+    e->pace.ssd_mark_ns = e->ssd_tier.busy > n ? now : 0;
+}
+
+/* ------------------------------------------------------------- finish (locked) */
+
+static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
+{
+    kvt_page_xfer_end(e, j->pg);
+    if (j->transient)
+        kvt_ssd_transient_of(e, j->pg)->res = j->res;
+    if (j->res == 0) {
+        if (!j->transient)
+            kvt_page_read_ok(e, j->pg);
+        e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
+    } else if (kvt_ssd_read_keeps_page(j->res)) {
+        e->st.errors_io++;
+        e->ssd_tier.read_err = j->res;
+        if (!j->transient)
+            kvt_page_read_failed(e, j->pg);
+    } else {
+        /* The only copy is unreadable: the page is lost, never served. */
+        if (j->res == KVT_ECORRUPT)
+            e->st.errors_corrupt++;
+        else
+            e->st.errors_io++;
+        if (j->res != KVT_ECORRUPT)
+            kvt_ssd_mark_bad(e->ssd, j->slot);
+        kvt_page_lost(e, j->pg, j->res != KVT_ECORRUPT);
+        kvt_ssd_forget(e, j->pg);
+    }
+    kvt_page_settle(e, j->pg);
+}
+
+/* A write that failed: the page stays where it was. Only a slot whose write
+ * failed on the medium (-EIO) is never used again: a full disk or a refused
+ * file says nothing about the slot. */
+static void write_failed(kvt_engine *e, struct kvt_ssd_job *j)
+{
+    e->st.errors_io++;
+    e->ssd_tier.write_err = j->res;
+    if (j->evict && j->res != -EIO)
+        e->ssd_tier.evict_err = j->res;  /* -EIO retired the slot: the next try goes elsewhere */
+    if (j->res == -EIO)
+        kvt_ssd_mark_bad(e->ssd, j->slot);
+    else
+        kvt_ssd_free(e->ssd, j->slot);
+}
+
+static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
+{
+    bool stale = kvt_page_xfer_end(e, j->pg);
+    struct kvt_page *p = kvt_pg(&e->pt, j->pg);
+    if (j->res < 0) {
+        write_failed(e, j);
+    } else if (p->flags & PG_ZOMBIE) {
+        /* Dropped while written: the new entry goes too. */
+        e->ssd_tier.meta[j->slot] = (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
+                                                           j->codec };
+        e->st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        p->ssd_slot = j->slot;
+        kvt_ssd_forget(e, j->pg);
+    } else {
+        e->ssd_tier.meta[j->slot] = (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
+                                                           j->codec };
+        e->st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        /* Copy-on-write: the old slot was named by the index until this
+         * group's commit; only now may it be reused. */
+        if (p->ssd_slot != KVT_NONE)
+            kvt_ssd_free(e->ssd, p->ssd_slot);
+        p->ssd_slot = j->slot;
+        if (!stale)
+            kvt_page_now_valid(e, j->pg, KVT_TIER_SSD);
+        if (j->evict && !stale && !kvt_page_in_use(kvt_pg(&e->pt, j->pg)))
+            kvt_page_drop_copy(e, j->pg, KVT_TIER_DRAM);
+    }
+    kvt_page_settle(e, j->pg);
+}
+
+/* Step 4: the results into the pages, one report per direction for the
+ * jobs that finished, the pace measured, and the waiters woken. Locked. */
+static void pipe_finish(kvt_engine *e)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    uint32_t done[2] = { 0, 0 };
+    uint64_t first[2] = { UINT64_MAX, UINT64_MAX };
+    for (uint32_t i = 0; i < P->nfinished; i++) {
+        struct kvt_ssd_job *j = &P->jobs[P->finished[i]];
+        if (j->res == 0) {
+            done[j->write]++;
+            first[j->write] = j->t_ns < first[j->write] ? j->t_ns : first[j->write];
+        }
+        if (j->write)
+            finish_write(e, j);
+        else
+            finish_read(e, j);
+        P->job_free[P->njob_free++] = P->finished[i];
+    }
+    if (e->cfg.on_transfer && (done[0] || done[1])) {
+        uint64_t now = kvt_now_ns();
+        kvt_report(e, KVT_XFER_SSD_TO_DRAM, done[0], first[0], now);
+        kvt_report(e, KVT_XFER_DRAM_TO_SSD, done[1], first[1], now);
+    }
+    if (P->nfinished) {
+        pipe_pace(e, P->nfinished);
+        e->ssd_tier.busy -= P->nfinished;
+        P->nfinished = 0;
+        e->ssd_tier.progress++;
+        pthread_cond_broadcast(&e->ssd_tier.cv);
+    }
+}
+
+/* The deleted entries' slots: free once the deletion committed, else never
+ * reused (still named by the index). Locked. */
+static void deletes_done(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n, int r)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (r == 0)
+            kvt_ssd_free(e->ssd, dels[i].slot);
+        else
+            kvt_ssd_mark_bad(e->ssd, dels[i].slot);
+    }
+    free(dels);
+    if (n && !e->pipe.nfinished) {
+        e->ssd_tier.progress++; /* freed slots: waiters look again */
+        pthread_cond_broadcast(&e->ssd_tier.cv);
+    }
+}
+
+/* The I/O context broke: every request still in it failed. */
+static void pipe_abandon(kvt_engine *e)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    for (uint32_t i = 0; i < P->max_jobs; i++) {
+        if (!P->jobs[i].submitted)
+            continue;
+        P->jobs[i].submitted = false;
+        P->jobs[i].res = -EIO;
+        P->finished[P->nfinished++] = i;
+    }
+    P->inflight = 0;
+}
+
+bool kvt_ssd_pipe_step(kvt_engine *e)
+{
+    KVT_ASSERT_MOVER(e);
+    KVT_ASSERT_LOCKED(e);
+    if (!kvt_ssd_pipe_pending(e))
+        return false;
+    struct kvt_ssd_pipe *P = &e->pipe;
+    uint32_t got[P->max_jobs ? P->max_jobs : 1];
+    uint32_t n = pipe_take(e, got);
+    struct kvt_ssd_del *dels = e->ssd_tier.dels;
+    uint32_t ndels = e->ssd_tier.ndels;
+    e->ssd_tier.dels = NULL;
+    e->ssd_tier.ndels = e->ssd_tier.dels_cap = 0;
+    kvt_unlock(e);
+
+    int dr = ndels ? pipe_deletes(e, dels, ndels) : 0;
+    pipe_submit(e, got, n);
+    /* Block for a completion only when there is nothing new to hand the
+     * disk: new work is taken on the next step. */
+    if (pipe_reap(e, n == 0) < 0)
+        pipe_abandon(e);
+    /* Commit when the writes have gathered into a group, or when nothing
+     * else is coming (so a lone write is not left waiting). */
+    if (P->nuncommitted && (P->nuncommitted >= e->cfg.queue_depth || !P->inflight))
+        pipe_commit(e);
+
+    kvt_lock(e);
+    deletes_done(e, dels, ndels, dr);
+    pipe_finish(e);
+    return true;
+}
