@@ -13,7 +13,7 @@
 #include "policy/belady.h"
 #include "tiers/tiers.h"
 #include "tools/presets.h"
-#include "tools/sim.h"
+#include "tools/sim/sim.h"
 
 /* ------------------------------------------------------------- helpers */
 

@@ -3,13 +3,16 @@
  * policies over HBM, DRAM and SSD tiers, under a link/compute cost model.
  *
  * Three parts, each usable on its own (the tests call them directly):
- *   - traces: the text format an engine can log (described at the top of
- *     tools/sim.c and in `kvtier sim --help`), read, written, or generated
- *     from a model shape;
- *   - the world: a trace checked and indexed once (its pages, which exist
- *     before it starts, the future uses Belady needs), shared by all runs;
- *   - runs: one policy over the world, through the policy interface only
- *     (policy/policy.h), giving bytes and pages per link, hits, and times.
+ *   - traces (tools/sim/trace.c, gen.c): the text format an engine can log
+ *     (described at the top of trace.c and in `kvtier sim --help`), read,
+ *     written, or generated from a model shape;
+ *   - the world (world.c): a trace checked and indexed once (its pages,
+ *     which exist before it starts, the future uses Belady needs), shared
+ *     by all runs;
+ *   - runs (model.c): one policy over the world, through the policy
+ *     interface only (policy/policy.h), giving bytes and pages per link,
+ *     hits, and times.
+ * The command itself is options.c, report.c and command.c (command.h).
  *
  * Sizes are bytes; bandwidths GB/s (1e9 bytes/s); times seconds.
  */
