@@ -1,0 +1,62 @@
+# Checks that the shared library (LIB) exports exactly the functions that
+# include/kvtier.h (HEADER) declares: every defined dynamic symbol is declared
+# there, as an extern function or as one of the inline wrappers whose plain
+# symbol it also declares under KVT_VER0_SYMBOLS, and every extern function
+# it declares is exported (else a caller fails to link).
+#   cmake -DNM=nm -DLIB=libkvtier.so -DHEADER=include/kvtier.h -P exports.cmake
+cmake_minimum_required(VERSION 3.18)
+execute_process(COMMAND "${NM}" -D --defined-only "${LIB}"
+  OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${NM} -D --defined-only ${LIB} failed (${rc})")
+endif()
+set(exported "")
+string(REGEX MATCHALL "[^\n]+" lines "${out}")
+foreach(line IN LISTS lines)
+  # "0000000000012340 T kvt_open" (a version suffix "@V" is cut off)
+  if(line MATCHES "^[0-9a-fA-F]* *[A-Za-z] ([^ @]+)")
+    list(APPEND exported "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+list(LENGTH exported n)
+if(n EQUAL 0)
+  message(FATAL_ERROR "no exported symbol found in ${LIB}:\n${out}")
+endif()
+
+# Declarations start a line, after comments are removed: a return type, then
+# the name and its '('. Static inline wrappers declare a name but export none.
+file(READ "${HEADER}" text)
+string(REGEX REPLACE "/[*]([^*]|[*]+[^*/])*[*]+/" "" text "${text}")
+string(REGEX MATCHALL "[^\n]+" lines "${text}")
+set(declared_extern "")
+set(declared_inline "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^static inline [a-z_ ]+[ *]+(kvt_[a-z0-9_]+)[(]")
+    list(APPEND declared_inline "${CMAKE_MATCH_1}")
+  elseif(line MATCHES "^[a-z_ ]+[ *]+(kvt_[a-z0-9_]+)[(]")
+    list(APPEND declared_extern "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+
+set(errors "")
+foreach(sym IN LISTS exported)
+  if(NOT sym IN_LIST declared_extern)
+    string(APPEND errors "  exported but not declared in kvtier.h: ${sym}\n")
+  endif()
+endforeach()
+foreach(sym IN LISTS declared_extern)
+  if(NOT sym IN_LIST exported)
+    string(APPEND errors "  declared in kvtier.h but not exported: ${sym}\n")
+  endif()
+endforeach()
+foreach(sym IN LISTS declared_inline)
+  if(NOT "${sym}_sized" IN_LIST exported)
+    string(APPEND errors "  inline ${sym} has no exported ${sym}_sized\n")
+  endif()
+endforeach()
+if(errors)
+  message(FATAL_ERROR "exports of ${LIB}:\n${errors}")
+endif()
+list(SORT exported)
+string(REPLACE ";" " " list "${exported}")
+message(STATUS "${n} symbols exported, each declared: ${list}")
