@@ -27,8 +27,7 @@ static bool usable_hbm(void *ctx, uint32_t pg)
     return kvt_page_can_leave(kvt_pg(&u->e->pt, pg), KVT_TIER_HBM, u->how);
 }
 
-/* Claims v for a copy down into DRAM slot ds: XFER_DOWN keeps it out of
- * victim() until the batch is submitted. */
+/* The copy of v's HBM slot into its DRAM slot (both allocated). */
 static struct kvt_copy claim_down(kvt_engine *e, uint32_t v)
 {
     const struct kvt_page *p = kvt_pg(&e->pt, v);
@@ -69,7 +68,7 @@ int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w)
         }
         if (!slot_for_victim(e, v, &ssd_wait))
             break; /* DRAM is full: wait for the SSD (ssd_wait) or give up */
-        kvt_page_xfer_begin(e, v, XFER_DOWN, false);
+        kvt_page_xfer_begin(e, v, XFER_DOWN, false); /* out of victim() until submitted */
         pages[n] = v;
         c[n++] = claim_down(e, v);
         coming++;
