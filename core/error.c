@@ -53,7 +53,8 @@ void kvt_clear_error(void)
 }
 
 /* Metadata is counted where it is allocated so that kvt_stats.meta_bytes is
- * exact, not estimated: the README's bytes-per-page figure comes from it. */
+ * exact, not estimated: the bytes-per-page figure comes from it
+ * (docs/performance.md#metadata-per-page). */
 void *kvt_meta_alloc(uint64_t *counter, size_t bytes)
 {
     void *p = calloc(1, bytes ? bytes : 1);

@@ -6,8 +6,7 @@
  * whose next use is furthest away (never used again counts as furthest).
  * Demand paging with MIN moves the fewest pages any policy can move on that
  * trace, which makes it the yardstick the decode policy is held to
- * (decode bytes <= 1.02 x MIN: tests/test_decode.c,
- * docs/performance.md#decode-policy-against-min).
+ * (tests/test_decode.c; the figures: docs/performance.md#decode-policy-against-min).
  *
  * Through the policy interface (policy.h) it behaves like any policy, with
  * one rule the driver must follow: every use in the trace is reported as an

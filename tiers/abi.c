@@ -7,7 +7,8 @@
  * compiled with: a config is read into a full-size one over the defaults, a
  * snapshot is copied out of a full-size one, and the engine (engine.c, via
  * tiers/abi.h) never sees a short struct. It also defines the plain symbols
- * of DESIGN.md §3, which take the VER0 size because they are given none.
+ * (kvt_config_init, kvt_open, kvt_get_stats), which take the VER0 size
+ * because they are given none.
  */
 #define KVT_VER0_SYMBOLS /* declares the plain symbols this file defines */
 
@@ -31,7 +32,7 @@ _Static_assert(sizeof(kvt_config) == KVT_CONFIG_SIZE_VER1,
                "kvt_config grew: publish KVT_CONFIG_SIZE_VER2 and list it in config_sizes");
 _Static_assert(sizeof(kvt_stats) == KVT_STATS_SIZE_VER1,
                "kvt_stats grew: publish KVT_STATS_SIZE_VER2 and list it in stats_sizes");
-/* VER0 is frozen: DESIGN.md §3's eighteen 64-bit counters. */
+/* VER0 is frozen: the first published kvt_stats, eighteen 64-bit counters. */
 _Static_assert(KVT_STATS_SIZE_VER0 == 18 * sizeof(uint64_t), "kvt_stats' VER0 part changed");
 
 /* 0 when a caller's struct of size bytes is one this library can serve: a

@@ -88,8 +88,8 @@ static void sleep_until(double t)
  * first reads every destination line for ownership, then writes it back:
  * three passes over memory where the copy needs two, and the pages it
  * streams through push the caller's working set out of the cache. A GPU's
- * copy engine does neither to the host. `kvtier bench hbm` on this 2-core VM:
- * dram->hbm 11.8 -> 18.2 GB/s, hbm->dram 14.3 -> 19.3 GB/s. Only whole
+ * copy engine does neither to the host (docs/design.md#host-copies; the
+ * evidence: docs/performance.md#host-copies). Only whole
  * 16-byte-aligned blocks of 64 bytes go this way (pages always are); the
  * stores are weakly ordered, hence host_copy_fence() before the fence that
  * publishes the batch. Returns false where memcpy must do it. */
@@ -227,9 +227,8 @@ static void host_close(void *priv)
  * "always"; harmless where it is "never"). The DRAM arena is where SSD reads
  * land by DMA: in 4 KiB pages a 128 KiB read is up to 32 scatter segments,
  * as many as the pages are physically apart, and a virtual disk serves
- * those slower: here 1.1-1.6 GB/s from run to run, as the free memory
- * happened to be fragmented, against 1.7-1.9 steadily in 2 MiB pages.
- * (A pinned cudaHostAlloc buffer is the CUDA back-end's business.) */
+ * those slower and less steadily (docs/design.md#huge-pages; the evidence:
+ * docs/performance.md#huge-pages). (A pinned cudaHostAlloc buffer is the CUDA back-end's business.) */
 static int host_map(size_t bytes, void **out)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

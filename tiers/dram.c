@@ -49,10 +49,8 @@ static uint32_t redundant_victim(kvt_engine *e)
  * Such a copy goes before the policy's own DRAM victim (unless that one is
  * never used again): dropping it costs no I/O now, and DRAM then holds
  * pages HBM does not, so that the two tiers keep more of the KV between
- * them. kvtier run's defaults: DRAM held 90-170 copies of HBM's 258 pages;
- * dropping them first cut the SSD bytes 8% (1.19 against 1.29 GB a run,
- * 10 alternating runs each) and test_decode's SSD->DRAM bytes from
- * 0.96-1.04x MIN to 0.91-0.98x. The price: a page HBM lets go of before
+ * them (docs/design.md#third-copies; the evidence:
+ * docs/performance.md#third-copies). The price: a page HBM lets go of before
  * its next use comes from SSD. A policy that ranks by next use lets go of
  * the pages used furthest ahead, which DRAM would drop first anyway (a
  * prefetched page is the exception, hence not those); an LRU's victims may
@@ -80,8 +78,9 @@ static uint32_t third_copy(kvt_engine *e)
 
 /* v (KVT_NONE: none) is a page the policy knows is never used again (dead
  * or unscheduled). Such a page goes before any third copy, written down
- * first if it must be, by the callers' own path: with third copies first,
- * a window that slides went to 1.56x MIN. */
+ * first if it must be, by the callers' own path: a third copy dropped ahead
+ * of it is a read a sliding window pays for again
+ * (docs/performance.md#third-copies). */
 static bool never_used(kvt_engine *e, uint32_t v)
 {
     return v != KVT_NONE && e->pol->version >= KVT_POLICY_OPS_V3 &&
@@ -105,7 +104,7 @@ bool kvt_dram_drop_third_copy(kvt_engine *e, uint32_t x)
  * (kvt_make_room_dram) rather than a page needed sooner dropped in its
  * place. Copies of pages in HBM are not taken first-in first-out here: a
  * page whose DRAM copy goes while SSD still has it would be read from SSD
- * again the next time it leaves HBM (sink pages, read first, suffered most). */
+ * again the next time it leaves HBM (sink pages, read first, would pay most). */
 static uint32_t ssd_backed_victim(kvt_engine *e)
 {
     uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, movable_dram, e);

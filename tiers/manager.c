@@ -1,11 +1,13 @@
 /*
- * manager.c — the page API: create, acquire, wait, release, drop, put, get,
- * exists, schedule, flush.
+ * manager.c — the page API on caller-owned pins: acquire (and its async
+ * form and waits), create, release, drop, exists, the schedule (set,
+ * advance) and flush. kvt_put and kvt_get, on engine-owned buffers, are in
+ * buffers.c.
  *
  * Pattern of every call: take e->lock, settle finished copies, decide and
- * queue, drop the lock to wait or to copy engine buffers, take it again and
- * finish. Pages are pinned (acquire) or marked busy (get/put) before the lock
- * is dropped, which is what keeps them and their slots from moving meanwhile.
+ * queue, drop the lock to wait, take it again and finish. Pages are pinned
+ * before the lock is dropped, which is what keeps them and their slots from
+ * moving meanwhile.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -288,8 +290,9 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
          * should be bringing up what comes next (the mover would otherwise
          * sleep until the next advance, and reads would wait for demand).
          * A caller that takes its group in chunks computes from the first
-         * one on: timing from the last one measured a ninth of a group and
-         * cut the disk's read-ahead to match (kvtier run: the disk idle). */
+         * one on: timed from the last chunk, the compute looks short and the
+         * disk's read-ahead shrinks to match (docs/design.md#prefetch-depth,
+         * docs/performance.md#prefetch-depth). */
         if (!e->pace.acquired_ns)
             e->pace.acquired_ns = kvt_now_ns();
         kvt_mover_wake(e);

@@ -1,16 +1,18 @@
 /*
- * mover.c — the mover thread: background write-back.
+ * mover.c — the engine's one background thread. Each time it is woken, in
+ * this order: settle finished copies, prefetch (prefetch.c), one step of the
+ * SSD pipeline (ssd_pipe.c, whose state this thread owns), and write-back.
+ * Callers wait on fences and on the SSD tier's progress, never on this
+ * thread itself.
  *
- * An eviction of a dirty page must wait for its D2H copy before the slot can
- * be reused. The mover keeps at least e->watermark HBM slots free or clean by
- * writing the coldest dirty, unpinned pages back ahead of need, so that a
- * caller's eviction is usually a clean drop that costs nothing. It only works
- * under pressure: with room in HBM, dirty pages stay where they are (no D2H
- * bandwidth spent on pages that may be rewritten or dropped).
- *
- * The prefetch (prefetch.c) and the SSD pipeline (ssd_pipe.c, which this
- * thread owns) run here too; callers wait on fences and on the SSD tier's
- * progress, never on this thread.
+ * Write-back: an eviction of a dirty page must wait for its D2H copy before
+ * the slot can be reused. The mover keeps at least the HBM watermark of slots
+ * free or clean by writing the coldest dirty, unpinned pages back ahead of
+ * need, so that a caller's eviction is usually a clean drop that costs
+ * nothing. It only works under pressure: with room in HBM, dirty pages stay
+ * where they are (no D2H bandwidth spent on pages that may be rewritten or
+ * dropped). Why each: docs/design.md#write-back, docs/design.md#prefetch,
+ * docs/design.md#ssd-pipeline.
  */
 #include <errno.h>
 

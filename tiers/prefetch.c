@@ -14,9 +14,9 @@
  * Belady's MIN, would still hold a page the cycle needs. Free slots and
  * dead or unscheduled pages cost nothing; displacing a live page costs up
  * to one extra miss per step. So live pages are displaced only for a depth
- * of 1/128 of the misses a step must take anyway (pages beyond capacity):
- * at most ~1% more traffic than MIN, and where HBM is much smaller than the
- * KV — where overlap matters — that depth is many groups.
+ * of 1/128 of the misses a step must take anyway (pages beyond capacity),
+ * which bounds the extra traffic over MIN to that fraction
+ * (docs/design.md#prefetch-depth).
  */
 #include <errno.h>
 
@@ -63,10 +63,10 @@ static bool room_for(kvt_engine *e, int tier, uint32_t x, bool live_ok)
 }
 
 /* Pages a stage may have in flight: prefetch_bytes when set, else 1/8 of
- * HBM for DRAM->HBM and 1/4 of DRAM for SSD->DRAM (a disk read is ~10x a
- * copy, so the disk stage must run further ahead to keep the disk busy
- * through the caller's compute; live_depth() bounds it by what that compute
- * can hide). */
+ * HBM for DRAM->HBM and 1/4 of DRAM for SSD->DRAM (a disk read is slower
+ * than a copy, so the disk stage must run further ahead to keep the disk
+ * busy through the caller's compute, docs/design.md#prefetch; live_depth()
+ * bounds it by what that compute can hide). */
 static uint32_t budget_pages(const kvt_engine *e, int tier)
 {
     size_t b = e->cfg.prefetch_bytes ? e->cfg.prefetch_bytes
@@ -84,20 +84,20 @@ static uint32_t budget_pages(const kvt_engine *e, int tier)
  * For SSD->DRAM, up to one group's share of those misses when the caller
  * computes long enough to hide them: as many as the disk reads while the
  * caller computes one group (kvt_advance and the SSD pipeline measure both
- * times). A disk read takes ~10x a DRAM->HBM copy, so with the 1/128 depth
- * alone a group's reads start only when it is acquired, and the caller's
- * compute and the disk take turns instead of overlapping (kvtier run: 65%
- * stall). Reading further ahead than one compute interval hides nothing
+ * times). With the 1/128 depth alone a group's reads start only when it is
+ * acquired, and the caller's compute and the disk take turns instead of
+ * overlapping. Reading further ahead than one compute interval hides nothing
  * more; reading more than a group's share of the misses would displace
  * pages the step still needs. A caller that computes next to nothing
  * between acquires (a replay) keeps the 1/128 depth.
  *
  * Only with the default budget (prefetch_bytes 0): the deeper reads buy
  * time with bytes (up to a group's share more per step than MIN), and a
- * caller that sets prefetch_bytes asked for the byte-frugal behaviour (the
- * MIN comparisons of tests/test_decode.c hold it to 1.02x, and a depth
- * that follows measured times would make them depend on the machine's
- * load). */
+ * caller that sets prefetch_bytes asked for the byte-frugal behaviour, which
+ * tests/test_decode.c compares with MIN: a depth that followed timings would
+ * make that comparison depend on the machine's load.
+ * Why, and the evidence: docs/design.md#prefetch-depth,
+ * docs/performance.md#prefetch-depth. */
 static uint32_t live_depth(const kvt_engine *e, int tier, uint64_t pages)
 {
     uint64_t cap = tier == KVT_TIER_HBM ? e->arena[KVT_TIER_HBM].nslots
@@ -152,10 +152,9 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
  * Each read displaces the page used furthest ahead, the group just computed,
  * for one needed sooner, and the reads go on while any such page is left:
  * DRAM becomes a window over the next DRAM-capacity pages of the cycle, and
- * every page is read from SSD every step however large DRAM is (kvtier run
- * with DRAM at 62% of the KV: 819 reads a step of 1032 pages, against 469
- * with this horizon, and no more demand misses). Within the horizon the
- * reads are the misses MIN would take anyway, only earlier. */
+ * every page is read from SSD every step however large DRAM is. Within the
+ * horizon the reads are the misses MIN would take anyway, only earlier
+ * (docs/design.md#read-horizon, docs/performance.md#read-horizon). */
 static uint64_t read_horizon(const kvt_engine *e, uint32_t budget, uint64_t ws, uint64_t *group)
 {
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
@@ -171,8 +170,7 @@ static uint64_t read_horizon(const kvt_engine *e, uint32_t budget, uint64_t ws, 
 /* SSD->DRAM: bounded by the live depth for every page, free slots included,
  * and by the read horizon. DRAM free slots come and go with write-backs; one
  * a prefetch takes is one a demand read in between must make by evicting
- * (measured: up to 1.3x MIN at 95% occupancy when only live displacement was
- * bounded). */
+ * (docs/design.md#prefetch-depth). */
 static void prefetch_dram(kvt_engine *e, uint32_t budget, uint64_t ws)
 {
     uint32_t live = live_depth(e, KVT_TIER_DRAM, ws);

@@ -107,11 +107,12 @@ static int by_u32(const void *x, const void *y)
 
 /* Gives the write jobs among got[0..n) their slots in key order. Slots are
  * allocated in eviction order, which is the policy's (the decode policy
- * gives up a group's pages from its end), so a group's pages landed in
- * descending or interleaved slots, and every later read of the group, in
- * page order, walked the file backwards: ~1.0 GB/s here where forward
- * reads of the same file run at 1.5-1.8. Permuting the batch's slots puts
- * each run of a group's pages in ascending slots. */
+ * gives up a group's pages from its end), so without this a group's pages
+ * land in descending or interleaved slots, and every later read of the
+ * group, in page order, walks the file backwards, which the disk serves much
+ * slower. Permuting the batch's slots puts each run of a group's pages in
+ * ascending slots (docs/design.md#write-slot-order, the evidence:
+ * docs/performance.md#write-slot-order). */
 static void order_write_slots(kvt_engine *e, const uint32_t *got, uint32_t n)
 {
     struct kvt_slot_order *o = e->pipe.order;
