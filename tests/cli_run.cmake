@@ -21,7 +21,7 @@ endforeach()
 foreach(k tokens_per_s kv_bytes stall_fraction bound_s wall_s bound_ratio)
   string(JSON v GET "${out}" ${k})
 endforeach()
-# The attention threads yield to the I/O threads by default (tools/run.h).
+# The attention threads yield to the I/O threads by default (tools/run/run.h).
 string(JSON nice GET "${out}" nice)
 if(NOT nice EQUAL 19)
   message(FATAL_ERROR "attention nice ${nice}, want the default 19: ${out}")

@@ -1,5 +1,5 @@
 /*
- * test_fsck.c — `kvtier inspect` and `kvtier fsck` (tools/fsck.c) on spill
+ * test_fsck.c — `kvtier inspect` and `kvtier fsck` (tools/fsck/) on spill
  * directories built here by hand, exactly as tiers/ssd_store.h lays them out:
  * the KVTIER file, preallocated segment files written with pwrite (raw pages,
  * or kvt_codec_encode output, padded with zeros to 4096) and index entries
@@ -21,13 +21,7 @@
 #include "io/codec.h"
 #include "tiers/ssd_index.h"
 #include "tiers/ssd_store.h"
-
-/* tools/fsck.c has no header: the command is its interface. */
-int inspect_main(int argc, char **argv);
-int fsck_main(int argc, char **argv);
-typedef void (*fsck_bad_fn)(void *ctx, const kvt_key *k, const char *reason);
-int fsck_verify(const char *dir, bool repair, fsck_bad_fn fn, void *ctx, uint64_t *checked,
-                uint64_t *bad);
+#include "tools/fsck/spill.h" /* inspect_main, fsck_main, fsck_verify */
 
 #define PB 16384u       /* page_bytes = slot_bytes */
 #define SPS 4u          /* slots per segment */

@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "tests/helpers.h"
-#include "tools/attention.h"
-#include "tools/attn_math.h"
-#include "tools/run.h"
+#include "tools/run/attention.h"
+#include "tools/run/attn_math.h"
+#include "tools/run/run.h"
 
 static const struct attn_shape SH = { 8, 2, 32, 8, 0 }; /* 4 q heads per kv head */
 

@@ -4,8 +4,8 @@
  * enough to work out by hand, and (once the decode policy is in the build)
  * decode against MIN and LRU and the stall and step-time targets.
  *
- * tools/sim.c is compiled into this program (it has no main), so its
- * functions are called directly.
+ * The files of tools/sim/ are compiled into this program (they have no
+ * main), so their functions are called directly.
  */
 #include <math.h>
 

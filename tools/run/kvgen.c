@@ -1,0 +1,58 @@
+/*
+ * kvgen.c — `kvtier run`'s data: the KV and the queries as a function of
+ * (seed, sequence, layer, token, head, dim), written into pages in
+ * attention.h's layout, and the hash the decode keeps of each output so
+ * that the reference compares without holding the outputs (run.h).
+ */
+#include <string.h>
+
+#include "tools/run/run_priv.h"
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x;
+}
+
+float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, uint32_t head,
+                   uint32_t dim, int kind)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + mix64(((uint64_t)seq << 32 | layer) + 0x1234567ull);
+    x = mix64(x ^ ((uint64_t)token << 24 | (uint64_t)head << 12 | dim) ^ ((uint64_t)kind << 62));
+    /* 24 bits: exact in a float, so the value does not depend on rounding */
+    return (float)((int32_t)(x >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
+}
+
+void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p)
+{
+    for (int kind = 0; kind < 2; kind++)
+        for (uint32_t h = h0; h < h1; h++)
+            for (uint32_t t = 0; t < ntok; t++) {
+                size_t row = attn_row(s, kind, h, t);
+                uint32_t tok = page * s->page_tokens + t;
+                for (uint32_t d = 0; d < s->head_dim; d++)
+                    attn_store(s, p, row + d, run_kv_value(seed, seq, layer, tok, h, d, kind));
+            }
+}
+
+void run_fill_query(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                    uint32_t pos, float *q)
+{
+    for (uint32_t qh = 0; qh < s->q_heads; qh++)
+        for (uint32_t d = 0; d < s->head_dim; d++)
+            q[(size_t)qh * s->head_dim + d] = 4.0f * run_kv_value(seed, seq, layer, pos, qh, d, 2);
+}
+
+uint64_t run_hash_head(const float *o, uint32_t D)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    const unsigned char *b = (const unsigned char *)o;
+    for (size_t i = 0; i < (size_t)D * sizeof(float); i++)
+        h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}

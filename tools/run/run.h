@@ -1,0 +1,102 @@
+/*
+ * run.h — `kvtier run`: a long-context decode over the tiers with real
+ * attention, verified bit-exactly against a reference computed without
+ * kvtier.
+ *
+ * The KV is a function of (seed, sequence, layer, token, head, dim): the
+ * prefill writes every page from it (kvt_create), each decode step appends
+ * one token's K and V the same way, and the reference regenerates each page
+ * when it needs it, so it never holds more than one page per thread. The
+ * query of (step, sequence, layer) comes from the same generator.
+ */
+#ifndef KVT_RUN_H
+#define KVT_RUN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "include/kvtier.h"
+#include "tools/run/attention.h"
+#include "tools/presets.h"
+
+#define RUN_AUTO UINT64_MAX /* a capacity derived from the KV size */
+
+struct run_opts {
+    const struct kvt_shape *model;
+    uint32_t layers;      /* 0 = the model's */
+    uint32_t batch, tokens, page_tokens;
+    uint64_t context;
+    uint64_t hbm, dram, ssd; /* bytes, or RUN_AUTO; ssd 0 = no SSD tier */
+    const char *ssd_dir;     /* NULL: a temporary directory, removed at the end */
+    const char *policy;
+    int codec, device;
+    unsigned threads;
+    bool fp32;            /* KV in fp32 rather than bf16 */
+    uint32_t chunk_pages; /* pages per step of the CPU path's acquire/compute pipeline; 0 = ~4 MiB */
+    uint32_t nice;        /* the attention threads' nice value; 0 = the caller's, part 0 on it */
+    double link_gbps;
+    uint64_t seed;
+    const char *trace_path; /* NULL: no trace */
+    bool json, progress;
+    /* test hooks */
+    uint64_t ref_seed;   /* the reference's generator seed (= seed unless a test says) */
+    int64_t corrupt_step; /* >= 0: flip a bit of (seq 0, layer 0)'s first page in HBM then */
+};
+
+#define RUN_LINK_SAMPLES 16
+
+/* The attention stands in for a GPU, yet here it shares the CPU with the
+ * threads that drive the disk and the copies (the engine's mover, the
+ * io_uring reaper, the host back-end's copy threads). At the caller's
+ * priority it keeps a woken reaper waiting long enough for the disk's queue
+ * to drain (docs/performance.md#io-thread-scheduling). Niced, it yields at
+ * once; the compute still gets every cycle the I/O path leaves. */
+#define RUN_ATTN_NICE 19
+
+/* Raw throughput samples of one link (GB/s), before and after the decode. */
+struct run_link {
+    double s[RUN_LINK_SAMPLES];
+    unsigned n;
+};
+
+struct run_result {
+    bool verified;
+    char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
+    uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */
+    kvt_stats delta;  /* counters over the decode loop */
+    kvt_stats end;    /* counters at its end */
+    uint64_t kv_bytes, page_bytes, pages;
+    uint64_t cap[KVT_TIERS];
+    double wall_s, compute_s, acquire_s, stall_s, prefill_s, verify_s;
+    double gbps_h2d, gbps_d2h, gbps_ssd_read, gbps_ssd_write; /* SSD: medians of the samples */
+    struct run_link ssd_read, ssd_write; /* passes over a scratch file */
+    struct run_link spill_read;          /* read passes over the engine's spill segment */
+    double decode_gbps[5]; /* per link: bytes the decode moved / wall_s (index as term_s) */
+    double link_gbps[5];   /* per link: the speed the bound uses, max(raw, decode_gbps) */
+    double term_s[6]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd, and
+                       * ssd: the last two summed (one device), capped at wall_s */
+    double bound_s;
+    int bound_by;     /* index into term_s */
+};
+
+void run_opts_default(struct run_opts *o);
+
+/* Runs the decode. Returns 0 when every output matched the reference, 1 on
+ * a mismatch (r->bad_* say where; also printed), or a negative error (a
+ * message has been printed to stderr). r is filled as far as the run got. */
+int run_exec(const struct run_opts *o, struct run_result *r);
+
+/* The command: parses argv (argv[0] = "run"), runs, prints. */
+int run_main(int argc, char **argv);
+
+/* The generator: one exactly representable value in [-1, 1). kind 0 K, 1 V,
+ * 2 the query (head = q head, token = the position decoded). */
+float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, uint32_t head,
+                   uint32_t dim, int kind);
+/* Writes K and V of tokens [page*page_tokens, +ntok) for kv heads [h0, h1)
+ * into a page in attention.h's layout, in its element type (bf16 values
+ * rounded to nearest even); nothing else of the page is touched. */
+void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                   uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p);
+
+#endif
