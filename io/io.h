@@ -17,6 +17,7 @@
 #ifndef KVT_IO_H
 #define KVT_IO_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,10 +36,13 @@ struct kvt_io_req {
     void *user;          /* the caller's, untouched */
 };
 
+struct kvt_io_faulty;
+
 struct kvt_io_params {
     unsigned depth;      /* requests in flight at most */
     void *fixed_base;    /* memory to register as a fixed buffer (the DRAM arena), or NULL */
     size_t fixed_len;
+    struct kvt_io_faulty *faulty; /* the faulty back-end's plan (required there); others ignore it */
 };
 
 struct kvt_io_ops {
@@ -97,9 +101,28 @@ struct kvt_io_fault {
     int err;             /* -EIO, -ENOSPC, ... (0 = -EIO) */
     bool repeat;         /* every such request from the n-th on */
 };
-/* Arms the faulty back-end: it wraps inner (NULL = psync). One per process. */
-void kvt_io_faulty_arm(const struct kvt_io_ops *inner, const struct kvt_io_fault *f);
-uint64_t kvt_io_faulty_count(enum kvt_io_fault_op op);
+/* A fault plan for the faulty back-end (tests), given at open in
+ * kvt_io_params.faulty (an engine's: kvt_open_with_hooks). The caller owns
+ * it and keeps it until the context that uses it is closed; one context at a
+ * time per plan, so two engines in one process fail independently. The
+ * back-end counts the requests it sees in it, so the counts stay readable
+ * after close. Holds no resources: nothing to free. Fields are the
+ * back-end's: use the calls below. */
+struct kvt_io_faulty {
+    const struct kvt_io_ops *inner; /* the wrapped back-end */
+    pthread_mutex_t mu;             /* guards what follows (the owner's thread and the caller's) */
+    struct kvt_io_fault fault;
+    uint64_t reads, writes, submits;
+};
+/* A plan that wraps inner (NULL = psync) and injects f (NULL = nothing). */
+void kvt_io_faulty_init(struct kvt_io_faulty *plan, const struct kvt_io_ops *inner,
+                        const struct kvt_io_fault *f);
+/* Re-arms a plan, also while a context uses it: f (NULL = nothing) from the
+ * next request on, counted from zero. */
+void kvt_io_faulty_set(struct kvt_io_faulty *plan, const struct kvt_io_fault *f);
+/* Requests of op seen since init or set: reads (KVT_IOF_READ and
+ * KVT_IOF_SHORT_READ), writes, submit() calls, reads and writes (NONE). */
+uint64_t kvt_io_faulty_count(struct kvt_io_faulty *plan, enum kvt_io_fault_op op);
 
 /* Grows *v (an array of request pointers, *cap entries) to hold need
  * entries, doubling from 16. 0 or -ENOMEM (nothing changed). Shared by the

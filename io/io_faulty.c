@@ -15,30 +15,27 @@
  * through a private copy of the request, and the request is then reported
  * failed, as a read that stays short after resubmission would be.
  *
- * One armed fault per process: tests are single programs and arm before open.
- * Counts: KVT_IOF_READ and KVT_IOF_SHORT_READ count reads, KVT_IOF_WRITE
- * writes, KVT_IOF_SUBMIT submit() calls, KVT_IOF_NONE reads and writes.
+ * The fault and the counts live in the caller's plan (struct kvt_io_faulty,
+ * given at open), one per context: engines in one process each have their
+ * own, and a test may re-arm a live context with kvt_io_faulty_set().
  */
 #include <errno.h>
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "io/io.h"
 
-static const struct kvt_io_ops *inner_ops = &kvt_io_psync_ops;
-static struct kvt_io_fault fault;
-static _Atomic uint64_t reads, writes, submits;
-
 /* The private copy of a request that the inner back-end reads short. */
 struct shadow {
     struct kvt_io_req req;
     struct kvt_io_req *orig;
+    int err;                    /* what it fails with once the inner read is back */
     struct shadow *next;
 };
 
 struct faulty {
+    struct kvt_io_faulty *plan;
     const struct kvt_io_ops *inner;
     void *ipriv;
     struct kvt_io_req **failed; /* completed by the wrapper, waiting for reap() */
@@ -49,59 +46,71 @@ struct faulty {
 
 enum verdict { PASS, FAIL, SHORT };
 
-void kvt_io_faulty_arm(const struct kvt_io_ops *inner, const struct kvt_io_fault *f)
+void kvt_io_faulty_init(struct kvt_io_faulty *plan, const struct kvt_io_ops *inner,
+                        const struct kvt_io_fault *f)
 {
-    inner_ops = inner ? inner : &kvt_io_psync_ops;
-    fault = f ? *f : (struct kvt_io_fault){ 0 };
-    atomic_store(&reads, 0);
-    atomic_store(&writes, 0);
-    atomic_store(&submits, 0);
+    *plan = (struct kvt_io_faulty){ .inner = inner ? inner : &kvt_io_psync_ops };
+    pthread_mutex_init(&plan->mu, NULL);
+    kvt_io_faulty_set(plan, f);
 }
 
-uint64_t kvt_io_faulty_count(enum kvt_io_fault_op op)
+void kvt_io_faulty_set(struct kvt_io_faulty *plan, const struct kvt_io_fault *f)
 {
+    pthread_mutex_lock(&plan->mu);
+    plan->fault = f ? *f : (struct kvt_io_fault){ 0 };
+    plan->reads = plan->writes = plan->submits = 0;
+    pthread_mutex_unlock(&plan->mu);
+}
+
+uint64_t kvt_io_faulty_count(struct kvt_io_faulty *plan, enum kvt_io_fault_op op)
+{
+    uint64_t n = 0;
+    pthread_mutex_lock(&plan->mu);
     switch (op) {
-    case KVT_IOF_NONE: return atomic_load(&reads) + atomic_load(&writes);
+    case KVT_IOF_NONE: n = plan->reads + plan->writes; break;
     case KVT_IOF_READ:
-    case KVT_IOF_SHORT_READ: return atomic_load(&reads);
-    case KVT_IOF_WRITE: return atomic_load(&writes);
-    case KVT_IOF_SUBMIT: return atomic_load(&submits);
+    case KVT_IOF_SHORT_READ: n = plan->reads; break;
+    case KVT_IOF_WRITE: n = plan->writes; break;
+    case KVT_IOF_SUBMIT: n = plan->submits; break;
     }
-    return 0;
+    pthread_mutex_unlock(&plan->mu);
+    return n;
 }
 
-static int fault_err(void)
+static int fault_err(const struct kvt_io_fault *ft)
 {
-    return fault.err ? fault.err : -EIO;
+    return ft->err ? ft->err : -EIO;
 }
 
 /* Whether the n-th call (1-based) of op is armed to fail. */
-static bool fault_hits(enum kvt_io_fault_op op, uint64_t n)
+static bool fault_hits(const struct kvt_io_fault *ft, enum kvt_io_fault_op op, uint64_t n)
 {
-    if (fault.op != op || !fault.nth)
+    if (ft->op != op || !ft->nth)
         return false;
-    return n == fault.nth || (fault.repeat && n > fault.nth);
+    return n == ft->nth || (ft->repeat && n > ft->nth);
 }
 
-static enum verdict fault_judge(const struct kvt_io_req *r, uint64_t n)
+static enum verdict fault_judge(const struct kvt_io_fault *ft, const struct kvt_io_req *r,
+                                uint64_t n)
 {
     if (r->write)
-        return fault_hits(KVT_IOF_WRITE, n) ? FAIL : PASS;
-    if (fault_hits(KVT_IOF_READ, n))
+        return fault_hits(ft, KVT_IOF_WRITE, n) ? FAIL : PASS;
+    if (fault_hits(ft, KVT_IOF_READ, n))
         return FAIL;
-    if (!fault_hits(KVT_IOF_SHORT_READ, n))
+    if (!fault_hits(ft, KVT_IOF_SHORT_READ, n))
         return PASS;
     return r->len / 2 / 4096 ? SHORT : FAIL; /* nothing to read short: fail whole */
 }
 
 static int faulty_open(const struct kvt_io_params *p, void **priv)
 {
-    if (!priv)
+    if (!priv || !p || !p->faulty)
         return -EINVAL;
     struct faulty *f = calloc(1, sizeof(*f));
     if (!f)
         return -ENOMEM;
-    f->inner = inner_ops;
+    f->plan = p->faulty;
+    f->inner = f->plan->inner;
     int rc = f->inner->open(p, &f->ipriv);
     if (rc) {
         free(f);
@@ -144,7 +153,7 @@ static void shadows_free(struct shadow *list)
 
 /* Builds what the inner back-end gets: the passing requests as they are and
  * a half-length copy of each short read (collected on *made). */
-static int faulty_route(struct kvt_io_req *const *reqs, const enum verdict *v, size_t n,
+static int faulty_route(struct kvt_io_req *const *reqs, const enum verdict *v, size_t n, int err,
                         struct kvt_io_req **out, size_t *nout, struct shadow **made)
 {
     *nout = 0;
@@ -162,6 +171,7 @@ static int faulty_route(struct kvt_io_req *const *reqs, const enum verdict *v, s
             s->req = *reqs[i];
             s->req.len = reqs[i]->len / 2 / 4096 * 4096;
             s->orig = reqs[i];
+            s->err = err;
             s->next = *made;
             *made = s;
             out[(*nout)++] = &s->req;
@@ -171,26 +181,40 @@ static int faulty_route(struct kvt_io_req *const *reqs, const enum verdict *v, s
 }
 
 /* Judges each request by its running count; counts stay untouched until the
- * call succeeds, so a refused submit is not counted as I/O seen. */
-static size_t faulty_judge_all(struct kvt_io_req *const *reqs, size_t n, enum verdict *v,
-                               uint64_t *nr, uint64_t *nw)
+ * call succeeds, so a refused submit is not counted as I/O seen. The plan is
+ * read under its lock; only this context's owner moves its counts. */
+static size_t faulty_judge_all(struct kvt_io_faulty *plan, struct kvt_io_req *const *reqs,
+                               size_t n, enum verdict *v, uint64_t *nr, uint64_t *nw, int *err)
 {
     size_t nfail = 0;
-    *nr = atomic_load(&reads);
-    *nw = atomic_load(&writes);
+    pthread_mutex_lock(&plan->mu);
+    *nr = plan->reads;
+    *nw = plan->writes;
+    *err = fault_err(&plan->fault);
     for (size_t i = 0; i < n; i++) {
-        v[i] = fault_judge(reqs[i], reqs[i]->write ? ++*nw : ++*nr);
+        v[i] = fault_judge(&plan->fault, reqs[i], reqs[i]->write ? ++*nw : ++*nr);
         nfail += v[i] == FAIL;
     }
+    pthread_mutex_unlock(&plan->mu);
     return nfail;
+}
+
+/* Counts a submit() call; the error to return when it is armed to fail. */
+static int faulty_submit_hit(struct kvt_io_faulty *plan)
+{
+    pthread_mutex_lock(&plan->mu);
+    uint64_t call = ++plan->submits;
+    int r = fault_hits(&plan->fault, KVT_IOF_SUBMIT, call) ? fault_err(&plan->fault) : 0;
+    pthread_mutex_unlock(&plan->mu);
+    return r;
 }
 
 static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
 {
     struct faulty *f = priv;
-    uint64_t call = atomic_fetch_add(&submits, 1) + 1;
-    if (fault_hits(KVT_IOF_SUBMIT, call))
-        return fault_err();
+    int rc = faulty_submit_hit(f->plan);
+    if (rc)
+        return rc;
     if (!n)
         return 0;
     if (!reqs)
@@ -198,14 +222,15 @@ static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
     uint64_t nr, nw;
     size_t npass;
     struct shadow *made;
-    int rc = -ENOMEM;
+    int err;
+    rc = -ENOMEM;
     enum verdict *v = malloc(n * sizeof(*v));
     struct kvt_io_req **pass = malloc(n * sizeof(*pass));
     if (!v || !pass)
         goto out_free;
-    rc = faulty_reserve(f, faulty_judge_all(reqs, n, v, &nr, &nw));
+    rc = faulty_reserve(f, faulty_judge_all(f->plan, reqs, n, v, &nr, &nw, &err));
     if (!rc)
-        rc = faulty_route(reqs, v, n, pass, &npass, &made);
+        rc = faulty_route(reqs, v, n, err, pass, &npass, &made);
     if (rc)
         goto out_free;
     rc = f->inner->submit(f->ipriv, pass, npass);
@@ -215,7 +240,7 @@ static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         if (v[i] == FAIL) {
-            reqs[i]->res = fault_err();
+            reqs[i]->res = err;
             f->failed[f->nfailed++] = reqs[i];
         }
     }
@@ -225,8 +250,10 @@ static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
         s->next = f->shadows;
         f->shadows = s;
     }
-    atomic_store(&reads, nr);
-    atomic_store(&writes, nw);
+    pthread_mutex_lock(&f->plan->mu);
+    f->plan->reads = nr;
+    f->plan->writes = nw;
+    pthread_mutex_unlock(&f->plan->mu);
 out_free:
     free(pass);
     free(v);
@@ -242,7 +269,7 @@ static struct kvt_io_req *faulty_unshadow(struct faulty *f, struct kvt_io_req *r
         if (&s->req != r)
             continue;
         struct kvt_io_req *orig = s->orig;
-        orig->res = s->req.res < 0 ? s->req.res : fault_err();
+        orig->res = s->req.res < 0 ? s->req.res : s->err;
         *pp = s->next;
         free(s);
         return orig;

@@ -27,7 +27,7 @@ struct fix {
 static int setup_capped(void **state, double gbps)
 {
     struct fix *f = calloc(1, sizeof(*f));
-    struct kvt_device_params p = { 0, gbps };
+    struct kvt_device_params p = { .ordinal = 0, .link_gbps = gbps };
     assert_int_equal(kvt_device_host_ops.open(&p, &f->priv), 0);
     assert_int_equal(kvt_device_host_ops.hbm_alloc(f->priv, BYTES, (void **)&f->a), 0);
     assert_int_equal(kvt_device_host_ops.host_alloc(f->priv, BYTES, (void **)&f->b), 0);
@@ -188,7 +188,7 @@ static void test_failure_waits_for_running_copy(void **state)
     const size_t half = 2u << 20, ncopies = 1024; /* 2 GiB: tens of ms of memcpy */
     void *priv;
     uint8_t *a, *b;
-    struct kvt_device_params p = { 0, 0 };
+    struct kvt_device_params p = { .ordinal = 0 };
     assert_int_equal(kvt_device_host_ops.open(&p, &priv), 0);
     assert_int_equal(kvt_device_host_ops.hbm_alloc(priv, BYTES, (void **)&a), 0);
     assert_int_equal(kvt_device_host_ops.host_alloc(priv, BYTES, (void **)&b), 0);

@@ -281,14 +281,17 @@ static kvt_config fault_config(void)
     return t_config(PB, 3, 12); /* DRAM holds all 9 keys: flush can succeed */
 }
 
-static kvt_engine *open_faulty(const struct kvt_fault *f)
+/* Opens an engine over the faulty back-end with its own plan (which the
+ * caller keeps until the engine is closed). */
+static kvt_engine *open_faulty(struct kvt_device_faulty *plan, const struct kvt_fault *f)
 {
-    kvt_device_faulty_arm(&kvt_device_host_ops, f);
+    kvt_device_faulty_init(plan, &kvt_device_host_ops, f);
     kvt_config c = fault_config();
     kvt_engine *e = NULL;
-    int r = kvt_open_with_device(&c, &kvt_device_faulty_ops, &e);
+    struct kvt_test_hooks h = { .device = plan };
+    int r = kvt_open_with_hooks(&c, &h, &e);
     if (r)
-        print_error("kvt_open_with_device: %s (%s)\n", kvt_strerror(r), kvt_last_error());
+        print_error("kvt_open_with_hooks: %s (%s)\n", kvt_strerror(r), kvt_last_error());
     assert_int_equal(r, 0);
     assert_non_null(e);
     return e;
@@ -313,7 +316,8 @@ static void sweep(enum mode m, enum kvt_fault_op op, int err, int repeat, struct
         if (n > MAX_SWEEP)
             fail_msg("sweep did not end: the workload keeps making device calls");
         struct kvt_fault f = { op, n, err, repeat };
-        kvt_engine *e = open_faulty(&f);
+        struct kvt_device_faulty plan;
+        kvt_engine *e = open_faulty(&plan, &f);
         struct wl w;
         wl_init(&w, e, m);
         workload(&w);
@@ -324,7 +328,7 @@ static void sweep(enum mode m, enum kvt_fault_op op, int err, int repeat, struct
             account(&w, "final flush", kvt_flush(e), 1);
             if (!w.failed_seen)
                 op_get_all(&w, "final get");
-            if (kvt_device_faulty_count(op) >= n) {
+            if (kvt_device_faulty_count(&plan, op) >= n) {
                 if (!w.failed_seen)
                     violation(&w, "batch %llu failed but no call reported it",
                               (unsigned long long)n);
@@ -355,7 +359,7 @@ static void sweep(enum mode m, enum kvt_fault_op op, int err, int repeat, struct
                 }
             }
         }
-        int fired = kvt_device_faulty_count(op) >= n;
+        int fired = kvt_device_faulty_count(&plan, op) >= n;
         kvt_stats s;
         assert_int_equal(kvt_get_stats(e, &s), 0); /* works in every state */
         assert_true(s.pages <= NK + 1);
@@ -428,11 +432,13 @@ static void alloc_sweep(enum kvt_fault_op op, int err)
     for (uint64_t n = 1;; n++) {
         assert_true(n <= 16);
         struct kvt_fault f = { op, n, err, 0 };
-        kvt_device_faulty_arm(&kvt_device_host_ops, &f);
+        struct kvt_device_faulty plan;
+        kvt_device_faulty_init(&plan, &kvt_device_host_ops, &f);
         kvt_config c = fault_config();
         kvt_engine *e = (kvt_engine *)(uintptr_t)0x1;
-        int r = kvt_open_with_device(&c, &kvt_device_faulty_ops, &e);
-        if (kvt_device_faulty_count(op) >= n) {
+        struct kvt_test_hooks h = { .device = &plan };
+        int r = kvt_open_with_hooks(&c, &h, &e);
+        if (kvt_device_faulty_count(&plan, op) >= n) {
             fired++;
             if (r != want)
                 print_error("alloc fault %d at call %llu: open returned %d (%s)\n", (int)op,
@@ -473,7 +479,8 @@ static void test_open_host_alloc_fault(void **state)
 static void test_copy_sync_fault_put_get(void **state)
 {
     struct kvt_fault f = { KVT_FAULT_COPY_SYNC, 1, -EIO, 0 };
-    kvt_engine *e = open_faulty(&f);
+    struct kvt_device_faulty plan;
+    kvt_engine *e = open_faulty(&plan, &f);
     void *b = aligned_alloc(4096, PB);
     assert_non_null(b);
     kvt_key k = t_key(3, 0, 0);
@@ -482,14 +489,14 @@ static void test_copy_sync_fault_put_get(void **state)
     int r = kvt_put(e, &k, 1, src, 0);
     assert_true(r < 0);
     assert_false(is_failed_code(r));
-    assert_int_equal(kvt_device_faulty_count(KVT_FAULT_COPY_SYNC), 1);
+    assert_int_equal(kvt_device_faulty_count(&plan, KVT_FAULT_COPY_SYNC), 1);
     assert_int_equal(kvt_exists(e, &k, 1, NULL), 0);
     assert_int_equal(t_stats(e).pages, 0);
     assert_int_equal(kvt_put(e, &k, 1, src, 0), 0);
 
     /* fail the next copy: a get */
     f.nth = 1;
-    kvt_device_faulty_arm(&kvt_device_host_ops, &f);
+    kvt_device_faulty_set(&plan, &f);
     memset(b, 0, PB);
     void *dst[1] = { b };
     int found = -1;
@@ -497,13 +504,47 @@ static void test_copy_sync_fault_put_get(void **state)
     assert_true(r < 0);
     assert_false(is_failed_code(r));
     assert_int_not_equal(found, 1);
-    assert_int_equal(kvt_device_faulty_count(KVT_FAULT_COPY_SYNC), 1);
+    assert_int_equal(kvt_device_faulty_count(&plan, KVT_FAULT_COPY_SYNC), 1);
     found = -1;
     assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
     assert_int_equal(found, 1);
     assert_true(t_check(b, PB, k, 1));
     free(b);
     kvt_close(e);
+}
+
+/* Two engines in one process, each with its own plan: a fault armed in one
+ * never fires in the other, and each counts only its own calls. */
+static void test_two_engines_two_plans(void **state)
+{
+    struct kvt_fault fail = { KVT_FAULT_COPY_SYNC, 1, -EIO, 1 };
+    struct kvt_device_faulty pa, pb;
+    kvt_engine *a = open_faulty(&pa, &fail);
+    kvt_engine *b = open_faulty(&pb, NULL);
+    void *buf = aligned_alloc(4096, PB);
+    assert_non_null(buf);
+    kvt_key k = t_key(6, 0, 0);
+    t_fill(buf, PB, k, 1);
+    const void *src[1] = { buf };
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kvt_put(b, &k, 1, src, 0), 0);
+        assert_true(kvt_put(a, &k, 1, src, 0) < 0);
+    }
+    assert_int_equal(kvt_exists(a, &k, 1, NULL), 0);
+    assert_int_equal(kvt_exists(b, &k, 1, NULL), 1);
+    assert_int_equal(kvt_device_faulty_count(&pa, KVT_FAULT_COPY_SYNC), 3);
+    assert_int_equal(kvt_device_faulty_count(&pb, KVT_FAULT_COPY_SYNC), 3);
+    kvt_device_faulty_set(&pa, NULL); /* disarmed: a works again, b unaffected */
+    assert_int_equal(kvt_put(a, &k, 1, src, 0), 0);
+    memset(buf, 0, PB);
+    void *dst[1] = { buf };
+    int found = -1;
+    assert_int_equal(kvt_get(a, &k, 1, dst, 0, &found), 0);
+    assert_int_equal(found, 1);
+    assert_true(t_check(buf, PB, k, 1));
+    free(buf);
+    kvt_close(a);
+    kvt_close(b);
 }
 
 /* A batch failing on the copy thread under an async acquire: kvt_wait reports
@@ -594,6 +635,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_open_hbm_alloc_fault),
         cmocka_unit_test(test_open_host_alloc_fault),
         cmocka_unit_test(test_copy_sync_fault_put_get),
+        cmocka_unit_test(test_two_engines_two_plans),
         cmocka_unit_test(test_host_fail_batch_async_acquire),
         cmocka_unit_test(test_host_fail_batch_writeback),
         cmocka_unit_test(test_submit_fault_sweep),

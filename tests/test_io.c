@@ -91,12 +91,16 @@ static int fx_teardown(void **state)
 }
 
 /* Opens ops over the fixture, skipping when the back-end cannot run here. */
+/* The faulty back-end's plan (t_open_faulty); the other back-ends ignore it. */
+static struct kvt_io_faulty t_plan;
+
 static void *t_open(const struct fx *f, const struct kvt_io_ops *ops, unsigned depth,
                     void *fixed, size_t fixed_len)
 {
     if (!f->have)
         skip();
-    struct kvt_io_params p = { .depth = depth, .fixed_base = fixed, .fixed_len = fixed_len };
+    struct kvt_io_params p = { .depth = depth, .fixed_base = fixed, .fixed_len = fixed_len,
+                               .faulty = &t_plan };
     void *priv = NULL;
     int rc = ops->open(&p, &priv);
     if (rc == -EPERM || rc == -ENOSYS)
@@ -398,7 +402,7 @@ static void *t_open_faulty(const struct fx *f, enum kvt_io_fault_op op, uint64_t
                            bool repeat)
 {
     struct kvt_io_fault fault = { .op = op, .nth = nth, .err = err, .repeat = repeat };
-    kvt_io_faulty_arm(f->ops, &fault);
+    kvt_io_faulty_init(&t_plan, f->ops, &fault);
     void *io = t_open(f, &kvt_io_faulty_ops, 4, f->arena, ARENA_BYTES);
     assert_non_null(strstr(kvt_io_faulty_ops.describe(io), f->ops->name));
     return io;
@@ -429,8 +433,8 @@ static void test_faulty_write_eio(void **state)
         /* the failed write never reached the file */
         assert_true(t_check_at(f->arena + i * T_PAGE, T_PAGE, i * T_PAGE, i == 2 ? 1 : 2));
     }
-    assert_int_equal(kvt_io_faulty_count(KVT_IOF_WRITE), 5);
-    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 0);
+    assert_int_equal(kvt_io_faulty_count(&t_plan, KVT_IOF_WRITE), 5);
+    assert_int_equal(kvt_io_faulty_count(&t_plan, KVT_IOF_READ), 0);
     kvt_io_faulty_ops.close(io);
 }
 
@@ -464,7 +468,7 @@ static void test_faulty_read_eio(void **state)
     for (size_t i = 0; i < T_PAGE; i++)
         assert_int_equal((unsigned char)f->arena[T_PAGE + i], 0xab);
     assert_true(t_check_at(f->arena + 2 * T_PAGE, T_PAGE, 2 * T_PAGE, 4));
-    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 3);
+    assert_int_equal(kvt_io_faulty_count(&t_plan, KVT_IOF_READ), 3);
     kvt_io_faulty_ops.close(io);
 }
 
@@ -503,8 +507,8 @@ static void test_faulty_submit(void **state)
     assert_int_equal(r[0].res, 0);
     assert_int_equal(kvt_io_faulty_ops.submit(io, &in[1], 1), -EIO);
     assert_int_equal(kvt_io_faulty_ops.inflight(io), 0);
-    assert_int_equal(kvt_io_faulty_count(KVT_IOF_SUBMIT), 2);
-    assert_int_equal(kvt_io_faulty_count(KVT_IOF_WRITE), 1);
+    assert_int_equal(kvt_io_faulty_count(&t_plan, KVT_IOF_SUBMIT), 2);
+    assert_int_equal(kvt_io_faulty_count(&t_plan, KVT_IOF_WRITE), 1);
     kvt_io_faulty_ops.close(io);
     assert_int_equal(pread(f->fd, f->arena, 2 * T_PAGE, 0), 2 * T_PAGE);
     assert_true(t_check_at(f->arena, T_PAGE, 0, 2));

@@ -29,18 +29,19 @@
 #define FP 0x5AFE5AFE0001ull
 #define NOBODY 65534
 
-/* Engines opened by t_open_io() from now on use this I/O back-end (NULL:
- * the config's), passed at open (kvt_open_with_hooks). */
-static const struct kvt_io_ops *t_io_ops;
+/* Engines opened by t_open_io() from now on use the faulty I/O back-end
+ * with this plan (NULL: the config's back-end), passed at open
+ * (kvt_open_with_hooks). The plan outlives every engine opened with it. */
+static struct kvt_io_faulty *t_plan;
 
-static void t_force_io(const struct kvt_io_ops *ops)
+static void t_force_faulty(struct kvt_io_faulty *plan)
 {
-    t_io_ops = ops;
+    t_plan = plan;
 }
 
 static int t_open_io(const kvt_config *c, kvt_engine **e)
 {
-    struct kvt_test_hooks h = { NULL, t_io_ops };
+    struct kvt_test_hooks h = { .io = t_plan };
     return kvt_open_with_hooks(c, &h, e);
 }
 
@@ -641,12 +642,13 @@ static void test_enospc_is_enospc(void **state)
 {
     struct fx *f = *state;
     struct kvt_io_fault full = { .op = KVT_IOF_WRITE, .nth = 1, .err = -ENOSPC, .repeat = true };
-    kvt_io_faulty_arm(NULL, &full);
-    t_force_io(&kvt_io_faulty_ops);
+    struct kvt_io_faulty plan;
+    kvt_io_faulty_init(&plan, NULL, &full);
+    t_force_faulty(&plan);
     kvt_config c = cfg(f, 0);
     kvt_engine *e = NULL;
     int r = t_open_io(&c, &e);
-    t_force_io(NULL);
+    t_force_faulty(NULL);
     assert_int_equal(r, 0);
     r = try_put_pages(e, 0, 20);    /* more than HBM and DRAM hold */
     if (r == 0)
@@ -654,7 +656,7 @@ static void test_enospc_is_enospc(void **state)
     assert_int_equal(r, -ENOSPC);
     assert_non_null(strstr(kvt_last_error(), "No space left on device"));
     assert_int_equal(t_stats(e).ssd_bad_slots, 0);
-    kvt_io_faulty_arm(NULL, NULL);
+    kvt_io_faulty_set(&plan, NULL);
     put_pages(e, 0, 20);              /* the space is back: the same slots serve */
     assert_int_equal(kvt_flush(e), 0);
     assert_int_equal(t_stats(e).ssd_bad_slots, 0);

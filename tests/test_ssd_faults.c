@@ -1,6 +1,6 @@
 /*
  * test_ssd_faults.c — fault injection and kill -9 crash tests for the SSD
- * tier (tiers/ssd_tier.c, io/io_faulty.c).
+ * tier (tiers/ssd.c, tiers/ssd_pipe.c, io/io_faulty.c).
  *
  * Sweeps run one fixed workload once per N, with the N-th I/O operation of
  * one kind failing (a write with -EIO or -ENOSPC, a read with -EIO, a read
@@ -49,18 +49,19 @@
 #define MAX_SWEEP 600
 #define CHILD_ALARM 30 /* seconds: a forked child that hangs dies with SIGALRM */
 
-/* Engines opened by t_open_io() from now on use this I/O back-end (NULL:
- * the config's), passed at open (kvt_open_with_hooks). */
-static const struct kvt_io_ops *t_io_ops;
+/* Engines opened by t_open_io() from now on use the faulty I/O back-end
+ * with this plan (NULL: the config's back-end), passed at open
+ * (kvt_open_with_hooks). The plan outlives every engine opened with it. */
+static struct kvt_io_faulty *t_plan;
 
-static void t_force_io(const struct kvt_io_ops *ops)
+static void t_force_faulty(struct kvt_io_faulty *plan)
 {
-    t_io_ops = ops;
+    t_plan = plan;
 }
 
 static int t_open_io(const kvt_config *c, kvt_engine **e)
 {
-    struct kvt_test_hooks h = { NULL, t_io_ops };
+    struct kvt_test_hooks h = { .io = t_plan };
     return kvt_open_with_hooks(c, &h, e);
 }
 
@@ -176,7 +177,7 @@ static void violation(struct wl *w, const char *fmt, ...)
 
 static int fault_fired(const struct wl *w)
 {
-    return kvt_io_faulty_count(w->op) >= w->nth;
+    return kvt_io_faulty_count(t_plan, w->op) >= w->nth;
 }
 
 /* The fault fired since the last look: with a read fault, the keys of the
@@ -517,8 +518,9 @@ static unsigned check_reopen(struct wl *w, const char *dir, bool may_miss, bool 
 static int sweep_run(const struct kvt_io_fault *f, struct sweep_totals *tot)
 {
     char *dir = dir_new();
-    kvt_io_faulty_arm(NULL, f);
-    t_force_io(&kvt_io_faulty_ops);
+    struct kvt_io_faulty plan;
+    kvt_io_faulty_init(&plan, NULL, f);
+    t_force_faulty(&plan);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     struct wl w;
     wl_init(&w, f);
@@ -575,17 +577,17 @@ static int sweep_run(const struct kvt_io_fault *f, struct sweep_totals *tot)
         violation(&w, "a write fault lost %u pages", w.lost);
 
     kvt_close(e);
-    uint64_t ops = kvt_io_faulty_count(f->op);
+    uint64_t ops = kvt_io_faulty_count(&plan, f->op);
     int fired_at_close = !fired && ops >= f->nth;
 
     /* a fresh, clean engine over the same directory: exactly what was held */
     struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
-    kvt_io_faulty_arm(NULL, &none);
+    kvt_io_faulty_set(&plan, &none);
     /* only a write fault that keeps failing may keep the close's flush from
      * writing a page: one failed write is retried elsewhere */
     unsigned behind =
         check_reopen(&w, dir, w.repeat && (fired || fired_at_close) && !w.read_mode, new_key);
-    t_force_io(NULL);
+    t_force_faulty(NULL);
 
     tot->runs++;
     tot->fired += fired || fired_at_close;
@@ -699,8 +701,9 @@ static void test_sweep_submit(void **state)
 static void flush_fault_child(const char *dir, const struct kvt_io_fault *f, int wfd)
 {
     alarm(CHILD_ALARM);
-    kvt_io_faulty_arm(NULL, NULL);
-    t_force_io(&kvt_io_faulty_ops);
+    struct kvt_io_faulty plan;
+    kvt_io_faulty_init(&plan, NULL, NULL);
+    t_force_faulty(&plan);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     kvt_engine *e = NULL;
     if (t_open_io(&c, &e))
@@ -713,8 +716,8 @@ static void flush_fault_child(const char *dir, const struct kvt_io_fault *f, int
         if (kvt_put(e, &k, 1, src, 0))
             _exit(3);
     }
-    kvt_io_faulty_arm(NULL, f);
-    int r[2] = { kvt_flush(e), (int)kvt_io_faulty_count(f->op) };
+    kvt_io_faulty_set(&plan, f);
+    int r[2] = { kvt_flush(e), (int)kvt_io_faulty_count(&plan, f->op) };
     if (write(wfd, r, sizeof(r)) != sizeof(r))
         _exit(4);
     _exit(0); /* a crash: no close, no flush at close */
@@ -868,8 +871,9 @@ static void test_read_fault_loses_one_page(void **state)
 {
     char *dir = dir_new();
     struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
-    kvt_io_faulty_arm(NULL, &none);
-    t_force_io(&kvt_io_faulty_ops);
+    struct kvt_io_faulty plan;
+    kvt_io_faulty_init(&plan, NULL, &none);
+    t_force_faulty(&plan);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     kvt_engine *e = open_ok(&c);
     void *b = aligned_alloc(4096, PB);
@@ -890,10 +894,10 @@ static void test_read_fault_loses_one_page(void **state)
     assert_true(a >= 0);
 
     struct kvt_io_fault f = { KVT_IOF_READ, 1, -EIO, false };
-    kvt_io_faulty_arm(NULL, &f);
+    kvt_io_faulty_set(&plan, &f);
     void *d = NULL;
     assert_int_equal(kvt_acquire(e, &ks[a], 1, &d), -EIO);
-    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 1);
+    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 1);
     kvt_stats s = t_stats(e);
     assert_int_equal(s.errors_io, 1);
     assert_int_equal(s.errors_corrupt, 0);
@@ -914,15 +918,15 @@ static void test_read_fault_loses_one_page(void **state)
             other = i;
     assert_true(other >= 0);
     f.nth = 1;
-    kvt_io_faulty_arm(NULL, &f);
+    kvt_io_faulty_set(&plan, &f);
     memset(b, 0xCD, PB);
     int r = kvt_get(e, &ks[other], 1, dst, 0, NULL);
     assert_true(r == -EIO || r == KVT_ECORRUPT);
-    assert_int_equal(kvt_io_faulty_count(KVT_IOF_READ), 1);
+    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 1);
     assert_int_equal(t_stats(e).pages, 14);
     kvt_close(e);
 
-    kvt_io_faulty_arm(NULL, &none);
+    kvt_io_faulty_set(&plan, &none);
     e = open_ok(&c);
     unsigned present = 0;
     for (int i = 0; i < 16; i++) {
@@ -939,7 +943,7 @@ static void test_read_fault_loses_one_page(void **state)
     assert_int_equal(present, 14);
     assert_int_equal(t_stats(e).errors_io, 0);
     kvt_close(e);
-    t_force_io(NULL);
+    t_force_faulty(NULL);
     free(b);
     dir_free(dir);
 }
@@ -950,7 +954,7 @@ static void test_read_fault_loses_one_page(void **state)
 static void test_drop_before_any_ssd_job(void **state)
 {
     char *dir = dir_new();
-    t_force_io(NULL);
+    t_force_faulty(NULL);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     kvt_engine *e = open_ok(&c);
     void *b = aligned_alloc(4096, PB);
@@ -1008,7 +1012,7 @@ static void test_drop_before_any_ssd_job(void **state)
 static void test_uring_disabled(void **state)
 {
     char *dir = dir_new();
-    t_force_io(NULL);
+    t_force_faulty(NULL);
     const char *old = getenv("KVT_IO_URING_DISABLE");
     char *saved = old ? strdup(old) : NULL;
     assert_int_equal(setenv("KVT_IO_URING_DISABLE", "1", 1), 0);
@@ -1342,7 +1346,7 @@ static void test_crash_kill(void **state)
         seed = (unsigned)strtoul(getenv("KVT_CRASH_SEED"), NULL, 0);
     print_message("ssd crash seed %u (KVT_CRASH_SEED replays the kill times)\n", seed);
     char *dir = dir_new();
-    t_force_io(NULL);
+    t_force_faulty(NULL);
     uint32_t cur[CK] = { 0 };
     struct crash_totals tot = { 0 };
     struct rec *log = NULL;

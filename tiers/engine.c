@@ -108,17 +108,18 @@ int kvt_config_validate(const kvt_config *c)
 }
 
 /* The back-end for cfg->device: host, CUDA, or (AUTO) CUDA when it opens. */
-static int pick_device(const kvt_config *c, const struct kvt_device_ops *forced,
+static int pick_device(const kvt_config *c, struct kvt_device_faulty *faulty,
                        const struct kvt_device_ops **ops, void **priv)
 {
     struct kvt_device_params p = { .ordinal = c->device < 0 ? 0 : c->device,
-                                   .link_gbps = c->host_link_gbps };
+                                   .link_gbps = c->host_link_gbps,
+                                   .faulty = faulty };
     const char *env = getenv("KVT_HOST_LINK_GBPS");
     if (p.link_gbps == 0 && env)
         p.link_gbps = atof(env);
-    if (forced) {
-        *ops = forced;
-        return forced->open(&p, priv);
+    if (faulty) {
+        *ops = &kvt_device_faulty_ops;
+        return kvt_device_faulty_ops.open(&p, priv);
     }
 #if KVT_HAVE_CUDA
     if (c->device >= 0 || c->device == KVT_DEVICE_AUTO) {
@@ -299,13 +300,6 @@ out_engine:
     if (r == -ENOMEM && !kvt_last_error()[0])
         kvt_fail(r, "out of memory");
     return r;
-}
-
-int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,
-                         kvt_engine **out)
-{
-    struct kvt_test_hooks h = { dev, NULL };
-    return kvt_open_with_hooks(cfg, &h, out);
 }
 
 KVT_API void kvt_close(kvt_engine *e)

@@ -57,15 +57,17 @@ static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
     return 0;
 }
 
-/* The I/O back-end: forced (tests), or the one the config names. */
-static int open_io(kvt_engine *e, const struct kvt_io_ops *forced)
+/* The I/O back-end: the faulty one with its plan (tests), or the one the
+ * config names. */
+static int open_io(kvt_engine *e, struct kvt_io_faulty *faulty)
 {
     struct kvt_io_params p = { .depth = e->cfg.queue_depth,
                                .fixed_base = e->dram_base,
-                               .fixed_len = e->dram_alloc_bytes };
-    if (forced) {
-        e->io = forced;
-        int fr = forced->open(&p, &e->io_priv);
+                               .fixed_len = e->dram_alloc_bytes,
+                               .faulty = faulty };
+    if (faulty) {
+        e->io = &kvt_io_faulty_ops;
+        int fr = e->io->open(&p, &e->io_priv);
         if (fr < 0)
             e->io = NULL;
         return fr;
@@ -82,7 +84,7 @@ static int open_io(kvt_engine *e, const struct kvt_io_ops *forced)
     return 0;
 }
 
-int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_io_ops *io)
+int kvt_ssd_tier_open(kvt_engine *e, struct kvt_io_faulty *io)
 {
     size_t pb = e->page_bytes;
     uint32_t nslots = (uint32_t)(e->cfg.ssd_bytes / pb);

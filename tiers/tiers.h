@@ -349,17 +349,18 @@ void kvt_assert_mover(kvt_engine *e, const char *fn);
 
 /* ------------------------------------------------------------- engine.c */
 
-/* Opens with explicit back-ends for tests: a device (the faulty one) and an
- * I/O back-end (NULL: as the config says). */
+/* Test hooks, given at open and kept by that engine alone: the faulty
+ * back-ends, each with its fault plan (NULL: the back-end the config names).
+ * A plan must outlive the engine; the test re-arms it and reads its counts
+ * (tiers/device.h, io/io.h). */
 struct kvt_test_hooks {
-    const struct kvt_device_ops *device;
-    const struct kvt_io_ops *io;
+    struct kvt_device_faulty *device;
+    struct kvt_io_faulty *io;
 };
+/* kvt_open with hooks (NULL: none). */
 int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hooks,
                         kvt_engine **out);
-int kvt_open_with_device(const kvt_config *cfg, const struct kvt_device_ops *dev,
-                         kvt_engine **out);
-/* The back-end's private state (tests arm host faults through it). */
+/* The device back-end's private state (tests fail host batches through it). */
 void *kvt_engine_device_priv(kvt_engine *e);
 int kvt_check_failed(kvt_engine *e);
 
@@ -466,7 +467,8 @@ void kvt_dram_drop_redundant(kvt_engine *e);
 
 /* ------------------------------------------------------------- ssd.c */
 
-int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_io_ops *io);
+/* Opens the SSD tier; io: the faulty I/O back-end's plan (tests), or NULL. */
+int kvt_ssd_tier_open(kvt_engine *e, struct kvt_io_faulty *io);
 void kvt_ssd_tier_close(kvt_engine *e);
 /* Queues an SSD read of pg into its (allocated) DRAM slot. */
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
