@@ -2,6 +2,12 @@
  * model.c — one policy's run over a world: `kvtier sim`'s simulated tier
  * manager and its cost model.
  *
+ * The policy is the engine's own code (policy/policy.h); the manager around
+ * it is this model, not the engine's: one prefetch budget, no live depth,
+ * read horizon or third-copy drops, whole groups pinned, no tail writes.
+ * docs/sim.md lists the differences and how far the figures are from
+ * `kvtier run`'s.
+ *
  * The cost model (also in --help and in the JSON under "model"):
  *  - Capacities are in pages. HBM holds --hbm-pages; DRAM everything unless
  *    limited, the rest being on SSD. A page brought to HBM keeps its DRAM
