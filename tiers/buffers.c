@@ -41,7 +41,7 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
         }
         if (r != KVT_EFULL)
             return r;   /* the SSD refused the write-back: its error, as it is */
-        r = e->arena[KVT_TIER_HBM].nfree ? 0 : kvt_make_room_hbm(e, 1, &w);
+        r = e->hbm.arena.nfree ? 0 : kvt_make_room_hbm(e, 1, &w);
         if (r == 0) {
             kvt_page_take_slot(e, pg, KVT_TIER_HBM);
             *tier = KVT_TIER_HBM;
@@ -49,7 +49,7 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
         }
         if (r != -EAGAIN)
             return kvt_fail(KVT_EFULL, "no tier can hold another page (HBM %u and DRAM %u slots "
-                                       "are all in use)", e->arena[0].nslots, e->arena[1].nslots);
+                                       "are all in use)", e->hbm.arena.nslots, e->dram.arena.nslots);
         if ((r = kvt_wait_on(e, &w, false)) < 0)
             return r;
         if (e->failed)
@@ -65,7 +65,7 @@ static void unreserve(kvt_engine *e, struct reservation *res, size_t n)
 
 static void *slot_ptr(kvt_engine *e, uint32_t pg, int tier)
 {
-    return kvt_arena_ptr(&e->arena[tier], kvt_pg(&e->pt, pg)->slot[tier]);
+    return kvt_arena_ptr(kvt_arena_of(e, tier), kvt_pg(&e->pt, pg)->slot[tier]);
 }
 
 static enum kvt_copy_kind copy_kind(bool from_dev, bool to_dev)
@@ -98,9 +98,8 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
             p->ssd_slot = o->ssd_slot;
             o->ssd_slot = KVT_NONE;
             kvt_page_destroy(e, old);
-            p = kvt_pg(&e->pt, res[i].pg);
         }
-        p->busy = 0;
+        kvt_page_busy_end(e, res[i].pg);
         int ins = kvt_ptable_insert(&e->pt, res[i].pg);
         if (ins < 0) {
             r = kvt_fail(ins, "out of memory for the page index");
@@ -137,9 +136,8 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
             r = kvt_fail(-ENOMEM, "out of memory for a page record");
             break;
         }
-        struct kvt_page *p = kvt_pg(&e->pt, pg);
-        p->key = keys[k];
-        p->busy = 1;
+        kvt_pg(&e->pt, pg)->key = keys[k];
+        (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
         res[k].pg = pg;
         if ((r = reserve_slot(e, pg, &res[k].tier)) < 0) {
             kvt_page_abandon(e, pg);
@@ -154,7 +152,7 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
     kvt_unlock(e);
     for (size_t i = 0; i < n && r == 0; i++) {
         bool to_dev = res[i].tier == KVT_TIER_HBM;
-        r = e->dev->copy_sync(e->dev_priv, copy_kind(src_on_device, to_dev), res[i].dst, src[i],
+        r = e->hbm.dev->copy_sync(e->hbm.dev_priv, copy_kind(src_on_device, to_dev), res[i].dst, src[i],
                               e->page_bytes);
     }
     kvt_lock(e);
@@ -188,7 +186,7 @@ out_unreserve:
  * needs room. */
 static size_t put_batch_pages(const kvt_engine *e)
 {
-    size_t b = (e->arena[KVT_TIER_DRAM].nslots - 1) / 2;
+    size_t b = (e->dram.arena.nslots - 1) / 2;
     return b ? b : 1;
 }
 
@@ -313,11 +311,9 @@ static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_sr
         uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
         if (pg == KVT_NONE)
             continue;
-        struct kvt_page *p = kvt_pg(&e->pt, pg);
-        if (p->busy == UINT8_MAX)
+        if (!kvt_page_busy_begin(e, pg))
             return kvt_fail(-EBUSY, "page (%llu,%u,%u) has too many readers",
                             (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
-        p->busy++;
         g[i].pg = pg;
     }
     int r = e->ssd ? get_stage_ssd(e, g, n) : 0;
@@ -357,7 +353,7 @@ static void get_end(kvt_engine *e, struct get_src *g, size_t n)
         free(g[i].tbuf);
         if (g[i].pg == KVT_NONE)
             continue;
-        kvt_pg(&e->pt, g[i].pg)->busy--;
+        kvt_page_busy_end(e, g[i].pg);
         kvt_page_sync(e, g[i].pg, true);
         kvt_page_trim(e, g[i].pg);
     }
@@ -375,7 +371,7 @@ KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *d
         return kvt_fail(-EINVAL, "engine is NULL");
     if (n && (!keys || !dst))
         return kvt_fail(-EINVAL, "keys and dst must not be NULL");
-    size_t chunk = e->arena[KVT_TIER_DRAM].nslots / 4;
+    size_t chunk = e->dram.arena.nslots / 4;
     if (chunk == 0)
         chunk = 1;
     int r = 0;
@@ -419,7 +415,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
             lost |= g[i].pg != KVT_NONE; /* present but unreadable */
             continue;
         }
-        cr = e->dev->copy_sync(e->dev_priv, copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device),
+        cr = e->hbm.dev->copy_sync(e->hbm.dev_priv, copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device),
                                dst[i], g[i].src, e->page_bytes);
         if (found)
             found[i] = cr == 0;

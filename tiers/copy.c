@@ -21,7 +21,7 @@ int kvt_copy_open(kvt_engine *e)
 {
     /* Only pages with an HBM slot have a device copy in flight (the target of
      * an H2D, the source of a D2H), so each ring needs one entry per HBM slot. */
-    uint32_t cap = e->arena[KVT_TIER_HBM].nslots;
+    uint32_t cap = e->hbm.arena.nslots;
     for (int d = 0; d < KVT_DIRS; d++) {
         struct kvt_inflight *q = &e->copy.ring[d];
         q->cap = cap;
@@ -61,7 +61,7 @@ void kvt_copy_drain(kvt_engine *e)
 {
     for (int d = 0; d < KVT_DIRS; d++)
         if (e->copy.ring[d].len)
-            e->dev->wait(e->dev_priv, (enum kvt_dir)d, kvt_copy_last(e, (enum kvt_dir)d));
+            e->hbm.dev->wait(e->hbm.dev_priv, (enum kvt_dir)d, kvt_copy_last(e, (enum kvt_dir)d));
 }
 
 static void ring_push(kvt_engine *e, enum kvt_dir dir, uint32_t pg, uint64_t fence, bool evict)
@@ -85,8 +85,8 @@ bool kvt_copy_claim_up(kvt_engine *e, uint32_t pg, bool prefetch, struct kvt_cop
     if (s == KVT_NONE)
         return false;
     kvt_page_xfer_begin(e, pg, XFER_UP, prefetch);
-    *c = (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_HBM], s),
-                            kvt_arena_ptr(&e->arena[KVT_TIER_DRAM],
+    *c = (struct kvt_copy){ kvt_arena_ptr(&e->hbm.arena, s),
+                            kvt_arena_ptr(&e->dram.arena,
                                           kvt_pg(&e->pt, pg)->slot[KVT_TIER_DRAM]),
                             e->page_bytes };
     return true;
@@ -95,7 +95,7 @@ bool kvt_copy_claim_up(kvt_engine *e, uint32_t pg, bool prefetch, struct kvt_cop
 int kvt_copy_submit_up(kvt_engine *e, const uint32_t *pages, const struct kvt_copy *c, uint32_t k)
 {
     uint64_t f;
-    int r = e->dev->submit(e->dev_priv, KVT_H2D, c, k, &f);
+    int r = e->hbm.dev->submit(e->hbm.dev_priv, KVT_H2D, c, k, &f);
     for (uint32_t j = 0; j < k; j++) {
         if (r == 0)
             ring_push(e, KVT_H2D, pages[j], f, false);
@@ -115,7 +115,7 @@ int kvt_copy_submit_down(kvt_engine *e, const uint32_t *pages, struct kvt_copy *
     if (!n)
         return 0;
     uint64_t f;
-    int r = e->dev->submit(e->dev_priv, KVT_D2H, c, n, &f);
+    int r = e->hbm.dev->submit(e->hbm.dev_priv, KVT_D2H, c, n, &f);
     for (uint32_t i = 0; i < n; i++) {
         if (r < 0) {
             kvt_page_xfer_cancel(e, pages[i]);
@@ -173,7 +173,7 @@ static void settle_ring(kvt_engine *e, enum kvt_dir d)
             run_start = q->t_ns[q->head];
             run_pages = 0;
         }
-        int r = e->dev->poll(e->dev_priv, d, q->fence[q->head]);
+        int r = e->hbm.dev->poll(e->hbm.dev_priv, d, q->fence[q->head]);
         if (r == -EINPROGRESS && !e->failed)
             break;
         if (r == -EINPROGRESS) {
@@ -204,7 +204,7 @@ void kvt_settle(kvt_engine *e)
     KVT_ASSERT_LOCKED(e);
     settle_ring(e, KVT_H2D);
     settle_ring(e, KVT_D2H);
-    if (e->arena[KVT_TIER_DRAM].nfree == 0)
+    if (e->dram.arena.nfree == 0)
         kvt_dram_restore_spare(e);
 }
 
@@ -214,7 +214,7 @@ int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall)
 {
     uint64_t t0 = kvt_now_ns();
     kvt_unlock(e);
-    int r = e->dev->wait(e->dev_priv, dir, f);
+    int r = e->hbm.dev->wait(e->hbm.dev_priv, dir, f);
     kvt_lock(e);
     if (stall)
         e->st.stall_ns += kvt_now_ns() - t0;

@@ -141,7 +141,7 @@ void kvt_dram_restore_spare(kvt_engine *e)
 uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how)
 {
     KVT_ASSERT_LOCKED(e);
-    if (e->arena[KVT_TIER_DRAM].nfree > 1)
+    if (e->dram.arena.nfree > 1)
         return kvt_page_take_slot(e, pg, KVT_TIER_DRAM);
     if (how & KVT_SLOT_STEAL) {
         uint32_t v = free_victim(e);
@@ -174,7 +174,7 @@ static bool usable_dram_write(void *ctx, uint32_t pg)
 /* Free DRAM slots, less the spare (only evictions may take it). */
 static uint32_t dram_room(const kvt_engine *e)
 {
-    uint32_t n = e->arena[KVT_TIER_DRAM].nfree;
+    uint32_t n = e->dram.arena.nfree;
     return n ? n - 1 : 0;
 }
 
@@ -231,7 +231,7 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
      * coldest DRAM-only pages (up to a queue depth, at most 1/8 of DRAM), but
      * keep them: they turn clean, so the next callers drop them for free, in
      * the policy's order, instead of being evicted early here. */
-    uint32_t nslots = e->arena[KVT_TIER_DRAM].nslots;
+    uint32_t nslots = e->dram.arena.nslots;
     uint32_t batch = e->cfg.queue_depth < nslots / 8 ? e->cfg.queue_depth : nslots / 8;
     for (uint32_t extra = 0; coming && extra < batch; extra++) {
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_write, e);

@@ -142,41 +142,43 @@ static int pick_device(const kvt_config *c, struct kvt_device_faulty *faulty,
 
 static int open_arenas(kvt_engine *e)
 {
+    const struct kvt_device_ops *dev = e->hbm.dev;
+    void *dp = e->hbm.dev_priv, *hbm, *dram;
     size_t pb = e->page_bytes;
     /* One spare DRAM slot: see kvt_dram_slot(). */
     uint32_t nh = (uint32_t)(e->cfg.hbm_bytes / pb), nd = (uint32_t)(e->cfg.dram_bytes / pb) + 1;
     int r;
-    e->hbm_alloc_bytes = (size_t)nh * pb;
-    e->dram_alloc_bytes = (size_t)nd * pb;
-    if ((r = e->dev->hbm_alloc(e->dev_priv, e->hbm_alloc_bytes, &e->hbm_base)) < 0)
+    e->hbm.alloc_bytes = (size_t)nh * pb;
+    e->dram.alloc_bytes = (size_t)nd * pb;
+    if ((r = dev->hbm_alloc(dp, e->hbm.alloc_bytes, &hbm)) < 0)
         return kvt_fail(r, "could not allocate the HBM arena (%zu bytes): %s",
-                        e->hbm_alloc_bytes, kvt_strerror(r));
-    if ((r = e->dev->host_alloc(e->dev_priv, e->dram_alloc_bytes, &e->dram_base)) < 0) {
-        kvt_fail(r, "could not allocate the DRAM arena (%zu bytes): %s", e->dram_alloc_bytes,
+                        e->hbm.alloc_bytes, kvt_strerror(r));
+    if ((r = dev->host_alloc(dp, e->dram.alloc_bytes, &dram)) < 0) {
+        kvt_fail(r, "could not allocate the DRAM arena (%zu bytes): %s", e->dram.alloc_bytes,
                  kvt_strerror(r));
         goto out_hbm;
     }
-    if ((r = kvt_arena_init(&e->arena[KVT_TIER_HBM], e->hbm_base, pb, nh, &e->meta_bytes)) < 0)
+    if ((r = kvt_arena_init(&e->hbm.arena, hbm, pb, nh, &e->meta_bytes)) < 0)
         goto out_dram;
-    if ((r = kvt_arena_init(&e->arena[KVT_TIER_DRAM], e->dram_base, pb, nd, &e->meta_bytes)) < 0)
+    if ((r = kvt_arena_init(&e->dram.arena, dram, pb, nd, &e->meta_bytes)) < 0)
         goto out_arena_hbm;
     return 0;
 
 out_arena_hbm:
-    kvt_arena_fini(&e->arena[KVT_TIER_HBM], &e->meta_bytes);
+    kvt_arena_fini(&e->hbm.arena, &e->meta_bytes);
 out_dram:
-    e->dev->host_free(e->dev_priv, e->dram_base, e->dram_alloc_bytes);
+    dev->host_free(dp, dram, e->dram.alloc_bytes);
 out_hbm:
-    e->dev->hbm_free(e->dev_priv, e->hbm_base, e->hbm_alloc_bytes);
+    dev->hbm_free(dp, hbm, e->hbm.alloc_bytes);
     return r;
 }
 
 static void close_arenas(kvt_engine *e)
 {
-    kvt_arena_fini(&e->arena[KVT_TIER_DRAM], &e->meta_bytes);
-    kvt_arena_fini(&e->arena[KVT_TIER_HBM], &e->meta_bytes);
-    e->dev->host_free(e->dev_priv, e->dram_base, e->dram_alloc_bytes);
-    e->dev->hbm_free(e->dev_priv, e->hbm_base, e->hbm_alloc_bytes);
+    kvt_arena_fini(&e->dram.arena, &e->meta_bytes);
+    kvt_arena_fini(&e->hbm.arena, &e->meta_bytes);
+    e->hbm.dev->host_free(e->hbm.dev_priv, e->dram.arena.base, e->dram.alloc_bytes);
+    e->hbm.dev->hbm_free(e->hbm.dev_priv, e->hbm.arena.base, e->hbm.alloc_bytes);
 }
 
 static const kvt_key *engine_key_of(void *ctx, uint32_t pg)
@@ -193,7 +195,7 @@ static int open_policy(kvt_engine *e)
 {
     struct kvt_policy_params pp = {
         .page_cap = e->pt.cap,
-        .slots = { e->arena[KVT_TIER_HBM].nslots, e->arena[KVT_TIER_DRAM].nslots, 0 },
+        .slots = { e->hbm.arena.nslots, e->dram.arena.nslots, 0 },
         .meta = &e->meta_bytes,
         .host = { e, engine_key_of, engine_find },
     };
@@ -261,14 +263,14 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
     if (!e)
         return kvt_fail(-ENOMEM, "out of memory");
 
-    if ((r = pick_device(cfg, hooks->device, &e->dev, &e->dev_priv)) < 0) {
+    if ((r = pick_device(cfg, hooks->device, &e->hbm.dev, &e->hbm.dev_priv)) < 0) {
         if (!kvt_last_error()[0])
             kvt_fail(r, "could not open the device back-end: %s", kvt_strerror(r));
         goto out_engine;
     }
     if ((r = open_arenas(e)) < 0)
         goto out_device;
-    uint32_t slots = e->arena[0].nslots + e->arena[1].nslots;
+    uint32_t slots = e->hbm.arena.nslots + e->dram.arena.nslots;
     if ((r = kvt_ptable_init(&e->pt, slots, &e->meta_bytes)) < 0)
         goto out_arenas;
     if ((r = kvt_copy_open(e)) < 0)
@@ -279,7 +281,7 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
         goto out_ssd;
     /* Write back ahead of need while fewer than 1/8 of HBM slots are free or
      * clean, so that an eviction seldom waits for a D2H copy. */
-    e->watermark = e->arena[KVT_TIER_HBM].nslots / 8 + 1;
+    e->hbm.watermark = e->hbm.arena.nslots / 8 + 1;
     if ((r = kvt_mover_start(e)) < 0)
         goto out_ssd;
     *out = e;
@@ -294,7 +296,7 @@ out_copy:
 out_arenas:
     close_arenas(e);
 out_device:
-    e->dev->close(e->dev_priv);
+    e->hbm.dev->close(e->hbm.dev_priv);
 out_engine:
     engine_free(e);
     if (r == -ENOMEM && !kvt_last_error()[0])
@@ -329,7 +331,7 @@ KVT_API void kvt_close(kvt_engine *e)
     kvt_copy_close(e);
     kvt_ptable_fini(&e->pt);
     close_arenas(e);
-    e->dev->close(e->dev_priv);
+    e->hbm.dev->close(e->hbm.dev_priv);
     engine_free(e);
 }
 
@@ -338,8 +340,8 @@ int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
     pthread_mutex_lock(&e->lock);
     kvt_settle(e);
     *out = e->st;
-    out->capacity_pages[KVT_TIER_HBM] = e->arena[KVT_TIER_HBM].nslots;
-    out->capacity_pages[KVT_TIER_DRAM] = e->arena[KVT_TIER_DRAM].nslots - 1; /* less the spare */
+    out->capacity_pages[KVT_TIER_HBM] = e->hbm.arena.nslots;
+    out->capacity_pages[KVT_TIER_DRAM] = e->dram.arena.nslots - 1; /* less the spare */
     if (e->ssd) {
         out->capacity_pages[KVT_TIER_SSD] = kvt_ssd_nslots(e->ssd);
         out->ssd_bad_slots = kvt_ssd_bad_slots(e->ssd);
@@ -352,8 +354,8 @@ int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
 }
 
 KVT_API size_t kvt_page_bytes(const kvt_engine *e) { return e->page_bytes; }
-KVT_API const char *kvt_device_name(const kvt_engine *e) { return e->dev->name; }
-void *kvt_engine_device_priv(kvt_engine *e) { return e->dev_priv; }
+KVT_API const char *kvt_device_name(const kvt_engine *e) { return e->hbm.dev->name; }
+void *kvt_engine_device_priv(kvt_engine *e) { return e->hbm.dev_priv; }
 
 int kvt_check_failed(kvt_engine *e)
 {

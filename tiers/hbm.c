@@ -31,8 +31,8 @@ static bool usable_hbm(void *ctx, uint32_t pg)
 static struct kvt_copy claim_down(kvt_engine *e, uint32_t v)
 {
     const struct kvt_page *p = kvt_pg(&e->pt, v);
-    return (struct kvt_copy){ kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]),
-                              kvt_arena_ptr(&e->arena[KVT_TIER_HBM], p->slot[KVT_TIER_HBM]),
+    return (struct kvt_copy){ kvt_arena_ptr(&e->dram.arena, p->slot[KVT_TIER_DRAM]),
+                              kvt_arena_ptr(&e->hbm.arena, p->slot[KVT_TIER_HBM]),
                               e->page_bytes };
 }
 
@@ -49,7 +49,7 @@ static bool slot_for_victim(kvt_engine *e, uint32_t v, struct kvt_wait *ssd_wait
 
 int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w)
 {
-    struct kvt_arena *h = &e->arena[KVT_TIER_HBM];
+    struct kvt_arena *h = &e->hbm.arena;
     struct usable_ctx u = { e, KVT_LEAVE_ANY };
     uint32_t pages[BATCH] = { 0 }, n = 0, coming = 0;
     struct kvt_copy c[BATCH];

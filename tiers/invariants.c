@@ -39,8 +39,8 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
     t->live++;
     for (int a = 0; a < KVT_ARENAS; a++) {
         if (p->slot[a] != KVT_NONE) {
-            CHECK(p->slot[a] < e->arena[a].nslots, pg, "slot out of range");
-            CHECK(e->arena[a].owner[p->slot[a]] == pg, pg, "arena owner is another page");
+            CHECK(p->slot[a] < kvt_arena_of(e, a)->nslots, pg, "slot out of range");
+            CHECK(kvt_arena_of(e, a)->owner[p->slot[a]] == pg, pg, "arena owner is another page");
             t->owned[a]++;
         }
         if (p->flags & valid[a])
@@ -92,7 +92,7 @@ void kvt_check_invariants(kvt_engine *e)
     CHECK(t.live == e->pt.live, KVT_NONE, "live record count drifted");
     CHECK(t.redundant == red, KVT_NONE, "redundant DRAM copy list misses a page");
     for (int a = 0; a < KVT_ARENAS; a++)
-        CHECK(t.owned[a] == e->arena[a].nslots - e->arena[a].nfree, KVT_NONE,
+        CHECK(t.owned[a] == kvt_arena_of(e, a)->nslots - kvt_arena_of(e, a)->nfree, KVT_NONE,
               "slots owned by no page (leak)");
 }
 

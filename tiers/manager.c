@@ -23,7 +23,7 @@
  * may not exceed the configured HBM + DRAM pages. */
 int kvt_admit(kvt_engine *e)
 {
-    uint64_t cap = (uint64_t)e->arena[KVT_TIER_HBM].nslots + e->arena[KVT_TIER_DRAM].nslots - 1 +
+    uint64_t cap = (uint64_t)e->hbm.arena.nslots + e->dram.arena.nslots - 1 +
                    (e->ssd ? kvt_ssd_nslots(e->ssd) : 0);
     if (e->pt.live < cap)
         return 0;
@@ -33,7 +33,7 @@ int kvt_admit(kvt_engine *e)
 
 static void *hbm_ptr(kvt_engine *e, uint32_t pg)
 {
-    return kvt_arena_ptr(&e->arena[KVT_TIER_HBM], kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM]);
+    return kvt_arena_ptr(&e->hbm.arena, kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM]);
 }
 
 /* ------------------------------------------------------------- loading */
@@ -93,7 +93,7 @@ static int stage_up(kvt_engine *e, const uint32_t *pages, size_t n)
 {
     uint32_t batch[BATCH], k = 0;
     struct kvt_copy c[BATCH];
-    for (size_t i = 0; i < n && e->arena[KVT_TIER_HBM].nfree; i++) {
+    for (size_t i = 0; i < n && e->hbm.arena.nfree; i++) {
         const struct kvt_page *p = kvt_pg(&e->pt, pages[i]);
         if (p->slot[KVT_TIER_HBM] != KVT_NONE || !(p->flags & PG_VALID_DRAM) ||
             p->xfer != XFER_NONE)
@@ -157,7 +157,7 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
             else if (!kvt_copy_wait(e, &w))
                 return kvt_fail(KVT_EFULL, "%u of the %zu pages to acquire are on SSD only and "
                                 "DRAM (%u slots) cannot stage them beside what it holds",
-                                from_ssd, n, e->arena[KVT_TIER_DRAM].nslots);
+                                from_ssd, n, e->dram.arena.nslots);
         }
         if (w.kind == KVT_WAIT_NONE) {
             if (room == KVT_EFULL)
@@ -268,10 +268,10 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     }
     /* Every pinned page needs an HBM slot of its own at once: more than
      * HBM has can never be served, however long it waits. */
-    if (e->st.pinned_pages > e->arena[KVT_TIER_HBM].nslots) {
+    if (e->st.pinned_pages > e->hbm.arena.nslots) {
         r = kvt_fail(KVT_EFULL, "acquiring %zu pages would pin %llu pages in HBM, which has %u "
                      "slots", n, (unsigned long long)e->st.pinned_pages,
-                     e->arena[KVT_TIER_HBM].nslots);
+                     e->hbm.arena.nslots);
         goto out_unpin;
     }
     if ((r = load_pages(e, pages, n)) < 0)
@@ -316,9 +316,9 @@ static int ticket_finish(kvt_engine *e, struct kvt_ticket_rec *tr, void *stream,
 {
     int r = 0;
     if (tr->fence) {
-        if (on_stream && e->dev->poll(e->dev_priv, KVT_H2D, tr->fence) == -EINPROGRESS) {
+        if (on_stream && e->hbm.dev->poll(e->hbm.dev_priv, KVT_H2D, tr->fence) == -EINPROGRESS) {
             kvt_unlock(e);
-            r = e->dev->stream_wait(e->dev_priv, KVT_H2D, tr->fence, stream);
+            r = e->hbm.dev->stream_wait(e->hbm.dev_priv, KVT_H2D, tr->fence, stream);
             kvt_lock(e);
             kvt_settle(e);
         } else {
@@ -397,7 +397,7 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
     if (e->pol->version >= KVT_POLICY_OPS_V2)
         e->pol->page_new(e->pol_priv, KVT_NONE, &key);
     for (;;) {
-        if (e->arena[KVT_TIER_HBM].nfree)
+        if (e->hbm.arena.nfree)
             break;
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         r = kvt_make_room_hbm(e, 1, &w);

@@ -113,7 +113,7 @@ void kvt_page_trim(kvt_engine *e, uint32_t pg)
     for (int t = 0; t < KVT_ARENAS; t++) {
         if (p->slot[t] != KVT_NONE && !(p->flags & kvt_page_valid_bit(t)) &&
             p->xfer == XFER_NONE) {
-            kvt_arena_free(&e->arena[t], p->slot[t]);
+            kvt_arena_free(kvt_arena_of(e, t), p->slot[t]);
             p->slot[t] = KVT_NONE;
         }
     }
@@ -179,7 +179,7 @@ void kvt_page_abandon(kvt_engine *e, uint32_t pg)
 
 uint32_t kvt_page_take_slot(kvt_engine *e, uint32_t pg, int tier)
 {
-    uint32_t s = kvt_arena_alloc(&e->arena[tier], pg);
+    uint32_t s = kvt_arena_alloc(kvt_arena_of(e, tier), pg);
     if (s != KVT_NONE)
         kvt_pg(&e->pt, pg)->slot[tier] = s;
     return s;
@@ -205,6 +205,20 @@ void kvt_page_rewritten(kvt_engine *e, uint32_t pg)
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     uint16_t stale = p->xfer == XFER_DOWN || p->xfer == XFER_SSD_WRITE ? PG_STALE : 0;
     page_flags(e, pg, stale, PG_VALID_DRAM | PG_VALID_SSD);
+}
+
+bool kvt_page_busy_begin(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (p->busy == UINT8_MAX)
+        return false;
+    p->busy++;
+    return true;
+}
+
+void kvt_page_busy_end(kvt_engine *e, uint32_t pg)
+{
+    kvt_pg(&e->pt, pg)->busy--;
 }
 
 void kvt_page_pin(kvt_engine *e, uint32_t pg)

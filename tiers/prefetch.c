@@ -100,8 +100,8 @@ static uint32_t budget_pages(const kvt_engine *e, int tier)
  * docs/performance.md#prefetch-depth. */
 static uint32_t live_depth(const kvt_engine *e, int tier, uint64_t pages)
 {
-    uint64_t cap = tier == KVT_TIER_HBM ? e->arena[KVT_TIER_HBM].nslots
-                                        : e->arena[KVT_TIER_DRAM].nslots - 1;
+    uint64_t cap = tier == KVT_TIER_HBM ? e->hbm.arena.nslots
+                                        : e->dram.arena.nslots - 1;
     uint64_t depth = pages > cap ? (pages - cap) / 128 : 0;
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
     if (tier == KVT_TIER_DRAM && !e->cfg.prefetch_bytes && pages > cap && groups &&
@@ -127,7 +127,7 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
     struct kvt_copy c[MAXBATCH];
     uint32_t want = budget - inflight < MAXBATCH ? budget - inflight : MAXBATCH;
     uint32_t n = e->pol->prefetch(e->pol_priv, KVT_TIER_DRAM, want_up, e, cand, want);
-    struct kvt_arena *h = &e->arena[KVT_TIER_HBM];
+    struct kvt_arena *h = &e->hbm.arena;
     for (uint32_t i = 0; i < n; i++) {
         if (!h->nfree && !room_for(e, KVT_TIER_HBM, cand[i], inflight + k < live))
             break;

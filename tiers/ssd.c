@@ -62,8 +62,8 @@ static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
 static int open_io(kvt_engine *e, struct kvt_io_faulty *faulty)
 {
     struct kvt_io_params p = { .depth = e->cfg.queue_depth,
-                               .fixed_base = e->dram_base,
-                               .fixed_len = e->dram_alloc_bytes,
+                               .fixed_base = e->dram.arena.base,
+                               .fixed_len = e->dram.alloc_bytes,
                                .faulty = faulty };
     if (faulty) {
         e->io = &kvt_io_faulty_ops;

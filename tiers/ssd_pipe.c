@@ -146,7 +146,7 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
         j->transient = true;
         j->dram = kvt_ssd_transient_of(e, q->pg)->buf;
     } else {
-        j->dram = kvt_arena_ptr(&e->arena[KVT_TIER_DRAM], p->slot[KVT_TIER_DRAM]);
+        j->dram = kvt_arena_ptr(&e->dram.arena, p->slot[KVT_TIER_DRAM]);
     }
     if (q->write) {
         j->slot = q->slot;

@@ -143,12 +143,21 @@ struct kvt_copies {
 
 /* ------------------------------------------------------------- HBM, DRAM */
 
+/* The device tier. Its back-end also allocates the DRAM arena (pinned host
+ * memory) and runs the copies between the two (copy.c). */
 struct kvt_hbm {
+    const struct kvt_device_ops *dev;
+    void *dev_priv;
+    struct kvt_arena arena;         /* base and slots fixed at open */
+    size_t alloc_bytes;
+    uint32_t watermark;             /* slots the mover keeps free or clean (fixed at open) */
     uint64_t dirty;                 /* dirty pages in HBM (page.c keeps it) */
     uint32_t room_waiters;          /* callers waiting for HBM slots being freed for them */
 };
 
 struct kvt_dram {
+    struct kvt_arena arena;         /* one spare slot beyond the configured size */
+    size_t alloc_bytes;
     /* Pages whose DRAM copy is redundant (valid in HBM too), oldest first:
      * the DRAM copies that can be given up for free. A list (page.c keeps it
      * as flags change), not a walk of the DRAM candidates, because in a full
@@ -274,17 +283,11 @@ struct kvt_engine {
     kvt_stats st;                   /* counters */
     uint64_t meta_bytes;
 
-    /* back-ends */
-    const struct kvt_device_ops *dev;
-    void *dev_priv;
-    const struct kvt_io_ops *io;    /* SSD I/O (NULL without an SSD tier); the pipe's */
+    /* SSD I/O back-end (NULL without an SSD tier); the pipe's */
+    const struct kvt_io_ops *io;
     void *io_priv;
     char io_note[192];
 
-    /* memory and pages */
-    void *hbm_base, *dram_base;
-    size_t hbm_alloc_bytes, dram_alloc_bytes;
-    struct kvt_arena arena[KVT_ARENAS];
     struct kvt_ptable pt;
 
     const struct kvt_policy_ops *pol;
@@ -294,7 +297,6 @@ struct kvt_engine {
     struct kvt_ticket_rec *tickets;
     uint32_t n_tickets;
 
-    uint32_t watermark;             /* HBM slots the mover keeps free or clean */
     struct kvt_hbm hbm;
     struct kvt_dram dram;
     struct kvt_copies copy;
@@ -304,6 +306,13 @@ struct kvt_engine {
     struct kvt_mover mover;
     struct kvt_pace pace;
 };
+
+/* The arena of tier (KVT_TIER_HBM or KVT_TIER_DRAM), for code that takes
+ * the tier as a value. */
+static inline struct kvt_arena *kvt_arena_of(kvt_engine *e, int tier)
+{
+    return tier == KVT_TIER_HBM ? &e->hbm.arena : &e->dram.arena;
+}
 
 /* ------------------------------------------------------------- lock checks */
 
@@ -389,6 +398,12 @@ void kvt_page_drop_copy(kvt_engine *e, uint32_t pg, int tier);
 void kvt_page_rewritten(kvt_engine *e, uint32_t pg);
 void kvt_page_pin(kvt_engine *e, uint32_t pg);
 void kvt_page_unpin(kvt_engine *e, uint32_t pg);
+/* A get or put copies the page's bytes with the lock dropped: while busy,
+ * none of its slots is freed or reused (kvt_page_trim). begin is false when
+ * the page has as many users as busy can count; end does not trim (the
+ * caller syncs and trims when it is done with the page). */
+bool kvt_page_busy_begin(kvt_engine *e, uint32_t pg);
+void kvt_page_busy_end(kvt_engine *e, uint32_t pg);
 /* Transfers: begin marks the page (prefetch: PG_PREFETCHED); copy_queued
  * records the device fence (evict: the HBM copy goes when it lands); cancel
  * undoes a begin that was never queued; end clears xfer and says whether a

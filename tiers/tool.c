@@ -2,9 +2,9 @@
  * tool.c — the tools' interface to an engine (tiers/tool.h).
  *
  * The engine internals this file touches, all read-only but the lock:
- *   e->page_bytes, e->arena[].nslots, e->watermark     (fixed at open)
- *   e->hbm_base, e->dram_base                          (the arenas' memory)
- *   e->dev, e->dev_priv: submit, wait, copy_sync       (the device back-end)
+ *   e->page_bytes, e->hbm.watermark                  (fixed at open)
+ *   e->hbm.arena, e->dram.arena: nslots and base     (fixed at open)
+ *   e->hbm.dev, e->hbm.dev_priv: submit, wait, copy_sync  (the device back-end)
  *   e->lock, kvt_ssd_flush, kvt_dram_drop_redundant, kvt_ssd_read_all
  * Whoever renames them keeps this file compiling; the tools do not change.
  */
@@ -30,9 +30,9 @@ void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out)
 {
     *out = (struct kvt_tool_info){
         .page_bytes = e->page_bytes,
-        .hbm_slots = e->arena[KVT_TIER_HBM].nslots,
-        .dram_slots = e->arena[KVT_TIER_DRAM].nslots,
-        .watermark = e->watermark,
+        .hbm_slots = e->hbm.arena.nslots,
+        .dram_slots = e->dram.arena.nslots,
+        .watermark = e->hbm.watermark,
     };
 }
 
@@ -40,15 +40,15 @@ int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_spa
                        unsigned batch, bool pipelined, double *gbps)
 {
     size_t pb = e->page_bytes;
-    uint32_t nh = e->arena[KVT_TIER_HBM].nslots;
+    uint32_t nh = e->hbm.arena.nslots;
     enum kvt_dir dir = up ? KVT_H2D : KVT_D2H;
     *gbps = 0;
-    if (!pages || !batch || batch > 4096 || !dram_span || dram_span > e->arena[KVT_TIER_DRAM].nslots)
+    if (!pages || !batch || batch > 4096 || !dram_span || dram_span > e->dram.arena.nslots)
         return -EINVAL;
     struct kvt_copy *c = malloc(batch * sizeof(*c));
     if (!c)
         return -ENOMEM;
-    uint8_t *h = e->hbm_base, *d = e->dram_base;
+    uint8_t *h = e->hbm.arena.base, *d = e->dram.arena.base;
     uint64_t f = 0;
     int r = 0;
     double t0 = tool_now();
@@ -58,12 +58,12 @@ int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_spa
             uint8_t *hp = h + (i % nh) * pb, *dp = d + (i % dram_span) * pb;
             c[k] = up ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
         }
-        r = e->dev->submit(e->dev_priv, dir, c, k, &f);
+        r = e->hbm.dev->submit(e->hbm.dev_priv, dir, c, k, &f);
         if (r == 0 && !pipelined)
-            r = e->dev->wait(e->dev_priv, dir, f);
+            r = e->hbm.dev->wait(e->hbm.dev_priv, dir, f);
     }
     if (r == 0 && pipelined)
-        r = e->dev->wait(e->dev_priv, dir, f);
+        r = e->hbm.dev->wait(e->hbm.dev_priv, dir, f);
     double dt = tool_now() - t0;
     free(c);
     if (r == 0)
@@ -73,12 +73,12 @@ int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_spa
 
 int kvt_tool_copy_to_page(kvt_engine *e, void *page, const void *src, size_t bytes)
 {
-    return e->dev->copy_sync(e->dev_priv, KVT_COPY_H2D, page, src, bytes);
+    return e->hbm.dev->copy_sync(e->hbm.dev_priv, KVT_COPY_H2D, page, src, bytes);
 }
 
 int kvt_tool_copy_from_page(kvt_engine *e, void *dst, const void *page, size_t bytes)
 {
-    return e->dev->copy_sync(e->dev_priv, KVT_COPY_D2H, dst, page, bytes);
+    return e->hbm.dev->copy_sync(e->hbm.dev_priv, KVT_COPY_D2H, dst, page, bytes);
 }
 
 /* One lock hold for all three phases: nothing else runs on the engine
