@@ -635,9 +635,8 @@ static void test_failed_prealloc_undone(void **state)
     kvt_close(e);
 }
 
-/* Writes that fail with a full disk: kvt_flush says -ENOSPC (it said -EIO,
- * "write errors"), and no slot is retired for it (each such page used to
- * retire two). */
+/* Writes that fail with a full disk: kvt_flush says -ENOSPC, not a generic
+ * -EIO, and no slot is retired for it (the medium is not at fault). */
 static void test_enospc_is_enospc(void **state)
 {
     struct fx *f = *state;
