@@ -3,7 +3,8 @@
  *
  * Locking. One engine lock (e->lock) guards the engine and every page.
  *   Order: e->lock, then a back-end's own mutexes (device_host.c's d->mu,
- *   device_cuda.c's locks, the I/O back-ends' pools), never the other way:
+ *   device_cuda.c's locks, the I/O back-ends' pools, the faulty back-ends'
+ *   plans), never the other way:
  *   back-ends never call into the engine, and settling is lazy (kvt_settle
  *   polls fences) so the device never calls back. cfg.on_transfer and the
  *   policy are called under e->lock and must not call the engine (the lock
