@@ -451,6 +451,27 @@ static void test_dram_third_copy(void **state)
 /* A sequence finishes and another joins mid-run: the schedule changes, the
  * old pages go (kvt_drop_id), every read stays exact, and the policy keeps
  * prefetching for the new batch. */
+/* steps decode steps of two sequences over layers x pages pages each (made
+ * with version 1): advance, acquire the group, check every byte, release. */
+static void decode_steps(kvt_engine *e, const uint64_t ids[2], uint32_t layers, uint32_t pages,
+                         int steps)
+{
+    kvt_key grp[64];
+    void *ptr[64];
+    assert_true(pages <= 64);
+    for (int step = 0; step < steps; step++)
+        for (uint32_t l = 0; l < layers; l++)
+            for (uint32_t s = 0; s < 2; s++) {
+                assert_int_equal(kvt_advance(e, ids[s], l), 0);
+                for (uint32_t i = 0; i < pages; i++)
+                    grp[i] = t_key(ids[s], l, i);
+                assert_int_equal(kvt_acquire(e, grp, pages, ptr), 0);
+                for (uint32_t i = 0; i < pages; i++)
+                    assert_true(t_check(ptr[i], PB, grp[i], 1));
+                assert_int_equal(kvt_release(e, grp, pages, 0), 0);
+            }
+}
+
 static void test_schedule_change_mid_run(void **state)
 {
     /* HBM a quarter of the batch's pages: prefetching over live pages is
@@ -471,24 +492,12 @@ static void test_schedule_change_mid_run(void **state)
                 t_fill(p, PB, k, 1);
                 assert_int_equal(kvt_release(e, &k, 1, 1), 0);
             }
-    kvt_key grp[64];
-    void *ptr[64];
     uint64_t prefetched[2] = { 0, 0 };
     for (int phase = 0; phase < 2; phase++) {
         kvt_schedule sc = { ids, 2, layers, KVT_ORDER_LAYER_MAJOR, 0, 0 };
         assert_int_equal(kvt_set_schedule(e, &sc), 0);
         kvt_stats s0 = t_stats(e);
-        for (int step = 0; step < 8; step++)
-            for (uint32_t l = 0; l < layers; l++)
-                for (uint32_t s = 0; s < 2; s++) {
-                    assert_int_equal(kvt_advance(e, ids[s], l), 0);
-                    for (uint32_t i = 0; i < pages; i++)
-                        grp[i] = t_key(ids[s], l, i);
-                    assert_int_equal(kvt_acquire(e, grp, pages, ptr), 0);
-                    for (uint32_t i = 0; i < pages; i++)
-                        assert_true(t_check(ptr[i], PB, grp[i], 1));
-                    assert_int_equal(kvt_release(e, grp, pages, 0), 0);
-                }
+        decode_steps(e, ids, layers, pages, 8);
         kvt_stats s1 = t_stats(e);
         print_message("phase %d: %llu pages prefetched, %llu wasted, stall %llu us\n", phase,
                       (unsigned long long)(s1.prefetch_pages - s0.prefetch_pages),
@@ -583,19 +592,7 @@ static void test_prefetch_bytes_past_32_bits(void **state)
             }
     kvt_schedule sc = { ids, 2, layers, KVT_ORDER_LAYER_MAJOR, 0, 0 };
     assert_int_equal(kvt_set_schedule(e, &sc), 0);
-    kvt_key grp[64];
-    void *ptr[64];
-    for (int step = 0; step < 16; step++)
-        for (uint32_t l = 0; l < layers; l++)
-            for (uint32_t s = 0; s < 2; s++) {
-                assert_int_equal(kvt_advance(e, ids[s], l), 0);
-                for (uint32_t i = 0; i < pages; i++)
-                    grp[i] = t_key(ids[s], l, i);
-                assert_int_equal(kvt_acquire(e, grp, pages, ptr), 0);
-                for (uint32_t i = 0; i < pages; i++)
-                    assert_true(t_check(ptr[i], PB, grp[i], 1));
-                assert_int_equal(kvt_release(e, grp, pages, 0), 0);
-            }
+    decode_steps(e, ids, layers, pages, 16);
     /* As in test_schedule_change_mid_run: over 128 groups a working
      * prefetcher brings some pages up ahead. */
     assert_true(t_stats(e).prefetch_pages > 0);

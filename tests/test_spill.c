@@ -96,6 +96,27 @@ static kvt_engine *open_ok(const struct fx *f, int persist)
     return e;
 }
 
+static void read_file(const char *path, char *buf, size_t n);
+
+/* Opens with persist=1 and returns what the open wrote on stderr in text. */
+static kvt_engine *open_said(const struct fx *f, char *text, size_t n)
+{
+    char log[] = "/tmp/kvt-spill-log-XXXXXX";
+    int saved = dup(2), cap = mkstemp(log);
+    assert_true(saved >= 0 && cap >= 0);
+    dup2(cap, 2);
+    kvt_config c = cfg(f, 1);
+    kvt_engine *e = NULL;
+    int r = kvt_open(&c, &e);
+    dup2(saved, 2);
+    close(saved);
+    close(cap);
+    read_file(log, text, n);
+    unlink(log);
+    assert_int_equal(r, 0);
+    return e;
+}
+
 /* Puts pages [first, first + n); stops at the first error and returns it. */
 static int try_put_pages(kvt_engine *e, uint64_t first, uint64_t n)
 {
@@ -372,16 +393,8 @@ static void test_version1_index_upgraded(void **state)
     (void)kb;
     raw_close(&x);
 
-    char log[] = "/tmp/kvt-spill-log-XXXXXX", text[4096];
-    int saved = dup(2), cap = mkstemp(log);
-    assert_true(cap >= 0);
-    dup2(cap, 2);
-    kvt_engine *e = open_ok(f, 1);
-    dup2(saved, 2);
-    close(saved);
-    close(cap);
-    read_file(log, text, sizeof(text));
-    unlink(log);
+    char text[4096];
+    kvt_engine *e = open_said(f, text, sizeof(text));
     assert_non_null(strstr(text, "20 index entries upgraded to version 2"));
     for (uint64_t i = 0; i < 20; i++)
         assert_int_equal(get_page(e, i, &err), 1);
@@ -683,17 +696,8 @@ static void test_error_messages(void **state)
      * which sizes differ (it used to name page_bytes twice). */
     path_in(p, sizeof(p), f->dir, "KVTIER");
     write_file(p, "kvtier-ssd 1\npage_bytes 16384\nslot_bytes 20480\nslots_per_segment 65536\n");
-    int saved = dup(2), cap;
-    char log[] = "/tmp/kvt-spill-log-XXXXXX", text[4096];
-    cap = mkstemp(log);
-    assert_true(cap >= 0);
-    dup2(cap, 2);
-    e = open_ok(f, 1);
-    dup2(saved, 2);
-    close(saved);
-    close(cap);
-    read_file(log, text, sizeof(text));
-    unlink(log);
+    char text[4096];
+    e = open_said(f, text, sizeof(text));
     kvt_close(e);
     assert_non_null(strstr(text, "slot_bytes 20480"));
     assert_non_null(strstr(text, "this engine uses 16384 and 16384"));
@@ -766,19 +770,11 @@ static void test_acquire_more_than_dram(void **state)
 static void test_missing_index_said(void **state)
 {
     struct fx *f = *state;
-    char p[256], text[4096], log[] = "/tmp/kvt-spill-log-XXXXXX";
+    char p[256], text[4096];
     make_store(f, 4);
     path_in(p, sizeof(p), f->dir, "index/data.mdb");
     assert_int_equal(unlink(p), 0);
-    int saved = dup(2), cap = mkstemp(log);
-    assert_true(cap >= 0);
-    dup2(cap, 2);
-    kvt_engine *e = open_ok(f, 1);
-    dup2(saved, 2);
-    close(saved);
-    close(cap);
-    read_file(log, text, sizeof(text));
-    unlink(log);
+    kvt_engine *e = open_said(f, text, sizeof(text));
     kvt_close(e);
     assert_non_null(strstr(text, "segment files were present"));
 }
