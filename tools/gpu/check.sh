@@ -23,6 +23,9 @@ if ldd "$K" 2>/dev/null | grep -q 'not found'; then
   echo "check.sh: using the shipped libstdc++/libgcc_s (lib/fallback)"
 fi
 T0=$(date +%s)
+# One deadline for the whole pass (default 480 s): a step gets its own timeout
+# or what is left, whichever is less, and is skipped with under 10 s left.
+DEADLINE=$((T0 + ${KVT_CHECK_BUDGET_S:-480}))
 PY=$(command -v python3 || true)
 
 if [ -e /dev/nvidia0 ] && timeout 30 nvidia-smi -L > "$R/nvidia-smi-L.txt" 2>&1; then
@@ -43,6 +46,11 @@ STEPS=""
 # step NAME TIMEOUT CMD... : stdout to $R/NAME.out, stderr to $R/NAME.err
 step() {
   local name=$1 to=$2; shift 2
+  local left=$((DEADLINE - $(date +%s)))
+  if [ $left -lt 10 ]; then
+    echo "== $name: SKIPPED, the pass's deadline is reached"; STEPS="$STEPS $name:124:0"; return
+  fi
+  [ $to -le $left ] || to=$left
   echo "== $name (timeout ${to}s): $*"
   local t0=$(date +%s.%N)
   timeout -k 10 "$to" "$@" > "$R/$name.out" 2> "$R/$name.err"
