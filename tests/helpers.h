@@ -21,7 +21,27 @@
 
 #define T_PAGE 4096u
 
-/* A host-back-end config with room for the given number of pages per tier. */
+/* The device the tests run on: the host back-end, unless KVT_TEST_DEVICE
+ * says "auto" or a CUDA ordinal (tools/gpu/check.sh runs the suite on a
+ * GPU that way). */
+static inline int t_device(void)
+{
+    const char *s = getenv("KVT_TEST_DEVICE");
+    if (!s || !*s || !strcmp(s, "host"))
+        return KVT_DEVICE_HOST;
+    if (!strcmp(s, "auto"))
+        return KVT_DEVICE_AUTO;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > 1024) {
+        fprintf(stderr, "KVT_TEST_DEVICE=%s: expected host, auto or a CUDA ordinal\n", s);
+        exit(2);
+    }
+    return (int)v;
+}
+
+/* A config (the host back-end unless KVT_TEST_DEVICE says otherwise) with
+ * room for the given number of pages per tier. */
 static inline kvt_config t_config(size_t page_bytes, size_t hbm_pages, size_t dram_pages)
 {
     kvt_config c;
@@ -29,7 +49,7 @@ static inline kvt_config t_config(size_t page_bytes, size_t hbm_pages, size_t dr
     c.page_bytes = page_bytes;
     c.hbm_bytes = hbm_pages * page_bytes;
     c.dram_bytes = dram_pages * page_bytes;
-    c.device = KVT_DEVICE_HOST;
+    c.device = t_device();
     c.policy = "lru";
     return c;
 }

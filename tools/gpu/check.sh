@@ -68,10 +68,11 @@ else
   echo "== nvidia_smi: skipped (no GPU)"; STEPS="$STEPS nvidia_smi:skipped:0"
 fi
 
-# (b) the C suite. The cmocka tests choose their device themselves (helpers.h:
-# KVT_DEVICE_HOST); on a GPU the cuda back-end is exercised by test_config's
-# AUTO case and cli_bench_hbm_json (bench's default --device auto).
+# (b) the C suite. The cmocka tests' engines run on the device KVT_TEST_DEVICE
+# names (tests/helpers.h t_config: host when unset): GPU 0 here.
+if [ $MODE = cuda ]; then export KVT_TEST_DEVICE=0; fi
 step tests $([ $MODE = cuda ] && echo 240 || echo 400) "$C/run_tests.sh" "$R/tests"
+unset KVT_TEST_DEVICE
 
 # (c) DRAM<->HBM beside the raw copy (cudaMemcpyAsync on CUDA) at three sizes
 if [ $MODE = cuda ]; then DEV="--device 0"; HB="--hbm 1G --dram 4G"; else DEV="--device host"; HB="--hbm 128M --dram 512M --reps 1"; fi
