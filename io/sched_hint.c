@@ -24,24 +24,9 @@
 #include <unistd.h>
 
 #include "io/io.h"
+#include "io/sched_attr.h"
 
 #define SHORT_SLICE_NS 100000 /* the kernel's smallest custom slice (0.1 ms) */
-
-/* The kernel's struct sched_attr for sched_setattr (linux/sched/types.h
- * clashes with glibc's sched.h, so it is spelled out; the size field
- * versions it). */
-struct kvt_sched_attr {
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime;
-    uint64_t sched_deadline;
-    uint64_t sched_period;
-    uint32_t sched_util_min;
-    uint32_t sched_util_max;
-};
 
 int kvt_io_short_slice(void)
 {

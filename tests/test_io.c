@@ -16,6 +16,7 @@
 #include "tests/helpers.h"
 #include "io/io.h"
 #include "io/raw_bench.h"
+#include "io/sched_attr.h"
 
 #define FILE_BYTES (8u << 20)
 #define ARENA_BYTES (4u << 20)
@@ -607,28 +608,13 @@ static void test_raw_bench_no_link(void **state)
     assert_memory_equal(text, "outside!", 8);
 }
 
-/* The kernel's struct sched_attr, as io/sched_hint.c spells it (its own,
- * private: linux/sched/types.h clashes with glibc's sched.h). */
-struct t_sched_attr {
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime;
-    uint64_t sched_deadline;
-    uint64_t sched_period;
-    uint32_t sched_util_min;
-    uint32_t sched_util_max;
-};
-
 static void *t_slice_thread(void *arg)
 {
     int *out = arg; /* [rc, nice before, nice after, runtime in us] */
     assert_int_equal(setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 3), 0);
     out[1] = getpriority(PRIO_PROCESS, 0);
     out[0] = kvt_io_short_slice();
-    struct t_sched_attr a;
+    struct kvt_sched_attr a;
     memset(&a, 0, sizeof(a));
     if (syscall(SYS_sched_getattr, 0, &a, sizeof(a), 0) == 0) {
         out[2] = a.sched_nice;
