@@ -94,12 +94,17 @@ static inline int key_decode(const MDB_val *v, kvt_key *k)
 }
 
 /* LMDB aligns values to 2 bytes only: copy before reading the uint64 fields. */
-static inline int entry_decode(const MDB_val *v, struct kvt_ssd_entry *e)
+static inline int entry_decode_v(const MDB_val *v, struct kvt_ssd_entry *e, unsigned version)
 {
     if (v->mv_size != sizeof(*e))
         return KVT_ECORRUPT;
     memcpy(e, v->mv_data, sizeof(*e));
-    return e->version == KVT_SSD_ENTRY_VERSION ? 0 : KVT_ECORRUPT;
+    return e->version == version ? 0 : KVT_ECORRUPT;
+}
+
+static inline int entry_decode(const MDB_val *v, struct kvt_ssd_entry *e)
+{
+    return entry_decode_v(v, e, KVT_SSD_ENTRY_VERSION);
 }
 
 /* A transaction's work: 0, or an LMDB or kvtier error that aborts it. */

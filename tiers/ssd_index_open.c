@@ -65,6 +65,7 @@ struct open_scan {
     uint64_t fingerprint;
     bool existed;
     uint64_t kept, dropped, max_gen, upgraded;
+    bool v1;                /* a version 1 index, upgraded as it is scanned */
     char file[PATH_MAX];    /* <dir>/index/data.mdb */
     char why[PATH_MAX + 200];
 };
@@ -83,39 +84,16 @@ __attribute__((format(printf, 2, 3))) static int damage(struct open_scan *s, con
 /* Version 1 entries hold the CRC of the stored bytes alone; version 2 binds
  * it to (key, fingerprint, generation). CRC(header || bytes) is
  * CRC(header) carried over the bytes' length combined with CRC(bytes), so
- * the upgrade rewrites entries without reading a page. The binding then
- * vouches for the key each entry had at upgrade time. */
-static int upgrade_v1(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
+ * the upgrade rewrites an entry in place without reading its page. The
+ * binding then vouches for the key each entry had at upgrade time. */
+static int upgrade_entry(MDB_cursor *cur, MDB_val *k, const kvt_key *key,
+                         struct kvt_ssd_entry *e)
 {
-    MDB_cursor *cur;
-    MDB_val k, v;
-    kvt_key key;
-    struct kvt_ssd_entry e;
-    int rc = mdb_cursor_open(txn, ix->pages, &cur);
-    if (rc)
-        return rc;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (key_decode(&k, &key) != 0 || v.mv_size != sizeof(e)) {
-            rc = damage(s, "has a bad version 1 entry (%zu-byte key, %zu-byte value)", k.mv_size,
-                        v.mv_size);
-            break;
-        }
-        memcpy(&e, v.mv_data, sizeof(e));
-        if (e.version != 1) {
-            rc = damage(s, "is version 1 but holds an entry of version %u", e.version);
-            break;
-        }
-        e.version = KVT_SSD_ENTRY_VERSION;
-        e.crc = kvt_crc32c_combine(kvt_ssd_bind(&key, e.fingerprint, e.generation), e.crc,
-                                   e.stored_len);
-        MDB_val nv = { sizeof(e), &e };
-        if ((rc = mdb_cursor_put(cur, &k, &nv, MDB_CURRENT)) != 0)
-            break;
-        s->upgraded++;
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_NOTFOUND ? 0 : rc;
+    e->version = KVT_SSD_ENTRY_VERSION;
+    e->crc = kvt_crc32c_combine(kvt_ssd_bind(key, e->fingerprint, e->generation), e->crc,
+                                e->stored_len);
+    MDB_val nv = { sizeof(*e), e };
+    return mdb_cursor_put(cur, k, &nv, MDB_CURRENT);
 }
 
 static int check_version(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
@@ -149,11 +127,10 @@ static int check_version(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s
         return damage(s, "holds version 1 entries (written by an older kvtier, checksums not "
                          "bound to keys): open it once with the engine, which upgrades it");
     if (!memcmp(&have, &v1, sizeof(have))) {
+        s->v1 = true;   /* scan_entries upgrades each entry it keeps */
         v.mv_size = sizeof(want);
         v.mv_data = (void *)&want;
-        if ((rc = upgrade_v1(ix, txn, s)) != 0 || (rc = mdb_put(txn, ix->meta, &k, &v, 0)) != 0)
-            return rc;
-        return 0;
+        return mdb_put(txn, ix->meta, &k, &v, 0);
     }
     if (memcmp(&have, &want, sizeof(have)) != 0)
         return damage(s, "is format %u, key layout %u, %u-byte entries v%u (we use %u, %u, %u v%u)",
@@ -162,8 +139,9 @@ static int check_version(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s
     return 0;
 }
 
-/* Checks every entry, deletes those of another fingerprint, finds the
- * largest generation: one pass, in the write txn that commits the deletes. */
+/* Checks every entry, deletes those of another fingerprint, upgrades the
+ * kept ones of a version 1 index, finds the largest generation: one pass,
+ * in the write txn that commits the deletes and the upgrade. */
 static int scan_entries(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
 {
     MDB_cursor *cur;
@@ -175,7 +153,8 @@ static int scan_entries(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
         return rc;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (key_decode(&k, &key) != 0 || entry_decode(&v, &e) != 0) {
+        unsigned version = s->v1 ? 1 : KVT_SSD_ENTRY_VERSION;
+        if (key_decode(&k, &key) != 0 || entry_decode_v(&v, &e, version) != 0) {
             rc = damage(s, "has a bad entry (%zu-byte key, %zu-byte value)", k.mv_size, v.mv_size);
             break;
         }
@@ -185,6 +164,11 @@ static int scan_entries(struct kvt_index *ix, MDB_txn *txn, struct open_scan *s)
                 break;
             s->dropped++;
             continue;
+        }
+        if (s->v1) {
+            if ((rc = upgrade_entry(cur, &k, &key, &e)) != 0)
+                break;
+            s->upgraded++;
         }
         s->kept++;
         if (e.generation > s->max_gen)
@@ -200,6 +184,7 @@ static int open_body(struct kvt_index *ix, MDB_txn *txn, void *arg)
     int rc;
     unsigned create = s->mode == IX_ENGINE ? MDB_CREATE : 0;
     s->kept = s->dropped = s->max_gen = s->upgraded = 0; /* a retry after a remap starts over */
+    s->v1 = false;
     if ((rc = mdb_dbi_open(txn, "meta", create, &ix->meta)) != 0 ||
         (rc = mdb_dbi_open(txn, "pages", create, &ix->pages)) != 0) {
         /* Only a non-engine open gets here without the databases: the
