@@ -451,6 +451,21 @@ static void test_dram_third_copy(void **state)
 /* A sequence finishes and another joins mid-run: the schedule changes, the
  * old pages go (kvt_drop_id), every read stays exact, and the policy keeps
  * prefetching for the new batch. */
+/* Creates layers x pages pages of each of the nids sequences, version 1. */
+static void create_pages(kvt_engine *e, const uint64_t *ids, uint32_t nids, uint32_t layers,
+                         uint32_t pages)
+{
+    for (uint32_t s = 0; s < nids; s++)
+        for (uint32_t l = 0; l < layers; l++)
+            for (uint32_t i = 0; i < pages; i++) {
+                kvt_key k = t_key(ids[s], l, i);
+                void *p;
+                assert_int_equal(kvt_create(e, k, &p), 0);
+                t_fill(p, PB, k, 1);
+                assert_int_equal(kvt_release(e, &k, 1, 1), 0);
+            }
+}
+
 /* steps decode steps of two sequences over layers x pages pages each (made
  * with version 1): advance, acquire the group, check every byte, release. */
 static void decode_steps(kvt_engine *e, const uint64_t ids[2], uint32_t layers, uint32_t pages,
@@ -483,15 +498,7 @@ static void test_schedule_change_mid_run(void **state)
     kvt_engine *e;
     assert_int_equal(kvt_open(&c, &e), 0);
     uint64_t ids[3] = { 11, 12, 13 };
-    for (uint32_t s = 0; s < 3; s++)
-        for (uint32_t l = 0; l < layers; l++)
-            for (uint32_t i = 0; i < pages; i++) {
-                kvt_key k = t_key(ids[s], l, i);
-                void *p;
-                assert_int_equal(kvt_create(e, k, &p), 0);
-                t_fill(p, PB, k, 1);
-                assert_int_equal(kvt_release(e, &k, 1, 1), 0);
-            }
+    create_pages(e, ids, 3, layers, pages);
     uint64_t prefetched[2] = { 0, 0 };
     for (int phase = 0; phase < 2; phase++) {
         kvt_schedule sc = { ids, 2, layers, KVT_ORDER_LAYER_MAJOR, 0, 0 };
@@ -581,15 +588,7 @@ static void test_prefetch_bytes_past_32_bits(void **state)
     kvt_engine *e;
     assert_int_equal(kvt_open(&c, &e), 0);
     uint64_t ids[2] = { 11, 12 };
-    for (uint32_t s = 0; s < 2; s++)
-        for (uint32_t l = 0; l < layers; l++)
-            for (uint32_t i = 0; i < pages; i++) {
-                kvt_key k = t_key(ids[s], l, i);
-                void *p;
-                assert_int_equal(kvt_create(e, k, &p), 0);
-                t_fill(p, PB, k, 1);
-                assert_int_equal(kvt_release(e, &k, 1, 1), 0);
-            }
+    create_pages(e, ids, 2, layers, pages);
     kvt_schedule sc = { ids, 2, layers, KVT_ORDER_LAYER_MAJOR, 0, 0 };
     assert_int_equal(kvt_set_schedule(e, &sc), 0);
     decode_steps(e, ids, layers, pages, 16);
