@@ -1,0 +1,324 @@
+"""What kvtier's engine plug-ins share (kvtier.sglang, kvtier.lmcache, kvtier.vllm).
+
+For plug-in code (none of this is public API):
+
+- read_settings(raw, prefix="", strict=False) -> dict: the kvtier keys of an
+  engine's own config mapping (SETTINGS names them; with prefix, e.g.
+  "kvtier." or "storage_plugin.kvtier.", only keys starting with it are read).
+  Sizes accept ints or "512MiB"/"8GB"-style text; strict=True refuses an
+  unknown key under the prefix (ValueError naming it).
+- model_fingerprint(**parts) -> str: stable text of the model/dtype/layout
+  facts the engine gives; Engine hashes it to 64 bits (another model misses).
+- default_spill_dir(engine, fingerprint, rank=None) -> str:
+  $XDG_CACHE_HOME/kvtier/<engine>/<fp hash>[-r<rank>], else ~/.cache/kvtier/...
+- default_capacities(page_bytes, spill_dir) -> dict(dram_bytes, ssd_bytes):
+  from MemAvailable and the free space of the spill directory's file system.
+- chunk_layout(chunk_bytes, page_bytes=None) -> (page_bytes, n_pages): how a
+  chunk of the engine's size is cut into kvtier pages (the last may be padded).
+- page_keys(name, n_pages) -> [Key]: the kvtier keys of one chunk's pages.
+- open_engine(settings, page_bytes, fingerprint, engine, rank=None)
+  -> (Engine, dict): an Engine on the host back-end with defaults filled in
+  (the dict is the configuration used, for logs and get_stats()).
+- ChunkIO(engine, chunk_bytes): put / get / exists of whole chunks given as
+  host addresses (the engine's own memory: kvt_put and kvt_get read and write
+  it in place); a padded last page goes through a bounce page.
+"""
+
+import ctypes
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from ._lib import KVT_ALL_LAYERS, KvtBusy, KvtFull, check
+from .engine import Engine, Key, _key_array
+
+# key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
+SETTINGS = {
+    "spill_dir": ("str", "directory of the SSD tier (made if missing)"),
+    "dram_bytes": ("bytes", "capacity of kvtier's DRAM tier"),
+    "ssd_bytes": ("bytes", "capacity of the SSD tier (0: no SSD tier)"),
+    "page_bytes": ("bytes", "kvtier page size (a multiple of 4096; default: the chunk's size)"),
+    "codec": ("str", "none | zstd | zstd_shuffle16 (pages on SSD)"),
+    "persist": ("bool", "keep pages across restarts (fsync'd on flush and close)"),
+    "io_backend": ("str", "auto | uring | psync"),
+    "queue_depth": ("int", "SSD requests in flight"),
+    "policy": ("str", "lru (default for a prefix cache) | decode"),
+}
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40,
+          "tb": 1000**4, "tib": 1 << 40}
+
+# The largest kvtier page a chunk is stored in by default: bigger chunks span
+# several pages, so one page never needs more than this much DRAM at once.
+MAX_DEFAULT_PAGE = 64 << 20
+
+
+def parse_bytes(value, what):
+    """An int of bytes from an int or text like '512MiB', '8GB', '4096'."""
+    if isinstance(value, bool):
+        raise ValueError(f"kvtier setting {what}: {value!r} is not a size")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"kvtier setting {what}: {value} is negative")
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise ValueError(f"kvtier setting {what}: {value!r} is not a size "
+                     "(an int of bytes, or e.g. '512MiB', '8GB')")
+
+
+def _parse_bool(value, what):
+    if isinstance(value, bool) or value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0",
+                                                            "false", "no", "off"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise ValueError(f"kvtier setting {what}: {value!r} is not a boolean (true/false, 1/0)")
+
+
+def read_settings(raw, prefix="", strict=False):
+    """The kvtier settings found in raw (a mapping or None), converted and
+    checked; keys not given are absent from the result."""
+    out = {}
+    for full, value in (raw or {}).items():
+        if not isinstance(full, str) or not full.startswith(prefix):
+            continue
+        name = full[len(prefix):]
+        if name not in SETTINGS:
+            if strict:
+                raise ValueError(f"unknown kvtier setting {full!r}; known: "
+                                 + ", ".join(prefix + k for k in SETTINGS))
+            continue
+        if value is None:
+            continue
+        kind = SETTINGS[name][0]
+        what = full
+        if kind == "bytes":
+            out[name] = parse_bytes(value, what)
+        elif kind == "bool":
+            out[name] = _parse_bool(value, what)
+        elif kind == "int":
+            if isinstance(value, bool) or not isinstance(value, (int, str)) or \
+                    not str(value).strip().isdigit():
+                raise ValueError(f"kvtier setting {what}: {value!r} is not a whole number")
+            out[name] = int(value)
+        else:
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"kvtier setting {what}: {value!r} is not a non-empty string")
+            out[name] = value
+    return out
+
+
+def model_fingerprint(**parts):
+    """'k1=v1;k2=v2' over the sorted parts: the identity of what a chunk's
+    bytes mean (model, dtype, layout, shard). Stable across processes."""
+    return ";".join(f"{k}={parts[k]}" for k in sorted(parts))
+
+
+def _short_hash(text):
+    return hashlib.blake2b(text.encode(), digest_size=6, person=b"kvtier-dir").hexdigest()
+
+
+def cache_root():
+    """$XDG_CACHE_HOME/kvtier, else ~/.cache/kvtier."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "kvtier"
+
+
+def default_spill_dir(engine, fingerprint, rank=None):
+    """One directory per engine, model identity and rank: two models never
+    share one (kvtier drops another fingerprint's pages when it opens a
+    directory with persist), and two ranks never open the same one."""
+    name = _short_hash(fingerprint) + ("" if rank is None else f"-r{rank}")
+    return str(cache_root() / engine / name)
+
+
+def _mem_available():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _free_disk(path):
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    st = os.statvfs(p)
+    return st.f_bavail * st.f_frsize
+
+
+def default_capacities(page_bytes, spill_dir):
+    """DRAM: an eighth of the available memory, at most 8 GiB, at least 4
+    pages (kvtier puts in batches of half its DRAM). SSD: a quarter of the free
+    space where spill_dir lives (segment files are allocated as they fill, so
+    an idle cache takes none of it), at least 16 pages."""
+    dram = min(_mem_available() // 8, 8 << 30)
+    dram = max(dram // page_bytes, 4) * page_bytes
+    ssd = max(_free_disk(spill_dir) // 4 // page_bytes, 16) * page_bytes
+    return {"dram_bytes": dram, "ssd_bytes": ssd}
+
+
+def chunk_layout(chunk_bytes, page_bytes=None):
+    """(page_bytes, n_pages) for chunks of chunk_bytes. Default: one page per
+    chunk (rounded up to 4 KiB) up to MAX_DEFAULT_PAGE, else the fewest equal
+    pages of at most that size. n_pages * page_bytes >= chunk_bytes; only the
+    last page of a chunk holds padding, and only when chunk_bytes is not a
+    multiple of the page."""
+    if chunk_bytes <= 0:
+        raise ValueError(f"chunk of {chunk_bytes} bytes")
+    if page_bytes is None:
+        n = -(-chunk_bytes // MAX_DEFAULT_PAGE)
+        page_bytes = (-(-chunk_bytes // n) + 4095) // 4096 * 4096
+    elif page_bytes <= 0 or page_bytes % 4096:
+        raise ValueError(f"kvtier setting page_bytes: {page_bytes} is not a positive "
+                         "multiple of 4096")
+    return page_bytes, -(-chunk_bytes // page_bytes)
+
+
+def page_keys(name, n_pages):
+    """The kvtier keys of the n_pages pages of the chunk called name (str or
+    bytes: the engine's key plus whatever makes it unique to this shard).
+    id and index carry 96 bits of blake2b(name), layer the page number; the
+    collision stance is kvtier.storage.key_hash's (about n**2 / 2**97)."""
+    if isinstance(name, str):
+        name = name.encode()
+    if n_pages >= KVT_ALL_LAYERS:
+        raise ValueError(f"a chunk of {n_pages} pages")
+    d = hashlib.blake2b(name, digest_size=12, person=b"kvtier-chunk").digest()
+    i, x = int.from_bytes(d[:8], "little"), int.from_bytes(d[8:], "little")
+    return [Key(i, p, x) for p in range(n_pages)]
+
+
+def open_engine(settings, page_bytes, fingerprint, engine, rank=None):
+    """Opens kvtier for a plug-in: settings from read_settings() (page_bytes
+    there is ignored: the plug-in has decided it), defaults for what is
+    missing. Returns (Engine, config used). Owned by the caller (close())."""
+    spill = settings.get("spill_dir") or default_spill_dir(engine, fingerprint, rank)
+    spill = os.path.abspath(os.path.expanduser(spill))
+    # kvtier makes the directory itself but not its parents.
+    os.makedirs(os.path.dirname(spill), mode=0o700, exist_ok=True)
+    cfg = dict(page_bytes=page_bytes, hbm_bytes=page_bytes, device="host",
+               ssd_dir=spill, fingerprint=fingerprint,
+               policy=settings.get("policy", "lru"), codec=settings.get("codec", "none"),
+               persist=settings.get("persist", False))
+    cfg.update(default_capacities(page_bytes, spill))
+    for k in ("dram_bytes", "ssd_bytes", "io_backend", "queue_depth"):
+        if k in settings:
+            cfg[k] = settings[k]
+    return Engine(**cfg), cfg
+
+
+class ChunkIO:
+    """Whole chunks of chunk_bytes in the pages of an Engine (borrowed).
+
+    Chunks are named (page_keys) and given as host addresses that stay valid
+    and unchanged during the call. The full pages of a chunk are read and
+    written by kvtier in place (kvt_put copies them into its DRAM tier,
+    kvt_get copies into them: one copy each way, the disk side is DMA). A
+    last page that the chunk only partly fills is staged in a bounce page (a
+    second copy of that page's bytes). Not thread-safe: one caller at a time
+    (the bounce pages are shared)."""
+
+    def __init__(self, engine, chunk_bytes):
+        self.engine = engine
+        self.chunk_bytes = chunk_bytes
+        self.page_bytes = engine.page_bytes
+        self.n_pages = -(-chunk_bytes // self.page_bytes)
+        self.tail = chunk_bytes - (self.n_pages - 1) * self.page_bytes
+        self.padded = self.tail != self.page_bytes
+        dram_pages = engine.stats().capacity_pages[1]
+        # kvt_put commits in batches of half the DRAM tier, each all or
+        # nothing: parts of at most that many pages say which chunks failed.
+        self.part = max(1, (dram_pages - 1) // 2 // self.n_pages)
+        self._bounce = []
+
+    def keys(self, names):
+        """Every page key of the chunks, chunk by chunk."""
+        return [k for n in names for k in page_keys(n, self.n_pages)]
+
+    def _bounces(self, n):
+        while len(self._bounce) < n:
+            self._bounce.append(ctypes.create_string_buffer(self.page_bytes))
+        return self._bounce[:n]
+
+    def _page_addrs(self, addrs):
+        """Per-page addresses; the padded last pages point at bounce pages,
+        returned as [(bounce, chunk address of the tail), ...]."""
+        out, staged = [], []
+        bounces = iter(self._bounces(len(addrs) if self.padded else 0))
+        for a in addrs:
+            out.extend(a + p * self.page_bytes for p in range(self.n_pages - 1))
+            if self.padded:
+                b = next(bounces)
+                staged.append((b, a + (self.n_pages - 1) * self.page_bytes))
+                out.append(ctypes.addressof(b))
+            else:
+                out.append(a + (self.n_pages - 1) * self.page_bytes)
+        return out, staged
+
+    def exists(self, names):
+        """[bool] per chunk: every page of it is held."""
+        if not names:
+            return []
+        where = self.engine.exists(self.keys(names)).where
+        n = self.n_pages
+        return [all(w >= 0 for w in where[i * n:(i + 1) * n]) for i in range(len(names))]
+
+    def put(self, names, addrs, skip_existing=True):
+        """Stores the chunks; [bool] per chunk (held after the call). Chunks
+        already held are skipped when skip_existing (content-named keys hold
+        the same bytes). A full or busy store fails the part it hit and every
+        later one; earlier parts stay stored."""
+        names, addrs = list(names), list(addrs)
+        ok = self.exists(names) if skip_existing else [False] * len(names)
+        todo = [i for i, held in enumerate(ok) if not held]
+        for s in range(0, len(todo), self.part):
+            part = todo[s:s + self.part]
+            ptrs, staged = self._page_addrs([addrs[i] for i in part])
+            for b, src in staged:
+                ctypes.memmove(b, src, self.tail)
+                ctypes.memset(ctypes.addressof(b) + self.tail, 0, self.page_bytes - self.tail)
+            keys = _key_array(self.keys([names[i] for i in part]))
+            arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
+            try:
+                check(self.engine._L.kvt_put(self.engine._handle(), keys, len(keys), arr, 0),
+                      "kvt_put")
+            except (KvtFull, KvtBusy):
+                break
+            for i in part:
+                ok[i] = True
+        return ok
+
+    def get(self, names, addrs):
+        """Copies the chunks held into addrs; [bool] per chunk. A chunk with
+        a page missing or damaged is False (its memory may have been partly
+        written)."""
+        names, addrs = list(names), list(addrs)
+        if not names:
+            return []
+        ok = []
+        for s in range(0, len(names), self.part):
+            pn, pa = names[s:s + self.part], addrs[s:s + self.part]
+            ptrs, staged = self._page_addrs(pa)
+            keys = _key_array(self.keys(pn))
+            arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
+            found = (ctypes.c_int * len(ptrs))()
+            check(self.engine._L.kvt_get(self.engine._handle(), keys, len(keys), arr, 0, found),
+                  "kvt_get")
+            n = self.n_pages
+            got = [all(found[i * n:(i + 1) * n]) for i in range(len(pn))]
+            for i, (b, dst) in enumerate(staged):
+                if got[i]:
+                    ctypes.memmove(dst, b, self.tail)
+            ok.extend(got)
+        return ok
