@@ -414,6 +414,8 @@ static int builder_end(struct builder *b, int r)
 
 static int parse_chunk(struct builder *b, struct parser *ps, const char *line, size_t len)
 {
+    if (!line)
+        line = "";  /* an empty first line: read_line had nothing to allocate (NULL + 0 is UB) */
     ps->p = line;
     ps->end = line + len;
     if (memchr(line, '\0', len))
