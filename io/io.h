@@ -106,13 +106,37 @@ struct kvt_io_fault {
  * it and keeps it until the context that uses it is closed; one context at a
  * time per plan, so two engines in one process fail independently. The
  * back-end counts the requests it sees in it, so the counts stay readable
- * after close. Holds no resources: nothing to free. Fields are the
+ * after close. Holds no resources unless power loss is armed (then
+ * kvt_io_faulty_powerloss(plan, NULL) or _apply frees them). Fields are the
  * back-end's: use the calls below. */
+struct kvt_io_pl_write;
+struct kvt_io_pl_file;
 struct kvt_io_faulty {
     const struct kvt_io_ops *inner; /* the wrapped back-end */
     pthread_mutex_t mu;             /* guards what follows (the owner's thread and the caller's) */
     struct kvt_io_fault fault;
     uint64_t reads, writes, submits;
+    /* Power loss (kvt_io_faulty_powerloss below): the plan, whether the
+     * power is gone, what was counted towards the cut, and the writes no
+     * completed sync covers yet (newest first). */
+    struct kvt_io_powerloss {
+        enum kvt_io_cut_at {
+            KVT_IOCUT_NONE = 0,     /* not armed: no journal, nothing counted */
+            KVT_IOCUT_ON_DEMAND,    /* armed; the power goes at kvt_io_faulty_cut() only */
+            KVT_IOCUT_WRITE,        /* the n-th write reaches the file, then the power goes */
+            KVT_IOCUT_SYNC,         /* the power goes during the n-th sync: it never completes */
+        } at;
+        uint64_t nth;
+        unsigned tear;              /* 0: an unsynced write is lost whole; 512 or 4096: it keeps
+                                       a prefix of whole units, none to all (from seed) */
+        uint64_t seed;
+        bool index_kept;            /* the index file keeps its unsynced commits (else it goes
+                                       back to its image at its last completed sync) */
+    } pl;
+    bool dead;                      /* the power is gone: every request and sync fails (-EIO) */
+    uint64_t pl_writes, pl_syncs;
+    struct kvt_io_pl_write *journal;
+    struct kvt_io_pl_file *files;
 };
 /* A plan that wraps inner (NULL = psync) and injects f (NULL = nothing). */
 void kvt_io_faulty_init(struct kvt_io_faulty *plan, const struct kvt_io_ops *inner,
@@ -123,6 +147,50 @@ void kvt_io_faulty_set(struct kvt_io_faulty *plan, const struct kvt_io_fault *f)
 /* Requests of op seen since init or set: reads (KVT_IOF_READ and
  * KVT_IOF_SHORT_READ), writes, submit() calls, reads and writes (NONE). */
 uint64_t kvt_io_faulty_count(struct kvt_io_faulty *plan, enum kvt_io_fault_op op);
+
+/* Power loss. A plan armed with kvt_io_faulty_powerloss() keeps, for every
+ * write that passes through it, the bytes it overwrote, until a completed
+ * sync of that file covers it (a sync covers the writes reaped before it
+ * began). When the power goes (at the n-th write or sync, or at
+ * kvt_io_faulty_cut()), every later request and sync fails with -EIO, as on
+ * a machine that is off; after the engine is closed,
+ * kvt_io_faulty_powerloss_apply() makes the files what the disk would hold
+ * at the next boot: each uncovered write is undone (newest first), whole or
+ * after a prefix of tear-sized units, and the index file goes back to its
+ * image at its last completed sync (unless index_kept). The index (LMDB,
+ * which syncs by itself) reports its syncs with the kvt_io_faulty_index_*
+ * calls. Not modelled: files created or renamed since the last directory
+ * sync (kvtier syncs the directory after each), reordering inside LMDB's own
+ * commit (its documented guarantee: tiers/ssd_index.c). */
+
+/* Arms power loss (pl NULL: disarms, dropping the journal without undoing
+ * anything), counting writes and syncs from zero. Not while an engine uses
+ * the plan's files: between engines. */
+void kvt_io_faulty_powerloss(struct kvt_io_faulty *plan, const struct kvt_io_powerloss *pl);
+/* The power goes now (an armed plan; any thread). */
+void kvt_io_faulty_cut(struct kvt_io_faulty *plan);
+/* Whether the power is gone. */
+bool kvt_io_faulty_dead(struct kvt_io_faulty *plan);
+/* fdatasync(fd) through the plan (plan NULL: fdatasync itself): 0 or -errno;
+ * -EIO once the power is gone, or when this is the sync it goes in. */
+int kvt_io_faulty_sync(struct kvt_io_faulty *plan, int fd);
+/* The index file, open as fd (LMDB's): its image now is durable. 0, -ENOMEM
+ * or -errno. */
+int kvt_io_faulty_index_track(struct kvt_io_faulty *plan, int fd);
+/* Before an index commit: -EIO when the power is gone (the commit must not
+ * happen); syncs: the commit syncs the file, which counts as a sync (the
+ * power may go in it). */
+int kvt_io_faulty_index_begin(struct kvt_io_faulty *plan, bool syncs);
+/* The index file's image now is what survives a power loss. */
+void kvt_io_faulty_index_durable(struct kvt_io_faulty *plan);
+struct kvt_io_powerloss_result {
+    uint64_t lost, torn, kept;      /* uncovered writes undone whole, cut to a prefix, left whole */
+    bool index_rolled_back;         /* the index file went back to its last synced image */
+};
+/* After every engine using the plan is closed: the disk as the next boot
+ * finds it (above); then disarms. 0 or -errno (the first failure to write a
+ * file back; the rest are still tried). out may be NULL. */
+int kvt_io_faulty_powerloss_apply(struct kvt_io_faulty *plan, struct kvt_io_powerloss_result *out);
 
 /* Grows *v (an array of request pointers, *cap entries) to hold need
  * entries, doubling from 16. 0 or -ENOMEM (nothing changed). Shared by the

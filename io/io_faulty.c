@@ -18,11 +18,24 @@
  * The fault and the counts live in the caller's plan (struct kvt_io_faulty,
  * given at open), one per context: engines in one process each have their
  * own, and a test may re-arm a live context with kvt_io_faulty_set().
+ *
+ * Power loss (io.h): a write is journalled with the bytes it overwrites,
+ * read just before it is handed to the inner back-end (the mover owns the
+ * slot it writes, so nothing else changes them in between); a completed
+ * sync of its file drops it. The journal holds only what no sync covers:
+ * with persist, one group commit's writes. Undoing newest first restores
+ * the oldest bytes where writes overlap whole; kvtier never rewrites a slot
+ * before a sync covers its last write (copy-on-write, ssd_store.h), so
+ * uncovered writes do not overlap.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/io.h"
 
@@ -45,6 +58,28 @@ struct faulty {
 };
 
 enum verdict { PASS, FAIL, SHORT };
+
+/* A file the journal wrote to: our own descriptor of it (a dup, so it
+ * outlives the engine's), and for the index its durable image. */
+struct kvt_io_pl_file {
+    struct kvt_io_pl_file *next;
+    dev_t dev;
+    ino_t ino;
+    int fd;
+    bool index;
+    void *image;                /* index: the bytes at its last completed sync */
+    size_t image_len;
+};
+
+/* A write no completed sync covers yet. */
+struct kvt_io_pl_write {
+    struct kvt_io_pl_write *next;
+    struct kvt_io_pl_file *file;
+    const struct kvt_io_req *req; /* while in flight; NULL once reaped */
+    uint64_t off, seq;
+    size_t len;
+    void *old;                  /* the bytes it overwrote */
+};
 
 void kvt_io_faulty_init(struct kvt_io_faulty *plan, const struct kvt_io_ops *inner,
                         const struct kvt_io_fault *f)
@@ -183,16 +218,38 @@ static int faulty_route(struct kvt_io_req *const *reqs, const enum verdict *v, s
 /* Judges each request by its running count; counts stay untouched until the
  * call succeeds, so a refused submit is not counted as I/O seen. The plan is
  * read under its lock; only this context's owner moves its counts. */
+struct judged {
+    uint64_t nr, nw, npl;       /* the plan's counts once the call succeeds */
+    bool cut;                   /* the power goes after the writes of this call that pass */
+    int err;
+};
+
+/* Once the power is gone every request fails; an armed cut at the n-th
+ * write lets that write pass (it reaches the file, unsynced) and fails the
+ * rest of the call. */
+static enum verdict pl_judge(const struct kvt_io_faulty *plan, const struct kvt_io_req *r,
+                             struct judged *j, enum verdict v)
+{
+    if (plan->dead || j->cut)
+        return FAIL;
+    if (!r->write || plan->pl.at == KVT_IOCUT_NONE || v != PASS)
+        return v;
+    j->npl++;
+    if (plan->pl.at == KVT_IOCUT_WRITE && j->npl == plan->pl.nth)
+        j->cut = true;
+    return PASS;
+}
+
 static size_t faulty_judge_all(struct kvt_io_faulty *plan, struct kvt_io_req *const *reqs,
-                               size_t n, enum verdict *v, uint64_t *nr, uint64_t *nw, int *err)
+                               size_t n, enum verdict *v, struct judged *j)
 {
     size_t nfail = 0;
     pthread_mutex_lock(&plan->mu);
-    *nr = plan->reads;
-    *nw = plan->writes;
-    *err = fault_err(&plan->fault);
+    *j = (struct judged){ plan->reads, plan->writes, plan->pl_writes, false,
+                          plan->dead ? -EIO : fault_err(&plan->fault) };
     for (size_t i = 0; i < n; i++) {
-        v[i] = fault_judge(&plan->fault, reqs[i], reqs[i]->write ? ++*nw : ++*nr);
+        v[i] = fault_judge(&plan->fault, reqs[i], reqs[i]->write ? ++j->nw : ++j->nr);
+        v[i] = pl_judge(plan, reqs[i], j, v[i]);
         nfail += v[i] == FAIL;
     }
     pthread_mutex_unlock(&plan->mu);
@@ -209,6 +266,125 @@ static int faulty_submit_hit(struct kvt_io_faulty *plan)
     return r;
 }
 
+/* ------------------------------------------------------------- power loss */
+
+static struct kvt_io_pl_file *pl_file_find(struct kvt_io_faulty *plan, dev_t dev, ino_t ino)
+{
+    for (struct kvt_io_pl_file *f = plan->files; f; f = f->next)
+        if (f->dev == dev && f->ino == ino)
+            return f;
+    return NULL;
+}
+
+/* The plan's record of the file open as fd, made (with a dup of fd) if new.
+ * Under plan->mu. */
+static struct kvt_io_pl_file *pl_file_of(struct kvt_io_faulty *plan, int fd, int *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        *err = -errno;
+        return NULL;
+    }
+    struct kvt_io_pl_file *f = pl_file_find(plan, st.st_dev, st.st_ino);
+    if (f)
+        return f;
+    if (!(f = calloc(1, sizeof(*f)))) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    if ((f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+        *err = -errno;
+        free(f);
+        return NULL;
+    }
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    f->next = plan->files;
+    plan->files = f;
+    return f;
+}
+
+static void pl_write_free(struct kvt_io_pl_write *w)
+{
+    free(w->old);
+    free(w);
+}
+
+/* Journals the writes of a call that pass (v[i] == PASS), each with the
+ * bytes it will overwrite, read now (unlocked: the mover owns those slots).
+ * Links them into the plan only when every one was read: -errno otherwise,
+ * nothing journalled and the call refused. */
+static int pl_journal(struct kvt_io_faulty *plan, struct kvt_io_req *const *reqs,
+                      const enum verdict *v, size_t n)
+{
+    struct kvt_io_pl_write *made = NULL;
+    int err = 0;
+    for (size_t i = 0; i < n && !err; i++) {
+        const struct kvt_io_req *r = reqs[i];
+        if (!r->write || v[i] != PASS)
+            continue;
+        struct kvt_io_pl_write *w = calloc(1, sizeof(*w));
+        void *old = w ? aligned_alloc(4096, r->len ? r->len : 4096) : NULL;
+        if (!w || !old) {
+            free(w);
+            free(old);
+            err = -ENOMEM;
+            break;
+        }
+        *w = (struct kvt_io_pl_write){ .req = r, .off = r->off, .len = r->len, .old = old };
+        ssize_t got = pread(r->fd, old, r->len, (off_t)r->off);
+        if (got < 0) {
+            err = -errno;
+            pl_write_free(w);
+            break;
+        }
+        memset((char *)old + got, 0, r->len - (size_t)got); /* past the end: zeros */
+        pthread_mutex_lock(&plan->mu);
+        w->file = pl_file_of(plan, r->fd, &err);
+        pthread_mutex_unlock(&plan->mu);
+        if (!w->file) {
+            pl_write_free(w);
+            break;
+        }
+        w->next = made;
+        made = w;
+    }
+    if (err) {
+        while (made) {
+            struct kvt_io_pl_write *w = made;
+            made = w->next;
+            pl_write_free(w);
+        }
+        return err;
+    }
+    pthread_mutex_lock(&plan->mu);
+    while (made) { /* made is newest last: the journal stays newest first */
+        struct kvt_io_pl_write *w = made;
+        made = w->next;
+        w->seq = plan->pl_writes++; /* recounted by the caller's commit of counts */
+        w->next = plan->journal;
+        plan->journal = w;
+    }
+    pthread_mutex_unlock(&plan->mu);
+    return 0;
+}
+
+/* A reaped write is complete: the next sync of its file covers it. */
+static void pl_reaped(struct kvt_io_faulty *plan, struct kvt_io_req *const *done, size_t n)
+{
+    pthread_mutex_lock(&plan->mu);
+    for (size_t i = 0; i < n; i++) {
+        if (!done[i]->write)
+            continue;
+        for (struct kvt_io_pl_write *w = plan->journal; w; w = w->next)
+            if (w->req == done[i]) {
+                w->req = NULL;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&plan->mu);
+}
+
 static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
 {
     struct faulty *f = priv;
@@ -219,28 +395,31 @@ static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
         return 0;
     if (!reqs)
         return -EINVAL;
-    uint64_t nr, nw;
+    struct judged j;
     size_t npass;
     struct shadow *made;
-    int err;
     rc = -ENOMEM;
     enum verdict *v = malloc(n * sizeof(*v));
     struct kvt_io_req **pass = malloc(n * sizeof(*pass));
     if (!v || !pass)
         goto out_free;
-    rc = faulty_reserve(f, faulty_judge_all(f->plan, reqs, n, v, &nr, &nw, &err));
+    rc = faulty_reserve(f, faulty_judge_all(f->plan, reqs, n, v, &j));
     if (!rc)
-        rc = faulty_route(reqs, v, n, err, pass, &npass, &made);
+        rc = faulty_route(reqs, v, n, j.err, pass, &npass, &made);
     if (rc)
         goto out_free;
+    if (f->plan->pl.at != KVT_IOCUT_NONE && (rc = pl_journal(f->plan, reqs, v, n)) != 0) {
+        shadows_free(made);
+        goto out_free;
+    }
     rc = f->inner->submit(f->ipriv, pass, npass);
     if (rc) {
-        shadows_free(made);
+        shadows_free(made); /* journalled writes that never ran undo to what they read */
         goto out_free;
     }
     for (size_t i = 0; i < n; i++) {
         if (v[i] == FAIL) {
-            reqs[i]->res = err;
+            reqs[i]->res = j.err;
             f->failed[f->nfailed++] = reqs[i];
         }
     }
@@ -251,8 +430,11 @@ static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
         f->shadows = s;
     }
     pthread_mutex_lock(&f->plan->mu);
-    f->plan->reads = nr;
-    f->plan->writes = nw;
+    f->plan->reads = j.nr;
+    f->plan->writes = j.nw;
+    f->plan->pl_writes = j.npl;
+    if (j.cut)
+        f->plan->dead = true;
     pthread_mutex_unlock(&f->plan->mu);
 out_free:
     free(pass);
@@ -296,6 +478,8 @@ static int faulty_reap(void *priv, struct kvt_io_req **done, size_t max, size_t 
         return k ? (int)k : rc; /* the failed ones are already taken: report them */
     for (size_t i = k; i < k + (size_t)rc; i++)
         done[i] = f->shadows ? faulty_unshadow(f, done[i]) : done[i];
+    if (f->plan->journal)
+        pl_reaped(f->plan, done + k, (size_t)rc);
     return (int)(k + (size_t)rc);
 }
 
@@ -321,3 +505,236 @@ const struct kvt_io_ops kvt_io_faulty_ops = {
     .inflight = faulty_inflight,
     .describe = faulty_describe,
 };
+
+/* ------------------------------------------------------------- power loss: the calls */
+
+static void pl_drop_all(struct kvt_io_faulty *plan)
+{
+    while (plan->journal) {
+        struct kvt_io_pl_write *w = plan->journal;
+        plan->journal = w->next;
+        pl_write_free(w);
+    }
+    while (plan->files) {
+        struct kvt_io_pl_file *f = plan->files;
+        plan->files = f->next;
+        close(f->fd);
+        free(f->image);
+        free(f);
+    }
+}
+
+void kvt_io_faulty_powerloss(struct kvt_io_faulty *plan, const struct kvt_io_powerloss *pl)
+{
+    pthread_mutex_lock(&plan->mu);
+    pl_drop_all(plan);
+    plan->pl = pl ? *pl : (struct kvt_io_powerloss){ 0 };
+    if (pl && plan->pl.at == KVT_IOCUT_NONE)
+        plan->pl.at = KVT_IOCUT_ON_DEMAND;
+    plan->dead = false;
+    plan->pl_writes = plan->pl_syncs = 0;
+    pthread_mutex_unlock(&plan->mu);
+}
+
+void kvt_io_faulty_cut(struct kvt_io_faulty *plan)
+{
+    pthread_mutex_lock(&plan->mu);
+    if (plan->pl.at != KVT_IOCUT_NONE)
+        plan->dead = true;
+    pthread_mutex_unlock(&plan->mu);
+}
+
+bool kvt_io_faulty_dead(struct kvt_io_faulty *plan)
+{
+    pthread_mutex_lock(&plan->mu);
+    bool d = plan->dead;
+    pthread_mutex_unlock(&plan->mu);
+    return d;
+}
+
+/* Counts a sync: -EIO when the power is gone or goes in this one. Under
+ * plan->mu. */
+static int pl_sync_hit(struct kvt_io_faulty *plan)
+{
+    if (plan->dead)
+        return -EIO;
+    if (plan->pl.at == KVT_IOCUT_NONE)
+        return 0;
+    if (++plan->pl_syncs == plan->pl.nth && plan->pl.at == KVT_IOCUT_SYNC) {
+        plan->dead = true;
+        return -EIO;
+    }
+    return 0;
+}
+
+int kvt_io_faulty_sync(struct kvt_io_faulty *plan, int fd)
+{
+    if (!plan)
+        return fdatasync(fd) == 0 ? 0 : -errno;
+    pthread_mutex_lock(&plan->mu);
+    int r = pl_sync_hit(plan);
+    pthread_mutex_unlock(&plan->mu);
+    if (r)
+        return r;
+    if (fdatasync(fd) != 0)
+        return -errno;
+    struct stat st;
+    if (plan->pl.at == KVT_IOCUT_NONE || fstat(fd, &st) != 0)
+        return 0;
+    /* Covered: the writes of this file reaped before the sync began (a
+     * write reaped during it stays journalled, which only undoes more). */
+    pthread_mutex_lock(&plan->mu);
+    for (struct kvt_io_pl_write **pp = &plan->journal; *pp;) {
+        struct kvt_io_pl_write *w = *pp;
+        if (!w->req && w->file->dev == st.st_dev && w->file->ino == st.st_ino) {
+            *pp = w->next;
+            pl_write_free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+    pthread_mutex_unlock(&plan->mu);
+    return 0;
+}
+
+/* The whole of the file open as fd, in a new buffer. */
+static int pl_read_all(int fd, void **buf, size_t *len)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    size_t n = (size_t)st.st_size;
+    char *b = malloc(n ? n : 1);
+    if (!b)
+        return -ENOMEM;
+    for (size_t at = 0; at < n;) {
+        ssize_t got = pread(fd, b + at, n - at, (off_t)at);
+        if (got <= 0) {
+            int e = got < 0 ? -errno : -EIO;
+            free(b);
+            return e;
+        }
+        at += (size_t)got;
+    }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+static struct kvt_io_pl_file *pl_index(struct kvt_io_faulty *plan)
+{
+    for (struct kvt_io_pl_file *f = plan->files; f; f = f->next)
+        if (f->index)
+            return f;
+    return NULL;
+}
+
+static void pl_index_snapshot(struct kvt_io_pl_file *f)
+{
+    void *b = NULL;
+    size_t n = 0;
+    if (pl_read_all(f->fd, &b, &n) != 0)
+        return; /* the previous image stays: a cut rolls back further, never less */
+    free(f->image);
+    f->image = b;
+    f->image_len = n;
+}
+
+int kvt_io_faulty_index_track(struct kvt_io_faulty *plan, int fd)
+{
+    int err = 0;
+    pthread_mutex_lock(&plan->mu);
+    struct kvt_io_pl_file *f = plan->pl.at == KVT_IOCUT_NONE ? NULL : pl_file_of(plan, fd, &err);
+    if (f) {
+        f->index = true;
+        pl_index_snapshot(f);
+    }
+    pthread_mutex_unlock(&plan->mu);
+    return err;
+}
+
+int kvt_io_faulty_index_begin(struct kvt_io_faulty *plan, bool syncs)
+{
+    pthread_mutex_lock(&plan->mu);
+    int r = plan->dead ? -EIO : syncs ? pl_sync_hit(plan) : 0;
+    pthread_mutex_unlock(&plan->mu);
+    return r;
+}
+
+void kvt_io_faulty_index_durable(struct kvt_io_faulty *plan)
+{
+    pthread_mutex_lock(&plan->mu);
+    struct kvt_io_pl_file *f = plan->dead ? NULL : pl_index(plan);
+    if (f)
+        pl_index_snapshot(f);
+    pthread_mutex_unlock(&plan->mu);
+}
+
+/* How many bytes of an uncovered write survive: a prefix of whole tear
+ * units, none to all, chosen from the seed and the write's number. */
+static size_t pl_kept(const struct kvt_io_powerloss *pl, const struct kvt_io_pl_write *w)
+{
+    if (!pl->tear)
+        return 0;
+    uint64_t x = pl->seed ^ (w->seq + 1) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    size_t units = w->len / pl->tear;
+    return (size_t)(x % (units + 1)) * pl->tear;
+}
+
+static int pl_pwrite_all(int fd, const void *b, size_t n, uint64_t off)
+{
+    for (size_t at = 0; at < n;) {
+        ssize_t put = pwrite(fd, (const char *)b + at, n - at, (off_t)(off + at));
+        if (put <= 0)
+            return put < 0 ? -errno : -EIO;
+        at += (size_t)put;
+    }
+    return 0;
+}
+
+/* Tears need unaligned writes: our descriptors drop O_DIRECT (the engine's
+ * are closed by now, so no one else shares the flag). */
+static void pl_buffered(struct kvt_io_faulty *plan)
+{
+    for (struct kvt_io_pl_file *f = plan->files; f; f = f->next) {
+        int fl = fcntl(f->fd, F_GETFL);
+        if (fl >= 0 && (fl & O_DIRECT))
+            (void)fcntl(f->fd, F_SETFL, fl & ~O_DIRECT);
+    }
+}
+
+int kvt_io_faulty_powerloss_apply(struct kvt_io_faulty *plan, struct kvt_io_powerloss_result *out)
+{
+    struct kvt_io_powerloss_result res = { 0 };
+    int err = 0, r;
+    pthread_mutex_lock(&plan->mu);
+    pl_buffered(plan);
+    for (struct kvt_io_pl_write *w = plan->journal; w; w = w->next) { /* newest first */
+        size_t keep = pl_kept(&plan->pl, w);
+        res.lost += keep == 0;
+        res.torn += keep && keep < w->len;
+        res.kept += keep == w->len;
+        if (keep < w->len &&
+            (r = pl_pwrite_all(w->file->fd, (char *)w->old + keep, w->len - keep, w->off + keep)) &&
+            !err)
+            err = r;
+    }
+    struct kvt_io_pl_file *ix = pl_index(plan);
+    if (ix && ix->image && !plan->pl.index_kept) {
+        res.index_rolled_back = true;
+        if (ftruncate(ix->fd, (off_t)ix->image_len) != 0 && !err)
+            err = -errno;
+        if ((r = pl_pwrite_all(ix->fd, ix->image, ix->image_len, 0)) && !err)
+            err = r;
+    }
+    pl_drop_all(plan);
+    plan->pl = (struct kvt_io_powerloss){ 0 };
+    plan->dead = false;
+    pthread_mutex_unlock(&plan->mu);
+    if (out)
+        *out = res;
+    return err;
+}

@@ -12,13 +12,27 @@
  * key order: the pages of one id are adjacent, foreach walks in key order,
  * and one sequence is one cursor range.
  *
- * Durability: the environment runs with MDB_NOSYNC, so a sync=false batch
- * costs no fdatasync (group commit decides when to pay). A sync=true batch
- * turns MDB_NOSYNC off for its commit rather than calling mdb_env_sync()
- * after it: LMDB then syncs the data pages before it writes the meta page
- * (O_DSYNC). Syncing after a NOSYNC commit would let the new meta page reach
- * the disk before its pages (a power cut leaves a tree LMDB cannot read),
- * and a failed sync would leave the batch applied while reporting an error.
+ * Durability: between synced commits the environment runs lazy
+ * (ix_lazy_flag): with persist MDB_NOMETASYNC, without MDB_NOSYNC. A
+ * sync=true batch turns the lazy flag off for its commit rather than calling
+ * mdb_env_sync() after it: LMDB then syncs the data pages before it writes
+ * the meta page (O_DSYNC). Syncing after a lazy commit would let the new
+ * meta page reach the disk before its pages, and a failed sync would leave
+ * the batch applied while reporting an error.
+ *
+ * Why NOMETASYNC with persist, not NOSYNC: LMDB documents that with NOSYNC
+ * "a system crash can corrupt the database" unless the file system keeps
+ * write order; and a NOSYNC commit may reuse pages freed two commits
+ * earlier, which can belong to the last tree that was synced, so a power
+ * cut after a few unsynced deletions could damage the synced state too (the
+ * open then wipes the index: every page lost). NOMETASYNC syncs each
+ * commit's pages before its meta page is written and leaves only that meta
+ * page unsynced: LMDB keeps "database integrity" and a power cut undoes at
+ * most the last commit. That costs one fdatasync per unsynced batch (the
+ * mover's deletions); persist=0 needs none of it (the directory is wiped at
+ * the next open). The power-loss test (tests/test_powerloss.c) rolls the
+ * file back to its image at the last sync, or keeps every commit, and
+ * checks both.
  *
  * Remapping: mdb_env_set_mapsize() unmaps and maps the file again, safe only
  * while no transaction of this process is open. Every read transaction holds
@@ -39,6 +53,7 @@
 #include <string.h>
 
 #include "io/codec.h"
+#include "io/io.h"
 #include "tiers/ssd_index_lmdb.h"
 
 _Static_assert(sizeof(struct kvt_ssd_entry) == 48, "kvt_ssd_entry is stored verbatim: 48 bytes");
@@ -91,11 +106,35 @@ static int ix_grow(struct kvt_index *ix)
     return ix_remap(ix, ei.me_mapsize * 2);
 }
 
-static void ix_set_nosync(struct kvt_index *ix, int on)
+static void ix_set_lazy(struct kvt_index *ix, int on)
 {
     pthread_rwlock_wrlock(&ix->remap);
-    mdb_env_set_flags(ix->env, MDB_NOSYNC, on);
+    mdb_env_set_flags(ix->env, ix_lazy_flag(ix->persist), on);
     pthread_rwlock_unlock(&ix->remap);
+}
+
+void kvt_index_set_faulty(struct kvt_index *ix, struct kvt_io_faulty *plan)
+{
+    int fd;
+    ix->plan = plan;
+    if (plan && mdb_env_get_fd(ix->env, &fd) == 0)
+        (void)kvt_io_faulty_index_track(plan, fd);
+}
+
+/* The power-loss model's view of a commit (tests): refused once the power
+ * is gone; a commit that syncs counts as a sync. A lazy commit with persist
+ * syncs its pages, and with them the meta page of the commit before: that
+ * state is durable from here on. */
+static int ix_plan_begin(struct kvt_index *ix, bool sync)
+{
+    if (!ix->plan)
+        return 0;
+    int rc = kvt_io_faulty_index_begin(ix->plan, sync || ix->persist);
+    if (rc)
+        return kvt_fail(rc, "SSD index: the power is gone (a power-loss test)");
+    if (!sync && ix->persist)
+        kvt_io_faulty_index_durable(ix->plan);
+    return 0;
 }
 
 /* ------------------------------------------------------------- read txns */
@@ -232,15 +271,19 @@ int kvt_index_commit(struct kvt_index *ix, const kvt_key *put_keys,
         return kvt_fail(-EDEADLK, "kvt_index_commit called from a kvt_index_foreach callback");
     if (n == 0 && m == 0)
         return sync ? kvt_index_sync(ix) : 0;
+    if ((rc = ix_plan_begin(ix, sync)) != 0)
+        return rc;
 
     if (sync)
-        ix_set_nosync(ix, 0);
+        ix_set_lazy(ix, 0);
     rc = kvt_ix_write(ix, commit_body, &b);
     if (sync)
-        ix_set_nosync(ix, 1);
+        ix_set_lazy(ix, 1);
     if (rc)
         return kvt_fail(ix_err(rc), "SSD index: commit of %zu puts and %zu deletes failed: %s", n,
                         m, ix_strerror(rc));
+    if (ix->plan && sync)
+        kvt_io_faulty_index_durable(ix->plan);
     for (size_t i = 0; i < n; i++)
         max_gen_raise(ix, put_vals[i].generation);
     return 0;
@@ -251,8 +294,12 @@ int kvt_index_sync(struct kvt_index *ix)
     if (!ix)
         return kvt_fail(-EINVAL, "kvt_index_sync: index is NULL");
     int rc = atomic_load(&ix->broken);
+    if (!rc && ix->plan && (rc = kvt_io_faulty_index_begin(ix->plan, true)) != 0)
+        return kvt_fail(rc, "SSD index: the power is gone (a power-loss test)");
     if (!rc)
         rc = mdb_env_sync(ix->env, 1);
+    if (!rc && ix->plan)
+        kvt_io_faulty_index_durable(ix->plan);
     return rc ? kvt_fail(ix_err(rc), "SSD index: sync failed: %s", ix_strerror(rc)) : 0;
 }
 
@@ -336,4 +383,106 @@ uint64_t kvt_index_count(struct kvt_index *ix)
 uint64_t kvt_index_max_generation(struct kvt_index *ix)
 {
     return ix ? atomic_load(&ix->max_gen) : 0;
+}
+
+/* ------------------------------------------------------------- bad slots */
+
+#define BAD_PREFIX "bad"
+struct bad_key {
+    char prefix[3];
+    uint8_t segment[4], offset[8];  /* big-endian: location order */
+};
+_Static_assert(sizeof(struct bad_key) == 15, "bad-slot keys are 15 bytes");
+
+static MDB_val bad_encode(uint32_t segment, uint64_t offset, struct bad_key *kb)
+{
+    uint32_t s = htobe32(segment);
+    uint64_t o = htobe64(offset);
+    memcpy(kb->prefix, BAD_PREFIX, 3);
+    memcpy(kb->segment, &s, 4);
+    memcpy(kb->offset, &o, 8);
+    return (MDB_val){ sizeof(*kb), kb };
+}
+
+struct bad_batch {
+    const uint32_t *segment;
+    const uint64_t *offset;
+    size_t n;
+};
+
+static int bad_body(struct kvt_index *ix, MDB_txn *txn, void *arg)
+{
+    const struct bad_batch *b = arg;
+    static const uint32_t none = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        struct bad_key kb;
+        MDB_val k = bad_encode(b->segment[i], b->offset[i], &kb);
+        MDB_val v = { sizeof(none), (void *)&none };
+        int rc = mdb_put(txn, ix->meta, &k, &v, 0);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int kvt_index_bad_put(struct kvt_index *ix, const uint32_t *segment, const uint64_t *offset,
+                      size_t n)
+{
+    struct bad_batch b = { segment, offset, n };
+    int rc;
+    if (!ix || (n && (!segment || !offset)))
+        return kvt_fail(-EINVAL, "kvt_index_bad_put: NULL argument");
+    if (!n)
+        return 0;
+    if (rd_held(ix))
+        return kvt_fail(-EDEADLK, "kvt_index_bad_put called from a kvt_index_foreach callback");
+    if ((rc = ix_plan_begin(ix, true)) != 0)
+        return rc;
+    ix_set_lazy(ix, 0);
+    rc = kvt_ix_write(ix, bad_body, &b);
+    ix_set_lazy(ix, 1);
+    if (rc)
+        return kvt_fail(ix_err(rc), "SSD index: recording %zu bad slots failed: %s", n,
+                        ix_strerror(rc));
+    if (ix->plan)
+        kvt_io_faulty_index_durable(ix->plan);
+    return 0;
+}
+
+int kvt_index_bad_foreach(struct kvt_index *ix, kvt_index_bad_fn fn, void *ctx)
+{
+    MDB_cursor *cur;
+    struct rd r;
+    int stop = 0;
+    if (!ix || !fn)
+        return kvt_fail(-EINVAL, "kvt_index_bad_foreach: NULL argument");
+    int rc = rd_begin(ix, &r);
+    if (rc)
+        return kvt_fail(ix_err(rc), "SSD index: read txn: %s", ix_strerror(rc));
+    if ((rc = mdb_cursor_open(r.txn, ix->meta, &cur)) != 0)
+        goto out_end;
+    MDB_val k = { 3, (void *)BAD_PREFIX }, v;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        struct bad_key kb;
+        if (k.mv_size < 3 || memcmp(k.mv_data, BAD_PREFIX, 3) != 0)
+            break;  /* past the bad records */
+        if (k.mv_size != sizeof(kb))
+            continue;   /* not ours: never a reason to fail the open */
+        memcpy(&kb, k.mv_data, sizeof(kb));
+        uint32_t seg;
+        uint64_t off;
+        memcpy(&seg, kb.segment, 4);
+        memcpy(&off, kb.offset, 8);
+        if ((stop = fn(ctx, be32toh(seg), be64toh(off))) != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+out_end:
+    rd_end(&r);
+    if (stop)
+        return stop;
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        return kvt_fail(ix_err(rc), "SSD index: bad slots: %s", ix_strerror(rc));
+    return 0;
 }

@@ -102,4 +102,20 @@ uint64_t kvt_index_count(struct kvt_index *ix);
 /* The largest generation stored (0 when empty): new writes continue above it. */
 uint64_t kvt_index_max_generation(struct kvt_index *ix);
 
+/* Bad slots: locations retired after a write or read failed on the medium,
+ * kept so that a reopen never hands them out again. Stored in the "meta"
+ * database under "bad" + segment + offset (big-endian), which readers of
+ * the pages never see. put: n locations in one synced transaction (existing
+ * ones kept); 0 or -errno/KVT_E*. foreach: fn for each, in location order;
+ * stops when fn returns nonzero (that value is returned). */
+int kvt_index_bad_put(struct kvt_index *ix, const uint32_t *segment, const uint64_t *offset,
+                      size_t n);
+typedef int (*kvt_index_bad_fn)(void *ctx, uint32_t segment, uint64_t offset);
+int kvt_index_bad_foreach(struct kvt_index *ix, kvt_index_bad_fn fn, void *ctx);
+
+/* Tests: the faulty I/O plan whose power-loss model sees this index's syncs
+ * (io/io.h). NULL: none. Set once, right after open. */
+struct kvt_io_faulty;
+void kvt_index_set_faulty(struct kvt_index *ix, struct kvt_io_faulty *plan);
+
 #endif /* KVT_SSD_INDEX_H */

@@ -24,6 +24,16 @@
 #define IX_MAP_DEFAULT ((size_t)64 << 20)
 #define IX_MAP_MIN ((size_t)32 << 10)
 
+/* LMDB's durability flag between synced commits: with persist, MDB_NOMETASYNC
+ * (each commit syncs its pages before it writes its meta page, so a power cut
+ * leaves the last commit or the one before, both whole); without, MDB_NOSYNC
+ * (nothing survives a power cut anyway: the directory is wiped at the next
+ * open). Why in ssd_index.c's head comment. */
+static inline unsigned ix_lazy_flag(bool persist)
+{
+    return persist ? MDB_NOMETASYNC : MDB_NOSYNC;
+}
+
 struct ix_version {
     uint32_t format, key_layout, entry_bytes, entry_version;
 };
@@ -38,6 +48,7 @@ struct kvt_index {
     pthread_rwlock_t remap;     /* shared: any transaction; exclusive: remap, flag flips */
     _Atomic uint64_t max_gen;
     _Atomic int broken;         /* nonzero after a failed remap left no map */
+    struct kvt_io_faulty *plan; /* tests: the power-loss model told of each sync, or NULL */
     char path[];                /* <dir>/index */
 };
 

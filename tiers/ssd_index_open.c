@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "io/codec.h"
+#include "io/io.h"
 #include "tiers/spill_dir.h"
 #include "tiers/ssd_index_lmdb.h"
 
@@ -237,12 +238,18 @@ static int precheck_file(struct kvt_index *ix, struct open_scan *s)
  * and keeps its inode to compare with what LMDB opened. */
 static int make_data_file(struct kvt_index *ix, struct stat *st)
 {
+    bool created = false;
     int fd = kvt_spill_openat(ix->ixfd, ix->path, KVT_SPILL_INDEX_DATA, O_RDWR | O_CREAT, 0600,
-                              NULL);
+                              &created);
     if (fd < 0)
         return fd;
     int r = fstat(fd, st) == 0 ? 0 : -errno;
     close(fd);
+    /* A new file's name is durable only once its directory is synced (and
+     * index/ itself may be new): else a power cut can take the whole index
+     * away after commits that synced only the file. */
+    if (r == 0 && created && ix->persist && (fsync(ix->ixfd) != 0 || fsync(ix->dfd) != 0))
+        r = kvt_fail(-errno, "cannot sync %s: %s", ix->path, strerror(errno));
     return r;
 }
 
@@ -314,7 +321,7 @@ static int try_open(struct kvt_index *ix, size_t map_bytes, struct open_scan *s)
     mdb_env_set_maxdbs(ix->env, 2);
     mdb_env_set_mapsize(ix->env, map_bytes);
     rc = mdb_env_open(ix->env, where,
-                      MDB_NOLOCK | MDB_NOTLS | MDB_NOSYNC |
+                      MDB_NOLOCK | MDB_NOTLS | ix_lazy_flag(ix->persist) |
                       (s->mode == IX_READONLY ? MDB_RDONLY : 0), 0600);
     if (rc) {
         rc = is_resource_error(ix_err(rc)) ? ix_err(rc)
@@ -521,9 +528,14 @@ void kvt_index_close(struct kvt_index *ix)
 {
     if (!ix)
         return;
-    /* A clean close keeps what unsynced batches committed. */
-    if (ix->persist && !atomic_load(&ix->broken))
+    /* A clean close keeps what unsynced batches committed (a power-loss
+     * test's dead machine syncs nothing). */
+    if (ix->persist && !atomic_load(&ix->broken) &&
+        (!ix->plan || kvt_io_faulty_index_begin(ix->plan, true) == 0)) {
         mdb_env_sync(ix->env, 1);
+        if (ix->plan)
+            kvt_io_faulty_index_durable(ix->plan);
+    }
     mdb_env_close(ix->env);
     ix_free(ix);
 }

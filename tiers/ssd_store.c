@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/io.h"
 #include "tiers/spill_dir.h"
 #include "tiers/ssd_store.h"
 #include "tiers/tiers.h"
@@ -36,7 +37,10 @@ struct kvt_ssd {
     uint8_t *slot_state;        /* SLOT_* */
     uint32_t *free_stack, nfree;
     uint64_t bad, parked;
+    uint64_t bad_loaded;        /* of bad, those the index already records */
+    bool persist;
     struct kvt_index *ix;
+    struct kvt_io_faulty *plan; /* tests: syncs go through its power-loss model */
 };
 
 /* A segment is opened on first use: read-write, or read-only when the file
@@ -304,6 +308,39 @@ static int alloc_maps(struct kvt_ssd *s)
     return 0;
 }
 
+/* A slot the index records as bad stays out of use; one that an entry
+ * names is the entry's (its read will tell). */
+static int load_bad(void *ctx, uint32_t segment, uint64_t offset)
+{
+    struct kvt_ssd *s = ctx;
+    uint32_t slot = kvt_ssd_slot_of(s, segment, offset);
+    if (slot != KVT_NONE && s->slot_state[slot] == SLOT_FREE) {
+        s->slot_state[slot] = SLOT_BAD;
+        s->bad++;
+        s->bad_loaded++;
+    }
+    return 0;
+}
+
+/* Records every bad slot in the index, so the next open retires them too. */
+static int save_bad(struct kvt_ssd *s)
+{
+    if (!s->persist || !s->ix || s->bad == s->bad_loaded)
+        return 0;
+    uint32_t *seg = malloc(s->bad * sizeof(*seg));
+    uint64_t *off = malloc(s->bad * sizeof(*off));
+    size_t n = 0;
+    int r = seg && off ? 0 : -ENOMEM;
+    for (uint32_t i = 0; !r && i < s->nslots; i++)
+        if (s->slot_state[i] == SLOT_BAD && n < s->bad)
+            kvt_ssd_where(s, i, &seg[n], &off[n]), n++;
+    if (!r)
+        r = kvt_index_bad_put(s->ix, seg, off, n);
+    free(seg);
+    free(off);
+    return r;
+}
+
 static void build_free_stack(struct kvt_ssd *s)
 {
     s->nfree = 0;
@@ -328,6 +365,7 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
     if (!s->slots_per_seg)
         s->slots_per_seg = 1;
     s->nslots = (uint32_t)(ssd_bytes / page_bytes);
+    s->persist = persist;
     if (!s->dir) {
         r = -ENOMEM;
         goto out_free;
@@ -352,7 +390,8 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
                  "their keys)", dir, ii.upgraded, KVT_SSD_ENTRY_VERSION);
     if (persist && !had_index && !info->wiped)
         note_orphans(s, info);
-    if ((r = load_entries(s, fn, ctx, info)) < 0)
+    if ((r = load_entries(s, fn, ctx, info)) < 0 ||
+        (r = kvt_index_bad_foreach(s->ix, load_bad, s)) < 0)
         goto out_free;
     info->kept = kvt_index_count(s->ix);
     build_free_stack(s);
@@ -368,6 +407,8 @@ void kvt_ssd_close(struct kvt_ssd *s)
 {
     if (!s)
         return;
+    if (save_bad(s) < 0)
+        fprintf(stderr, "kvtier: %s: the next open may use them again\n", kvt_last_error());
     if (s->ix)
         kvt_index_close(s->ix);
     for (uint32_t i = 0; s->seg_fd && i < s->nsegs; i++)
@@ -452,6 +493,10 @@ static int seg_open(struct kvt_ssd *s, uint32_t seg, bool write)
     if (fd < 0)
         return fd;
     int r = seg_prealloc(s, seg, fd, created, name);
+    /* A new segment's name must be durable before an index entry names it:
+     * fdatasync of the file does not sync its directory entry. */
+    if (r == 0 && created && s->persist && fsync(s->dfd) != 0)
+        r = kvt_fail(-errno, "cannot sync %s after making %s: %s", s->dir, name, strerror(errno));
     if (r < 0) {
         close(fd);
         if (r == -ENOSPC || r == -EDQUOT) {
@@ -556,8 +601,15 @@ int kvt_ssd_sync(struct kvt_ssd *s)
         if (!s->seg_dirty[i])
             continue;
         s->seg_dirty[i] = 0;
-        if (s->seg_fd[i] >= 0 && fdatasync(s->seg_fd[i]) < 0 && !r)
-            r = kvt_fail(-errno, "fdatasync of segment %u failed: %s", i, strerror(errno));
+        int e = s->seg_fd[i] >= 0 ? kvt_io_faulty_sync(s->plan, s->seg_fd[i]) : 0;
+        if (e < 0 && !r)
+            r = kvt_fail(e, "fdatasync of segment %u failed: %s", i, strerror(-e));
     }
     return r;
+}
+
+void kvt_ssd_set_faulty(struct kvt_ssd *s, struct kvt_io_faulty *plan)
+{
+    s->plan = plan;
+    kvt_index_set_faulty(s->ix, plan);
 }

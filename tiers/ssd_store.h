@@ -81,7 +81,9 @@ struct kvt_index *kvt_ssd_index(struct kvt_ssd *s);
  * allocation is tried again a second later); -ENOMEM/-EMFILE. */
 uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err);
 void kvt_ssd_free(struct kvt_ssd *s, uint32_t slot);
-/* Marks a slot bad after an I/O error: never handed out again (this run). */
+/* Marks a slot bad after an I/O error: never handed out again. With persist
+ * the close records the bad slots in the index and the next open retires
+ * them again (a crash before the close forgets the ones since the open). */
 void kvt_ssd_mark_bad(struct kvt_ssd *s, uint32_t slot);
 uint64_t kvt_ssd_bad_slots(const struct kvt_ssd *s);
 
@@ -96,6 +98,10 @@ void kvt_ssd_where(const struct kvt_ssd *s, uint32_t slot, uint32_t *segment, ui
 void kvt_ssd_dirty(struct kvt_ssd *s, uint32_t slot);
 /* fdatasync of every segment written since the last call. */
 int kvt_ssd_sync(struct kvt_ssd *s);
+/* Tests: the faulty I/O plan whose power-loss model sees the segments' and
+ * the index's syncs (io/io.h); NULL: none. Right after open. */
+struct kvt_io_faulty;
+void kvt_ssd_set_faulty(struct kvt_ssd *s, struct kvt_io_faulty *plan);
 
 /* Reads the KVTIER file of dir, or of the directory open as dfd (named dir
  * in messages). 0, -ENOENT, KVT_ECORRUPT, or -errno (a link: -ELOOP). */
