@@ -109,6 +109,7 @@ int kvt_ssd_tier_open(kvt_engine *e, struct kvt_io_faulty *io)
     }
     if (info.message[0])
         fprintf(stderr, "kvtier: %s\n", info.message);
+    kvt_ssd_set_faulty(e->ssd, io); /* tests: its power-loss model sees the syncs */
     return open_io(e, io);
 }
 
