@@ -12,6 +12,7 @@ int inspect_main(int argc, char **argv);
 int fsck_main(int argc, char **argv);
 int sim_main(int argc, char **argv);
 int run_main(int argc, char **argv);
+int replay_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -30,6 +31,8 @@ static void usage(FILE *f)
             "  inspect DIR   what an SSD spill directory holds: layout, index, disk usage\n"
             "  fsck DIR      check every stored page (CRC32C, decode); --repair drops bad ones\n"
             "  sim           replay an access trace per policy: bytes moved, hit ratio, stall\n"
+            "  replay TRACE  drive the engine with a prefix-cache request trace (Mooncake's\n"
+            "                JSONL): prefix hits per tier, load GB/s beside raw, every byte checked\n"
             "  version       print the library version\n"
             "\n"
             "Run 'kvtier <command> --help' for a command's options.\n");
@@ -62,6 +65,8 @@ int main(int argc, char **argv)
         return run_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "sim"))
         return sim_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "replay"))
+        return replay_main(argc - 1, argv + 1);
     fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

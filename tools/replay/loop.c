@@ -1,0 +1,358 @@
+/*
+ * loop.c — the requests of the trace, each as an inference engine's prefix
+ * cache serves it: kvt_exists on the chain (the hit prefix), kvt_get of the
+ * hit blocks, kvt_put of the rest, every byte read back checked.
+ *
+ * The hit blocks are fetched with one kvt_get per tier that serves them
+ * (kvt_exists's where: the DRAM-served ones, then the SSD-served ones, each
+ * in chain order), so the SSD's loads are timed apart from DRAM's copies:
+ * one mixed call would time them together. The new blocks go in one
+ * kvt_put. Calls longer than the chunk buffer (chains of more than 256 MiB)
+ * are cut into chunks.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tools/cli.h"
+#include "tools/replay/replay_priv.h"
+
+double replay_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double process_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static int call_failed(struct replay_ctx *x, const char *call, uint64_t req, int rc)
+{
+    cli_error("replay", 1, "request %llu (line %u): %s: %s (%s)", (unsigned long long)req + 1,
+              x->tr.req[req].line, call, kvt_strerror(rc), kvt_last_error());
+    x->said = true;
+    return rc;
+}
+
+/* Checks the k blocks just read into the chunk buffers (chain positions
+ * pos[0..k)), those found. */
+static void check_blocks(struct replay_ctx *x, const uint32_t *pos, uint32_t k)
+{
+    struct replay_result *r = x->r;
+    double c0 = replay_thread_cpu();
+    for (uint32_t i = 0; i < k; i++) {
+        size_t off;
+        if (!x->cfound[i])
+            continue;
+        const kvt_key *key = &x->keys[pos[i]];
+        if (!replay_check(key, x->ptrs[i], x->bb, &off) && r->bad_blocks++ == 0) {
+            r->bad_id = key->id;
+            r->bad_index = key->index;
+            r->bad_offset = off;
+        }
+        r->bytes_verified += x->bb;
+    }
+    r->client_cpu_s += replay_thread_cpu() - c0;
+}
+
+/* kvt_get of the hit blocks at chain positions sel[0..m), served from
+ * `tier` (SSD, or DRAM for DRAM and HBM); found[] set by position. */
+static int get_blocks(struct replay_ctx *x, uint64_t req, uint32_t m, int tier, double *spent)
+{
+    struct replay_result *r = x->r;
+    for (uint32_t at = 0; at < m; at += x->chunk) {
+        uint32_t k = m - at < x->chunk ? m - at : x->chunk;
+        for (uint32_t i = 0; i < k; i++) {
+            x->ckeys[i] = x->keys[x->sel[at + i]];
+            x->ptrs[i] = x->buf + (size_t)i * x->bb;
+        }
+        double t0 = cli_now();
+        int rc = kvt_get(x->e, x->ckeys, k, x->ptrs, 0, x->cfound);
+        double t1 = cli_now();
+        if (rc < 0 && rc != KVT_ECORRUPT)
+            return call_failed(x, "kvt_get", req, rc);
+        *spent += t1 - t0;
+        r->get_s[tier] += t1 - t0;
+        if (x->o->trace_out)
+            replay_trace_span(x, tier == KVT_TIER_SSD ? "get ssd" : "get dram", t0, t1, req, k, m);
+        for (uint32_t i = 0; i < k; i++) {
+            x->found[x->sel[at + i]] = x->cfound[i];
+            r->get_bytes[tier] += x->cfound[i] ? x->bb : 0;
+        }
+        check_blocks(x, x->sel + at, k);
+    }
+    return 0;
+}
+
+/* The hit prefix of h blocks, fetched and checked; returns the blocks of it
+ * that came back (a block kvt_exists named but kvt_get did not find ends the
+ * usable prefix there), or a negative error. */
+static int load_prefix(struct replay_ctx *x, uint64_t req, uint32_t h, double *spent)
+{
+    static const int classes[2] = { KVT_TIER_DRAM, KVT_TIER_SSD };
+    for (int c = 0; c < 2; c++) {
+        uint32_t m = 0;
+        for (uint32_t j = 0; j < h; j++)
+            if ((x->where[j] == KVT_TIER_SSD) == (classes[c] == KVT_TIER_SSD))
+                x->sel[m++] = j;
+        int rc = m ? get_blocks(x, req, m, classes[c], spent) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    uint32_t got = 0;
+    while (got < h && x->found[got])
+        got++;
+    x->r->lost_hits += h - got;
+    return (int)got;
+}
+
+/* Puts the k blocks at ptrs[0..k) under ckeys[0..k); on KVT_EFULL the
+ * caller's eviction makes room (evict.c) and the blocks not stored go
+ * again. Returns 0, 1 when no room could be made (the rest stays out), or
+ * an error. */
+static int put_chunk(struct replay_ctx *x, uint64_t req, uint32_t k, const uint32_t *blk)
+{
+    struct replay_result *r = x->r;
+    uint32_t cb[4096];
+    const uint32_t *b = blk;
+    for (;;) {
+        double t0 = cli_now();
+        int rc = kvt_put(x->e, x->ckeys, k, (const void *const *)x->ptrs, 0);
+        double t1 = cli_now();
+        r->put_s += t1 - t0;
+        if (x->o->trace_out)
+            replay_trace_span(x, "put", t0, t1, req, 0, k);
+        if (rc == 0) {
+            for (uint32_t i = 0; i < k; i++)
+                replay_lru_touch(&x->lru, b[i], req);
+            return 0;
+        }
+        if (rc != KVT_EFULL)
+            return call_failed(x, "kvt_put", req, rc);
+        /* The batches before the full one are stored: keep those, put the
+         * others again once room is made. */
+        int e = kvt_exists(x->e, x->ckeys, k, x->cwhere);
+        if (e < 0)
+            return call_failed(x, "kvt_exists", req, e);
+        uint32_t miss = 0;
+        for (uint32_t i = 0; i < k; i++) {
+            if (x->cwhere[i] != KVT_TIER_NONE) {
+                replay_lru_touch(&x->lru, b[i], req);
+                continue;
+            }
+            x->ckeys[miss] = x->ckeys[i];
+            x->ptrs[miss] = x->ptrs[i];
+            cb[miss++] = b[i];
+        }
+        /* Room for exactly the blocks left out, as a cache that evicts
+         * on insert would make: the engine holds HBM + DRAM + SSD pages. */
+        kvt_stats st;
+        kvt_get_stats(x->e, &st);
+        uint64_t cap = st.capacity_pages[0] + st.capacity_pages[1] + st.capacity_pages[2];
+        uint64_t room = cap > st.pages ? cap - st.pages : 0;
+        uint32_t need = miss > room ? (uint32_t)(miss - room) : 1;
+        int d = replay_evict(x, need, req);
+        if (d < 0)
+            return d;
+        if (d == 0) {
+            r->unstored += miss;
+            return 1;
+        }
+        k = miss;
+        b = cb;
+    }
+}
+
+/* The blocks at chain positions [from, n) of request req, made and put. */
+static int store_rest(struct replay_ctx *x, uint64_t req, uint32_t from, uint32_t n)
+{
+    const struct pfx_req *q = &x->tr.req[req];
+    uint32_t blk[4096];
+    for (uint32_t at = from; at < n; at += x->chunk) {
+        uint32_t k = n - at < x->chunk ? n - at : x->chunk;
+        double c0 = replay_thread_cpu();
+        for (uint32_t i = 0; i < k; i++) {
+            x->ckeys[i] = x->keys[at + i];
+            x->ptrs[i] = x->buf + (size_t)i * x->bb;
+            blk[i] = x->tr.block[q->first + at + i];
+            replay_fill(&x->ckeys[i], x->ptrs[i], x->bb);
+        }
+        x->r->client_cpu_s += replay_thread_cpu() - c0;
+        int rc = put_chunk(x, req, k, blk);
+        if (rc)
+            return rc < 0 ? rc : 0;
+    }
+    return 0;
+}
+
+/* The modeled time to first token of a request whose hit prefix of hit
+ * blocks loaded in load_s (at the replay's block size). */
+static void model_ttft(struct replay_ctx *x, uint64_t req, uint32_t hit, double load_s)
+{
+    struct replay_result *r = x->r;
+    const struct pfx_req *q = &x->tr.req[req];
+    double rate = x->o->prefill_tps;
+    uint64_t in = q->in_tokens, ht = (uint64_t)hit * x->tr.block_tokens;
+    ht = ht < in ? ht : in;
+    double load = load_s * r->scale; /* the model's blocks move at the speed measured */
+    double t_load = load + (double)(in - ht) / rate, t_re = (double)in / rate;
+    x->ttft_load[req] = (float)t_load;
+    x->ttft_recompute[req] = (float)t_re;
+    r->ttft_load_s += t_load;
+    r->ttft_recompute_s += t_re;
+    r->hit_tokens += ht;
+    r->in_tokens += in;
+    if (hit) {
+        r->ttft_requests++;
+        r->load_model_s += load;
+        r->recompute_hit_s += (double)ht / rate;
+        r->load_won += load < (double)ht / rate;
+    }
+}
+
+/* One request. */
+static int serve(struct replay_ctx *x, uint64_t req)
+{
+    struct replay_result *r = x->r;
+    const struct pfx_req *q = &x->tr.req[req];
+    for (uint32_t j = 0; j < q->n; j++) {
+        uint32_t b = x->tr.block[q->first + j];
+        x->keys[j] = replay_key(x->hash_of[b], x->depth[b]);
+        x->found[j] = 0;
+        x->lru.stamp[b] = (uint32_t)(req + 1); /* this request's: never evicted for it */
+    }
+    double t0 = cli_now();
+    int h = kvt_exists(x->e, x->keys, q->n, x->where);
+    double t1 = cli_now();
+    if (h < 0)
+        return call_failed(x, "kvt_exists", req, h);
+    r->exists_s += t1 - t0;
+    if (x->o->trace_out)
+        replay_trace_span(x, "exists", t0, t1, req, (uint32_t)h, q->n);
+    for (uint32_t j = 0; j < q->n; j++) {
+        if (x->where[j] == KVT_TIER_NONE)
+            replay_lru_forget(&x->lru, x->tr.block[q->first + j]);
+        else if (j > (uint32_t)h)
+            r->rewritten++; /* stored, but past a missing block: put again */
+    }
+    double load_s = 0;
+    int got = load_prefix(x, req, (uint32_t)h, &load_s);
+    if (got < 0)
+        return got;
+    for (int j = 0; j < got; j++) {
+        replay_lru_touch(&x->lru, x->tr.block[q->first + j], req);
+        r->hits_by_tier[x->where[j]]++;
+    }
+    r->hit_blocks += (uint64_t)got;
+    r->refs += q->n;
+    model_ttft(x, req, (uint32_t)got, load_s);
+    return store_rest(x, req, (uint32_t)got, q->n);
+}
+
+static bool progress_on(const struct replay_opts *o)
+{
+    return o->progress == 1 || (o->progress == -1 && isatty(2));
+}
+
+static void progress(struct replay_ctx *x, uint64_t done, uint64_t n, double elapsed)
+{
+    const struct replay_result *r = x->r;
+    double hit = r->refs ? (double)r->hit_blocks / (double)r->refs : 0;
+    if (isatty(2)) {
+        int w = 30, fill = (int)((double)done / (double)n * w);
+        fprintf(stderr, "\r  [%.*s%*s] %llu/%llu requests  hits %.1f%%  %.0f s ", fill,
+                "##############################", w - fill, "", (unsigned long long)done,
+                (unsigned long long)n, 100 * hit, elapsed);
+        if (done == n)
+            fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "  %llu/%llu requests  hits %.1f%%  %.1f s\n", (unsigned long long)done,
+                (unsigned long long)n, 100 * hit, elapsed);
+    }
+    fflush(stderr);
+}
+
+/* --speed S: request req starts at its timestamp / S after the first's. */
+static void pace(struct replay_ctx *x, uint64_t req, double start)
+{
+    double s = x->o->speed;
+    if (s <= 0)
+        return;
+    double at = start + (double)(x->tr.req[req].t_ms - x->tr.req[0].t_ms) / 1000.0 / s;
+    double late = cli_now() - at;
+    if (late < 0) {
+        double w = -late;
+        struct timespec ts = { (time_t)w, (long)((w - floor(w)) * 1e9) };
+        nanosleep(&ts, NULL);
+    } else if (late > 1e-3) {
+        x->r->late_requests++;
+        x->r->max_late_s = late > x->r->max_late_s ? late : x->r->max_late_s;
+    }
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float p = *(const float *)a, q = *(const float *)b;
+    return (p > q) - (p < q);
+}
+
+static double pct(float *v, uint64_t n, double p)
+{
+    if (!n)
+        return 0;
+    return v[(uint64_t)(p * (double)(n - 1) + 0.5)];
+}
+
+static void ttft_percentiles(struct replay_ctx *x, uint64_t n)
+{
+    struct replay_result *r = x->r;
+    qsort(x->ttft_load, n, sizeof(float), cmp_float);
+    qsort(x->ttft_recompute, n, sizeof(float), cmp_float);
+    r->ttft_load_p50 = pct(x->ttft_load, n, 0.5);
+    r->ttft_load_p90 = pct(x->ttft_load, n, 0.9);
+    r->ttft_recompute_p50 = pct(x->ttft_recompute, n, 0.5);
+    r->ttft_recompute_p90 = pct(x->ttft_recompute, n, 0.9);
+}
+
+int replay_requests(struct replay_ctx *x)
+{
+    struct replay_result *r = x->r;
+    uint64_t n = r->requests;
+    bool prog = progress_on(x->o);
+    kvt_stats s0;
+    kvt_get_stats(x->e, &s0);
+    double cpu0 = process_cpu(), start = cli_now(), shown = start;
+    int rc = 0;
+    for (uint64_t i = 0; i < n && rc == 0; i++) {
+        pace(x, i, start);
+        rc = serve(x, i);
+        double t = cli_now();
+        if (x->o->trace_out && (i % 64 == 63 || i + 1 == n))
+            trace_counter(&x->trace, "prefix hits", t, "hit_fraction",
+                          r->refs ? (double)r->hit_blocks / (double)r->refs : 0);
+        if (prog && (t - shown >= (isatty(2) ? 0.25 : 10) || i + 1 == n)) {
+            progress(x, i + 1, n, t - start);
+            shown = t;
+        }
+    }
+    r->wall_s = cli_now() - start;
+    r->cpu_s = process_cpu() - cpu0;
+    kvt_get_stats(x->e, &r->end);
+    uint64_t *d = (uint64_t *)&r->delta;
+    const uint64_t *a = (const uint64_t *)&r->end, *b = (const uint64_t *)&s0;
+    for (size_t i = 0; i < sizeof(kvt_stats) / sizeof(uint64_t); i++)
+        d[i] = a[i] - b[i]; /* counters; the report reads levels from end */
+    ttft_percentiles(x, n);
+    r->verified = rc == 0 && r->bad_blocks == 0;
+    return rc;
+}
