@@ -73,6 +73,16 @@ build build-tsan -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE_THREAD=ON -DKVT_DEBUG=ON -D
 (cd build-tsan && TSAN_OPTIONS="suppressions=$top/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
    setarch "$(uname -m)" -R ctest --output-on-failure -j"$jobs")
 
+# A short run of each libFuzzer target (tests/fuzz: the layout file, the
+# index records, the page decoder, the trace parsers, the CLI's parsers),
+# KVT_FUZZ_SECONDS (20) each from its seed corpus; the long runs are
+# tools/fuzz.sh (docs/reliability.md). libFuzzer is in libclang-rt-14-dev.
+echo "setup: short fuzz runs (libFuzzer + ASan + UBSan)"
+pkgs=(clang-14 libclang-rt-14-dev)
+install_missing
+build build-fuzz -DCMAKE_C_COMPILER=clang-14 -DKVT_FUZZ=ON -DKVT_BUILD_TESTS=OFF -DKVT_WITH_CUDA=OFF
+(cd build-fuzz && ctest --output-on-failure -j"$jobs" -R '^fuzz_')
+
 # The Python binding's tests (tests/python) against build/libkvtier.so. Debian's
 # python3 (not whatever python3 is first on PATH) because Debian's torch is
 # built for it; a venv that sees the system packages (torch, numpy, pytest)
@@ -94,4 +104,16 @@ KVTIER_LIB="$top/build/libkvtier.so" "$pyvenv/bin/python" -m pytest tests/python
 if [ "$py_rc" -ne 0 ]; then
   echo "setup: Python tests failed (pytest exit $py_rc$([ "$py_rc" -eq 5 ] && echo ': no tests collected'))" >&2
   exit "$py_rc"
+fi
+
+# The engine plug-ins (kvtier.lmcache, kvtier.sglang, kvtier.vllm) loaded by
+# the pinned engines themselves, in the engines' venv (tools/engines-venv.sh:
+# outside the clone, installed once, reused by later clones).
+echo "setup: engine plug-in tests (LMCache, SGLang, vLLM)"
+engines_venv=$(tools/engines-venv.sh)
+eng_rc=0
+KVTIER_LIB="$top/build/libkvtier.so" "$engines_venv/bin/python" -m pytest tests/engines -q || eng_rc=$?
+if [ "$eng_rc" -ne 0 ]; then
+  echo "setup: engine plug-in tests failed (pytest exit $eng_rc$([ "$eng_rc" -eq 5 ] && echo ': no tests collected'))" >&2
+  exit "$eng_rc"
 fi
