@@ -54,6 +54,9 @@ install(FILES ${CMAKE_BINARY_DIR}/kvtier.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/
         COMPONENT devel)
 
 if(SKBUILD AND TARGET kvtier)
+  # What pip's build builds (pyproject.toml's build.targets): the library
+  # alone. Not "kvtier": under Ninja that names the command's output file.
+  add_custom_target(kvtier_python DEPENDS kvtier)
   # One file, not the .so -> .so.0 -> .so.0.1.0 links, which a wheel cannot hold.
   install(FILES $<TARGET_FILE:kvtier> DESTINATION kvtier RENAME libkvtier.so COMPONENT python)
 endif()
