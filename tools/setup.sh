@@ -106,3 +106,8 @@ if [ "$py_rc" -ne 0 ]; then
   exit "$py_rc"
 fi
 
+# pip install of this clone into a fresh venv, then import kvtier with no
+# KVTIER_LIB and open an engine (tests/packaging/pip_install.sh, pyproject.toml).
+echo "setup: pip install into a fresh venv"
+tests/packaging/pip_install.sh /usr/bin/python3
+
