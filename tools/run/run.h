@@ -19,6 +19,8 @@
 #include "tools/run/attention.h"
 #include "tools/presets.h"
 
+struct kvt_test_hooks;
+
 #define RUN_AUTO UINT64_MAX /* a capacity derived from the KV size */
 
 struct run_opts {
@@ -39,6 +41,7 @@ struct run_opts {
     const char *trace_path; /* NULL: no trace */
     bool json, progress;
     /* test hooks */
+    const struct kvt_test_hooks *hooks; /* the engine opened with these (NULL: kvt_open) */
     uint64_t ref_seed;   /* the reference's generator seed (= seed unless a test says) */
     int64_t corrupt_step; /* >= 0: flip a bit of (seq 0, layer 0)'s first page in HBM then */
 };

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "tiers/spill_dir.h"
+#include "tiers/tiers.h"
 #include "tools/cli.h"
 #include "tools/run/run_priv.h"
 
@@ -219,7 +220,7 @@ static int open_engine(struct run_ctx *x, struct run_result *r)
     const struct run_opts *o = x->o;
     kvt_config c;
     engine_config(x, r, &c);
-    int rc = kvt_open(&c, &x->e);
+    int rc = o->hooks ? kvt_open_with_hooks(&c, o->hooks, &x->e) : kvt_open(&c, &x->e);
     if (rc) {
         cli_error("run", 1, "cannot open the engine: %s (%s)", kvt_strerror(rc), kvt_last_error());
         return rc;
