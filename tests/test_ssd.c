@@ -1674,6 +1674,44 @@ static void test_reopen_smaller_ssd(void **state)
     free(l.a);
 }
 
+/* With persist, a completely full engine (HBM + DRAM + SSD pages, each
+ * page in one tier) still moves pages: bringing an SSD-only page up takes
+ * a DRAM page's place, and that page must go down into the slot the read
+ * one leaves on SSD, whose durable copy is then a second copy that has to
+ * be given up (the page stays held, in HBM or DRAM). Before, with persist
+ * that copy was never given up and the acquire failed with KVT_EFULL. A
+ * flush then writes what fits, and a reopen finds only exact pages. */
+static void test_persist_full_swaps_pages(void **state)
+{
+    struct fx *f = *state;
+    kvt_engine *e = fx_open(f, 4, 8, 16, 1);
+    enum { CAP = 4 + 8 + 16 };
+    for (uint32_t i = 0; i < CAP; i++)
+        put_ok(e, t_key(171, 0, i), 1);
+    assert_int_equal(t_stats(e).pages, CAP);
+    assert_int_equal(put_v(e, t_key(171, 0, 1000), 1), KVT_EFULL); /* the capacity is the limit */
+    for (int round = 0; round < 2; round++)
+        for (uint32_t i = 0; i < CAP; i++)
+            expect_acquire(e, t_key(171, 0, i), 1);
+    for (uint32_t i = 0; i < CAP; i++)
+        expect_get(e, t_key(171, 0, i), 1);
+    assert_int_equal(t_stats(e).pages, CAP);
+    assert_no_errors(e);
+    e = fx_reopen(f); /* (close says on stderr what it could not write) */
+    uint32_t present = 0;
+    for (uint32_t i = 0; i < CAP; i++) {
+        kvt_key k = t_key(171, 0, i);
+        if (t_where(e, k) == KVT_TIER_NONE) {
+            expect_missing(e, k);
+        } else {
+            expect_get(e, k, 1);
+            present++;
+        }
+    }
+    assert_true(present <= 16);
+    assert_no_errors(e);
+}
+
 /* More pages than the SSD holds, with persist: flush writes what fits and
  * says KVT_EFULL; close says so on stderr; the next open has exactly the
  * pages that were written, each exact, and the others are misses. */
@@ -1786,6 +1824,7 @@ int main(void)
         T1(test_io_fallback, P_PSYNC_NONE),
         T2(test_reopen_smaller_ssd),
         T2(test_flush_more_than_ssd),
+        T2(test_persist_full_swaps_pages),
         T2(test_acquire_async_from_ssd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,12 +10,14 @@
  *  - no call that returned 0 ever served wrong bytes (wrong key, stale
  *    version, torn), and a failed call claims nothing found;
  *  - an acknowledged page (create+release or put returned 0, never dropped)
- *    reads back exact afterwards; a write fault never loses one; a read
- *    fault may lose only a page that the faulted call asked for, and that
- *    page then reads as a miss (kvt_get) or an error (kvt_acquire), never as
+ *    reads back exact afterwards; a write fault never loses one, nor does
+ *    one failed read or submit (the pipeline tries it again); a read fault
+ *    may lose only a page that the faulted call asked for, and that page
+ *    then reads as a miss (kvt_get) or an error (kvt_acquire), never as
  *    bytes, and never comes back after a reopen;
  *  - an I/O fault never fails the engine (no KVT_EDEVICE/KVT_EFAILED);
- *  - a fired fault is counted in errors_io, with ssd_bad_slots for -EIO;
+ *  - a fired fault is counted in errors_io, with ssd_bad_slots for a
+ *    write's -EIO (a read retried into success retires nothing);
  *  - the engine is persistent: after close, a reopen finds every page the
  *    session ended with, exact, and no dropped or lost page (one failed
  *    write, even in the close's own flush, is retried in another slot; only
@@ -568,11 +570,11 @@ static int sweep_run(const struct kvt_io_fault *f, struct sweep_totals *tot)
     if (fired) {
         if (s.errors_io + s.errors_corrupt == 0)
             violation(&w, "the fault fired but errors_io and errors_corrupt are 0");
-        if ((f->err == -EIO || f->err == 0) && s.ssd_bad_slots == 0)
-            violation(&w, "an -EIO fired but no SSD slot was retired");
+        if (f->op == KVT_IOF_WRITE && (f->err == -EIO || f->err == 0) && s.ssd_bad_slots == 0)
+            violation(&w, "a write's -EIO fired but no SSD slot was retired");
     }
-    if ((f->op == KVT_IOF_READ || f->op == KVT_IOF_SHORT_READ) && !f->repeat && w.lost > 1)
-        violation(&w, "one failed read lost %u pages", w.lost);
+    if (f->op != KVT_IOF_WRITE && !f->repeat && w.lost)
+        violation(&w, "one failed read or submit lost %u pages: it is tried again", w.lost);
     if (!w.read_mode && w.lost)
         violation(&w, "a write fault lost %u pages", w.lost);
 
@@ -670,7 +672,7 @@ static void test_sweep_read_eio(void **state)
     report("ssd read -EIO", &t);
     assert_int_equal(t.violating, 0);
     assert_true(t.fired >= 10);
-    assert_true(t.with_lost >= 1); /* a failed read loses that page, as designed */
+    assert_int_equal(t.lost, 0); /* one failed read is tried again */
 }
 
 static void test_sweep_short_read(void **state)
@@ -680,7 +682,7 @@ static void test_sweep_short_read(void **state)
     report("ssd short read", &t);
     assert_int_equal(t.violating, 0);
     assert_true(t.fired >= 10);
-    assert_true(t.with_lost >= 1);
+    assert_int_equal(t.lost, 0);
 }
 
 static void test_sweep_submit(void **state)
@@ -690,6 +692,7 @@ static void test_sweep_submit(void **state)
     report("ssd submit -EIO", &t);
     assert_int_equal(t.violating, 0);
     assert_true(t.fired >= 10);
+    assert_int_equal(t.lost, 0); /* a refused submit says nothing about the disk */
 }
 
 /* ====================================================== targeted faults */
@@ -864,10 +867,38 @@ static void test_put_overwrite_crash(void **state)
     assert_int_equal(present, 16);
 }
 
-/* A read fault on a page that lives only on SSD: acquire reports -EIO, the
- * page is gone (a miss from then on, also after a reopen), its slot retired,
+/* Puts 16 pages of key id 5 into a persisted engine with HBM 4 and DRAM 8
+ * pages: some end up on SSD only. Returns the engine; keys in ks. */
+static kvt_engine *sixteen_pages(const kvt_config *c, kvt_key *ks, void *b)
+{
+    kvt_engine *e = open_ok(c);
+    for (uint32_t i = 0; i < 16; i++) {
+        ks[i] = t_key(5, 0, i);
+        t_fill(b, PB, ks[i], 1);
+        const void *src[1] = { b };
+        assert_int_equal(kvt_put(e, &ks[i], 1, src, 0), 0);
+    }
+    return e;
+}
+
+/* The index of a page of ks that lives on SSD only, other than not (-1:
+ * none), or -1 when there is none. */
+static int ssd_only(kvt_engine *e, const kvt_key *ks, int not)
+{
+    kvt_tier where[16];
+    (void)kvt_exists(e, ks, 16, where); /* (how many lead: a lost one may be among them) */
+    for (int i = 0; i < 16; i++)
+        if (i != not && where[i] == KVT_TIER_SSD)
+            return i;
+    return -1;
+}
+
+/* One failed read of a page that lives only on SSD is tried again: the
+ * page is served exact, the error counted, no slot retired. A read that
+ * keeps failing (SSD_TRIES tries) loses the page: acquire reports -EIO,
+ * the page is a miss from then on, also after a reopen, its slot retired,
  * and every other page is intact. */
-static void test_read_fault_loses_one_page(void **state)
+static void test_read_fault_retried_then_lost(void **state)
 {
     char *dir = dir_new();
     struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
@@ -875,31 +906,37 @@ static void test_read_fault_loses_one_page(void **state)
     kvt_io_faulty_init(&plan, NULL, &none);
     t_force_faulty(&plan);
     kvt_config c = ssd_config(dir, 4, 8, 64);
-    kvt_engine *e = open_ok(&c);
     void *b = aligned_alloc(4096, PB);
     assert_non_null(b);
     kvt_key ks[16];
-    for (uint32_t i = 0; i < 16; i++) {
-        ks[i] = t_key(5, 0, i);
-        t_fill(b, PB, ks[i], 1);
-        const void *src[1] = { b };
-        assert_int_equal(kvt_put(e, &ks[i], 1, src, 0), 0);
-    }
-    kvt_tier where[16];
-    assert_int_equal(kvt_exists(e, ks, 16, where), 16);
-    int a = -1;
-    for (int i = 0; i < 16 && a < 0; i++)
-        if (where[i] == KVT_TIER_SSD)
-            a = i;
-    assert_true(a >= 0);
+    kvt_engine *e = sixteen_pages(&c, ks, b);
 
-    struct kvt_io_fault f = { KVT_IOF_READ, 1, -EIO, false };
-    kvt_io_faulty_set(&plan, &f);
+    /* one failure: retried, served */
+    int t = ssd_only(e, ks, -1);
+    assert_true(t >= 0);
+    struct kvt_io_fault once = { KVT_IOF_READ, 1, -EIO, false };
+    kvt_io_faulty_set(&plan, &once);
     void *d = NULL;
-    assert_int_equal(kvt_acquire(e, &ks[a], 1, &d), -EIO);
-    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 1);
+    assert_int_equal(kvt_acquire(e, &ks[t], 1, &d), 0);
+    assert_true(t_check(d, PB, ks[t], 1));
+    assert_int_equal(kvt_release(e, &ks[t], 1, 0), 0);
+    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 2);
     kvt_stats s = t_stats(e);
     assert_int_equal(s.errors_io, 1);
+    assert_int_equal(s.ssd_bad_slots, 0);
+    assert_int_equal(s.pages, 16);
+
+    /* a checksum mismatch is not retried into success: see test_ssd's
+     * corruption tests; here a read that keeps failing */
+    int a = ssd_only(e, ks, -1);
+    assert_true(a >= 0);
+    struct kvt_io_fault always = { KVT_IOF_READ, 1, -EIO, true };
+    kvt_io_faulty_set(&plan, &always);
+    assert_int_equal(kvt_acquire(e, &ks[a], 1, &d), -EIO);
+    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 3); /* SSD_TRIES */
+    kvt_io_faulty_set(&plan, &none);
+    s = t_stats(e);
+    assert_int_equal(s.errors_io, 1 + 3);
     assert_int_equal(s.errors_corrupt, 0);
     assert_int_equal(s.ssd_bad_slots, 1);
     assert_int_equal(s.pinned_pages, 0);
@@ -911,22 +948,22 @@ static void test_read_fault_loses_one_page(void **state)
     assert_int_equal(found, 0);
 
     /* a get with found == NULL reports a loss as an error, never as bytes */
-    assert_int_equal(kvt_exists(e, ks, 16, where), a);
-    int other = -1;
-    for (int i = 0; i < 16 && other < 0; i++)
-        if (i != a && where[i] == KVT_TIER_SSD)
-            other = i;
+    int other = ssd_only(e, ks, a);
+    if (other < 0) { /* every SSD-only page was read up: send one back down */
+        kvt_close(e);
+        e = open_ok(&c);
+        other = ssd_only(e, ks, a);
+    }
     assert_true(other >= 0);
-    f.nth = 1;
-    kvt_io_faulty_set(&plan, &f);
+    kvt_io_faulty_set(&plan, &always);
     memset(b, 0xCD, PB);
     int r = kvt_get(e, &ks[other], 1, dst, 0, NULL);
     assert_true(r == -EIO || r == KVT_ECORRUPT);
-    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 1);
+    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 3);
+    kvt_io_faulty_set(&plan, &none);
     assert_int_equal(t_stats(e).pages, 14);
     kvt_close(e);
 
-    kvt_io_faulty_set(&plan, &none);
     e = open_ok(&c);
     unsigned present = 0;
     for (int i = 0; i < 16; i++) {
@@ -944,6 +981,67 @@ static void test_read_fault_loses_one_page(void **state)
     assert_int_equal(t_stats(e).errors_io, 0);
     kvt_close(e);
     t_force_faulty(NULL);
+    free(b);
+    dir_free(dir);
+}
+
+/* A submit() that fails says nothing about the disk: the reads of that
+ * batch are tried again and served exact. One that keeps failing makes the
+ * call fail, but the pages stay on SSD (not lost, no slot retired) and are
+ * served once the back-end takes requests again. */
+static void test_submit_fault_keeps_pages(void **state)
+{
+    char *dir = dir_new();
+    struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
+    struct kvt_io_faulty plan;
+    kvt_io_faulty_init(&plan, NULL, &none);
+    t_force_faulty(&plan);
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    kvt_key ks[16];
+    kvt_engine *e = sixteen_pages(&c, ks, b);
+    kvt_close(e); /* persist: every page on SSD only after the reopen */
+    e = open_ok(&c);
+    void *bufs = aligned_alloc(4096, 16 * PB);
+    assert_non_null(bufs);
+    void *dst[16];
+    int found[16];
+    for (int i = 0; i < 16; i++)
+        dst[i] = (uint8_t *)bufs + i * PB;
+
+    struct kvt_io_fault once = { KVT_IOF_SUBMIT, 1, -EIO, false };
+    kvt_io_faulty_set(&plan, &once);
+    assert_int_equal(kvt_get(e, ks, 4, dst, 0, found), 0);
+    assert_true(kvt_io_faulty_count(&plan, KVT_IOF_SUBMIT) >= 2);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(found[i], 1);
+        assert_true(t_check(dst[i], PB, ks[i], 1));
+    }
+    kvt_stats s = t_stats(e);
+    assert_int_equal(s.pages, 16);
+    assert_int_equal(s.ssd_bad_slots, 0);
+    assert_true(s.errors_io >= 1);
+
+    struct kvt_io_fault always = { KVT_IOF_SUBMIT, 1, -EIO, true };
+    kvt_io_faulty_set(&plan, &always);
+    int r = kvt_get(e, ks + 4, 4, dst + 4, 0, found + 4);
+    assert_true(r < 0);
+    for (int i = 4; i < 8; i++)
+        assert_int_equal(found[i], 0);
+    kvt_io_faulty_set(&plan, &none);
+    s = t_stats(e);
+    assert_int_equal(s.pages, 16);
+    assert_int_equal(s.ssd_bad_slots, 0);
+    assert_int_equal(s.errors_corrupt, 0);
+    assert_int_equal(kvt_get(e, ks, 16, dst, 0, found), 0);
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(found[i], 1);
+        assert_true(t_check(dst[i], PB, ks[i], 1));
+    }
+    kvt_close(e);
+    t_force_faulty(NULL);
+    free(bufs);
     free(b);
     dir_free(dir);
 }
@@ -1431,7 +1529,8 @@ int main(int argc, char **argv)
     t_filter_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uring_disabled),
-        cmocka_unit_test(test_read_fault_loses_one_page),
+        cmocka_unit_test(test_read_fault_retried_then_lost),
+        cmocka_unit_test(test_submit_fault_keeps_pages),
         cmocka_unit_test(test_flush_write_fault_durable),
         cmocka_unit_test(test_put_overwrite_crash),
         cmocka_unit_test(test_drop_before_any_ssd_job),

@@ -225,10 +225,16 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
     int err = 0;
     uint32_t slot = kvt_ssd_alloc(e->ssd, &err);
     /* Only an eviction may take another page's SSD copy: a flush doing so
-     * would undo its own work. And never with persist: that copy is what
-     * survives a close or a crash, so a full persisted engine says EFULL. */
+     * would undo its own work. With persist too: the engine's capacity is
+     * HBM + DRAM + SSD pages, and a put or load within it must not fail
+     * because SSD slots hold second copies. The page whose SSD copy goes
+     * stays held (in HBM or DRAM) but is no longer durable: persist promises
+     * that what a crash or a close leaves is exact, and that kvt_flush makes
+     * every page durable or says KVT_EFULL for those it cannot (here, more
+     * pages than the SSD holds), not that a copy once flushed is kept
+     * forever (docs/design.md#ssd-tier). */
     if (slot == KVT_NONE && err == KVT_EFULL)
-        return evict && !e->cfg.persist ? release_redundant_ssd(e, pg) : KVT_EFULL;
+        return evict ? release_redundant_ssd(e, pg) : KVT_EFULL;
     if (slot == KVT_NONE) {
         e->st.errors_io++;
         return err;

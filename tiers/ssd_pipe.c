@@ -26,6 +26,20 @@
 
 #define ALIGN4K(n) (((n) + 4095) & ~(size_t)4095)
 
+/* Submissions of one job at most. A read that failed on the medium (-EIO, a
+ * short read) is tried again before its page is given up as lost: a path
+ * failover, a device reset or a firmware retry can make the same bytes
+ * readable a moment later, and losing a page that is fine on disk costs a
+ * recompute. A checksum mismatch is never tried again: the bytes on disk
+ * are what they are, and a second read that matched would only say the
+ * first was torn in flight, which the disk has already answered. A job the
+ * back-end refused (submit() failed, or the context broke before answering)
+ * never reached the disk: it is tried again too, and if it still cannot be
+ * sent, a read keeps its page and a write frees its slot (neither says
+ * anything about the data). Bounded, so a dead disk costs three tries a
+ * page, not a hang. */
+#define SSD_TRIES 3
+
 /* ------------------------------------------------------------- set-up */
 
 /* pipe_take's scratch for order_write_slots() (below). */
@@ -56,8 +70,9 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     P->finished = malloc(n * sizeof(uint32_t));
     P->order = malloc(n * sizeof(*P->order));
     P->order_slot = malloc(n * sizeof(uint32_t));
+    P->retry = malloc(n * sizeof(uint32_t));
     if (!P->jobs || !P->reqs || !P->job_free || !P->uncommitted || !P->finished || !P->order ||
-        !P->order_slot)
+        !P->order_slot || !P->retry)
         return kvt_fail(-ENOMEM, "out of memory for the SSD pipeline");
     for (uint32_t i = 0; i < n; i++)
         P->job_free[i] = n - 1 - i;
@@ -81,6 +96,7 @@ void kvt_ssd_pipe_fini(kvt_engine *e)
     free(P->finished);
     free(P->order);
     free(P->order_slot);
+    free(P->retry);
     *P = (struct kvt_ssd_pipe){ 0 };
 }
 
@@ -88,7 +104,7 @@ bool kvt_ssd_pipe_pending(const kvt_engine *e)
 {
     const struct kvt_ssd_pipe *P = &e->pipe;
     return e->ssd && (e->ssd_tier.queued || e->ssd_tier.ndels || P->inflight ||
-                      P->nuncommitted || P->nfinished);
+                      P->nuncommitted || P->nfinished || P->nretry);
 }
 
 /* ------------------------------------------------------------- take (locked) */
@@ -179,8 +195,6 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
     order_write_slots(e, got, n);
     for (uint32_t i = 0; i < n; i++) {
         struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
-        if (j->write)
-            kvt_ssd_dirty(e->ssd, j->slot);
         int r = kvt_ssd_locate(e->ssd, j->slot, j->write, &j->fd, &j->off);
         if (r < 0) {
             j->fd = -1;
@@ -228,21 +242,55 @@ static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
         j->res = KVT_ECORRUPT;
 }
 
-/* Encodes and submits the jobs just taken (unlocked). The back-end blocks
- * submit() only while `depth` requests are in the kernel, so the pipeline
- * holds more jobs than the disk does and refills it as requests complete. */
+/* A job failed with res: tried again on the next step while it has tries
+ * left (SSD_TRIES), else finished with res. Unlocked. */
+static void job_failed(kvt_engine *e, struct kvt_ssd_job *j, int res, bool unsent)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    uint32_t ji = (uint32_t)(j - P->jobs);
+    j->res = res;
+    j->unsent = unsent;
+    if (j->tries < SSD_TRIES) {
+        P->retried_errors++;
+        P->retry[P->nretry++] = ji;
+    } else {
+        P->finished[P->nfinished++] = ji;
+    }
+}
+
+static void submit_group(kvt_engine *e, struct kvt_io_req **rp, uint32_t k)
+{
+    int r = e->io->submit(e->io_priv, rp, k);
+    for (uint32_t q = 0; q < k; q++) {
+        struct kvt_ssd_job *qj = rp[q]->user;
+        if (r < 0) {
+            job_failed(e, qj, r, true);
+        } else {
+            qj->submitted = true;
+            e->pipe.inflight++;
+        }
+    }
+}
+
+/* Encodes (first tries only) and submits the jobs of got[] (unlocked). The
+ * back-end blocks submit() only while `depth` requests are in the kernel,
+ * so the pipeline holds more jobs than the disk does and refills it as
+ * requests complete. */
 static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
 {
     struct kvt_io_req *rp[64];
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
-        if (j->write)
-            job_encode(e, j);
+        if (j->write && !j->tries)
+            job_encode(e, j); /* a retry sends the same bytes, generation and crc */
         if (j->fd < 0) { /* its segment could not be opened: j->res says why */
             e->pipe.finished[e->pipe.nfinished++] = got[i];
             continue;
         }
+        j->tries++;
+        j->res = 0;
+        j->unsent = false;
         e->pipe.reqs[got[i]] = (struct kvt_io_req){ .fd = j->fd, .write = j->write, .buf = j->buf,
                                                .len = ALIGN4K(j->stored_len), .off = j->off,
                                                .user = j };
@@ -250,20 +298,12 @@ static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
         /* Small groups: the first requests reach the disk while later pages
          * are still being encoded. */
         if (k == 64 || (k == 8 && i + 1 < n) || i + 1 == n) {
-            int r = e->io->submit(e->io_priv, rp, k);
-            for (uint32_t q = 0; q < k; q++) {
-                struct kvt_ssd_job *qj = rp[q]->user;
-                if (r < 0) {
-                    qj->res = r;
-                    e->pipe.finished[e->pipe.nfinished++] = (uint32_t)(qj - e->pipe.jobs);
-                } else {
-                    qj->submitted = true;
-                    e->pipe.inflight++;
-                }
-            }
+            submit_group(e, rp, k);
             k = 0;
         }
     }
+    if (k) /* the last job's segment could not be opened */
+        submit_group(e, rp, k);
 }
 
 /* Reaps completions: reads are verified and finished, writes wait for the
@@ -280,12 +320,19 @@ static int pipe_reap(kvt_engine *e, bool wait)
         j->res = done[i]->res;
         j->submitted = false;
         e->pipe.inflight--;
-        if (!j->write) {
+        if (!j->write && j->res < 0) {
+            job_failed(e, j, j->res, false);
+        } else if (!j->write) {
             job_verify(e, j);
             e->pipe.finished[e->pipe.nfinished++] = ji;
         } else if (j->res < 0) {
             e->pipe.finished[e->pipe.nfinished++] = ji;
         } else {
+            /* Dirty once complete, not when taken: a sync covers only the
+             * writes completed before it, so one still in flight during a
+             * group's sync must leave its segment dirty for its own group's
+             * (a power-loss test caught a commit naming unsynced data). */
+            kvt_ssd_dirty(e->ssd, j->slot);
             e->pipe.uncommitted[e->pipe.nuncommitted++] = ji;
         }
     }
@@ -362,7 +409,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         if (!j->transient)
             kvt_page_read_ok(e, j->pg);
         e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
-    } else if (kvt_ssd_read_keeps_page(j->res)) {
+    } else if (kvt_ssd_read_keeps_page(j->res) || j->unsent) {
         e->st.errors_io++;
         e->ssd_tier.read_err = j->res;
         if (!j->transient)
@@ -382,15 +429,16 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
 }
 
 /* A write that failed: the page stays where it was. Only a slot whose write
- * failed on the medium (-EIO) is never used again: a full disk or a refused
- * file says nothing about the slot. */
+ * failed on the medium (-EIO) is never used again: a full disk, a refused
+ * file or a write the back-end never sent says nothing about the slot. */
 static void write_failed(kvt_engine *e, struct kvt_ssd_job *j)
 {
+    bool medium = j->res == -EIO && !j->unsent;
     e->st.errors_io++;
     e->ssd_tier.write_err = j->res;
-    if (j->evict && j->res != -EIO)
+    if (j->evict && !medium)
         e->ssd_tier.evict_err = j->res;  /* -EIO retired the slot: the next try goes elsewhere */
-    if (j->res == -EIO)
+    if (medium)
         kvt_ssd_mark_bad(e->ssd, j->slot);
     else
         kvt_ssd_free(e->ssd, j->slot);
@@ -433,6 +481,8 @@ static void pipe_finish(kvt_engine *e)
     struct kvt_ssd_pipe *P = &e->pipe;
     uint32_t done[2] = { 0, 0 };
     uint64_t first[2] = { UINT64_MAX, UINT64_MAX };
+    e->st.errors_io += P->retried_errors; /* every failed try counts, retried or not */
+    P->retried_errors = 0;
     for (uint32_t i = 0; i < P->nfinished; i++) {
         struct kvt_ssd_job *j = &P->jobs[P->finished[i]];
         if (j->res == 0) {
@@ -470,13 +520,16 @@ static void deletes_done(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n, in
             kvt_ssd_mark_bad(e->ssd, dels[i].slot);
     }
     free(dels);
+    e->ssd_tier.busy -= n != 0;
     if (n && !e->pipe.nfinished) {
         e->ssd_tier.progress++; /* freed slots: waiters look again */
         pthread_cond_broadcast(&e->ssd_tier.cv);
     }
 }
 
-/* The I/O context broke: every request still in it failed. */
+/* The I/O context broke: no request still in it will be answered. Like a
+ * refused submit, that says nothing about the disk: each is tried again
+ * (and fails at submit while the context stays broken). */
 static void pipe_abandon(kvt_engine *e)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
@@ -484,8 +537,7 @@ static void pipe_abandon(kvt_engine *e)
         if (!P->jobs[i].submitted)
             continue;
         P->jobs[i].submitted = false;
-        P->jobs[i].res = -EIO;
-        P->finished[P->nfinished++] = i;
+        job_failed(e, &P->jobs[i], -EIO, true);
     }
     P->inflight = 0;
 }
@@ -499,10 +551,19 @@ bool kvt_ssd_pipe_step(kvt_engine *e)
     struct kvt_ssd_pipe *P = &e->pipe;
     uint32_t got[P->max_jobs ? P->max_jobs : 1];
     uint32_t n = pipe_take(e, got);
+    /* Jobs to try again go with the new ones (their job numbers are not
+     * free, so both fit in got[]). */
+    memcpy(got + n, P->retry, P->nretry * sizeof(*got));
+    n += P->nretry;
+    P->nretry = 0;
     struct kvt_ssd_del *dels = e->ssd_tier.dels;
     uint32_t ndels = e->ssd_tier.ndels;
     e->ssd_tier.dels = NULL;
     e->ssd_tier.ndels = e->ssd_tier.dels_cap = 0;
+    /* Deletions being committed keep the tier busy (deletes_done ends it),
+     * so a flush that waits for the tier to go idle returns only after the
+     * drops it must make durable are in the index. */
+    e->ssd_tier.busy += ndels != 0;
     kvt_unlock(e);
 
     int dr = ndels ? pipe_deletes(e, dels, ndels) : 0;

@@ -237,10 +237,14 @@ struct kvt_ssd_job {
     bool submitted;         /* in the I/O back-end now */
     uint64_t t_ns;          /* when taken into the pipeline (with cfg.on_transfer) */
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
+    uint8_t tries;          /* submissions made of this job (ssd_pipe.c: SSD_TRIES) */
+    bool unsent;            /* res is the back-end's refusal: the disk never saw it */
 };
 
 /* The mover's SSD pipeline: owned by the mover thread (see Locking). Jobs go
- * free -> taken -> submitted -> (writes) uncommitted -> finished -> free. */
+ * free -> taken -> submitted -> (writes) uncommitted -> finished -> free;
+ * a job that failed and may be tried again goes submitted -> retry ->
+ * submitted. */
 struct kvt_ssd_pipe {
     uint32_t max_jobs;              /* jobs in the pipeline at most */
     struct kvt_ssd_job *jobs;       /* max_jobs */
@@ -252,6 +256,9 @@ struct kvt_ssd_pipe {
     struct kvt_slot_order *order;   /* max_jobs: scratch of the write slots' ordering */
     uint32_t *order_slot;           /* max_jobs: its slots, sorted */
     uint32_t inflight;              /* jobs submitted and not yet reaped */
+    uint32_t *retry, nretry;        /* failed jobs to submit again on the next step */
+    uint64_t retried_errors;        /* errors seen by jobs then retried, not yet counted
+                                       in e->st.errors_io */
     struct kvt_codec *codec;
     uint64_t generation;            /* of the next SSD write */
 };
