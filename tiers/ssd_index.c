@@ -271,6 +271,11 @@ int kvt_index_commit(struct kvt_index *ix, const kvt_key *put_keys,
         return kvt_fail(-EDEADLK, "kvt_index_commit called from a kvt_index_foreach callback");
     if (n == 0 && m == 0)
         return sync ? kvt_index_sync(ix) : 0;
+    /* A deletion frees its slot for the next write (ssd_store.h): with
+     * persist that write must never land while a power cut could still
+     * bring back the entry naming the slot, so the deleting commit is
+     * durable before it returns. */
+    sync = sync || (ix->persist && m);
     if ((rc = ix_plan_begin(ix, sync)) != 0)
         return rc;
 

@@ -80,9 +80,11 @@ void kvt_index_close(struct kvt_index *ix);
 
 /* One write transaction: put n entries (replacing existing keys) and delete m
  * keys (missing ones ignored). With sync, the commit is durable on return
- * (MDB_NOSYNC is off for that commit); without, it is durable at the next
- * synced commit or kvt_index_sync(). Returns 0 or -errno/KVT_E*; on error
- * nothing of the batch is applied. */
+ * (LMDB's lazy flag is off for that commit); without, it is durable at the
+ * next synced commit or kvt_index_sync() — except that with persist a
+ * commit that deletes is always synced (the slots it frees may be written
+ * at once). Returns 0 or -errno/KVT_E*; on error nothing of the batch is
+ * applied. */
 int kvt_index_commit(struct kvt_index *ix, const kvt_key *put_keys,
                      const struct kvt_ssd_entry *put_vals, size_t n, const kvt_key *del_keys,
                      size_t m, bool sync);

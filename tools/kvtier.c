@@ -13,6 +13,7 @@ int fsck_main(int argc, char **argv);
 int sim_main(int argc, char **argv);
 int run_main(int argc, char **argv);
 int replay_main(int argc, char **argv);
+int crashtest_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -33,6 +34,8 @@ static void usage(FILE *f)
             "  sim           replay an access trace per policy: bytes moved, hit ratio, stall\n"
             "  replay TRACE  drive the engine with a prefix-cache request trace (Mooncake's\n"
             "                JSONL): prefix hits per tier, load GB/s beside raw, every byte checked\n"
+            "  crashtest     the crash loop: a persist=1 writer killed -9 at random, every key\n"
+            "                checked after each reopen (flushed exact, flushed drops not undone)\n"
             "  version       print the library version\n"
             "\n"
             "Run 'kvtier <command> --help' for a command's options.\n");
@@ -67,6 +70,8 @@ int main(int argc, char **argv)
         return sim_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "replay"))
         return replay_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "crashtest"))
+        return crashtest_main(argc - 1, argv + 1);
     fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

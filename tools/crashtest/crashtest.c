@@ -1,0 +1,616 @@
+/*
+ * crashtest.c — `kvtier crashtest`: the crash loop. A writer child with
+ * persist=1 puts, overwrites, drops, flushes and reads back pages whose
+ * bytes derive from (key, version); the parent SIGKILLs it at a random
+ * moment, reopens the directory and checks every key against what the child
+ * logged; then the next child starts from what the check found.
+ *
+ * The child logs each operation through a pipe before it makes it (an
+ * intent log) and each kvt_flush after it returns 0. After the kill, with
+ * F the state the last logged flush made durable:
+ *  - a key F held is present, exact, at F's version or at a version the
+ *    child wrote after that flush; absent only if a drop came after it
+ *    (else "lost");
+ *  - a key F did not hold (never written, or dropped and then flushed) is
+ *    absent or at a version written after that flush: a flushed drop never
+ *    comes back;
+ *  - any other bytes (torn, stale, another key's), a failed read, or a page
+ *    counted corrupt is "wrong"; so is a child that saw wrong bytes itself.
+ * The first lost or wrong key stops the loop, keeps the directory and says
+ * what happened to that key since the flush.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "include/kvtier.h"
+#include "tiers/spill_dir.h"
+#include "tools/cli.h"
+
+#define PB ((size_t)16384)
+#define FP 0xC4A5E7E5700001ull
+#define CHILD_ALARM 30   /* seconds: a child that hangs dies with SIGALRM */
+#define MAX_KEYS 4096
+
+struct ct_opts {
+    uint64_t cycles, seed, keys, max_ms;
+    const char *dir;
+    bool json, progress, seed_given;
+};
+
+enum rec_type { R_PUT = 1, R_WRITE, R_DROP, R_FLUSH };
+struct rec {
+    uint8_t type, pad;
+    uint16_t key;
+    uint32_t ver;
+};
+
+struct totals {
+    uint64_t cycles, after_flush, flushes, ops, present, newer, absent, lost, wrong;
+};
+
+/* ------------------------------------------------------------- pages */
+
+static kvt_key ct_key(unsigned i)
+{
+    return (kvt_key){ 1 + i / 16, (i / 4) % 4, i % 4 };
+}
+
+static uint64_t ct_word(unsigned key, uint32_t ver, size_t i)
+{
+    uint64_t x = ((uint64_t)key << 40) ^ ((uint64_t)ver << 8) ^ (i * 0x9E3779B97F4A7C15ull) ^ FP;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 32);
+}
+
+static void ct_fill(void *p, unsigned key, uint32_t ver)
+{
+    uint64_t *w = p;
+    for (size_t i = 0; i < PB / 8; i++)
+        w[i] = ct_word(key, ver, i);
+}
+
+static bool ct_check(const void *p, unsigned key, uint32_t ver)
+{
+    const uint64_t *w = p;
+    for (size_t i = 0; i < PB / 8; i++)
+        if (w[i] != ct_word(key, ver, i))
+            return false;
+    return true;
+}
+
+/* Small tiers, so that most pages live on SSD and every operation moves
+ * some; the codec changes with the cycle (none, zstd, zstd-shuffle16). */
+static kvt_config ct_config(const char *dir, uint64_t keys, uint64_t cycle)
+{
+    kvt_config c;
+    kvt_config_init(&c);
+    c.page_bytes = PB;
+    c.hbm_bytes = 4 * PB;
+    c.dram_bytes = 8 * PB;
+    c.ssd_bytes = (keys * 4 + 64) * PB;
+    c.ssd_dir = dir;
+    c.device = KVT_DEVICE_HOST;
+    c.policy = "lru";
+    c.persist = 1;
+    c.fingerprint = FP;
+    c.codec = (int)(cycle % 3);
+    c.queue_depth = 8;
+    return c;
+}
+
+/* ------------------------------------------------------------- the child */
+
+static void ct_log(int wfd, uint8_t type, unsigned key, uint32_t ver)
+{
+    struct rec r = { type, 0, (uint16_t)key, ver };
+    if (write(wfd, &r, sizeof(r)) != sizeof(r))
+        _exit(40);
+}
+
+/* One operation of the child; exits on a failure (the code says which). */
+static void ct_child_op(kvt_engine *e, uint32_t *cur, uint32_t *v, unsigned *seed,
+                        uint64_t keys, void *b, int wfd)
+{
+    unsigned i = (unsigned)(rand_r(seed) % keys), what = (unsigned)(rand_r(seed) % 10);
+    kvt_key k = ct_key(i);
+    if (what < 4) {                     /* put: a new key or over an existing one */
+        ct_log(wfd, R_PUT, i, ++*v);
+        ct_fill(b, i, *v);
+        const void *src[1] = { b };
+        if (kvt_put(e, &k, 1, src, 0))
+            _exit(10);
+        cur[i] = *v;
+    } else if (what < 6 && cur[i]) {    /* overwrite in place: acquire, write, release dirty */
+        void *d = NULL;
+        if (kvt_acquire(e, &k, 1, &d))
+            _exit(13);
+        if (!ct_check(d, i, cur[i]))
+            _exit(14);
+        ct_log(wfd, R_WRITE, i, ++*v);
+        ct_fill(d, i, *v);
+        if (kvt_release(e, &k, 1, 1))
+            _exit(12);
+        cur[i] = *v;
+    } else if (what < 7) {
+        ct_log(wfd, R_DROP, i, 0);
+        if (kvt_drop(e, &k, 1))
+            _exit(15);
+        cur[i] = 0;
+    } else {
+        void *dst[1] = { b };
+        int found = -1;
+        if (kvt_get(e, &k, 1, dst, 0, &found))
+            _exit(17);
+        if (found != (cur[i] != 0) || (found && !ct_check(b, i, cur[i])))
+            _exit(18);
+    }
+}
+
+/* The child: cur0 is the state the parent found; versions start at base.
+ * Runs until killed. */
+static void ct_child(const struct ct_opts *o, uint64_t cycle, const uint32_t *cur0, uint32_t base,
+                     unsigned seed, int wfd)
+{
+    static uint32_t cur[MAX_KEYS];
+    uint32_t v = base;
+    alarm(CHILD_ALARM);
+    memcpy(cur, cur0, o->keys * sizeof(*cur));
+    kvt_config c = ct_config(o->dir, o->keys, cycle);
+    kvt_engine *e = NULL;
+    if (kvt_open(&c, &e))
+        _exit(2);
+    void *b = aligned_alloc(4096, PB);
+    if (!b)
+        _exit(3);
+    for (uint32_t op = 1, flushes = 0;; op++) {
+        if (op % 12 == 0) {
+            if (kvt_flush(e))
+                _exit(16);
+            ct_log(wfd, R_FLUSH, 0, ++flushes);
+            continue;
+        }
+        ct_child_op(e, cur, &v, &seed, o->keys, b, wfd);
+    }
+}
+
+static const char *ct_exit_why(int code)
+{
+    switch (code) {
+    case 2: return "kvt_open failed";
+    case 3: return "out of memory";
+    case 10: return "kvt_put failed";
+    case 12: return "kvt_release failed";
+    case 13: return "kvt_acquire failed";
+    case 14: return "kvt_acquire served wrong bytes";
+    case 15: return "kvt_drop failed";
+    case 16: return "kvt_flush failed";
+    case 17: return "kvt_get failed";
+    case 18: return "kvt_get served wrong bytes or a wrong miss";
+    case 40: return "writing the log failed";
+    case 1: return "a sanitizer report (see stderr)";
+    default: return "an unexpected exit";
+    }
+}
+
+/* ------------------------------------------------------------- the log */
+
+struct ct_log {
+    struct rec *r;
+    size_t n, cap;
+};
+
+/* Reads records: with until_flush, until one flush is read (1), EOF (0) or
+ * CHILD_ALARM seconds of silence (-1); else what is there now (a
+ * non-blocking fd) or to EOF (a blocking one), returning 0. -ENOMEM. */
+static int ct_read(int fd, struct ct_log *lg, bool until_flush)
+{
+    for (;;) {
+        if (lg->n == lg->cap) {
+            size_t nc = lg->cap ? lg->cap * 2 : 4096;
+            struct rec *nr = realloc(lg->r, nc * sizeof(*nr));
+            if (!nr)
+                return -ENOMEM;
+            lg->r = nr;
+            lg->cap = nc;
+        }
+        if (until_flush) {
+            struct pollfd pf = { fd, POLLIN, 0 };
+            if (poll(&pf, 1, CHILD_ALARM * 1000) == 0)
+                return -1;
+        }
+        ssize_t got = read(fd, &lg->r[lg->n], sizeof(struct rec));
+        if (got != (ssize_t)sizeof(struct rec))
+            return 0;   /* EOF, nothing now, or a record cut by the kill: not made */
+        if (lg->r[lg->n++].type == R_FLUSH && until_flush)
+            return 1;
+    }
+}
+
+/* ------------------------------------------------------------- the check */
+
+struct ct_check {
+    uint32_t *cur;              /* in: the state before the cycle; out: what the check found */
+    const struct ct_log *lg;
+    size_t last_flush;          /* records before the last flush */
+    uint32_t *flushed;          /* the state that flush made durable */
+    char err[640];
+};
+
+/* What happened to key i since the last flush, for messages. */
+static void ct_history(const struct ct_check *c, unsigned i, char *buf, size_t len)
+{
+    static const char *const names[] = { "", "put", "write", "drop", "flush" };
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t j = c->last_flush; j < c->lg->n && at + 24 < len; j++)
+        if (c->lg->r[j].key == i && c->lg->r[j].type != R_FLUSH)
+            at += (size_t)snprintf(buf + at, len - at, " %s %" PRIu32, names[c->lg->r[j].type],
+                                   c->lg->r[j].ver);
+    if (!buf[0])
+        snprintf(buf, len, " nothing");
+}
+
+/* The version of key i whose bytes b holds among the allowed ones, or 0. */
+static uint32_t ct_allowed(const struct ct_check *c, unsigned i, const void *b, bool *dropped)
+{
+    uint32_t got = b && c->flushed[i] && ct_check(b, i, c->flushed[i]) ? c->flushed[i] : 0;
+    *dropped = false;
+    for (size_t j = c->last_flush; j < c->lg->n; j++) {
+        const struct rec *r = &c->lg->r[j];
+        if (r->key != i || r->type == R_FLUSH)
+            continue;
+        *dropped |= r->type == R_DROP;
+        if (!got && r->type != R_DROP && b && ct_check(b, i, r->ver))
+            got = r->ver;
+    }
+    return got;
+}
+
+/* Reopens the directory and checks every key. 0, or -1 with c->err. */
+static int ct_verify(const struct ct_opts *o, uint64_t cycle, struct ct_check *c,
+                     struct totals *t)
+{
+    kvt_config cfg = ct_config(o->dir, o->keys, cycle + 1);
+    kvt_engine *e = NULL;
+    int r = kvt_open(&cfg, &e);
+    if (r) {
+        t->wrong++;
+        snprintf(c->err, sizeof(c->err), "cycle %" PRIu64 ": reopen failed: %s (%s)", cycle,
+                 kvt_strerror(r), kvt_last_error());
+        return -1;
+    }
+    void *b = aligned_alloc(4096, PB);
+    uint64_t present = 0;
+    for (unsigned i = 0; b && i < o->keys && !c->err[0]; i++) {
+        kvt_key k = ct_key(i);
+        void *dst[1] = { b };
+        int found = -1;
+        bool dropped;
+        char hist[200];
+        r = kvt_get(e, &k, 1, dst, 0, &found);
+        uint32_t got = r == 0 && found == 1 ? ct_allowed(c, i, b, &dropped) : 0;
+        if (r == 0 && found != 1)
+            ct_allowed(c, i, NULL, &dropped);
+        ct_history(c, i, hist, sizeof(hist));
+        if (r || (found == 1 && !got)) {
+            t->wrong++;
+            snprintf(c->err, sizeof(c->err), "cycle %" PRIu64 ": key %u %s (flushed version %"
+                     PRIu32 "; since that flush:%s)", cycle, i,
+                     r ? "cannot be read back" : "holds bytes of no version it may hold",
+                     c->flushed[i], hist);
+        } else if (found != 1 && c->flushed[i] && !dropped) {
+            t->lost++;
+            snprintf(c->err, sizeof(c->err), "cycle %" PRIu64 ": key %u was flushed at version %"
+                     PRIu32 " and is gone (since that flush:%s)", cycle, i, c->flushed[i], hist);
+        }
+        present += found == 1;
+        t->newer += got && got != c->flushed[i];
+        t->absent += found == 0;
+        c->cur[i] = got;
+    }
+    kvt_stats s;
+    if (!c->err[0] && kvt_get_stats(e, &s) == 0 &&
+        (s.pages != present || s.errors_corrupt || s.errors_io)) {
+        t->wrong++;
+        snprintf(c->err, sizeof(c->err), "cycle %" PRIu64 ": %" PRIu64 " pages held for %"
+                 PRIu64 " keys present, errors_corrupt %" PRIu64 ", errors_io %" PRIu64, cycle,
+                 s.pages, present, s.errors_corrupt, s.errors_io);
+    }
+    if (!b && !c->err[0])
+        snprintf(c->err, sizeof(c->err), "out of memory");
+    t->present += present;
+    free(b);
+    kvt_close(e);
+    return c->err[0] ? -1 : 0;
+}
+
+/* The durable state: the state before the cycle with every record before
+ * the last flush applied. */
+static void ct_flushed(struct ct_check *c, uint64_t keys)
+{
+    c->last_flush = 0;
+    for (size_t j = 0; j < c->lg->n; j++)
+        if (c->lg->r[j].type == R_FLUSH)
+            c->last_flush = j;
+    memcpy(c->flushed, c->cur, keys * sizeof(*c->cur));
+    for (size_t j = 0; j < c->last_flush; j++) {
+        const struct rec *r = &c->lg->r[j];
+        if (r->type != R_FLUSH && r->key < keys)
+            c->flushed[r->key] = r->type == R_DROP ? 0 : r->ver;
+    }
+}
+
+/* ------------------------------------------------------------- one cycle */
+
+static void ct_sleep_ms(unsigned ms, int fd, struct ct_log *lg)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        ct_read(fd, lg, false);   /* keep the pipe drained while the child runs */
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long ms_gone = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        if (ms_gone >= (long)ms)
+            return;
+        struct pollfd pf = { fd, POLLIN, 0 };
+        poll(&pf, 1, (int)(ms - (unsigned)ms_gone));
+    }
+}
+
+/* Runs the child of one cycle and kills it. 0, or -1 with err. */
+static int ct_run_child(const struct ct_opts *o, uint64_t cycle, const uint32_t *cur,
+                        unsigned *seed, struct ct_log *lg, char *err, size_t errlen)
+{
+    int p[2];
+    if (pipe(p) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    unsigned child_seed = (unsigned)rand_r(seed);
+    uint32_t base = (uint32_t)((cycle + 1) % 4000) << 20;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        ct_child(o, cycle, cur, base, child_seed, p[1]);
+    }
+    close(p[1]);
+    lg->n = 0;
+    /* every other cycle dies only after a flush: the loop never passes on
+     * children killed before they did anything */
+    if (cycle % 2 == 1 && ct_read(p[0], lg, true) < 0)
+        snprintf(err, errlen, "cycle %" PRIu64 ": no flush in %d s: the child hangs", cycle,
+                 CHILD_ALARM);
+    (void)fcntl(p[0], F_SETFL, O_NONBLOCK);
+    if (!err[0])
+        ct_sleep_ms(1 + (unsigned)rand_r(seed) % (unsigned)o->max_ms, p[0], lg);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    (void)fcntl(p[0], F_SETFL, 0);
+    ct_read(p[0], lg, false);   /* what is left, to EOF */
+    close(p[0]);
+    if (!err[0] && WIFEXITED(status))
+        snprintf(err, errlen, "cycle %" PRIu64 ": the child ended before the kill: exit %d, %s",
+                 cycle, WEXITSTATUS(status), ct_exit_why(WEXITSTATUS(status)));
+    else if (!err[0] && !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL))
+        snprintf(err, errlen, "cycle %" PRIu64 ": the child ended before the kill: signal %d%s",
+                 cycle, WIFSIGNALED(status) ? WTERMSIG(status) : -1,
+                 WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? " (it hung)" : "");
+    return err[0] ? -1 : 0;
+}
+
+/* ------------------------------------------------------------- the loop */
+
+static void ct_progress(const struct ct_opts *o, const struct totals *t, double t0, bool tty,
+                        double *last, bool done)
+{
+    double now = cli_now();
+    if (!o->progress || (!done && now - *last < (tty ? 0.2 : 10.0)))
+        return;
+    *last = now;
+    fprintf(stderr, "%scycle %" PRIu64 "/%" PRIu64 ", %.0f s, lost %" PRIu64 ", wrong %" PRIu64
+            "%s", tty ? "\r" : "", t->cycles, o->cycles, now - t0, t->lost, t->wrong,
+            tty && !done ? "" : "\n");
+}
+
+static int ct_loop(const struct ct_opts *o, struct totals *t, char *err, size_t errlen)
+{
+    static uint32_t cur[MAX_KEYS], flushed[MAX_KEYS];
+    struct ct_log lg = { 0 };
+    unsigned seed = (unsigned)o->seed;
+    bool tty = isatty(STDERR_FILENO);
+    double t0 = cli_now(), last = 0;
+    int rc = 0;
+    for (uint64_t cycle = 0; cycle < o->cycles && !rc; cycle++) {
+        if ((rc = ct_run_child(o, cycle, cur, &seed, &lg, err, errlen)) != 0) {
+            t->wrong += strstr(err, "wrong") != NULL;
+            break;
+        }
+        struct ct_check c = { .cur = cur, .lg = &lg, .flushed = flushed };
+        ct_flushed(&c, o->keys);
+        for (size_t j = 0; j < lg.n; j++) {
+            t->flushes += lg.r[j].type == R_FLUSH;
+            t->ops += lg.r[j].type != R_FLUSH;
+        }
+        t->after_flush += c.last_flush > 0 || (lg.n && lg.r[0].type == R_FLUSH);
+        t->cycles++;
+        if ((rc = ct_verify(o, cycle, &c, t)) != 0)
+            snprintf(err, errlen, "%s", c.err);
+        ct_progress(o, t, t0, tty, &last, false);
+    }
+    ct_progress(o, t, t0, tty, &last, true);
+    free(lg.r);
+    return rc;
+}
+
+/* ------------------------------------------------------------- options */
+
+static void ct_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvtier crashtest [--cycles N] [--seed S] [--dir DIR] [--keys K]\n"
+            "                        [--max-ms MS] [--progress] [--json]\n"
+            "\n"
+            "The crash loop: a writer with persist=1 puts, overwrites, drops and flushes\n"
+            "pages derived from (key, version) and is killed with SIGKILL at a random\n"
+            "moment; the directory is reopened and every key checked: flushed versions\n"
+            "present and exact, flushed drops not undone, nothing else. Then again.\n"
+            "\n"
+            "  --cycles N    kill and check N times (default 100)\n"
+            "  --seed S      the kill times and operations (default: from the clock; printed)\n"
+            "  --dir DIR     the spill directory: new or empty, kept at the end (default: a new\n"
+            "                one under $TMPDIR, removed when every cycle passed)\n"
+            "  --keys K      keys the writer uses, 1..%d (default 64)\n"
+            "  --max-ms MS   a kill comes 1..MS ms after the child starts, or after its first\n"
+            "                flush on odd cycles (default 60)\n"
+            "  --progress    progress on stderr (always on a terminal)\n"
+            "  --json        one JSON object on stdout\n"
+            "\n"
+            "Exit status: 0 every cycle passed, 1 a key lost or wrong (or the loop could not\n"
+            "run), 2 usage error.\n", MAX_KEYS);
+}
+
+static const struct option ct_lo[] = {
+    { "cycles", required_argument, NULL, 'c' }, { "seed", required_argument, NULL, 's' },
+    { "dir", required_argument, NULL, 'd' },    { "keys", required_argument, NULL, 'k' },
+    { "max-ms", required_argument, NULL, 'm' }, { "progress", no_argument, NULL, 'p' },
+    { "json", no_argument, NULL, 'j' },         { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+};
+
+/* 0, 1 (help printed) or -EINVAL (the message printed). */
+static int ct_parse(int argc, char **argv, struct ct_opts *o)
+{
+    *o = (struct ct_opts){ .cycles = 100, .keys = 64, .max_ms = 60 };
+    int c, li = 0, r = 0;
+    optind = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", ct_lo, &li)) != -1 && !r) {
+        switch (c) {
+        case 'h': ct_usage(stdout); return 1;
+        case 'c': r = cli_opt_count("crashtest", "cycles", optarg, 1, 100000000, &o->cycles); break;
+        case 's':
+            r = cli_opt_count("crashtest", "seed", optarg, 0, UINT32_MAX, &o->seed);
+            o->seed_given = true;
+            break;
+        case 'd': r = cli_opt_path("crashtest", "dir", optarg); o->dir = optarg; break;
+        case 'k': r = cli_opt_count("crashtest", "keys", optarg, 1, MAX_KEYS, &o->keys); break;
+        case 'm': r = cli_opt_count("crashtest", "max-ms", optarg, 1, 600000, &o->max_ms); break;
+        case 'p': o->progress = true; break;
+        case 'j': o->json = true; break;
+        default: return cli_getopt_error("crashtest", c, argv);
+        }
+    }
+    if (r)
+        return r;
+    if (optind != argc) {
+        cli_error("crashtest", 2, "unexpected argument '%s'", argv[optind]);
+        return -EINVAL;
+    }
+    if (!o->seed_given)
+        o->seed = ((uint64_t)time(NULL) ^ (uint64_t)getpid()) & UINT32_MAX;
+    o->progress |= isatty(STDERR_FILENO);
+    return 0;
+}
+
+/* ------------------------------------------------------------- report */
+
+static void ct_report(const struct ct_opts *o, const struct totals *t, double secs,
+                      const char *err, bool kept)
+{
+    FILE *f = o->json ? stderr : stdout;
+    fprintf(f, "kvtier crashtest: %" PRIu64 " cycles in %.1f s (seed %" PRIu64 ", %" PRIu64
+            " keys, dir %s%s)\n", t->cycles, secs, o->seed, o->keys, o->dir,
+            kept ? ", kept" : ", removed");
+    fprintf(f, "  kills: %" PRIu64 " (%" PRIu64 " after a flush); %" PRIu64 " flushes, %" PRIu64
+            " operations logged\n", t->cycles, t->after_flush, t->flushes, t->ops);
+    fprintf(f, "  after the kills: %" PRIu64 " keys present (%" PRIu64 " at a version newer than "
+            "the last flush), %" PRIu64 " absent (dropped or never flushed)\n", t->present,
+            t->newer, t->absent);
+    fprintf(f, "  lost: %" PRIu64 "   wrong: %" PRIu64 "\n", t->lost, t->wrong);
+    if (err[0])
+        fprintf(f, "  first failure: %s\n", err);
+    if (!o->json)
+        return;
+    printf("{\"cycles\": %" PRIu64 ", \"seconds\": %.3f, \"seed\": %" PRIu64 ", \"keys\": %" PRIu64
+           ", \"kills_after_flush\": %" PRIu64 ", \"flushes\": %" PRIu64 ", \"ops\": %" PRIu64
+           ", \"present\": %" PRIu64 ", \"newer\": %" PRIu64 ", \"absent\": %" PRIu64
+           ", \"lost\": %" PRIu64 ", \"wrong\": %" PRIu64 ", \"ok\": %s, \"error\": ",
+           t->cycles, secs, o->seed, o->keys, t->after_flush, t->flushes, t->ops, t->present,
+           t->newer, t->absent, t->lost, t->wrong, err[0] ? "false" : "true");
+    if (err[0])
+        cli_json_str(err);
+    else
+        printf("null");
+    printf(", \"dir\": ");
+    cli_json_str(o->dir);
+    printf("}\n");
+}
+
+int crashtest_main(int argc, char **argv)
+{
+    struct ct_opts o;
+    struct totals t = { 0 };
+    char err[700] = "", made[4096] = "";
+    int r = ct_parse(argc, argv, &o);
+    if (r)
+        return r > 0 ? 0 : 2;
+    if (!o.dir) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(made, sizeof(made), "%s/kvtier-crashtest-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        if (!mkdtemp(made))
+            return cli_error("crashtest", 1, "cannot make a directory %s: %s", made,
+                             strerror(errno));
+        o.dir = made;
+    }
+    /* The directory must be one kvtier can use before a child is forked. */
+    kvt_config c = ct_config(o.dir, o.keys, 0);
+    kvt_engine *e = NULL;
+    if ((r = kvt_open(&c, &e)) != 0) {
+        cli_error("crashtest", 1, "cannot open --dir %s: %s (%s)", o.dir, kvt_strerror(r),
+                  kvt_last_error());
+        if (made[0])
+            rmdir(made);
+        return 1;
+    }
+    kvt_stats s;
+    bool fresh = kvt_get_stats(e, &s) == 0 && s.pages == 0;
+    kvt_close(e);
+    if (!fresh) {
+        cli_error("crashtest", 1, "--dir %s holds pages already: give a new or empty directory",
+                  o.dir);
+        return 1;
+    }
+    fprintf(stderr, "kvtier crashtest: seed %" PRIu64 " (--seed replays the operations; kill "
+            "times follow the clock)\n", o.seed);
+    double t0 = cli_now();
+    int rc = ct_loop(&o, &t, err, sizeof(err));
+    double secs = cli_now() - t0;
+    bool keep = rc || !made[0];
+    if (!keep && kvt_spill_remove(made) < 0)
+        keep = true;
+    ct_report(&o, &t, secs, err, keep);
+    return rc || t.lost || t.wrong ? 1 : 0;
+}
