@@ -21,7 +21,9 @@
  *   <dir>/index/data.mdb    the LMDB index (tiers/ssd_index.h): key ->
  *                           {segment, offset, stored_len, raw_len, codec, crc32c
  *                           over (key, fingerprint, generation) and the stored
- *                           bytes, fingerprint, generation}.
+ *                           bytes, fingerprint, generation}; and, in its "meta"
+ *                           database, the locations of bad slots (with persist:
+ *                           written at close, retired again at open).
  *
  * Global slot number s lives in segment s / slots_per_segment at offset
  * (s % slots_per_segment) * slot_bytes.
@@ -30,6 +32,9 @@
  * points to is never written (a rewrite goes to a new slot; the old one is
  * freed only after the commit that stops pointing to it), and with persist
  * the data is fdatasync'ed before the index entry that names it commits.
+ * For a power cut as well (tests/test_powerloss.c): with persist that
+ * freeing commit is synced before the slot is freed, and a new segment's
+ * directory entry is synced before any entry names it.
  *
  * Threads: all calls under the engine lock, except kvt_ssd_sync() and the
  * I/O itself, which the mover runs unlocked on slots it owns.
