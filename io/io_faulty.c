@@ -478,7 +478,7 @@ static int faulty_reap(void *priv, struct kvt_io_req **done, size_t max, size_t 
         return k ? (int)k : rc; /* the failed ones are already taken: report them */
     for (size_t i = k; i < k + (size_t)rc; i++)
         done[i] = f->shadows ? faulty_unshadow(f, done[i]) : done[i];
-    if (f->plan->journal)
+    if (f->plan->pl.at != KVT_IOCUT_NONE) /* set between engines only: read unlocked */
         pl_reaped(f->plan, done + k, (size_t)rc);
     return (int)(k + (size_t)rc);
 }
