@@ -43,7 +43,7 @@ static void replay_usage(FILE *f)
             "  --model NAME        what a block stands for: 512 tokens of this preset's KV\n"
             "                      (default llama3-8b: 64 MiB); list below\n"
             "  --block-bytes N     bytes per block in the engine, a multiple of 4096 (default\n"
-            "                      256K: the model's blocks scaled down, which the report\n"
+            "                      128K: the model's blocks scaled down, which the report\n"
             "                      says; load times are scaled back up for the TTFT model)\n"
             "capacity (FRACTION of the trace's distinct blocks in (0, 1], or bytes: 512M):\n"
             "  --capacity X        DRAM + SSD together (default 0.1)\n"
