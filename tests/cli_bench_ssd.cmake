@@ -2,7 +2,9 @@
 # make: a --dir holding a quote and shell commands is only a directory name
 # (no PWNED file appears; the JSON names it intact), the bench's own
 # directory inside it is gone afterwards and nothing else there changed,
-# and an empty --dir is an argument error.
+# and an empty --dir is an argument error. --api get runs and reports its
+# one link per page size; bad --api, --page and --chain values are argument
+# errors naming the option.
 # Called with -DKVTIER=<the command> -DWORK=<a scratch directory>.
 
 file(REMOVE_RECURSE "${WORK}")
@@ -32,6 +34,38 @@ string(JSON nlinks LENGTH "${out}" links)
 if(NOT nlinks EQUAL 4)
   message(FATAL_ERROR "expected 4 links, got ${nlinks}: ${out}")
 endif()
+
+string(JSON cpu GET "${out}" links 1 cpu_s_per_gb)
+if(NOT cpu GREATER 0)
+  message(FATAL_ERROR "ssd->dram cpu_s_per_gb is '${cpu}', want > 0: ${out}")
+endif()
+
+# --api get: kvt_get of SSD-only pages, one link per page size, every page
+# checked by the bench (it exits 1 on a wrong or missing one).
+execute_process(COMMAND ${KVTIER} bench ssd --quick --json --api get --page 64K --chain 4
+                --dir "${WORK}"
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "kvtier bench ssd --api get --quick exited ${rc}: ${err}")
+endif()
+string(JSON api GET "${out}" api)
+string(JSON nlinks LENGTH "${out}" links)
+string(JSON link GET "${out}" links 0 link)
+string(JSON chain GET "${out}" links 0 chain)
+string(JSON block GET "${out}" links 0 block_bytes)
+string(JSON ratio GET "${out}" links 0 ratio)
+if(NOT api STREQUAL "get" OR NOT nlinks EQUAL 1 OR NOT link STREQUAL "ssd->get" OR
+   NOT chain EQUAL 4 OR NOT block EQUAL 65536 OR NOT ratio GREATER 0)
+  message(FATAL_ERROR "bench ssd --api get: unexpected JSON: ${out}")
+endif()
+foreach(bad "--api;put" "--page;5000" "--chain;0")
+  execute_process(COMMAND ${KVTIER} bench ssd --quick ${bad}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  list(GET bad 0 opt)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "${opt}")
+    message(FATAL_ERROR "bench ssd ${bad}: exit ${rc}, want 2 naming ${opt}: ${err}")
+  endif()
+endforeach()
 
 # An empty --dir would have put the bench's directory in /.
 execute_process(COMMAND ${KVTIER} bench ssd --quick --dir=

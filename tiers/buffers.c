@@ -227,84 +227,115 @@ struct get_src {
                                the page table may be reallocated once it is dropped */
     int tstate;             /* 0 none, 1 queued, 2 done */
     int tres;
+    bool resolved;          /* tier and src known, hits counted */
+    bool copied;            /* copied out (or nothing to copy) */
 };
 
-/* Brings the busy pages that live only on SSD into DRAM (reads queued on the
- * mover), waiting unlocked until each has a DRAM copy or is known lost. */
-static int get_stage_ssd(kvt_engine *e, struct get_src *g, size_t n)
+/* Where page g stands (locked): 0 when its outcome is known (a copy in HBM
+ * or DRAM, a transient read done, lost, gone, or a read error recorded in
+ * *err), 1 while an SSD read of it is queued or waits for room (its read is
+ * queued here when it can be; *w says what to wait for when it waits for
+ * room), or a negative error that ends the call. */
+static int get_stage_page(kvt_engine *e, struct get_src *g, struct kvt_wait *w, int *err)
 {
-    int err = 0;    /* a read that failed with the page kept: reported, not a miss */
-    for (;;) {
-        struct kvt_wait w = { KVT_WAIT_NONE, 0 };
-        bool pending = false;
-        for (size_t i = 0; i < n; i++) {
-            if (g[i].pg == KVT_NONE || g[i].tstate == 2)
-                continue;
-            struct kvt_page *p = kvt_pg(&e->pt, g[i].pg);
-            if (g[i].tstate == 1) {
-                int tr = kvt_ssd_transient_result(e, g[i].pg);
-                if (tr == 1) {
-                    pending = true;
-                } else {
-                    g[i].tstate = 2;
-                    g[i].tres = tr;
-                    if (tr < 0 && kvt_ssd_read_keeps_page(tr) && !err)
-                        err = kvt_ssd_read_error(e, g[i].pg, tr);
-                }
-                continue;
-            }
-            if (p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST))
-                continue;
-            if (p->flags & PG_READ_ERR) {
-                int r = kvt_ssd_read_error(e, g[i].pg, 0);
-                err = err ? err : r;
-                continue;
-            }
-            if (p->xfer == XFER_SSD_READ) {
-                pending = true;
-                continue;
-            }
-            if (!(p->flags & PG_VALID_SSD) || p->xfer != XFER_NONE)
-                continue;
-            uint32_t s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_STEAL);
-            if (s == KVT_NONE && w.kind == KVT_WAIT_NONE) {
-                int r = kvt_make_room_dram(e, 1, &w);
-                if (r == 0)
-                    s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_STEAL);
-                /* Every tier full: the spare slot stages the read. The page
-                 * keeps its SSD copy, so that DRAM copy is redundant and is
-                 * given back once copied out. */
-                else if (r != -EAGAIN)
-                    s = kvt_dram_slot(e, g[i].pg, KVT_SLOT_SPARE);
-                /* Not even that: read it straight into a buffer of ours. */
-                if (s == KVT_NONE && r != -EAGAIN) {
-                    if (posix_memalign(&g[i].tbuf, 4096, e->page_bytes) ||
-                        kvt_ssd_queue_read_transient(e, g[i].pg, g[i].tbuf) < 0)
-                        return kvt_fail(-ENOMEM, "out of memory for a read buffer");
-                    g[i].tstate = 1;
-                    pending = true;
-                    continue;
-                }
-            }
-            if (s == KVT_NONE) {
-                pending = true;
-                continue;
-            }
-            kvt_ssd_queue_read(e, g[i].pg);
-            pending = true;
-        }
-        if (!pending)
-            return err;
-        if (w.kind == KVT_WAIT_NONE)
-            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_tier.progress };
-        kvt_wait_on(e, &w, true);
-        if (e->failed)
-            return kvt_check_failed(e);
+    if (g->pg == KVT_NONE || g->tstate == 2)
+        return 0;
+    struct kvt_page *p = kvt_pg(&e->pt, g->pg);
+    if (g->tstate == 1) {
+        int tr = kvt_ssd_transient_result(e, g->pg);
+        if (tr == 1)
+            return 1;
+        g->tstate = 2;
+        g->tres = tr;
+        if (tr < 0 && kvt_ssd_read_keeps_page(tr) && !*err)
+            *err = kvt_ssd_read_error(e, g->pg, tr);
+        return 0;
     }
+    if (p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST))
+        return 0;
+    if (p->flags & PG_READ_ERR) {
+        int r = kvt_ssd_read_error(e, g->pg, 0);
+        *err = *err ? *err : r;
+        return 0;
+    }
+    if (p->xfer == XFER_SSD_READ)
+        return 1;
+    if (!(p->flags & PG_VALID_SSD) || p->xfer != XFER_NONE)
+        return 0;
+    uint32_t s = kvt_dram_slot(e, g->pg, KVT_SLOT_STEAL);
+    if (s == KVT_NONE && w->kind == KVT_WAIT_NONE) {
+        int r = kvt_make_room_dram(e, 1, w);
+        if (r == 0)
+            s = kvt_dram_slot(e, g->pg, KVT_SLOT_STEAL);
+        /* Every tier full: the spare slot stages the read. The page keeps
+         * its SSD copy, so that DRAM copy is redundant and is given back
+         * once copied out. */
+        else if (r != -EAGAIN)
+            s = kvt_dram_slot(e, g->pg, KVT_SLOT_SPARE);
+        /* Not even that: read it straight into a buffer of ours. */
+        if (s == KVT_NONE && r != -EAGAIN) {
+            if (posix_memalign(&g->tbuf, 4096, e->page_bytes) ||
+                kvt_ssd_queue_read_transient(e, g->pg, g->tbuf) < 0)
+                return kvt_fail(-ENOMEM, "out of memory for a read buffer");
+            g->tstate = 1;
+            return 1;
+        }
+    }
+    if (s != KVT_NONE)
+        kvt_ssd_queue_read(e, g->pg);
+    return 1;
 }
 
-/* Marks the pages of keys busy (so no slot of theirs moves while we copy) and
- * counts hits and misses by the tier that will serve them. */
+/* The tier that serves page g now that its outcome is known, where the copy
+ * out reads, and the hit or misses it counts (locked). */
+static void get_resolve(kvt_engine *e, struct get_src *g)
+{
+    const struct kvt_page *p = g->pg == KVT_NONE ? NULL : kvt_pg(&e->pt, g->pg);
+    g->tier = !p ? KVT_TIER_NONE
+                 : (p->flags & PG_VALID_HBM) ? KVT_TIER_HBM
+                 : (p->flags & PG_VALID_DRAM) ? KVT_TIER_DRAM
+                 : (g->tstate == 2 && g->tres == 0) ? KVT_TIER_SSD : KVT_TIER_NONE;
+    if (g->tier == KVT_TIER_SSD)
+        g->src = g->tbuf;
+    else if (g->tier != KVT_TIER_NONE)
+        g->src = slot_ptr(e, g->pg, g->tier); /* busy: the slot stays */
+    for (int t = 0; t < KVT_TIERS; t++) {
+        if (t == g->tier) {
+            e->st.hits[t]++;
+            break;
+        }
+        e->st.misses[t]++;
+    }
+    g->resolved = true;
+}
+
+/* Copies out the pages resolved and not yet copied (called locked; copies
+ * unlocked: their pages are busy, so no slot of theirs moves). Returns 0 or
+ * the copy's error; *lost is set for a page present but unreadable. */
+static int get_copy_ready(kvt_engine *e, struct get_src *g, size_t n, void *const *dst,
+                          int dst_on_device, int *found, bool *lost)
+{
+    int cr = 0;
+    kvt_unlock(e);
+    for (size_t i = 0; i < n && cr == 0; i++) {
+        if (!g[i].resolved || g[i].copied)
+            continue;
+        g[i].copied = true;
+        if (g[i].tier == KVT_TIER_NONE) {
+            *lost |= g[i].pg != KVT_NONE;
+            continue;
+        }
+        cr = e->hbm.dev->copy_sync(e->hbm.dev_priv,
+                                   copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device), dst[i],
+                                   g[i].src, e->page_bytes);
+        if (found)
+            found[i] = cr == 0;
+    }
+    kvt_lock(e);
+    return cr;
+}
+
+/* Marks the pages of keys busy (so no slot of theirs moves while we copy). */
 static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_src *g)
 {
     for (size_t i = 0; i < n; i++) {
@@ -316,26 +347,50 @@ static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_sr
                             (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
         g[i].pg = pg;
     }
-    int r = e->ssd ? get_stage_ssd(e, g, n) : 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct kvt_page *p = g[i].pg == KVT_NONE ? NULL : kvt_pg(&e->pt, g[i].pg);
-        g[i].tier = !p ? KVT_TIER_NONE
-                       : (p->flags & PG_VALID_HBM) ? KVT_TIER_HBM
-                       : (p->flags & PG_VALID_DRAM) ? KVT_TIER_DRAM
-                       : (g[i].tstate == 2 && g[i].tres == 0) ? KVT_TIER_SSD : KVT_TIER_NONE;
-        if (g[i].tier == KVT_TIER_SSD)
-            g[i].src = g[i].tbuf;
-        else if (g[i].tier != KVT_TIER_NONE)
-            g[i].src = slot_ptr(e, g[i].pg, g[i].tier); /* busy: the slot stays */
-        for (int t = 0; t < KVT_TIERS; t++) {
-            if (t == g[i].tier) {
-                e->st.hits[t]++;
-                break;
+    return 0;
+}
+
+/* Loads the chunk's busy pages and copies each out as soon as it has a
+ * copy in HBM or DRAM: the SSD reads of the whole chunk are queued in the
+ * first pass, so the disk has them all at once, and each page read is
+ * copied out while the later ones are still on the disk (the copy would
+ * otherwise add its whole time to the call's). Locked; waits unlocked.
+ * Returns 0, a read error that kept its page (reported, not a miss: the
+ * call fails), or a copy's error in *cr. */
+static int get_load(kvt_engine *e, struct get_src *g, size_t n, void *const *dst,
+                    int dst_on_device, int *found, bool *lost, int *cr)
+{
+    int err = 0;
+    for (;;) {
+        struct kvt_wait w = { KVT_WAIT_NONE, 0 };
+        bool pending = false, ready = false;
+        for (size_t i = 0; i < n; i++) {
+            if (g[i].resolved)
+                continue;
+            int s = e->ssd ? get_stage_page(e, &g[i], &w, &err) : 0;
+            if (s < 0)
+                return s;
+            if (s) {
+                pending = true;
+                continue;
             }
-            e->st.misses[t]++;
+            get_resolve(e, &g[i]);
+            ready = true;
         }
+        if (ready) {
+            /* Look again after the copies: more reads landed meanwhile. */
+            if ((*cr = get_copy_ready(e, g, n, dst, dst_on_device, found, lost)) < 0)
+                return err;
+            continue;
+        }
+        if (!pending)
+            return err;
+        if (w.kind == KVT_WAIT_NONE)
+            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_tier.progress };
+        kvt_wait_on(e, &w, true);
+        if (e->failed)
+            return kvt_check_failed(e);
     }
-    return r;
 }
 
 /* Ends what get_begin started: not busy, lost pages reaped. */
@@ -398,33 +453,22 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
     if (!g)
         return kvt_fail(-ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
-        g[i] = (struct get_src){ KVT_NONE, KVT_TIER_NONE, NULL, NULL, 0, 0 };
+        g[i] = (struct get_src){ .pg = KVT_NONE, .tier = KVT_TIER_NONE };
     if (found)
         memset(found, 0, n * sizeof(*found));
     KVT_ENTER(e);
-    int r = kvt_check_failed(e);
+    int r = kvt_check_failed(e), cr = 0;
+    bool lost = false;
     if (r == 0)
         r = get_begin(e, keys, n, g);
-    if (r < 0)
-        goto out_end;
-    kvt_unlock(e);
-    int cr = 0;
-    bool lost = false;
-    for (size_t i = 0; i < n && cr == 0; i++) {
-        if (g[i].tier == KVT_TIER_NONE) {
-            lost |= g[i].pg != KVT_NONE; /* present but unreadable */
-            continue;
-        }
-        cr = e->hbm.dev->copy_sync(e->hbm.dev_priv, copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device),
-                               dst[i], g[i].src, e->page_bytes);
-        if (found)
-            found[i] = cr == 0;
-    }
+    if (r == 0)
+        r = get_load(e, g, n, dst, dst_on_device, found, &lost, &cr);
     /* A failed call reports nothing found: the caller must not have to
      * work out which of its buffers hold complete pages. */
-    if (cr < 0 && found)
+    if ((r < 0 || cr < 0) && found)
         memset(found, 0, n * sizeof(*found));
-    kvt_lock(e);
+    if (r < 0)
+        goto out_end;
     for (size_t i = 0; i < n && cr == 0; i++)
         if (g[i].tier != KVT_TIER_NONE)
             e->st.bytes_get += e->page_bytes;

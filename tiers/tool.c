@@ -84,19 +84,25 @@ int kvt_tool_copy_from_page(kvt_engine *e, void *dst, const void *page, size_t b
 /* One lock hold for all three phases: nothing else runs on the engine
  * between them, so the read phase starts from exactly what the write phase
  * left. */
-int kvt_tool_ssd_cycle(kvt_engine *e, double *write_s, double *read_s, uint64_t *read_pages)
+static double tool_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int kvt_tool_ssd_cycle(kvt_engine *e, struct kvt_tool_ssd_times *t, uint64_t *read_pages)
 {
     pthread_mutex_lock(&e->lock);
-    double t0 = tool_now();
+    double t0 = tool_now(), c0 = tool_cpu();
     int r = kvt_ssd_flush(e);
-    double t1 = tool_now();
+    double t1 = tool_now(), c1 = tool_cpu();
     kvt_dram_drop_redundant(e);
-    double t2 = tool_now();
+    double t2 = tool_now(), c2 = tool_cpu();
     *read_pages = kvt_ssd_read_all(e);
-    double t3 = tool_now();
+    double t3 = tool_now(), c3 = tool_cpu();
     pthread_mutex_unlock(&e->lock);
-    *write_s = t1 - t0;
-    *read_s = t3 - t2;
+    *t = (struct kvt_tool_ssd_times){ t1 - t0, t3 - t2, c1 - c0, c3 - c2 };
     return r;
 }
 

@@ -63,13 +63,21 @@ int kvt_tool_copy_from_page(kvt_engine *e, void *dst, const void *page, size_t b
 
 /* ------------------------------------------------------------- SSD */
 
+/* The two phases of kvt_tool_ssd_cycle: wall seconds, and CPU seconds of
+ * the whole process (every thread: the caller, the mover, the I/O
+ * back-end's) over the same interval. */
+struct kvt_tool_ssd_times {
+    double write_s, read_s;
+    double write_cpu_s, read_cpu_s;
+};
+
 /* The SSD pipeline flat out, for an engine whose pages are all in DRAM
  * (and nowhere else): writes every page to SSD and waits (kvt_flush with
  * persistence as configured), drops the DRAM copies, then reads every page
- * back into DRAM and waits. *write_s and *read_s are the two phases' wall
- * times (the drop between them is not timed), *read_pages the pages read.
- * Returns the flush's result (0 or its error). */
-int kvt_tool_ssd_cycle(kvt_engine *e, double *write_s, double *read_s, uint64_t *read_pages);
+ * back into DRAM and waits. *t gets the two phases' times (the drop between
+ * them is not timed), *read_pages the pages read. Returns the flush's
+ * result (0 or its error). */
+int kvt_tool_ssd_cycle(kvt_engine *e, struct kvt_tool_ssd_times *t, uint64_t *read_pages);
 
 /* Raw io_uring O_DIRECT throughput with no engine: n requests of block
  * bytes at queue depth `depth` over the first span bytes of the regular

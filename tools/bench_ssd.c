@@ -10,14 +10,26 @@
  * number of blocks of the same size at the same queue depth over a plain
  * preallocated file, with no checksums and no index. Neither side syncs
  * (persist=0), so both measure the device, not fdatasync.
+ *
+ * --api get measures what a prefix cache's loads go through instead: kvt_get
+ * of chains of --chain pages that live on SSD only, into the caller's
+ * buffers (the reads, the checksum, the copy out), beside raw reads.
+ *
+ * Each rep measures both sides back to back, alternating which goes first;
+ * the figure is the median over the reps of the paired ratios, because
+ * this machine's disk drifts from one second to the next and a best-of
+ * compares the best moments of different drifts. CPU is the process's
+ * (every thread) over the timed phase, per GB moved.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <time.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "include/kvtier.h"
@@ -28,18 +40,23 @@
 
 struct ssd_opts {
     const char *dir;
-    uint64_t bytes;
-    unsigned depth, reps;
-    bool json, quick;
+    uint64_t bytes, page;   /* page: one page size (0: 256 KiB and 1 MiB) */
+    unsigned depth, reps, chain;
+    bool json, quick, get;
 };
 
+#define MAX_REPS 100
+
+/* One link at one block size: each rep's figures, both sides. */
 struct ssd_link {
     const char *link;
     size_t block;
-    double gbps, base_gbps;
+    unsigned n;                         /* reps measured */
+    double gbps[MAX_REPS], base[MAX_REPS];
+    double cpu[MAX_REPS];               /* through kvtier: CPU seconds per GB moved */
 };
 
-/* The page sizes measured. */
+/* The page sizes measured by default. */
 static const size_t page_sizes[2] = { 256 << 10, 1 << 20 };
 
 static void ssd_usage(FILE *f)
@@ -57,8 +74,14 @@ static void ssd_usage(FILE *f)
             "  --bytes N      data moved per measurement, 4M or more, held in DRAM whole\n"
             "                 (default 256M)\n"
             "  --depth N      I/O queue depth (default 32)\n"
-            "  --reps N       runs per figure, alternating which side goes first; best kept\n"
-            "                 (default 9: this is a noisy measurement on virtual disks)\n"
+            "  --reps N       runs per figure, alternating which side goes first; the figure\n"
+            "                 is the median of the runs' ratios (default 9: this is a noisy\n"
+            "                 measurement on virtual disks)\n"
+            "  --page N       one page size (4K..64M, a multiple of 4K) instead of 256K and 1M\n"
+            "  --api get      SSD->DRAM through kvt_get instead: chains of --chain pages that\n"
+            "                 live only on SSD, copied out to the caller's buffers (what a\n"
+            "                 prefix cache's loads do), beside raw reads\n"
+            "  --chain N      pages per kvt_get call with --api get (default 8)\n"
             "  --quick        small sizes, one run (for tests)\n"
             "  --json         one JSON object on stdout; text goes to stderr\n"
             "  -h, --help     this text\n");
@@ -66,7 +89,8 @@ static void ssd_usage(FILE *f)
 
 static const struct option ssd_lo[] = {
     { "dir", 1, 0, 'd' },  { "bytes", 1, 0, 'b' }, { "depth", 1, 0, 'q' }, { "reps", 1, 0, 'r' },
-    { "quick", 0, 0, 'Q' }, { "json", 0, 0, 'j' }, { "help", 0, 0, 'h' },  { 0, 0, 0, 0 },
+    { "quick", 0, 0, 'Q' }, { "json", 0, 0, 'j' }, { "help", 0, 0, 'h' },  { "page", 1, 0, 'p' },
+    { "api", 1, 0, 'a' },   { "chain", 1, 0, 'c' }, { 0, 0, 0, 0 },
 };
 
 /* One option's value into o; 0 or -EINVAL having said why. */
@@ -82,9 +106,29 @@ static int ssd_option(int c, const char *v, struct ssd_opts *o)
     case 'b': return cli_opt_size(cmd, "bytes", v, 4u << 20, 1ull << 48, &o->bytes);
     case 'q':
     case 'r':
-        if (cli_opt_count(cmd, c == 'q' ? "depth" : "reps", v, 1, c == 'q' ? 4096 : 100, &n))
+        if (cli_opt_count(cmd, c == 'q' ? "depth" : "reps", v, 1, c == 'q' ? 4096 : MAX_REPS, &n))
             return -EINVAL;
         *(c == 'q' ? &o->depth : &o->reps) = (unsigned)n;
+        return 0;
+    case 'c':
+        if (cli_opt_count(cmd, "chain", v, 1, 4096, &n))
+            return -EINVAL;
+        o->chain = (unsigned)n;
+        return 0;
+    case 'p':
+        if (cli_opt_size(cmd, "page", v, 4096, 64ull << 20, &o->page))
+            return -EINVAL;
+        if (o->page % 4096) {
+            cli_error(cmd, 2, "--page %s is not a multiple of 4K", v);
+            return -EINVAL;
+        }
+        return 0;
+    case 'a':
+        if (strcmp(v, "get") && strcmp(v, "cycle")) {
+            cli_error(cmd, 2, "--api '%s': want get or cycle", v);
+            return -EINVAL;
+        }
+        o->get = strcmp(v, "get") == 0;
         return 0;
     case 'Q': o->quick = true; return 0;
     case 'j': o->json = true; return 0;
@@ -92,18 +136,41 @@ static int ssd_option(int c, const char *v, struct ssd_opts *o)
     }
 }
 
-static void kvtier_config(const char *dir, size_t pb, uint64_t n, unsigned depth, kvt_config *c);
+static void kvtier_config(const struct ssd_opts *o, const char *dir, size_t pb, uint64_t n,
+                          kvt_config *c);
+static uint64_t get_dram_pages(const struct ssd_opts *o);
 
 static const struct cli_field ssd_fields[] = {
-    { "dram_bytes", "bytes" }, { "ssd_bytes", "bytes" }, { "queue_depth", "depth" }, { NULL, NULL },
+    { "dram_bytes", "bytes" }, { "ssd_bytes", "bytes" }, { "queue_depth", "depth" },
+    { "page_bytes", "page" },  { NULL, NULL },
 };
 
-/* The engine's own check of both page sizes' configurations. */
+/* The page sizes to measure: --page, or both defaults. Returns how many. */
+static int sizes_of(const struct ssd_opts *o, size_t *sz)
+{
+    if (o->page) {
+        sz[0] = o->page;
+        return 1;
+    }
+    sz[0] = page_sizes[0];
+    sz[1] = page_sizes[1];
+    return 2;
+}
+
+/* The engine's own check of every page size's configuration. */
 static int ssd_check(const struct ssd_opts *o)
 {
-    for (int i = 0; i < 2; i++) {
+    size_t sz[2];
+    int ns = sizes_of(o, sz);
+    for (int i = 0; i < ns; i++) {
         kvt_config c;
-        kvtier_config("(scratch)", page_sizes[i], o->bytes / page_sizes[i], o->depth, &c);
+        if (o->bytes / sz[i] < (o->get ? get_dram_pages(o) + 8 + o->chain : 1)) {
+            cli_error("bench ssd", 2, "--bytes %llu holds too few pages of %zu bytes%s",
+                      (unsigned long long)o->bytes, sz[i],
+                      o->get ? " for --api get (DRAM's pages and a --chain more)" : "");
+            return -EINVAL;
+        }
+        kvtier_config(o, "(scratch)", sz[i], o->bytes / sz[i], &c);
         if (cli_config_check("bench ssd", &c, ssd_fields))
             return -EINVAL;
     }
@@ -114,7 +181,8 @@ static int ssd_check(const struct ssd_opts *o)
 static int ssd_parse(int argc, char **argv, struct ssd_opts *o)
 {
     const char *tmp = getenv("TMPDIR");
-    *o = (struct ssd_opts){ tmp && *tmp ? tmp : "/tmp", 256ull << 20, 32, 9, false, false };
+    *o = (struct ssd_opts){ .dir = tmp && *tmp ? tmp : "/tmp", .bytes = 256ull << 20, .depth = 32,
+                            .reps = 9, .chain = 8 };
     int c;
     optind = 1;
     opterr = 0;
@@ -133,7 +201,7 @@ static int ssd_parse(int argc, char **argv, struct ssd_opts *o)
         return -EINVAL;
     }
     if (o->quick) {
-        o->bytes = 32ull << 20;
+        o->bytes = o->get ? 96ull << 20 : 32ull << 20; /* get: more than DRAM holds */
         o->reps = 1;
     }
     return ssd_check(o);
@@ -219,8 +287,22 @@ static void scratch_remove(struct scratch *s)
 
 /* ------------------------------------------------------------- kvtier */
 
-/* Fills n pages into DRAM with puts (untimed; HBM is one page, so puts land
- * in DRAM). */
+static double now_s(clockid_t clk)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The words of page i (a pattern a codec would have work on; NONE stores
+ * raw), so that every page read back can be checked. */
+static uint64_t page_word(uint64_t i, size_t w)
+{
+    return (i + 1) * 0x9E3779B97F4A7C15ull ^ w;
+}
+
+/* Fills n pages with puts (untimed). In a cycle's engine DRAM holds them
+ * all; in a get engine most go on down to SSD. */
 static int fill_pages(kvt_engine *e, uint64_t n, size_t pb)
 {
     uint8_t *buf = malloc(pb);
@@ -228,9 +310,8 @@ static int fill_pages(kvt_engine *e, uint64_t n, size_t pb)
         return -ENOMEM;
     int r = 0;
     for (uint64_t i = 0; i < n && !r; i++) {
-        /* Page contents vary so a codec would have work; NONE stores raw. */
         for (size_t w = 0; w < pb / 8; w++)
-            ((uint64_t *)buf)[w] = (i + 1) * 0x9E3779B97F4A7C15ull ^ w;
+            ((uint64_t *)buf)[w] = page_word(i, w);
         kvt_key k = { 1, 0, (uint32_t)i };
         const void *src = buf;
         r = kvt_put(e, &k, 1, &src, 0);
@@ -239,26 +320,39 @@ static int fill_pages(kvt_engine *e, uint64_t n, size_t pb)
     return r;
 }
 
-/* An engine whose n pages all fit in DRAM, with an SSD tier to take them. */
-static void kvtier_config(const char *dir, size_t pb, uint64_t n, unsigned depth, kvt_config *c)
+/* DRAM pages of a get engine: room for a chunk of four chains (kvt_get
+ * stages at most a quarter of DRAM at a time), and at least 64. */
+static uint64_t get_dram_pages(const struct ssd_opts *o)
+{
+    uint64_t d = 4ull * o->chain + 8;
+    return d < 64 ? 64 : d;
+}
+
+/* An engine for n pages: a cycle's holds them all in DRAM, with an SSD
+ * tier to take them; a get engine's DRAM is small, so most live on SSD. */
+static void kvtier_config(const struct ssd_opts *o, const char *dir, size_t pb, uint64_t n,
+                          kvt_config *c)
 {
     kvt_config_init(c);
     c->page_bytes = pb;
     c->hbm_bytes = pb;
-    c->dram_bytes = (n + 8) * pb;
+    c->dram_bytes = (o->get ? get_dram_pages(o) : n + 8) * pb;
     c->ssd_bytes = (n + 8) * pb;
     c->ssd_dir = dir;
     c->device = KVT_DEVICE_HOST;
-    c->queue_depth = depth;
-    c->persist = 0;
+    c->queue_depth = o->depth;
+    /* A get engine's flush writes every page to SSD, so that the timed
+     * reads evict nothing that must be written first. */
+    c->persist = o->get;
 }
 
 /* One measurement through kvtier: write every DRAM page to SSD, then drop
  * the DRAM copies and read them all back (kvt_tool_ssd_cycle). */
-static int kvtier_run(const char *dir, size_t pb, uint64_t n, unsigned depth, double *wr, double *rd)
+static int kvtier_cycle(const struct ssd_opts *o, const char *dir, size_t pb, uint64_t n,
+                        double fig[4])
 {
     kvt_config c;
-    kvtier_config(dir, pb, n, depth, &c);
+    kvtier_config(o, dir, pb, n, &c);
     kvt_engine *e;
     int r = kvt_open(&c, &e);
     if (r < 0)
@@ -267,40 +361,127 @@ static int kvtier_run(const char *dir, size_t pb, uint64_t n, unsigned depth, do
         goto out;
     kvt_stats s0, s1;
     kvt_get_stats(e, &s0);
-    double ws = 0, rs = 0;
+    struct kvt_tool_ssd_times t;
     uint64_t got = 0;
-    r = kvt_tool_ssd_cycle(e, &ws, &rs, &got);
+    r = kvt_tool_ssd_cycle(e, &t, &got);
     kvt_get_stats(e, &s1);
     if (r == 0 && (got != n || s1.errors_io || s1.errors_corrupt))
         r = -EIO;
-    *wr = (double)(s1.bytes_down[1] - s0.bytes_down[1]) / ws / 1e9;
-    *rd = (double)(s1.bytes_up[1] - s0.bytes_up[1]) / rs / 1e9;
+    double wb = (double)(s1.bytes_down[1] - s0.bytes_down[1]) / 1e9;
+    double rb = (double)(s1.bytes_up[1] - s0.bytes_up[1]) / 1e9;
+    fig[0] = wb / t.write_s;
+    fig[1] = t.write_cpu_s / wb;
+    fig[2] = rb / t.read_s;
+    fig[3] = t.read_cpu_s / rb;
 out:
     kvt_close(e);
     return r;
 }
 
-static double best(double a, double b) { return a > b ? a : b; }
+/* Whether dst holds page i exactly, checked at a few words (the engine
+ * checks every byte's CRC; this checks that the right page came out). */
+static bool page_ok(const uint8_t *dst, uint64_t i, size_t pb)
+{
+    size_t words = pb / 8, at[3] = { 0, words / 2, words - 1 };
+    for (int k = 0; k < 3; k++)
+        if (((const uint64_t *)dst)[at[k]] != page_word(i, at[k]))
+            return false;
+    return true;
+}
 
-/* One side of one rep: 0, or 1 after a message. */
+/* The timed loop of a get measurement: chains of pages [0, cold), each
+ * copied out and checked. */
+static int get_chains(const struct ssd_opts *o, kvt_engine *e, uint64_t cold, size_t pb,
+                      uint8_t *bufs)
+{
+    kvt_key keys[o->chain];
+    void *dst[o->chain];
+    int found[o->chain];
+    for (unsigned j = 0; j < o->chain; j++)
+        dst[j] = bufs + (size_t)j * pb;
+    for (uint64_t i = 0; i + o->chain <= cold; i += o->chain) {
+        for (unsigned j = 0; j < o->chain; j++)
+            keys[j] = (kvt_key){ 1, 0, (uint32_t)(i + j) };
+        int r = kvt_get(e, keys, o->chain, dst, 0, found);
+        if (r < 0)
+            return r;
+        for (unsigned j = 0; j < o->chain; j++)
+            if (found[j] != 1 || !page_ok(dst[j], i + j, pb))
+                return kvt_fail(-EIO, "page %llu came back %s", (unsigned long long)(i + j),
+                                found[j] != 1 ? "missing" : "wrong");
+    }
+    return 0;
+}
+
+/* One measurement through kvt_get: n pages put and flushed, of which all
+ * but what DRAM holds live on SSD only; then those are read back by chains
+ * of --chain pages into the caller's buffers. fig[0..1]: GB/s and CPU s/GB
+ * of the reads from SSD. */
+static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint64_t n,
+                      double fig[2])
+{
+    kvt_config c;
+    kvtier_config(o, dir, pb, n, &c);
+    kvt_engine *e;
+    int r = kvt_open(&c, &e);
+    if (r < 0)
+        return r;
+    size_t span = (size_t)o->chain * pb;
+    uint8_t *bufs = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (bufs == MAP_FAILED) {
+        bufs = NULL;
+        r = -ENOMEM;
+        goto out;
+    }
+    (void)madvise(bufs, span, MADV_HUGEPAGE); /* as the raw side's (docs/performance.md#huge-pages) */
+    memset(bufs, 0x5a, span);
+    if ((r = fill_pages(e, n, pb)) < 0 || (r = kvt_flush(e)) < 0)
+        goto out;
+    /* The oldest pages went down first: all but the newest DRAM's worth. */
+    uint64_t cold = n - get_dram_pages(o) - 8;
+    cold -= cold % o->chain;
+    kvt_stats s0, s1;
+    kvt_get_stats(e, &s0);
+    double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    r = get_chains(o, e, cold, pb, bufs);
+    double t1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    kvt_get_stats(e, &s1);
+    double rb = (double)(s1.bytes_up[1] - s0.bytes_up[1]) / 1e9;
+    if (r == 0 && (s1.errors_io || s1.errors_corrupt))
+        r = -EIO;
+    if (r == 0 && rb * 1e9 < (double)cold * (double)pb) /* some came from DRAM: not measured */
+        r = kvt_fail(-EIO, "only %.0f of %llu pages were read from SSD", rb * 1e9 / (double)pb,
+                     (unsigned long long)cold);
+    fig[0] = rb / (t1 - t0);
+    fig[1] = (c1 - c0) / rb;
+out:
+    if (bufs)
+        munmap(bufs, span);
+    kvt_close(e);
+    return r;
+}
+
+/* One side of one rep: 0, or 1 after a message. fig: write GB/s, then read
+ * GB/s at fig[2] (the raw pass's CPU is not measured: its figure would be
+ * mostly the faulting-in of its buffers). */
 static int bench_raw(const struct ssd_opts *o, struct scratch *sc, size_t pb, uint64_t n,
-                     double *bw, double *br)
+                     double fig[4])
 {
     /* A fresh preallocated file each time, as the engine's segments are:
      * first writes into unwritten extents cost more than overwrites, on
      * both sides alike. */
     int rc;
     if ((rc = scratch_raw(sc, n * pb)) < 0 ||
-        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, true, bw)) < 0 ||
-        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, false, br)) < 0)
+        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, true, &fig[0])) < 0 ||
+        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, false, &fig[2])) < 0)
         return cli_error("bench ssd", 1, "raw io_uring baseline failed: %s", strerror(-rc));
     return 0;
 }
 
 static int bench_kvtier(const struct ssd_opts *o, struct scratch *sc, size_t pb, uint64_t n,
-                        double *kw, double *kr)
+                        double fig[4])
 {
-    int rc = kvtier_run(sc->spill, pb, n, o->depth, kw, kr);
+    int rc = o->get ? kvtier_get(o, sc->spill, pb, n, fig + 2) : kvtier_cycle(o, sc->spill, pb, n, fig);
     if (rc < 0)
         return cli_error("bench ssd", 1, "through kvtier: %s (%s)", kvt_strerror(rc),
                          kvt_last_error());
@@ -311,26 +492,26 @@ static int bench_kvtier(const struct ssd_opts *o, struct scratch *sc, size_t pb,
     return 0;
 }
 
+/* Measures one page size: w (unless --api get) and r get one entry per rep. */
 static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, struct ssd_link *w,
                       struct ssd_link *r)
 {
     uint64_t n = o->bytes / pb;
-    *w = (struct ssd_link){ "dram->ssd", pb, 0, 0 };
-    *r = (struct ssd_link){ "ssd->dram", pb, 0, 0 };
+    *w = (struct ssd_link){ .link = "dram->ssd", .block = pb };
+    *r = (struct ssd_link){ .link = o->get ? "ssd->get" : "ssd->dram", .block = pb };
     for (unsigned i = 0; i < o->reps; i++) {
-        double bw = 0, br = 0, kw = 0, kr = 0;
+        double raw[4] = { 0 }, kv[4] = { 0 };
         /* Alternate which side goes first: a virtual disk's speed drifts
          * with what its host cached a moment ago. */
         for (int side = 0; side < 2; side++) {
-            int rc = (side ^ (int)(i & 1)) == 0 ? bench_raw(o, sc, pb, n, &bw, &br)
-                                                 : bench_kvtier(o, sc, pb, n, &kw, &kr);
+            int rc = (side ^ (int)(i & 1)) == 0 ? bench_raw(o, sc, pb, n, raw)
+                                                 : bench_kvtier(o, sc, pb, n, kv);
             if (rc)
                 return rc;
         }
-        w->base_gbps = best(w->base_gbps, bw);
-        r->base_gbps = best(r->base_gbps, br);
-        w->gbps = best(w->gbps, kw);
-        r->gbps = best(r->gbps, kr);
+        w->gbps[i] = kv[0], w->cpu[i] = kv[1], w->base[i] = raw[0];
+        r->gbps[i] = kv[2], r->cpu[i] = kv[3], r->base[i] = raw[2];
+        w->n = r->n = i + 1;
         if (!o->json && isatty(2))
             fprintf(stderr, "\r  %zu KiB pages: run %u/%u", pb >> 10, i + 1, o->reps);
     }
@@ -347,37 +528,93 @@ struct codec_fig {
     double ratio, comp, decomp;
 };
 
-static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
-                   const struct codec_fig *cf, int nc)
+static int by_double(const void *x, const void *y)
 {
-    FILE *t = o->json ? stderr : stdout;
-    fprintf(t, "kvtier bench ssd: %s, depth %u, %llu MiB per figure, best of %u\n", o->dir,
-            o->depth, (unsigned long long)(o->bytes >> 20), o->reps);
-    fprintf(t, "  %-10s %8s %9s %10s %-20s %7s\n", "link", "block", "GB/s", "base GB/s",
-            "baseline", "ratio");
-    for (int i = 0; i < nl; i++)
-        fprintf(t, "  %-10s %6zuK %9.2f %10.2f %-20s %7.3f\n", l[i].link, l[i].block >> 10,
-                l[i].gbps, l[i].base_gbps, "io_uring O_DIRECT", l[i].gbps / l[i].base_gbps);
-    fprintf(t, "  codecs on a 256 KiB bf16 page (Gaussian values), one core:\n");
-    for (int i = 0; i < nc; i++)
-        fprintf(t, "    %-16s ratio %.3f  compress %.2f GB/s  decompress %.2f GB/s\n", cf[i].name,
-                cf[i].ratio, cf[i].comp, cf[i].decomp);
-    if (!o->json)
-        return;
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* The median of v[0..n) (n >= 1), and its range in lo and hi. */
+static double median(const double *v, unsigned n, double *lo, double *hi)
+{
+    double s[MAX_REPS];
+    memcpy(s, v, n * sizeof(*s));
+    qsort(s, n, sizeof(*s), by_double);
+    if (lo)
+        *lo = s[0];
+    if (hi)
+        *hi = s[n - 1];
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* A link's summary: medians of each side, and of the paired ratios. */
+struct link_sum {
+    double gbps, base, ratio, rlo, rhi, cpu;
+};
+
+static struct link_sum summarize(const struct ssd_link *l)
+{
+    double ratio[MAX_REPS];
+    for (unsigned i = 0; i < l->n; i++)
+        ratio[i] = l->base[i] > 0 ? l->gbps[i] / l->base[i] : 0;
+    struct link_sum s;
+    s.gbps = median(l->gbps, l->n, NULL, NULL);
+    s.base = median(l->base, l->n, NULL, NULL);
+    s.ratio = median(ratio, l->n, &s.rlo, &s.rhi);
+    s.cpu = median(l->cpu, l->n, NULL, NULL);
+    return s;
+}
+
+static void report_json(const struct ssd_opts *o, const struct ssd_link *l, int nl,
+                        const struct codec_fig *cf, int nc)
+{
     printf("{\"dir\": ");
     cli_json_str(o->dir);
-    printf(", \"links\": [");
-    for (int i = 0; i < nl; i++)
-        printf("%s{\"link\": \"%s\", \"block_bytes\": %zu, \"depth\": %u, \"gbps\": %.4f, "
-               "\"baseline\": \"io_uring O_DIRECT\", \"baseline_gbps\": %.4f, \"ratio\": %.4f}",
-               i ? ", " : "", l[i].link, l[i].block, o->depth, l[i].gbps, l[i].base_gbps,
-               l[i].gbps / l[i].base_gbps);
+    printf(", \"api\": \"%s\", \"reps\": %u, \"links\": [", o->get ? "get" : "cycle", o->reps);
+    for (int i = 0; i < nl; i++) {
+        struct link_sum s = summarize(&l[i]);
+        printf("%s{\"link\": \"%s\", \"block_bytes\": %zu, \"depth\": %u, ", i ? ", " : "",
+               l[i].link, l[i].block, o->depth);
+        if (o->get)
+            printf("\"chain\": %u, ", o->chain);
+        printf("\"gbps\": %.4f, \"baseline\": \"io_uring O_DIRECT\", \"baseline_gbps\": %.4f, "
+               "\"ratio\": %.4f, \"ratio_min\": %.4f, \"ratio_max\": %.4f, "
+               "\"cpu_s_per_gb\": %.4f}",
+               s.gbps, s.base, s.ratio, s.rlo, s.rhi, s.cpu);
+    }
     printf("], \"codecs\": [");
     for (int i = 0; i < nc; i++)
         printf("%s{\"codec\": \"%s\", \"page_bytes\": 262144, \"ratio\": %.4f, "
                "\"compress_gbps\": %.4f, \"decompress_gbps\": %.4f}",
                i ? ", " : "", cf[i].name, cf[i].ratio, cf[i].comp, cf[i].decomp);
     printf("]}\n");
+}
+
+static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
+                   const struct codec_fig *cf, int nc)
+{
+    FILE *t = o->json ? stderr : stdout;
+    fprintf(t, "kvtier bench ssd: %s, depth %u, %llu MiB per figure, median of %u paired runs\n",
+            o->dir, o->depth, (unsigned long long)(o->bytes >> 20), o->reps);
+    if (o->get)
+        fprintf(t, "  through kvt_get of %u pages a call, SSD-only pages into the caller's "
+                   "buffers\n", o->chain);
+    fprintf(t, "  %-10s %6s %7s %9s %7s %13s %13s\n", "link", "block", "GB/s", "raw GB/s",
+            "ratio", "ratio range", "CPU s/GB");
+    for (int i = 0; i < nl; i++) {
+        struct link_sum s = summarize(&l[i]);
+        fprintf(t, "  %-10s %5zuK %7.2f %9.2f %7.3f  %5.3f-%5.3f  %9.3f\n", l[i].link,
+                l[i].block >> 10, s.gbps, s.base, s.ratio, s.rlo, s.rhi, s.cpu);
+    }
+    fprintf(t, "  (raw: io_uring O_DIRECT at the same block size and depth, same file system;\n"
+               "   CPU s/GB: through kvtier, every thread of the process, per GB moved)\n");
+    if (nc)
+        fprintf(t, "  codecs on a 256 KiB bf16 page (Gaussian values), one core:\n");
+    for (int i = 0; i < nc; i++)
+        fprintf(t, "    %-16s ratio %.3f  compress %.2f GB/s  decompress %.2f GB/s\n", cf[i].name,
+                cf[i].ratio, cf[i].comp, cf[i].decomp);
+    if (o->json)
+        report_json(o, l, nl, cf, nc);
 }
 
 int bench_ssd_main(int argc, char **argv)
@@ -391,19 +628,26 @@ int bench_ssd_main(int argc, char **argv)
         scratch_remove(&sc);
         return cli_error("bench ssd", 1, "cannot make a directory in %s: %s", o.dir, strerror(-r));
     }
-    struct ssd_link l[4];
-    int rc = 0;
-    for (int i = 0; i < 2 && !rc; i++)
-        rc = bench_size(&o, &sc, page_sizes[i], &l[2 * i], &l[2 * i + 1]);
+    static struct ssd_link l[4];
+    size_t sz[2];
+    int ns = sizes_of(&o, sz), nl = 0, rc = 0;
+    for (int i = 0; i < ns && !rc; i++) {
+        struct ssd_link w;
+        rc = bench_size(&o, &sc, sz[i], &w, &l[nl + !o.get]);
+        if (!o.get)
+            l[nl] = w;
+        nl += o.get ? 1 : 2;
+    }
     scratch_remove(&sc);
     if (rc)
         return rc;
     struct codec_fig cf[2] = { { "zstd", KVT_CODEC_ZSTD, 0, 0, 0 },
                                { "zstd-shuffle16", KVT_CODEC_ZSTD_SHUFFLE16, 0, 0, 0 } };
-    for (int i = 0; i < 2; i++)
+    int nc = o.get ? 0 : 2; /* the codecs are the cycle's */
+    for (int i = 0; i < nc; i++)
         if (kvt_codec_bench(cf[i].codec, 256 << 10, o.quick ? 0.05 : 0.5, &cf[i].ratio, &cf[i].comp,
                             &cf[i].decomp) < 0)
             return cli_error("bench ssd", 1, "codec bench failed");
-    report(&o, l, 4, cf, 2);
+    report(&o, l, nl, cf, nc);
     return 0;
 }
