@@ -135,12 +135,18 @@ static uint64_t version_of(const void *p, size_t bytes, kvt_key k)
 static void wrong_at(struct hammer *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void wrong_at(struct hammer *h, const char *fmt, ...)
 {
-    if (atomic_fetch_add(&h->wrong, 1) == 0) {
+    uint64_t n = atomic_fetch_add(&h->wrong, 1);
+    if (n >= 20) /* the first 20 are printed as they happen */
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "hammer: WRONG: %s\n", msg);
+    if (n == 0) {
         pthread_mutex_lock(&h->mu);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(h->first, sizeof h->first, fmt, ap);
-        va_end(ap);
+        snprintf(h->first, sizeof h->first, "%s", msg);
         pthread_mutex_unlock(&h->mu);
     }
 }
