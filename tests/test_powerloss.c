@@ -13,8 +13,9 @@
  *
  * The sweep runs one fixed mixed workload (put, overwrite, drop, flush,
  * get) once per cut point: the n-th write and the n-th sync for every n the
- * workload reaches, times the tear sizes {none, 512, 4096}, times the index
- * rolled back to its last sync or keeping every commit. After each cut: close, the
+ * workload reaches (the codec none, zstd, zstd-shuffle16 in turn), times the
+ * tear sizes {none, 512, 4096}, times the index rolled back to its last sync
+ * or keeping every commit. After each cut: close, the
  * disk as the next boot sees it, reopen, and every key checked against the
  * state of the last kvt_flush that returned 0 before the cut:
  *  - a key that flush held is present, exact, at that version or a later
@@ -69,14 +70,16 @@ static void dir_free(char *d)
     free(d);
 }
 
-static kvt_config pl_config(const char *dir)
+/* codec: KVT_CODEC_NONE, ZSTD or ZSTD_SHUFFLE16 (compressed pages are
+ * shorter than a slot: a tear may fall in their padding or their bytes). */
+static kvt_config pl_config(const char *dir, int codec)
 {
     kvt_config c = t_config(PB, 4, 8);
     c.ssd_bytes = 96 * PB;
     c.ssd_dir = dir;
     c.persist = 1;
     c.fingerprint = FP;
-    c.codec = KVT_CODEC_NONE;
+    c.codec = codec;
     c.io_backend = KVT_IO_PSYNC;
     c.queue_depth = 4;
     return c;
@@ -121,9 +124,27 @@ struct outcome {
     char err[256];
 };
 
+/* A page of (key, v): its first 512 words unique, then a 64-word cycle, so
+ * that the codecs compress it (a stored page shorter than its slot). */
+static uint64_t pword(kvt_key k, uint32_t v, size_t i)
+{
+    return t_word(k, v, i < PB / 32 ? i : i % 64);
+}
+
 static void fill(void *b, int key, uint32_t v)
 {
-    t_fill(b, PB, pkey(key), v);
+    uint64_t *w = b;
+    for (size_t i = 0; i < PB / 8; i++)
+        w[i] = pword(pkey(key), v, i);
+}
+
+static bool pcheck(const void *b, kvt_key k, uint32_t v)
+{
+    const uint64_t *w = b;
+    for (size_t i = 0; i < PB / 8; i++)
+        if (w[i] != pword(k, v, i))
+            return false;
+    return true;
 }
 
 /* Runs the workload until a call fails (the power is gone) or it ends. */
@@ -162,7 +183,7 @@ static void run_ops(kvt_engine *e, struct kvt_io_faulty *plan, const struct op *
             r = kvt_get(e, &k, 1, dst, 0, &found);
             if (r == 0 && !kvt_io_faulty_dead(plan) &&
                 (found != (cur[op->key] != 0) ||
-                 (found && !t_check(buf, PB, k, cur[op->key]))))
+                 (found && !pcheck(buf, k, cur[op->key]))))
                 snprintf(o->err, sizeof(o->err), "op %u: kvt_get of key %d served %s before the "
                          "cut (version %u)", i, op->key, found ? "wrong bytes" : "a miss",
                          cur[op->key]);
@@ -183,7 +204,7 @@ struct tally {
 static void check_after(const char *dir, const struct outcome *o, struct tally *t, char *err,
                         size_t errlen, const char *what)
 {
-    kvt_config c = pl_config(dir);
+    kvt_config c = pl_config(dir, KVT_CODEC_NONE);
     kvt_engine *e = NULL;
     int r = kvt_open(&c, &e);
     if (r) {
@@ -204,10 +225,10 @@ static void check_after(const char *dir, const struct outcome *o, struct tally *
         uint32_t got = 0;
         if (r == 0 && found == 1) {
             present++;
-            if (o->flushed[i] && t_check(b, PB, k, o->flushed[i]))
+            if (o->flushed[i] && pcheck(b, k, o->flushed[i]))
                 got = o->flushed[i];
             for (unsigned j = 0; j < o->nafter[i] && !got; j++)
-                if (t_check(b, PB, k, o->after[i][j]))
+                if (pcheck(b, k, o->after[i][j]))
                     got = o->after[i][j];
             t->newer += got && got != o->flushed[i];
         }
@@ -257,14 +278,14 @@ static void close_quietly(kvt_engine *e)
 
 /* One run: the workload with the power going as pl says, then the check.
  * Returns the run's counts of writes and syncs seen (for the dry run). */
-static void one_run(const struct op *ops, const struct kvt_io_powerloss *pl, struct tally *t,
-                    char *err, size_t errlen, uint64_t *writes, uint64_t *syncs)
+static void one_run(const struct op *ops, const struct kvt_io_powerloss *pl, int codec,
+                    struct tally *t, char *err, size_t errlen, uint64_t *writes, uint64_t *syncs)
 {
     char *dir = dir_new();
     struct kvt_io_faulty plan;
     kvt_io_faulty_init(&plan, NULL, NULL);
     kvt_io_faulty_powerloss(&plan, pl);
-    kvt_config c = pl_config(dir);
+    kvt_config c = pl_config(dir, codec);
     struct kvt_test_hooks h = { .io = &plan };
     kvt_engine *e = NULL;
     int r = kvt_open_with_hooks(&c, &h, &e);
@@ -289,10 +310,10 @@ static void one_run(const struct op *ops, const struct kvt_io_powerloss *pl, str
     t->torn += res.torn;
     t->kept += res.kept;
     t->runs++;
-    char what[96];
-    snprintf(what, sizeof(what), "cut at %s %llu, tear %u, index %s",
+    char what[112];
+    snprintf(what, sizeof(what), "cut at %s %llu, tear %u, index %s, codec %d",
              pl->at == KVT_IOCUT_WRITE ? "write" : pl->at == KVT_IOCUT_SYNC ? "sync" : "end",
-             (unsigned long long)pl->nth, pl->tear, pl->index_kept ? "kept" : "rolled back");
+             (unsigned long long)pl->nth, pl->tear, pl->index_kept ? "kept" : "rolled back", codec);
     check_after(dir, o, t, err, errlen, what);
     free(o);
     free(buf);
@@ -381,7 +402,7 @@ static void test_checker_sees_damage(void **state)
     struct op ops[NOPS];
     make_ops(ops);
     char *dir = dir_new();
-    kvt_config c = pl_config(dir);
+    kvt_config c = pl_config(dir, KVT_CODEC_NONE);
     struct kvt_io_faulty plan;
     kvt_io_faulty_init(&plan, NULL, NULL);
     kvt_io_faulty_powerloss(&plan, &(struct kvt_io_powerloss){ .at = KVT_IOCUT_ON_DEMAND });
@@ -421,7 +442,7 @@ static void test_drop_then_flush(void **state)
     (void)state;
     for (int kept = 0; kept < 2; kept++) {
         char *dir = dir_new();
-        kvt_config c = pl_config(dir);
+        kvt_config c = pl_config(dir, KVT_CODEC_NONE);
         struct kvt_io_faulty plan;
         kvt_io_faulty_init(&plan, NULL, NULL);
         struct kvt_io_powerloss pl = { .at = KVT_IOCUT_ON_DEMAND, .index_kept = kept };
@@ -454,7 +475,7 @@ static void test_drop_then_flush(void **state)
                          "cut", kept ? "kept" : "rolled back");
             assert_int_equal(found, i != 0);
             if (found)
-                assert_true(t_check(buf, PB, k, 1));
+                assert_true(pcheck(buf, k, 1));
         }
         kvt_close(e);
         free(buf);
@@ -481,7 +502,7 @@ static void test_sweep(void **state)
     uint64_t writes, syncs, w, s;
     /* The dry run: the whole workload, the power cut at its end. */
     struct kvt_io_powerloss dry = { .at = KVT_IOCUT_ON_DEMAND };
-    one_run(ops, &dry, &t, err, sizeof(err), &writes, &syncs);
+    one_run(ops, &dry, KVT_CODEC_NONE, &t, err, sizeof(err), &writes, &syncs);
     if (err[0])
         fail_msg("%s", err);
     assert_true(writes > 20 && syncs > 5);
@@ -496,7 +517,7 @@ static void test_sweep(void **state)
                 struct kvt_io_powerloss pl = { .at = kind ? KVT_IOCUT_SYNC : KVT_IOCUT_WRITE,
                                                .nth = n, .tear = tears[ti % 3],
                                                .seed = n * 7 + ti, .index_kept = ti >= 3 };
-                one_run(ops, &pl, &t, err, sizeof(err), &w, &s);
+                one_run(ops, &pl, (int)(n % 3), &t, err, sizeof(err), &w, &s);
                 if (kind)
                     t.cuts_sync++;
                 else
@@ -505,8 +526,9 @@ static void test_sweep(void **state)
         }
     }
     print_message("power-loss sweep: workload of %d ops (%llu writes, %llu syncs); %u cut "
-                  "points x 3 tear sizes x 2 index states (rolled back, kept) = %u runs (+1 "
-                  "dry); %llu unsynced writes undone whole, "
+                  "points (codec none/zstd/zstd-shuffle16 in turn) x 3 tear sizes x 2 index "
+                  "states (rolled back, kept) = %u runs (+1 dry); %llu unsynced writes undone "
+                  "whole, "
                   "%llu torn, %llu kept; after reopen %u keys present (%u newer than the "
                   "flush), %u absent; %u wrong, %u lost\n",
                   NOPS, (unsigned long long)writes, (unsigned long long)syncs, points,
