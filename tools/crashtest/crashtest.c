@@ -426,10 +426,13 @@ static int ct_run_child(const struct ct_opts *o, uint64_t cycle, const uint32_t 
 static void ct_progress(const struct ct_opts *o, const struct totals *t, double t0, bool tty,
                         double *last, bool done)
 {
+    static uint64_t shown = UINT64_MAX;   /* the count last printed: the end says it once */
     double now = cli_now();
-    if (!o->progress || (!done && now - *last < (tty ? 0.2 : 10.0)))
+    if (!o->progress || (!done && now - *last < (tty ? 0.2 : 10.0)) ||
+        (done && !tty && shown == t->cycles))
         return;
     *last = now;
+    shown = t->cycles;
     fprintf(stderr, "%scycle %" PRIu64 "/%" PRIu64 ", %.0f s, lost %" PRIu64 ", wrong %" PRIu64
             "%s", tty ? "\r" : "", t->cycles, o->cycles, now - t0, t->lost, t->wrong,
             tty && !done ? "" : "\n");
