@@ -62,12 +62,14 @@ struct opts {
 /* The model of one key, written by its owner only: pub = version << 1 |
  * present (the version is kept when the key is dropped, so versions only
  * grow); seq is odd while an operation on the key is in flight; drops
- * counts drops begun. seq_cst throughout: a reader's loads order against
- * the owner's stores around the engine call (see read_check). */
+ * counts drops begun and dropping is 1 from a drop's start to its end
+ * (after pub). seq_cst throughout: a reader's loads order against the
+ * owner's stores around the engine call (op_get_other). */
 struct slot {
     _Atomic uint64_t pub;
     _Atomic uint64_t seq;
     _Atomic uint64_t drops;
+    atomic_bool dropping;
 };
 
 struct hammer {
@@ -275,8 +277,10 @@ static void begin(struct hammer *h, unsigned tid, const unsigned *j, unsigned n,
 {
     for (unsigned i = 0; i < n; i++) {
         struct slot *s = slot_of(h, tid, j[i]);
-        if (drop)
+        if (drop) {
             atomic_fetch_add(&s->drops, 1);
+            atomic_store(&s->dropping, true);
+        }
         atomic_fetch_add(&s->seq, 1);
     }
 }
@@ -290,6 +294,8 @@ static void end(struct hammer *h, unsigned tid, const unsigned *j, unsigned n, b
         if (done)
             atomic_store(&s->pub, drop ? (pub & ~1ull) : ((ver(pub) + 1) << 1 | 1));
         atomic_fetch_add(&s->seq, 1);
+        if (drop)
+            atomic_store(&s->dropping, false);
     }
 }
 
@@ -384,9 +390,13 @@ static void op_acquire_own(struct worker *w)
 
 /* ----------------------------------------------- other threads' keys: window */
 
-/* The loads around the read: seq then pub before, seq then pub after. With
- * seq_cst, s0 == s1 even means no owner operation overlapped the read (the
- * owner makes seq odd before its engine call and even after storing pub). */
+/* The loads around the read: seq, pub, drops, dropping before; the same
+ * after. With seq_cst, s0 == s1 even means no owner operation overlapped the
+ * read (the owner makes seq odd before its engine call and even after
+ * storing pub). A miss needs the key absent before or after, or a drop that
+ * overlapped the read: one begun before it is still flagged (dropping) when
+ * read before, or has stored pub absent by then; one begun during it moved
+ * drops. */
 static void op_get_other(struct worker *w)
 {
     struct hammer *h = w->h;
@@ -398,9 +408,11 @@ static void op_get_other(struct worker *w)
     struct slot *s = slot_of(h, t, j);
     kvt_key k = key_of(h, t, j);
     uint64_t s0 = atomic_load(&s->seq), p0 = atomic_load(&s->pub), d0 = atomic_load(&s->drops);
+    bool x0 = atomic_load(&s->dropping);
     int found = 0;
     int r = kvt_get(h->e, &k, 1, w->bufs, 0, &found);
     uint64_t s1 = atomic_load(&s->seq), p1 = atomic_load(&s->pub), d1 = atomic_load(&s->drops);
+    bool x1 = atomic_load(&s->dropping);
     if (r) {
         fail_at(h, "t%u get of t%u's key: %s (%s)", w->tid, t, kvt_strerror(r), kvt_last_error());
         return;
@@ -412,7 +424,7 @@ static void op_get_other(struct worker *w)
     else if (found)
         ok = v >= ver(p0) + !present(p0) && v <= ver(p1) + (s1 & 1);
     else
-        ok = !present(p0) || !present(p1) || d0 != d1;
+        ok = !present(p0) || !present(p1) || d0 != d1 || x0 || x1;
     if (!ok)
         wrong_at(h, "t%u get of t%u's key (%llx,%u,%u): found %d version %llu; before: seq %llu "
                  "present %d v%llu, after: seq %llu present %d v%llu, drops %llu..%llu",
