@@ -331,9 +331,12 @@ static int save_bad(struct kvt_ssd *s)
     uint64_t *off = malloc(s->bad * sizeof(*off));
     size_t n = 0;
     int r = seg && off ? 0 : -ENOMEM;
-    for (uint32_t i = 0; !r && i < s->nslots; i++)
-        if (s->slot_state[i] == SLOT_BAD && n < s->bad)
-            kvt_ssd_where(s, i, &seg[n], &off[n]), n++;
+    for (uint32_t i = 0; !r && i < s->nslots && n < s->bad; i++) {
+        if (s->slot_state[i] != SLOT_BAD)
+            continue;
+        kvt_ssd_where(s, i, &seg[n], &off[n]);
+        n++;
+    }
     if (!r)
         r = kvt_index_bad_put(s->ix, seg, off, n);
     free(seg);
