@@ -21,7 +21,7 @@ set -euo pipefail
 
 all=(layout index page sim_trace prefix_trace cli)
 time_s=1800 runs="" parallel=0 targets=()
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: bad value '${2:-}' for --time: expected seconds" >&2; exit 2; }
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --runs) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: bad value '${2:-}' for --runs: expected a count" >&2; exit 2; }
             runs=$2; shift 2 ;;
     --parallel) parallel=1; shift ;;
-    -h|--help) usage ;;
+    -h|--help) usage; exit 0 ;;
     -*) echo "fuzz.sh: unknown option '$1' (see tools/fuzz.sh --help)" >&2; exit 2 ;;
     *) [[ " ${all[*]} " == *" $1 "* ]] || { echo "fuzz.sh: no target '$1' (${all[*]})" >&2; exit 2; }
        targets+=("$1"); shift ;;
