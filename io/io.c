@@ -121,6 +121,13 @@ int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, uns
     (void)dfd, (void)name, (void)span, (void)block, (void)depth, (void)n, (void)write, (void)gbps;
     return -ENOSYS;
 }
+
+int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t block,
+                             unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps)
+{
+    (void)batch;
+    return kvt_io_raw_bench(dfd, name, span, block, depth, n, write, gbps);
+}
 #endif
 
 int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)

@@ -528,6 +528,8 @@ struct bench {
                                 buffers measure something else (docs/design.md#huge-pages) */
     size_t block;
     uint64_t nblocks, issued, completed, bytes;
+    uint64_t batch_end;      /* requests issued stop here until all complete */
+    unsigned batch;          /* requests per batch (0: one stream) */
     int err;
 };
 
@@ -550,14 +552,22 @@ static void bench_issue(struct bench *b, unsigned s)
     io_uring_sqe_set_data(sqe, (void *)(uintptr_t)s);
 }
 
-/* Keeps depth requests in flight until n have completed. No resubmission of
- * short transfers: the bytes that moved are what is counted. After an error
- * no new request is issued, but the loop runs until every request issued has
+/* Where issuing stops now: n, or the end of the current batch. */
+static uint64_t bench_limit(const struct bench *b, uint64_t n)
+{
+    return b->batch && b->batch_end < n ? b->batch_end : n;
+}
+
+/* Keeps depth requests in flight until n have completed (in batches: until
+ * the batch's have, then the next batch starts). No resubmission of short
+ * transfers: the bytes that moved are what is counted. After an error no
+ * new request is issued, but the loop runs until every request issued has
  * completed, since the kernel writes into bufs until then. */
 static void bench_loop(struct bench *b, unsigned depth, uint64_t n)
 {
     struct io_uring_cqe *cqes[URING_BATCH];
-    for (unsigned s = 0; s < depth && b->issued < n; s++)
+    b->batch_end = b->batch;
+    for (unsigned s = 0; s < depth && b->issued < bench_limit(b, n); s++)
         bench_issue(b, s);
     while (b->completed < b->issued) {
         int rc = io_uring_submit_and_wait(&b->ring, 1);
@@ -574,10 +584,15 @@ static void bench_loop(struct bench *b, unsigned depth, uint64_t n)
                 b->err = res ? res : -EIO;
             if (res > 0)
                 b->bytes += (uint64_t)res;
-            if (!b->err && b->issued < n)
+            if (!b->err && b->issued < bench_limit(b, n))
                 bench_issue(b, s);
         }
         io_uring_cq_advance(&b->ring, k);
+        if (b->batch && !b->err && b->completed == b->issued && b->issued < n) {
+            b->batch_end += b->batch; /* the batch is done: the next one */
+            for (unsigned s = 0; s < depth && b->issued < bench_limit(b, n); s++)
+                bench_issue(b, s);
+        }
     }
 }
 
@@ -591,10 +606,16 @@ static double bench_now(void)
 int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
                      uint64_t n, bool write, double *gbps)
 {
+    return kvt_io_raw_bench_batched(dfd, name, span, block, depth, n, 0, write, gbps);
+}
+
+int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t block,
+                             unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps)
+{
     if (!name || !gbps || !block || block % 4096 || block > URING_CHUNK || !depth || !n ||
         span < block)
         return -EINVAL;
-    struct bench b = { .write = write, .block = block, .nblocks = span / block };
+    struct bench b = { .write = write, .block = block, .nblocks = span / block, .batch = batch };
     /* O_NONBLOCK: a FIFO in the file's place must not hang the open (it
      * changes nothing for a regular file). */
     b.fd = openat(dfd, name,

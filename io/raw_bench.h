@@ -22,5 +22,10 @@
  * Returns 0 and *gbps (1e9 bytes/s), or -errno (-ENOSYS without io_uring). */
 int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
                      uint64_t n, bool write, double *gbps);
+/* The same in batches of `batch` requests (0: one stream): each batch is
+ * issued at up to `depth` in flight and waited for whole before the next
+ * starts, as a caller of a synchronous API (kvt_get of a chain) does. */
+int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t block,
+                             unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps);
 
 #endif /* KVT_RAW_BENCH_H */

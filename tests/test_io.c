@@ -576,6 +576,19 @@ static void test_raw_bench(void **state)
     rc = kvt_io_raw_bench(AT_FDCWD, f->path, 2 * FILE_BYTES, FILE_BYTES, 1, 2, false, &gbps);
     assert_int_equal(rc, -EIO);
     assert_int_equal(kvt_io_raw_bench(AT_FDCWD, f->path, FILE_BYTES, 1000, 4, 8, false, &gbps), -EINVAL);
+    /* in batches, each waited for (a synchronous caller's pace): batches
+     * smaller and larger than the depth, one that does not divide n, and an
+     * error inside a batch all end */
+    unsigned batches[] = { 1, 3, 8 };
+    for (int i = 0; i < 3; i++) {
+        gbps = 0;
+        assert_int_equal(kvt_io_raw_bench_batched(AT_FDCWD, f->path, FILE_BYTES, 64 * 1024, 4, 250,
+                                                  batches[i], false, &gbps), 0);
+        assert_true(gbps > 0);
+    }
+    rc = kvt_io_raw_bench_batched(AT_FDCWD, f->path, 2 * FILE_BYTES, FILE_BYTES, 2, 4, 3, false,
+                                  &gbps);
+    assert_int_equal(rc, -EIO);
 }
 
 /* The file is opened without following a link at its name: kvtier run

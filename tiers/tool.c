@@ -112,6 +112,12 @@ int kvt_tool_ssd_raw(int dfd, const char *name, uint64_t span, size_t block, uns
     return kvt_io_raw_bench(dfd, name, span, block, depth, n, write, gbps);
 }
 
+int kvt_tool_ssd_raw_batched(int dfd, const char *name, uint64_t span, size_t block,
+                             unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps)
+{
+    return kvt_io_raw_bench_batched(dfd, name, span, block, depth, n, batch, write, gbps);
+}
+
 /* Keeps `depth` requests in flight, each with its own buffer, reissuing a
  * request for the next block as soon as it is reaped. */
 static int psync_pass(const struct kvt_io_ops *ops, void *io, struct kvt_io_req *req,

@@ -88,6 +88,10 @@ int kvt_tool_ssd_cycle(kvt_engine *e, struct kvt_tool_ssd_times *t, uint64_t *re
  * kernel refuses it). */
 int kvt_tool_ssd_raw(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
                      uint64_t n, bool write, double *gbps);
+/* The same in batches of `batch` requests, each waited for whole before the
+ * next is issued (0: one stream): what a synchronous caller can get. */
+int kvt_tool_ssd_raw_batched(int dfd, const char *name, uint64_t span, size_t block,
+                             unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps);
 
 /* The same measurement through the pread/pwrite pool the engine falls back
  * to without io_uring (io/io_psync.c: a few threads, `depth` requests in

@@ -53,6 +53,7 @@ struct ssd_link {
     size_t block;
     unsigned n;                         /* reps measured */
     double gbps[MAX_REPS], base[MAX_REPS];
+    double bbase[MAX_REPS];             /* --api get: raw in the same batches (--chain) */
     double cpu[MAX_REPS];               /* through kvtier: CPU seconds per GB moved */
 };
 
@@ -462,10 +463,11 @@ out:
 }
 
 /* One side of one rep: 0, or 1 after a message. fig: write GB/s, then read
- * GB/s at fig[2] (the raw pass's CPU is not measured: its figure would be
- * mostly the faulting-in of its buffers). */
+ * GB/s at fig[2], and with --api get reads in batches of --chain at fig[4]
+ * (the raw pass's CPU is not measured: its figure would be mostly the
+ * faulting-in of its buffers). */
 static int bench_raw(const struct ssd_opts *o, struct scratch *sc, size_t pb, uint64_t n,
-                     double fig[4])
+                     double fig[5])
 {
     /* A fresh preallocated file each time, as the engine's segments are:
      * first writes into unwritten extents cost more than overwrites, on
@@ -473,7 +475,9 @@ static int bench_raw(const struct ssd_opts *o, struct scratch *sc, size_t pb, ui
     int rc;
     if ((rc = scratch_raw(sc, n * pb)) < 0 ||
         (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, true, &fig[0])) < 0 ||
-        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, false, &fig[2])) < 0)
+        (rc = kvt_tool_ssd_raw(sc->fd, RAW_NAME, n * pb, pb, o->depth, n, false, &fig[2])) < 0 ||
+        (o->get && (rc = kvt_tool_ssd_raw_batched(sc->fd, RAW_NAME, n * pb, pb, o->depth, n,
+                                                  o->chain, false, &fig[4])) < 0))
         return cli_error("bench ssd", 1, "raw io_uring baseline failed: %s", strerror(-rc));
     return 0;
 }
@@ -500,7 +504,7 @@ static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, s
     *w = (struct ssd_link){ .link = "dram->ssd", .block = pb };
     *r = (struct ssd_link){ .link = o->get ? "ssd->get" : "ssd->dram", .block = pb };
     for (unsigned i = 0; i < o->reps; i++) {
-        double raw[4] = { 0 }, kv[4] = { 0 };
+        double raw[5] = { 0 }, kv[4] = { 0 };
         /* Alternate which side goes first: a virtual disk's speed drifts
          * with what its host cached a moment ago. */
         for (int side = 0; side < 2; side++) {
@@ -510,7 +514,7 @@ static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, s
                 return rc;
         }
         w->gbps[i] = kv[0], w->cpu[i] = kv[1], w->base[i] = raw[0];
-        r->gbps[i] = kv[2], r->cpu[i] = kv[3], r->base[i] = raw[2];
+        r->gbps[i] = kv[2], r->cpu[i] = kv[3], r->base[i] = raw[2], r->bbase[i] = raw[4];
         w->n = r->n = i + 1;
         if (!o->json && isatty(2))
             fprintf(stderr, "\r  %zu KiB pages: run %u/%u", pb >> 10, i + 1, o->reps);
@@ -550,14 +554,19 @@ static double median(const double *v, unsigned n, double *lo, double *hi)
 /* A link's summary: medians of each side, and of the paired ratios. */
 struct link_sum {
     double gbps, base, ratio, rlo, rhi, cpu;
+    double bbase, bratio, brlo, brhi;   /* --api get: against raw in the same batches */
 };
 
 static struct link_sum summarize(const struct ssd_link *l)
 {
-    double ratio[MAX_REPS];
-    for (unsigned i = 0; i < l->n; i++)
+    double ratio[MAX_REPS], bratio[MAX_REPS];
+    for (unsigned i = 0; i < l->n; i++) {
         ratio[i] = l->base[i] > 0 ? l->gbps[i] / l->base[i] : 0;
+        bratio[i] = l->bbase[i] > 0 ? l->gbps[i] / l->bbase[i] : 0;
+    }
     struct link_sum s;
+    s.bbase = median(l->bbase, l->n, NULL, NULL);
+    s.bratio = median(bratio, l->n, &s.brlo, &s.brhi);
     s.gbps = median(l->gbps, l->n, NULL, NULL);
     s.base = median(l->base, l->n, NULL, NULL);
     s.ratio = median(ratio, l->n, &s.rlo, &s.rhi);
@@ -576,7 +585,9 @@ static void report_json(const struct ssd_opts *o, const struct ssd_link *l, int 
         printf("%s{\"link\": \"%s\", \"block_bytes\": %zu, \"depth\": %u, ", i ? ", " : "",
                l[i].link, l[i].block, o->depth);
         if (o->get)
-            printf("\"chain\": %u, ", o->chain);
+            printf("\"chain\": %u, \"batched_baseline_gbps\": %.4f, \"batched_ratio\": %.4f, "
+                   "\"batched_ratio_min\": %.4f, \"batched_ratio_max\": %.4f, ",
+                   o->chain, s.bbase, s.bratio, s.brlo, s.brhi);
         printf("\"gbps\": %.4f, \"baseline\": \"io_uring O_DIRECT\", \"baseline_gbps\": %.4f, "
                "\"ratio\": %.4f, \"ratio_min\": %.4f, \"ratio_max\": %.4f, "
                "\"cpu_s_per_gb\": %.4f}",
@@ -605,6 +616,9 @@ static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
         struct link_sum s = summarize(&l[i]);
         fprintf(t, "  %-10s %5zuK %7.2f %9.2f %7.3f  %5.3f-%5.3f  %9.3f\n", l[i].link,
                 l[i].block >> 10, s.gbps, s.base, s.ratio, s.rlo, s.rhi, s.cpu);
+        if (o->get)
+            fprintf(t, "  %-10s %6s %7s %9.2f %7.3f  %5.3f-%5.3f  (raw in batches of %u, each "
+                       "waited for)\n", "", "", "", s.bbase, s.bratio, s.brlo, s.brhi, o->chain);
     }
     fprintf(t, "  (raw: io_uring O_DIRECT at the same block size and depth, same file system;\n"
                "   CPU s/GB: through kvtier, every thread of the process, per GB moved)\n");
