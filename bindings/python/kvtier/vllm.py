@@ -1,0 +1,220 @@
+"""kvtier as a secondary tier of vLLM 0.33.0's KV offloading (KVTierTier).
+
+vLLM loads it itself, from the OffloadingConnector's configuration:
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector",
+      "kv_role": "kv_both",
+      "kv_connector_extra_config": {
+        "spec_name": "TieringOffloadingSpec",
+        "cpu_bytes_to_use": 8589934592,
+        "secondary_tiers": [{"type": "KVTierTier", "module_path": "kvtier.vllm",
+                             "spill_dir": "/nvme/kvtier", "ssd_bytes": "500GB",
+                             "persist": true}]}}'
+
+Every key of the tier's entry other than type, module_path, backpressure and
+locality is a kvtier setting (kvtier._plugin.SETTINGS: spill_dir,
+dram_bytes, ssd_bytes, page_bytes, codec, persist, io_backend, queue_depth,
+policy); an unknown one is refused, named. With none, the spill directory is
+$XDG_CACHE_HOME/kvtier/vllm/<model hash> (else ~/.cache/...), with -d<index>
+for data-parallel replicas, and the capacities come from free memory and
+disk.
+
+What is stored. vLLM's primary tier is a CPU region of fixed-size chunks
+(the stride of primary_kv_view: blocks_per_chunk blocks of every layer);
+TieringOffloadingManager hands this tier slots of that region to store from
+(cascade) and to load into (promotion). kvtier reads and writes those slots
+in place: kvt_put copies a slot into kvtier's DRAM tier, kvt_get copies
+back into the slot (one copy each way; the SSD side is DMA). A chunk larger
+than kvtier's largest default page spans several pages.
+
+Identity. A chunk's key is blake2b of its OffloadKey (block hash + group);
+kvtier's fingerprint is the storage identity vLLM's own file tier uses
+(FileMapper's run config: model, dtype, tokens per hash, blocks per chunk,
+parallel layout and rank, KV cache groups, canonical format) plus the chunk
+size, so another model or layout never matches.
+
+Asynchrony. submit_store/submit_load queue the job for one worker thread
+and return; get_finished_jobs() hands back the JobResults of jobs done since
+the last call; drain_jobs() waits for all of them. lookup() asks kvtier's
+in-memory index (no I/O) and answers HIT or MISS at once. A chunk that is
+damaged on disk reads as a miss: its load job fails with the chunks that
+did load named in successful_keys, and kvtier drops the bad entry, so the
+next lookup misses and vLLM recomputes.
+"""
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
+
+import numpy as np
+from vllm.v1.kv_offload.base import LookupResult, Medium, RequestOffloadingContext
+from vllm.v1.kv_offload.file_mapper import FileMapper
+from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
+
+from ._plugin import (ChunkIO, chunk_layout, default_spill_dir, model_fingerprint, open_engine,
+                      read_settings)
+
+log = logging.getLogger("kvtier.vllm")
+
+
+def _region_address(view, block_bytes):
+    """The address of slot 0 of the primary tier's region, checked to be
+    one C-contiguous block of whole slots (slot i is at base + i * stride)."""
+    arr = np.asarray(view)
+    if not arr.flags.c_contiguous:
+        raise ValueError("kvtier.vllm: the primary tier's memoryview is not contiguous")
+    if arr.nbytes % block_bytes:
+        raise ValueError(f"kvtier.vllm: the primary region ({arr.nbytes} bytes) is not whole "
+                         f"chunks of {block_bytes} bytes")
+    return arr.__array_interface__["data"][0], arr.nbytes // block_bytes, arr
+
+
+def _fingerprint(spec, block_bytes):
+    """vLLM's own storage identity (the fs tier's, with the rank kept) plus
+    the chunk size."""
+    try:
+        fields = FileMapper.from_offloading_spec(root_dir="", offloading_spec=spec).get_run_config()
+        parallel = spec.config.parallel
+        extra = dict(rank=parallel.rank, dp=parallel.data_parallel_index)
+    except AttributeError as exc:
+        raise ValueError(f"kvtier.vllm: the offloading spec lacks the model identity "
+                         f"({exc}); it is needed so that another model never matches") from None
+    return model_fingerprint(engine="vllm", chunk_bytes=block_bytes, **extra,
+                             **{k: repr(v) for k, v in fields.items()})
+
+
+class KVTierTier(SecondaryTierManager):
+    """A vLLM secondary tier backed by a kvtier engine (module doc). Called
+    under the tiering manager's lock (never concurrently); the transfers run
+    on one worker thread of its own."""
+
+    medium: ClassVar[Medium] = Medium.STORAGE
+
+    def __init__(self, offloading_spec, primary_kv_view, tier_type, backpressure_detector=None,
+                 locality=None, **tier_params):
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        if locality is not None:
+            from vllm.v1.kv_offload.base import Locality
+            self.locality = Locality(locality)
+        settings = read_settings(tier_params, strict=True)
+        block = self.block_size_bytes
+        self._base, self._slots, self._region = _region_address(primary_kv_view, block)
+        page_bytes, _ = chunk_layout(block, settings.get("page_bytes"))
+        fp = _fingerprint(offloading_spec, block)
+        parallel = offloading_spec.config.parallel
+        replica = parallel.data_parallel_index if parallel.data_parallel_size > 1 else None
+        if replica is not None and "spill_dir" not in settings:
+            # Replicas of one model would otherwise share (and contend for)
+            # one directory.
+            settings["spill_dir"] = default_spill_dir("vllm", fp) + f"-d{replica}"
+        self.engine, self.kvtier_config = open_engine(settings, page_bytes, fp, "vllm")
+        self._io = ChunkIO(self.engine, block)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvtier-vllm")
+        self._done = queue.SimpleQueue()
+        self._pending = set()
+        self._pending_lock = threading.Lock()
+        self._idle = threading.Condition(self._pending_lock)
+        self._closed = False
+        log.info("kvtier tier %r: %s", tier_type, self.kvtier_config)
+
+    # ------------------------------------------------------------- naming
+
+    @staticmethod
+    def _name(key):
+        return b"vllm:" + bytes(key)
+
+    def _addrs(self, chunk_ids):
+        out = []
+        for cid in chunk_ids:
+            cid = int(cid)
+            if not 0 <= cid < self._slots:
+                raise ValueError(f"kvtier.vllm: chunk id {cid} outside the primary region "
+                                 f"of {self._slots} chunks")
+            out.append(self._base + cid * self.block_size_bytes)
+        return out
+
+    # ------------------------------------------------------------ lookups
+
+    def lookup(self, key, req_context):
+        return LookupResult.HIT if self._io.exists([self._name(key)])[0] else LookupResult.MISS
+
+    def on_new_request(self, req_context):
+        return RequestOffloadingContext()
+
+    # --------------------------------------------------------------- jobs
+
+    def _submit(self, job, fn):
+        keys = list(job.keys)
+        addrs = self._addrs(job.chunk_ids)
+        if len(keys) != len(addrs):
+            raise ValueError(f"kvtier.vllm: job {job.job_id} has {len(keys)} keys and "
+                             f"{len(addrs)} chunk ids")
+        with self._pending_lock:
+            self._pending.add(job.job_id)
+        self._pool.submit(self._run, job.job_id, fn, keys, addrs)
+
+    def _run(self, job_id, fn, keys, addrs):
+        start = time.monotonic()
+        try:
+            result = fn(job_id, keys, addrs)
+        except Exception:
+            log.exception("kvtier: job %d failed", job_id)
+            result = JobResult(job_id=job_id, success=False)
+        result.transfer_time = time.monotonic() - start
+        self._done.put(result)
+        with self._pending_lock:
+            self._pending.discard(job_id)
+            self._idle.notify_all()
+
+    def _store(self, job_id, keys, addrs):
+        ok = self._io.put([self._name(k) for k in keys], addrs)
+        return JobResult(job_id=job_id, success=all(ok),
+                         transfer_bytes=sum(ok) * self.block_size_bytes)
+
+    def _load(self, job_id, keys, addrs):
+        ok = self._io.get([self._name(k) for k in keys], addrs)
+        loaded = [k for k, good in zip(keys, ok) if good]
+        if all(ok):
+            return JobResult(job_id=job_id, success=True,
+                             transfer_bytes=len(keys) * self.block_size_bytes)
+        return JobResult(job_id=job_id, success=False, successful_keys=tuple(loaded) or None,
+                         transfer_bytes=len(loaded) * self.block_size_bytes)
+
+    def submit_store(self, job_metadata):
+        self._submit(job_metadata, self._store)
+
+    def submit_load(self, job_metadata):
+        self._submit(job_metadata, self._load)
+
+    def get_finished_jobs(self):
+        out = []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def has_pending_work(self):
+        with self._pending_lock:
+            return bool(self._pending)
+
+    def drain_jobs(self):
+        with self._pending_lock:
+            self._idle.wait_for(lambda: not self._pending)
+
+    # ---------------------------------------------------------- lifecycle
+
+    def shutdown(self):
+        """Finishes the queued jobs, flushes (durable with persist) and closes
+        kvtier. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True)
+        try:
+            self.engine.flush()
+        finally:
+            self.engine.close()

@@ -1,0 +1,232 @@
+"""kvtier.vllm.KVTierTier loaded by vLLM 0.33.0 itself: an OffloadingConfig
+whose kv_connector_extra_config names TieringOffloadingSpec and a secondary
+tier {"type": "KVTierTier", "module_path": "kvtier.vllm", ...}, built by
+OffloadingSpecFactory, the tier made by vLLM's SecondaryTierFactory, and
+TieringOffloadingManager driving it: store to the CPU primary tier (cascade
+to kvtier) -> the primary tier evicts -> lookup -> promotion (load back) ->
+read from the primary tier. Byte-exact, across a process restart (persist),
+a different model missing, a damaged page missing."""
+
+import hashlib
+import threading
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import damage_pages
+
+from vllm.v1.kv_offload.base import (LookupResult, ReqContext, ScheduleEndContext,  # noqa: E402
+                                     make_offload_key)
+from vllm.v1.kv_offload.config import (OffloadingCacheConfig, OffloadingConfig,  # noqa: E402
+                                       OffloadingGroupConfig, OffloadingModelConfig,
+                                       OffloadingParallelConfig)
+from vllm.v1.kv_offload.factory import OffloadingSpecFactory  # noqa: E402
+from vllm.v1.kv_offload.tiering.manager import TieringOffloadingManager  # noqa: E402
+
+from kvtier.vllm import KVTierTier  # noqa: E402
+
+# Blocks of 16 KiB (all layers of one worker), 2 blocks per offloaded chunk,
+# a primary CPU tier of 4 chunks.
+BLOCK, BLOCKS_PER_CHUNK, PRIMARY_CHUNKS = 16384, 2, 4
+MODEL = "kvtier-test/tiny"
+
+
+def make_config(tier, model=MODEL):
+    extra = {"spec_name": "TieringOffloadingSpec",
+             "cpu_bytes_to_use": PRIMARY_CHUNKS * BLOCK * BLOCKS_PER_CHUNK,
+             "secondary_tiers": [dict(type="KVTierTier", module_path="kvtier.vllm", **tier)]}
+    return OffloadingConfig(
+        groups=(OffloadingGroupConfig(tokens_per_block=16, layer_names=("l0", "l1"),
+                                      group_id=0),),
+        worker_kv_bytes_per_block=BLOCK, enable_kv_cache_events=False, extra_config=extra,
+        engine_id=f"kvtier-test-{uuid.uuid4().hex}",
+        model=OffloadingModelConfig(name=model, dtype="bfloat16"),
+        cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=BLOCKS_PER_CHUNK),
+        parallel=OffloadingParallelConfig(
+            rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
+            data_parallel_index=0, data_parallel_size=1, data_parallel_rank_local=None,
+            is_parallelism_agnostic=False))
+
+
+class Offload:
+    """vLLM's offloading stack as its scheduler-side connector builds it,
+    stepped by hand."""
+
+    def __init__(self, tier, model=MODEL):
+        self.spec = OffloadingSpecFactory.create_spec(make_config(tier, model))
+        self.m = self.spec.get_manager()
+        assert isinstance(self.m, TieringOffloadingManager)
+        self.tier = self.m.secondary_tiers[0]
+        assert isinstance(self.tier, KVTierTier)
+        self.region = np.asarray(self.m.primary_tier.get_kv_memoryview()).view(np.uint8)
+        self.region = self.region.reshape(self.region.shape[0], -1)
+        self.chunk = self.tier.block_size_bytes
+        self.ctx = ReqContext(req_id="r0")
+        self.m.on_new_request(self.ctx)
+
+    def step(self):
+        self.m.on_schedule_end(ScheduleEndContext(new_req_ids=[], preempted_req_ids=()))
+
+    def settle(self):
+        """Every tier job finished and processed by the manager."""
+        self.tier.drain_jobs()
+        self.step()
+
+    def store(self, keys, data):
+        """GPU -> primary (the bytes written where the manager says), then
+        complete_store, which cascades to kvtier."""
+        out = self.m.prepare_store(keys, self.ctx)
+        assert out is not None
+        for k, cid in zip(out.keys_to_store, out.store_spec.chunk_ids):
+            self.region[int(cid)] = np.frombuffer(data[k], dtype=np.uint8)
+        self.m.complete_store(out.keys_to_store, self.ctx, success=True)
+        return out
+
+    def fetch(self, keys):
+        """lookup until HIT or MISS, stepping the promotions in between;
+        then the bytes read from the primary tier (None for a miss)."""
+        result = {}
+        for _ in range(10):
+            pending = False
+            for k in keys:
+                if k in result:
+                    continue
+                r = self.m.lookup(k, self.ctx)
+                if r is LookupResult.HIT:
+                    spec = self.m.prepare_load([k], self.ctx)
+                    result[k] = self.region[int(spec.chunk_ids[0])].tobytes()
+                    self.m.complete_load([k], self.ctx)
+                elif r is LookupResult.MISS:
+                    result[k] = None
+                else:
+                    pending = True
+            if not pending:
+                break
+            self.step()
+            self.settle()
+        return [result.get(k, "pending") for k in keys]
+
+    def close(self):
+        self.m.on_request_finished(self.ctx)
+        self.settle()
+        self.m.shutdown()
+
+
+def keys_of(tag, n):
+    return [make_offload_key(hashlib.sha256(f"{tag}{i}".encode()).digest(), 0)
+            for i in range(n)]
+
+
+def chunk_data(keys, size, seed):
+    rng = np.random.default_rng(seed)
+    return {k: rng.integers(0, 256, size, dtype=np.uint8).tobytes() for k in keys}
+
+
+def store_and_evict(o, keys, data):
+    """Stores keys (cascaded to kvtier), then as many other chunks as the
+    primary tier holds, so that it evicts every one of keys."""
+    o.store(keys, data)
+    o.settle()
+    filler = keys_of("filler", PRIMARY_CHUNKS)
+    out = o.store(filler, chunk_data(filler, o.chunk, 99))
+    o.settle()
+    assert set(keys) <= set(out.evicted_keys), "the primary tier did not evict the chunks"
+    assert all(o.m.primary_tier.lookup(k, o.ctx) is LookupResult.MISS for k in keys)
+
+
+@pytest.fixture
+def off(spill_dir):
+    o = Offload(dict(spill_dir=spill_dir, page_bytes=8192, dram_bytes="64KiB",
+                     ssd_bytes="4MiB"))
+    yield o
+    o.close()
+
+
+def test_store_evict_lookup_load(off):
+    keys = keys_of("a", 3)
+    data = chunk_data(keys, off.chunk, 1)
+    store_and_evict(off, keys, data)
+    assert [off.tier.lookup(k, off.ctx) for k in keys] == [LookupResult.HIT] * 3
+    assert off.fetch(keys) == [data[k] for k in keys]
+    # The chunk spans several kvtier pages (page_bytes 8192) and went
+    # through kvtier's SSD tier (64 KiB of DRAM hold 8 pages; 28 went by).
+    st = off.tier.engine.stats()
+    assert off.chunk > 8192 and st.resident_pages[2] > 0
+
+
+def test_jobs_complete_in_the_background(off):
+    keys = keys_of("b", 2)
+    data = chunk_data(keys, off.chunk, 2)
+    gate = threading.Event()
+    off.tier._pool.submit(gate.wait)  # the tier's worker is busy until set
+    try:
+        off.store(keys, data)  # cascades: submit_store returns at once
+        assert off.tier.has_pending_work()
+        assert list(off.tier.get_finished_jobs()) == []
+        assert [off.tier.lookup(k, off.ctx) for k in keys] == [LookupResult.MISS] * 2
+    finally:
+        gate.set()
+    off.tier.drain_jobs()
+    done = list(off.tier.get_finished_jobs())
+    assert len(done) == 1 and done[0].success and done[0].transfer_bytes == 2 * off.chunk
+    assert [off.tier.lookup(k, off.ctx) for k in keys] == [LookupResult.HIT] * 2
+    off.step()
+
+
+def test_unknown_setting_is_refused(spill_dir):
+    with pytest.raises(ValueError, match="ssd_byte"):
+        Offload(dict(spill_dir=spill_dir, ssd_byte="4MiB"))
+
+
+def test_no_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    o = Offload({})
+    try:
+        assert o.tier.kvtier_config["ssd_dir"].startswith(str(tmp_path / "xdg" / "kvtier" / "vllm"))
+        keys = keys_of("c", 2)
+        data = chunk_data(keys, o.chunk, 3)
+        store_and_evict(o, keys, data)
+        assert o.fetch(keys) == [data[k] for k in keys]
+    finally:
+        o.close()
+
+
+PERSIST = dict(page_bytes=8192, dram_bytes="64KiB", ssd_bytes="4MiB", persist=True)
+
+STORE = """
+import sys
+sys.path.insert(0, {tests!r})
+import test_vllm as t
+o = t.Offload(dict(t.PERSIST, spill_dir={spill!r}))
+try:
+    keys = t.keys_of("p", 4)
+    t.store_and_evict(o, keys, t.chunk_data(keys, o.chunk, 7))
+finally:
+    o.close()
+"""
+
+
+def read_back(spill, model=MODEL):
+    o = Offload(dict(PERSIST, spill_dir=spill), model=model)
+    try:
+        return o.fetch(keys_of("p", 4)), o.chunk
+    finally:
+        o.close()
+
+
+def test_restart_persist_other_model_and_damage(spill_dir, run_child):
+    run_child(STORE.format(tests=str(Path(__file__).parent), spill=spill_dir))
+    keys = keys_of("p", 4)
+    got, chunk = read_back(spill_dir)  # another process than the one that stored
+    data = chunk_data(keys, chunk, 7)
+    assert got == [data[k] for k in keys]
+    # One page of chunk 2 damaged in kvtier's segment file: a miss (its load
+    # job fails, kvtier drops it), never other bytes; the rest read exact.
+    assert damage_pages(spill_dir, data[keys[2]][8192:8192 + 64]) == 1
+    got, _ = read_back(spill_dir)
+    assert got[2] is None
+    assert [g for i, g in enumerate(got) if i != 2] == [data[k] for i, k in enumerate(keys) if i != 2]
+    # Another model opening the same directory finds nothing of this one.
+    assert read_back(spill_dir, model="kvtier-test/other")[0] == [None] * 4
