@@ -111,3 +111,14 @@ fi
 echo "setup: pip install into a fresh venv"
 tests/packaging/pip_install.sh /usr/bin/python3
 
+# The engine plug-ins (kvtier.lmcache, kvtier.sglang, kvtier.vllm) loaded by
+# the pinned engines themselves, in the engines' venv (tools/engines-venv.sh:
+# outside the clone, installed once, reused by later clones).
+echo "setup: engine plug-in tests (LMCache, SGLang, vLLM)"
+engines_venv=$(tools/engines-venv.sh)
+eng_rc=0
+KVTIER_LIB="$top/build/libkvtier.so" "$engines_venv/bin/python" -m pytest tests/engines -q || eng_rc=$?
+if [ "$eng_rc" -ne 0 ]; then
+  echo "setup: engine plug-in tests failed (pytest exit $eng_rc$([ "$eng_rc" -eq 5 ] && echo ': no tests collected'))" >&2
+  exit "$eng_rc"
+fi
