@@ -311,9 +311,14 @@ class Kvtier(Subject):
         c = buf.chunk(i)
         return [c[p * self.page:(p + 1) * self.page] for p in range(self.ppc)]
 
+    def _batches(self, n):
+        b = self.args.kvtier_batch
+        return [range(i, min(n, i + b)) for i in range(0, n, b)]
+
     def store(self, src):
-        for i in range(src.n):
-            self.e.put(self.keys[i], self._pages(src, i))
+        for ids in self._batches(src.n):
+            self.e.put([k for i in ids for k in self.keys[i]],
+                       [p for i in ids for p in self._pages(src, i)])
         if self.persist:
             self.e.flush()
         self.st_store = self.e.stats()
@@ -337,16 +342,18 @@ class Kvtier(Subject):
         st0 = self.e.stats()
         callers = self.args.kvtier_callers
 
-        def one(i):
-            got = self.e.get(self.keys[i], self._pages(dst, i))
+        def one(ids):
+            got = self.e.get([k for i in ids for k in self.keys[i]],
+                             [p for i in ids for p in self._pages(dst, i)])
             if any(g is None for g in got):
-                raise RuntimeError(f"kvtier: chunk {i} missing")
+                raise RuntimeError(f"kvtier: a page of chunks {ids[0]}-{ids[-1]} missing")
+        batches = self._batches(dst.n)
         if callers <= 1:
-            for i in range(dst.n):
-                one(i)
+            for ids in batches:
+                one(ids)
         else:
             with ThreadPoolExecutor(callers) as ex:
-                for _ in ex.map(one, range(dst.n)):
+                for _ in ex.map(one, batches):
                     pass
         st = self.e.stats()
         # How much of the load the SSD served (the rest was still in DRAM).
@@ -739,15 +746,18 @@ def parse_args(argv):
                     help="kvtier DRAM tier (default 256M, under the data so the store goes to "
                          "disk; at least 8 pages)")
     ap.add_argument("--kvtier-depth", type=int, default=32, help="kvtier queue depth (default 32)")
+    ap.add_argument("--kvtier-batch", type=int, default=1,
+                    help="chunks per kvt_put / kvt_get call (default 1, as an engine's "
+                         "get_blocking asks for one chunk)")
     ap.add_argument("--kvtier-callers", type=int, default=1,
-                    help="threads calling kvt_get at once, a chunk each (default 1)")
+                    help="threads calling kvt_get at once, a batch each (default 1)")
     ap.add_argument("--drop-caches", action="store_true",
                     help="also write 1 to /proc/sys/vm/drop_caches before each load (root; "
                          "drops the whole machine's page cache)")
     ap.add_argument("--json", action="store_true",
                     help="one JSON object on stdout; the text goes to stderr")
     args = ap.parse_args(argv)
-    for name in ("reps", "raw_threads", "kvtier_depth", "kvtier_callers"):
+    for name in ("reps", "raw_threads", "kvtier_depth", "kvtier_callers", "kvtier_batch"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: want 1 or more")
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -787,7 +797,7 @@ def main(argv=None):
     res = {"dir": args.dir, "bytes": 0, "reps": args.reps, "skipped": skipped, "chunks": [],
            "evict": None, "raw": {"block": args.raw_block, "threads": args.raw_threads},
            "kvtier": {"dram": args.kvtier_dram, "depth": args.kvtier_depth,
-                      "callers": args.kvtier_callers}}
+                      "batch": args.kvtier_batch, "callers": args.kvtier_callers}}
     try:
         for chunk in sorted(chunks):
             n = max(1, args.bytes // chunk)
