@@ -226,8 +226,8 @@ class ChunkIO:
     written by kvtier in place (kvt_put copies them into its DRAM tier,
     kvt_get copies into them: one copy each way, the disk side is DMA). A
     last page that the chunk only partly fills is staged in a bounce page (a
-    second copy of that page's bytes). Not thread-safe: one caller at a time
-    (the bounce pages are shared)."""
+    second copy of that page's bytes). Thread-safe as the Engine is (bounce
+    pages are made per call)."""
 
     def __init__(self, engine, chunk_bytes):
         self.engine = engine
@@ -240,26 +240,19 @@ class ChunkIO:
         # kvt_put commits in batches of half the DRAM tier, each all or
         # nothing: parts of at most that many pages say which chunks failed.
         self.part = max(1, (dram_pages - 1) // 2 // self.n_pages)
-        self._bounce = []
 
     def keys(self, names):
         """Every page key of the chunks, chunk by chunk."""
         return [k for n in names for k in page_keys(n, self.n_pages)]
 
-    def _bounces(self, n):
-        while len(self._bounce) < n:
-            self._bounce.append(ctypes.create_string_buffer(self.page_bytes))
-        return self._bounce[:n]
-
     def _page_addrs(self, addrs):
         """Per-page addresses; the padded last pages point at bounce pages,
         returned as [(bounce, chunk address of the tail), ...]."""
         out, staged = [], []
-        bounces = iter(self._bounces(len(addrs) if self.padded else 0))
         for a in addrs:
             out.extend(a + p * self.page_bytes for p in range(self.n_pages - 1))
             if self.padded:
-                b = next(bounces)
+                b = ctypes.create_string_buffer(self.page_bytes)
                 staged.append((b, a + (self.n_pages - 1) * self.page_bytes))
                 out.append(ctypes.addressof(b))
             else:
@@ -286,8 +279,7 @@ class ChunkIO:
             part = todo[s:s + self.part]
             ptrs, staged = self._page_addrs([addrs[i] for i in part])
             for b, src in staged:
-                ctypes.memmove(b, src, self.tail)
-                ctypes.memset(ctypes.addressof(b) + self.tail, 0, self.page_bytes - self.tail)
+                ctypes.memmove(b, src, self.tail)   # the padding stays zero
             keys = _key_array(self.keys([names[i] for i in part]))
             arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
             try:

@@ -1,0 +1,249 @@
+"""kvtier.sglang.KVTierHiCacheStorage loaded by SGLang 0.5.23 itself.
+
+Every backend here comes from SGLang's StorageBackendFactory.create_backend
+("dynamic", ...) with the extra config a user passes on the command line, and
+gets SGLang's real host pool (MHATokenToKVPoolHost on the CPU) through
+register_mem_pool_host, as HiCacheController does. Then: the zero-copy
+batch_set_v1 / batch_get_v1 against that pool and the older flat-page
+batch_set / batch_get, batch_exists, byte for byte; a restart with persist
+(two processes); another model missing; a damaged page missing.
+"""
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sglang")
+
+from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo  # noqa: E402
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig  # noqa: E402
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
+from sglang.srt.mem_cache.storage import StorageBackendFactory  # noqa: E402
+
+from conftest import damage_pages  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REGISTRATION = {"backend_name": "kvtier", "module_path": "kvtier.sglang",
+                "class_name": "KVTierHiCacheStorage", "interface_v1": 1}
+PAGE_TOKENS = 16
+LAYERS = 2
+HEADS = 2
+
+
+def make_pool(layout="page_first", head_dim=64, pages=64, dtype=torch.bfloat16):
+    """SGLang's MHA host pool on the CPU, over CPU "device" buffers. A page
+    of it is PAGE_TOKENS tokens of every layer's K and V; head_dim 64 gives
+    8 KiB regions (whole kvtier pages), 40 gives 5 KiB (a padded last page)."""
+    dev_tokens = 4 * PAGE_TOKENS
+    k = tuple(torch.zeros(dev_tokens, HEADS, head_dim, dtype=dtype) for _ in range(LAYERS))
+    v = tuple(torch.zeros(dev_tokens, HEADS, head_dim, dtype=dtype) for _ in range(LAYERS))
+    ptrs = lambda ts: torch.tensor([t.data_ptr() for t in ts], dtype=torch.uint64)  # noqa: E731
+    info = MHABufferInfo(
+        buffers=KVBuffers(k=k, v=v, k_data_ptrs=ptrs(k), v_data_ptrs=ptrs(v),
+                          layout=KVBufferLayout.NHD),
+        page_size=PAGE_TOKENS, head_num=HEADS, head_dim=head_dim, v_head_dim=head_dim,
+        dtype=dtype, device=torch.device("cpu"))
+    pool = MHATokenToKVPoolHost(
+        info, host_to_device_ratio=2.0, host_size=0, page_size=PAGE_TOKENS, layout=layout,
+        pin_memory=False, device="cpu", device_capacity_tokens=dev_tokens, start_layer=0,
+        end_layer=LAYERS - 1, host_token_capacity=pages * PAGE_TOKENS)
+    pool._devbufs = (k, v)  # the pool keeps pointers to them
+    return pool
+
+
+def fill(pool, pages, seed):
+    """Random bytes in the given pool pages (every layer, K and V)."""
+    g = torch.Generator().manual_seed(seed)
+    for p in pages:
+        page = pool.get_data_page(p * PAGE_TOKENS, flat=False)
+        pool.set_from_flat_data_page(p * PAGE_TOKENS, torch.randint(
+            0, 256, (page.numel() * page.element_size(),), dtype=torch.uint8,
+            generator=g).view(pool.dtype))
+
+
+def page_bytes_of(pool, p):
+    return pool.get_data_page(p * PAGE_TOKENS, flat=True).contiguous().view(torch.uint8).clone()
+
+
+def indices(pages):
+    return torch.cat([torch.arange(p * PAGE_TOKENS, (p + 1) * PAGE_TOKENS, dtype=torch.int64)
+                      for p in pages])
+
+
+def make_backend(pool, model="llama-3-8b", **settings):
+    """The factory's dynamic path, then the host pool registered, as
+    HiCacheController.attach_storage_backend does."""
+    cfg = HiCacheStorageConfig(
+        tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+        is_mla_model=False, enable_storage_metrics=True,
+        is_page_first_layout=pool.layout == "page_first", model_name=model,
+        extra_config=dict(REGISTRATION, **settings))
+    backend = StorageBackendFactory.create_backend("dynamic", cfg, pool)
+    backend.register_mem_pool_host(pool)
+    return backend
+
+
+@pytest.fixture
+def backends():
+    made = []
+
+    def make(*a, **kw):
+        b = make_backend(*a, **kw)
+        made.append(b)
+        return b
+    yield make
+    for b in made:
+        b.close()
+
+
+def test_loaded_by_sglang_factory(spill_dir, backends):
+    from kvtier.sglang import KVTierHiCacheStorage
+    b = backends(make_pool(), spill_dir=spill_dir)
+    assert type(b) is KVTierHiCacheStorage and isinstance(b, HiCacheStorage)
+    assert b.engine_config["ssd_dir"] == spill_dir
+
+
+@pytest.mark.parametrize("layout,head_dim", [("page_first", 64), ("layer_first", 64),
+                                             ("page_first", 40), ("page_first_direct", 64)])
+def test_v1_and_flat_round_trips(spill_dir, backends, layout, head_dim):
+    n = 24
+    pool = make_pool(layout, head_dim)
+    fill(pool, range(n), seed=1)
+    want = [page_bytes_of(pool, p) for p in range(n)]
+    # DRAM of 8 pages: most of what is stored goes down to the SSD files.
+    region = pool.get_page_buffer_meta(indices([0]))[1][0]
+    b = backends(pool, spill_dir=spill_dir, dram_bytes=8 * ((region + 4095) // 4096 * 4096))
+    keys = [f"hash-{layout}-{i}" for i in range(n)]
+
+    assert b.batch_exists(keys) == 0
+    assert b.batch_set_v1(keys[:16], indices(range(16))) == [True] * 16
+    assert b.batch_exists(keys) == 16
+    assert b.batch_exists(["absent"] + keys) == 0
+    assert b.exists(keys[3]) and not b.exists(keys[20])
+    # The older interface stores the flat pages SGLang's controller builds.
+    assert b.batch_set(keys[16:], [pool.get_data_page(p * PAGE_TOKENS, flat=True)
+                                   for p in range(16, n)])
+    assert b.batch_exists(keys) == n
+
+    # Back through v1 into other pool pages, zeroed first.
+    dst = list(range(32, 32 + n))
+    pool.kv_buffer.view(torch.uint8).zero_()
+    assert b.batch_get_v1(keys, indices(dst)) == [True] * n
+    for i, p in enumerate(dst):
+        assert torch.equal(page_bytes_of(pool, p), want[i]), f"page {i} differs"
+    # And through the flat interface: what either interface stored.
+    got = b.batch_get(keys)
+    for i, t in enumerate(got):
+        assert torch.equal(t.view(torch.uint8), want[i]), f"flat page {i} differs"
+    assert b.get("absent") is None
+    assert b.batch_get_v1(["absent", keys[0]], indices([0, 1])) == [False, True]
+
+    s = b.get_stats()
+    # bytes_up[1]: bytes read up into the DRAM tier, i.e. from the SSD files.
+    assert s.kvtier["bytes_up"][1] > 0, "nothing was read back from the SSD tier"
+    assert sum(s.backup_pgs) == n and sum(s.prefetch_pgs) >= 2 * n
+
+
+def test_restart_with_persist(spill_dir, run_child):
+    """Two processes: the first stores and exits, the second reads."""
+    common = f"""
+        import sys, torch
+        sys.path.insert(0, {str(HERE)!r})
+        from test_sglang import make_pool, make_backend, fill, page_bytes_of, indices
+        keys = [f"doc-{{i}}" for i in range(12)]
+        pool = make_pool()
+    """
+    out = run_child(common + f"""
+        fill(pool, range(12), seed=7)
+        b = make_backend(pool, spill_dir={spill_dir!r}, persist=True, dram_bytes="64KiB")
+        print(sum(b.batch_set_v1(keys, indices(range(12)))))
+        b.close()
+    """)
+    assert out.split() == ["12"]
+    out = run_child(common + f"""
+        ref = make_pool()
+        fill(ref, range(12), seed=7)
+        b = make_backend(pool, spill_dir={spill_dir!r}, persist=True, dram_bytes="64KiB")
+        print(b.batch_exists(keys))
+        ok = b.batch_get_v1(keys, indices(range(20, 32)))
+        same = [torch.equal(page_bytes_of(pool, 20 + i), page_bytes_of(ref, i)) for i in range(12)]
+        print(sum(ok), sum(same))
+        b.close()
+    """)
+    assert out.split() == ["12", "12", "12"]
+
+
+def test_other_model_misses(spill_dir):
+    pool = make_pool()
+    fill(pool, range(4), seed=3)
+    keys = [f"k{i}" for i in range(4)]
+    a = make_backend(pool, model="llama-3-8b", spill_dir=spill_dir, persist=True)
+    assert all(a.batch_set_v1(keys, indices(range(4))))
+    a.close()
+    b = make_backend(pool, model="qwen-2-7b", spill_dir=spill_dir, persist=True)
+    try:
+        assert b.batch_exists(keys) == 0
+        assert b.batch_get_v1(keys, indices(range(8, 12))) == [False] * 4
+    finally:
+        b.close()
+    # Another dtype of the same model (same page size in bytes) misses too.
+    pool16 = make_pool(dtype=torch.float16)
+    c = make_backend(pool16, model="qwen-2-7b", spill_dir=spill_dir, persist=True)
+    try:
+        assert c.batch_exists(keys) == 0
+    finally:
+        c.close()
+
+
+def test_damaged_page_reads_as_miss(spill_dir):
+    n = 8
+    pool = make_pool()
+    fill(pool, range(n), seed=11)
+    want = [page_bytes_of(pool, p) for p in range(n)]
+    keys = [f"d{i}" for i in range(n)]
+    b = make_backend(pool, spill_dir=spill_dir, persist=True, dram_bytes="64KiB")
+    assert all(b.batch_set_v1(keys, indices(range(n))))
+    b.close()   # flushed: every page is in the segment files
+    # Damage page 5's K region where it lies on disk.
+    k5 = pool.get_page_buffer_meta(indices([5]))[0][0]
+    pattern = ctypes.string_at(k5 + 1024, 64)
+    assert damage_pages(spill_dir, pattern) == 1
+    b = make_backend(pool, spill_dir=spill_dir, persist=True, dram_bytes="64KiB")
+    try:
+        pool.kv_buffer.view(torch.uint8).zero_()
+        ok = b.batch_get_v1(keys, indices(range(16, 16 + n)))
+        assert ok == [i != 5 for i in range(n)]
+        for i in range(n):
+            if i != 5:
+                assert torch.equal(page_bytes_of(pool, 16 + i), want[i])
+        assert b.get_stats().kvtier["errors_corrupt"] >= 1
+    finally:
+        b.close()
+
+
+def test_no_settings_at_all(tmp_path, monkeypatch):
+    """Only the registration keys: the spill directory goes under
+    $XDG_CACHE_HOME/kvtier/sglang/, capacities come from free memory and disk."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    pool = make_pool()
+    fill(pool, range(2), seed=5)
+    b = make_backend(pool)
+    try:
+        root = tmp_path / "xdg" / "kvtier" / "sglang"
+        assert Path(b.engine_config["ssd_dir"]).parent == root
+        assert b.engine_config["dram_bytes"] >= 4 * b.engine.page_bytes
+        assert b.engine_config["ssd_bytes"] >= 16 * b.engine.page_bytes
+        assert b.batch_set_v1(["x", "y"], indices([0, 1])) == [True, True]
+        assert b.batch_get_v1(["x", "y"], indices([2, 3])) == [True, True]
+        assert torch.equal(page_bytes_of(pool, 2), page_bytes_of(pool, 0))
+    finally:
+        b.close()
+
+
+def test_bad_setting_is_named(spill_dir):
+    with pytest.raises(ValueError, match="dram_byte"):
+        make_backend(make_pool(), spill_dir=spill_dir, dram_byte="1GiB")
+    with pytest.raises(ValueError, match="ssd_bytes"):
+        make_backend(make_pool(), spill_dir=spill_dir, ssd_bytes="lots")
