@@ -32,8 +32,9 @@ with_deps=(torch==2.14.0 vllm==0.33.0 pytest==8.3.5)
 no_deps=(lmcache==0.5.6 sglang==0.5.23)
 pip_pin=pip==24.3.1
 # What those import on the paths kvtier plugs into and vllm does not bring.
-# (LMCache: sortedcontainers, aiofile; SGLang: IPython, from sglang.utils.)
-extra=(sortedcontainers==2.4.0 aiofile==3.12.3 caio==0.12.10 ipython==9.18.1)
+# (LMCache: sortedcontainers, aiofile; SGLang: IPython (sglang.utils) and gguf,
+# both found missing on import.)
+extra=(sortedcontainers==2.4.0 aiofile==3.12.3 caio==0.12.10 ipython==9.18.1 gguf==0.19.0)
 
 pins=$(printf '%s\n' "python=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
        "$pip_pin" "with-deps: ${with_deps[*]}" "no-deps: ${no_deps[*]}" "extra: ${extra[*]}")
