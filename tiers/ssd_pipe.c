@@ -40,6 +40,9 @@
  * page, not a hang. */
 #define SSD_TRIES 3
 
+/* Bytes of pages the pipeline holds at least (kvt_ssd_pipe_init). */
+#define PIPE_BYTES ((uint64_t)256 << 20)
+
 /* ------------------------------------------------------------- set-up */
 
 /* pipe_take's scratch for order_write_slots() (below). */
@@ -52,9 +55,19 @@ int kvt_ssd_pipe_init(kvt_engine *e)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
     /* Jobs beyond the disk's queue depth keep it fed while finished ones
-     * are applied under the lock: 8 x depth. Bounce buffers are address
-     * space until a codec touches them. */
-    uint32_t n = P->max_jobs = 8 * e->cfg.queue_depth;
+     * are applied under the lock, and while the mover waits for a CPU on a
+     * machine whose cores also run the compute: the reaper refills the disk
+     * from the jobs already submitted, so the disk idles only once the mover
+     * has been away for all of them. 8 x depth, and at least PIPE_BYTES of
+     * pages up to 32 x depth (docs/performance.md#pipeline-depth). Bounce
+     * buffers are address space until a codec touches them; with one, a
+     * job's buffer is resident once used, so PIPE_BYTES bounds that too. */
+    uint32_t n = 8 * e->cfg.queue_depth;
+    uint64_t by_bytes = PIPE_BYTES / e->page_bytes;
+    uint64_t most = 32ull * e->cfg.queue_depth;
+    if (by_bytes > n)
+        n = (uint32_t)(by_bytes < most ? by_bytes : most);
+    P->max_jobs = n;
     size_t bb = (size_t)n * e->page_bytes;
     P->generation = 1;
     P->bounce = mmap(NULL, bb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
