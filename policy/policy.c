@@ -9,6 +9,8 @@
 static const struct kvt_policy_ops *const policies[] = {
     &kvt_policy_lru_ops,
     &kvt_policy_decode_ops,
+    &kvt_policy_prefix_ops,
+    &kvt_policy_arc_ops,
     &kvt_policy_belady_ops,
 };
 
@@ -22,6 +24,8 @@ bool kvt_policy_ops_ok(const struct kvt_policy_ops *o)
         ok = ok && o->schedule && o->advance && o->page_new && o->page_gone;
     if (o->version >= KVT_POLICY_OPS_V3)
         ok = ok && o->next_use && o->group_of && o->prefetch && o->working_set && o->use_at;
+    if (o->version >= KVT_POLICY_OPS_V4)
+        ok = ok && o->batch;
     return ok;
 }
 

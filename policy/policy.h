@@ -29,7 +29,12 @@
 #define KVT_POLICY_OPS_V1 1 /* evicts: create .. victim */
 #define KVT_POLICY_OPS_V2 2 /* follows the decode position: schedule, advance, page_new, page_gone */
 #define KVT_POLICY_OPS_V3 3 /* plans ahead: next_use, group_of, prefetch, working_set, use_at */
-#define KVT_POLICY_OPS_VERSION KVT_POLICY_OPS_V3
+#define KVT_POLICY_OPS_V4 4 /* sees calls: batch */
+#define KVT_POLICY_OPS_VERSION KVT_POLICY_OPS_V4
+
+/* What batch() reports: the pages of one kvt_get or one kvt_put call. */
+#define KVT_BATCH_GET 1
+#define KVT_BATCH_PUT 2
 #define KVT_POLICY_TIERS 3
 
 /* What a policy may ask of whoever drives it (the manager, or the
@@ -108,10 +113,20 @@ struct kvt_policy_ops {
      * its group_of(); KVT_USE_UNKNOWN (both) when that is past a whole step
      * or unknown. */
     uint64_t (*use_at)(void *priv, uint64_t ahead, uint64_t *group);
+
+    /* --- version 4: calls --- */
+    /* The pages of one kvt_get (KVT_BATCH_GET: those it served) or kvt_put
+     * (KVT_BATCH_PUT: those it stored) call, in the caller's order, after
+     * the call's own insert/access calls. A prefix cache passes a chain in
+     * chain order: a put's keys are the blocks after the prefix it hit.
+     * An entry may be KVT_NONE (a page that left meanwhile): skip it. */
+    void (*batch)(void *priv, int kind, const uint32_t *pgs, size_t n);
 };
 
 extern const struct kvt_policy_ops kvt_policy_lru_ops;
 extern const struct kvt_policy_ops kvt_policy_decode_ops;
+extern const struct kvt_policy_ops kvt_policy_prefix_ops;
+extern const struct kvt_policy_ops kvt_policy_arc_ops;
 
 /* Whether o is a vtable this build can drive: a known version, and every op
  * of that version present. */

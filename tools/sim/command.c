@@ -8,6 +8,7 @@
 
 #include "tools/cli.h"
 #include "tools/sim/command.h"
+#include "tools/sim/prefix.h"
 
 static int load_trace(const struct sim_opts *o, struct sim_trace *t)
 {
@@ -78,6 +79,8 @@ static int sim_model_of(const struct sim_opts *o, const struct sim_world *w, uin
 
 int sim_main(int argc, char **argv)
 {
+    if (sim_prefix_wanted(argc, argv))
+        return sim_prefix_main(argc, argv);
     struct sim_opts o;
     int r = sim_parse(argc, argv, &o);
     if (r)

@@ -1,0 +1,419 @@
+/*
+ * prefix.c — eviction for prefix-cache pages: blocks of token chains that an
+ * engine stores with kvt_put and looks up again by chain (LMCache, SGLang
+ * HiCache, vLLM's offloading tiers). There is no decode schedule to plan by,
+ * so the policy predicts reuse from what a prefix cache shows it.
+ *
+ * The idea. In a prefix cache a block's future depends on how it entered:
+ *   - a block that two or more requests have used (a shared document, a
+ *     conversation that came back) is very likely to be used again;
+ *   - a block that a request stored beyond a prefix it hit (the new turn's
+ *     own text, after a shared document) is rarely used again: the next
+ *     request diverges there too;
+ *   - the last block of a request holds its partial block of tokens, whose
+ *     hash no later request repeats unless it continues that exact text;
+ *   - a block of a fresh chain lies in between.
+ * Each block belongs to one of these classes (its "entry class"), and the
+ * policy learns, while it runs, the fraction of each class's blocks that
+ * were used again (the "reuse odds", counts halved now and then so they
+ * follow the workload). A block's priority is its recency shifted by its
+ * class's odds: last use + T·ln(odds), with T twice the blocks the engine
+ * holds. So a block of a class reused half as often as another's is kept as
+ * if it had been used 0.69·T earlier: shared blocks outlive a burst of
+ * fresh documents, a request's tail goes first, and within a class the
+ * order is LRU's. Because every block of a chain that one request used has
+ * the same recency and class, chains leave from their deep end (ties go to
+ * the deeper block): losing a shallow block would strand the deeper ones.
+ * docs/sim.md#prefix-cache-policies has the figures, beside LRU, ARC and
+ * Belady MIN, and the ideas tried on the way.
+ *
+ * What the policy sees. insert/remove/access as every policy, and batch()
+ * (version 4): the pages of one kvt_get or kvt_put call, in call order,
+ * which a prefix cache makes one chain (the hit prefix, then the new
+ * blocks). The classes come from batch(); a page never seen in one (a
+ * caller that does not use kvt_put/kvt_get) is a fresh block, and the
+ * policy is then LRU. Use counts outlive a page: a ghost table remembers
+ * the keys of recent blocks (two generations, each up to 4x the engine's
+ * pages), so a chain evicted and stored again is known for what it is.
+ *
+ * Cost: per page 40 bytes plus 8 per tier; per ghost 24 bytes. insert,
+ * remove, access O(1); batch O(n); victim O(classes + skipped).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/policy.h"
+
+enum { C_SHARED, C_FRESH, C_CONT, C_TAIL, NCLS };
+
+struct ghost {
+    kvt_key key;
+    uint32_t count;     /* requests that used it (0 = empty slot) */
+    uint8_t cls;        /* its class when last classified; NCLS = none yet */
+};
+
+struct ghost_gen {
+    struct ghost *g;
+    size_t cap, n;      /* cap a power of two; n <= cap / 2 */
+};
+
+struct pstate {
+    kvt_key key;
+    uint64_t last;      /* clock of the last use */
+    uint32_t count;     /* requests that used it */
+    uint8_t cls;
+    uint8_t tiers;      /* bit t: a candidate of tier t */
+    uint8_t known;      /* key below is this page's (else a new life) */
+};
+
+struct prefix {
+    uint32_t cap;
+    uint64_t *meta;
+    uint64_t clock;
+    double ins[NCLS], reused[NCLS];     /* learned odds: reused / ins */
+    struct pstate *st;
+    uint32_t *link;                     /* [page][tier][prev,next] */
+    uint32_t head[KVT_POLICY_TIERS][NCLS], tail[KVT_POLICY_TIERS][NCLS];
+    struct ghost_gen gen[2];            /* [0] current, [1] previous */
+    size_t ghost_cap;
+};
+
+#define LINKS (2 * KVT_POLICY_TIERS)
+#define PREV(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t)])
+#define NEXT(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t) + 1])
+#define HALVE_AFTER 65536.0     /* classifications between halvings of the odds' counts */
+
+/* ------------------------------------------------------------- ghosts */
+
+static int gen_alloc(struct prefix *p, struct ghost_gen *g, size_t cap)
+{
+    g->g = kvt_meta_realloc(p->meta, NULL, 0, cap * sizeof(*g->g));
+    if (!g->g)
+        return -ENOMEM;
+    memset(g->g, 0, cap * sizeof(*g->g));
+    g->cap = cap;
+    g->n = 0;
+    return 0;
+}
+
+static void gen_free(struct prefix *p, struct ghost_gen *g)
+{
+    kvt_meta_free(p->meta, g->g, g->cap * sizeof(*g->g));
+    memset(g, 0, sizeof(*g));
+}
+
+static struct ghost *gen_slot(struct ghost_gen *g, const kvt_key *k)
+{
+    size_t j = kvt_key_hash(k) & (g->cap - 1);
+    while (g->g[j].count && !kvt_key_eq(&g->g[j].key, k))
+        j = (j + 1) & (g->cap - 1);
+    return &g->g[j];
+}
+
+/* The ghost of k in the current generation, made (count 0) if absent; NULL
+ * only when a new generation cannot be allocated (the key is then treated
+ * as never seen: a fresh block, which costs hits, never correctness). */
+static struct ghost *ghost_get(struct prefix *p, const kvt_key *k)
+{
+    struct ghost *cur = gen_slot(&p->gen[0], k);
+    if (cur->count)
+        return cur;
+    struct ghost old = { .cls = NCLS };
+    if (p->gen[1].g) {
+        struct ghost *o = gen_slot(&p->gen[1], k);
+        if (o->count)
+            old = *o;
+    }
+    if (p->gen[0].n + 1 > p->gen[0].cap / 2) {
+        /* The current generation is full: it becomes the previous one. */
+        struct ghost_gen fresh;
+        if (gen_alloc(p, &fresh, p->ghost_cap) < 0)
+            return NULL;
+        gen_free(p, &p->gen[1]);
+        p->gen[1] = p->gen[0];
+        p->gen[0] = fresh;
+        cur = gen_slot(&p->gen[0], k);
+    }
+    *cur = old;
+    cur->key = *k;
+    p->gen[0].n++;
+    return cur;
+}
+
+/* ------------------------------------------------------------- lists */
+
+static void link_head(struct prefix *p, int t, uint32_t pg)
+{
+    int c = p->st[pg].cls;
+    PREV(p, t, pg) = KVT_NONE;
+    NEXT(p, t, pg) = p->head[t][c];
+    if (p->head[t][c] != KVT_NONE)
+        PREV(p, t, p->head[t][c]) = pg;
+    else
+        p->tail[t][c] = pg;
+    p->head[t][c] = pg;
+}
+
+static void unlink_pg(struct prefix *p, int t, uint32_t pg)
+{
+    int c = p->st[pg].cls;
+    uint32_t pv = PREV(p, t, pg), nx = NEXT(p, t, pg);
+    if (pv != KVT_NONE)
+        NEXT(p, t, pv) = nx;
+    else
+        p->head[t][c] = nx;
+    if (nx != KVT_NONE)
+        PREV(p, t, nx) = pv;
+    else
+        p->tail[t][c] = pv;
+}
+
+/* Marks pg used at clock `now`, as class c: to the head of its class's list
+ * in every tier that holds it. */
+static void touch(struct prefix *p, uint32_t pg, int c, uint64_t now)
+{
+    struct pstate *s = &p->st[pg];
+    for (int t = 0; t < KVT_POLICY_TIERS; t++)
+        if (s->tiers & (1u << t))
+            unlink_pg(p, t, pg);
+    s->cls = (uint8_t)c;
+    s->last = now;
+    for (int t = 0; t < KVT_POLICY_TIERS; t++)
+        if (s->tiers & (1u << t))
+            link_head(p, t, pg);
+}
+
+/* ------------------------------------------------------------- ops */
+
+static void prefix_destroy(void *priv)
+{
+    struct prefix *p = priv;
+    kvt_meta_free(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t));
+    kvt_meta_free(p->meta, p->st, (size_t)p->cap * sizeof(*p->st));
+    gen_free(p, &p->gen[0]);
+    gen_free(p, &p->gen[1]);
+    free(p);
+}
+
+static int prefix_reserve(void *priv, uint32_t cap)
+{
+    struct prefix *p = priv;
+    if (cap <= p->cap)
+        return 0;
+    uint32_t *nl = kvt_meta_realloc(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t),
+                                    (size_t)cap * LINKS * sizeof(uint32_t));
+    if (!nl)
+        return -ENOMEM;
+    p->link = nl;
+    struct pstate *ns = kvt_meta_realloc(p->meta, p->st, (size_t)p->cap * sizeof(*ns),
+                                         (size_t)cap * sizeof(*ns));
+    if (!ns)
+        return -ENOMEM; /* link grew: harmless, cap stays */
+    memset(ns + p->cap, 0, (size_t)(cap - p->cap) * sizeof(*ns));
+    p->st = ns;
+    p->cap = cap;
+    return 0;
+}
+
+static int prefix_create(const struct kvt_policy_params *pp, void **priv)
+{
+    struct prefix *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->meta = pp->meta;
+    uint64_t slots = 0;
+    for (int t = 0; t < KVT_POLICY_TIERS; t++) {
+        slots += pp->slots[t];
+        for (int c = 0; c < NCLS; c++)
+            p->head[t][c] = p->tail[t][c] = KVT_NONE;
+    }
+    size_t gc = 1024;
+    while (gc < 8 * slots && gc < ((size_t)1 << 32))
+        gc <<= 1;
+    p->ghost_cap = gc;
+    if (prefix_reserve(p, pp->page_cap ? pp->page_cap : 1) < 0 ||
+        gen_alloc(p, &p->gen[0], gc) < 0) {
+        prefix_destroy(p);
+        return -ENOMEM;
+    }
+    *priv = p;
+    return 0;
+}
+
+/* A page's state for this life of it: a page number reused for another key
+ * starts again (V1 policies get no page_gone). */
+static struct pstate *life(struct prefix *p, uint32_t pg, const kvt_key *key)
+{
+    struct pstate *s = &p->st[pg];
+    if (!s->tiers && (!s->known || !kvt_key_eq(&s->key, key))) {
+        struct ghost *g = ghost_get(p, key);
+        *s = (struct pstate){ .key = *key, .known = 1, .last = ++p->clock,
+                              .count = g ? g->count : 0,
+                              .cls = g && g->count >= 2 ? C_SHARED : C_FRESH };
+    }
+    return s;
+}
+
+static void prefix_insert(void *priv, int tier, uint32_t pg, const kvt_key *key)
+{
+    struct prefix *p = priv;
+    struct pstate *s = life(p, pg, key);
+    s->tiers |= (uint8_t)(1u << tier);
+    link_head(p, tier, pg);
+}
+
+static void prefix_remove(void *priv, int tier, uint32_t pg)
+{
+    struct prefix *p = priv;
+    unlink_pg(p, tier, pg);
+    p->st[pg].tiers &= (uint8_t)~(1u << tier);
+}
+
+static void prefix_access(void *priv, int tier, uint32_t pg)
+{
+    struct prefix *p = priv;
+    touch(p, pg, p->st[pg].cls, ++p->clock);
+}
+
+/* The odds that a block of class c is used again: what the policy has
+ * seen, pulled toward the structural prior by PRIOR_WEIGHT pretend blocks.
+ * The prior's order is the idea above; its values only break the tie
+ * before there is evidence. The weight is large because the evidence is
+ * biased while it is young: blocks stored recently have not had their
+ * chance to come back yet, and a small class (a few hundred tails) swings;
+ * a class whose blocks really come back more often than the prior says
+ * (turns that extend a chat: every suffix is the next turn's prefix) takes
+ * its place after some thousands of blocks. */
+#define PRIOR_WEIGHT 1024.0
+static double odds(const struct prefix *p, int c)
+{
+    static const double prior[NCLS] = { 0.75, 0.5, 0.25, 0.125 };
+    return (p->reused[c] + PRIOR_WEIGHT * prior[c]) / (p->ins[c] + PRIOR_WEIGHT);
+}
+
+/* The candidate of tier that should leave first: from the class whose
+ * blocks are least likely to be used again (by the learned odds), the
+ * least recently used of it that is usable. Between classes the order is
+ * strict, not a weighing of odds against age: a block of a class used
+ * again four times as often is worth keeping over any number of fresh ones
+ * (docs/sim.md#prefix-cache-policies measures the softer weighings). */
+static uint32_t prefix_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx)
+{
+    struct prefix *p = priv;
+    bool tried[NCLS] = { false };
+    for (int round = 0; round < NCLS; round++) {
+        int c = -1;
+        for (int i = 0; i < NCLS; i++)
+            if (!tried[i] && (c < 0 || odds(p, i) < odds(p, c)))
+                c = i;
+        tried[c] = true;
+        for (uint32_t pg = p->tail[tier][c]; pg != KVT_NONE; pg = PREV(p, tier, pg))
+            if (!usable || usable(ctx, pg))
+                return pg;
+    }
+    return KVT_NONE;
+}
+
+static void learn(struct prefix *p, int c, bool reused_class)
+{
+    if (reused_class)
+        p->reused[c] += 1.0;
+    else
+        p->ins[c] += 1.0;
+    double total = 0;
+    for (int i = 0; i < NCLS; i++)
+        total += p->ins[i];
+    if (total > HALVE_AFTER) /* follow the workload: old evidence weighs half */
+        for (int i = 0; i < NCLS; i++) {
+            p->ins[i] /= 2;
+            p->reused[i] /= 2;
+        }
+}
+
+/* One use of page pg by a request, as block i of a call of n, at now. */
+static void use_one(struct prefix *p, uint32_t pg, int kind, size_t i, size_t n, bool cont,
+                    uint64_t now)
+{
+    struct pstate *s = &p->st[pg];
+    struct ghost *g = ghost_get(p, &s->key);
+    uint32_t before = g ? g->count : s->count;
+    if (before && g && g->cls < NCLS)
+        learn(p, g->cls, true);         /* its class was right to keep it */
+    s->count = before + 1;
+    int c = s->count >= 2             ? C_SHARED
+            : kind == KVT_BATCH_GET   ? C_FRESH
+            : i + 1 == n              ? C_TAIL
+            : cont                    ? C_CONT
+                                      : C_FRESH;
+    learn(p, c, false);
+    if (g) {
+        g->count = s->count;
+        g->cls = (uint8_t)c;
+    }
+    touch(p, pg, c, now);
+}
+
+static double odds(const struct prefix *p, int c);
+static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
+{
+    struct prefix *p = priv;
+    if (!n)
+        return;
+    /* A put that does not start a chain, or starts again one seen before,
+     * stores a continuation: the blocks after a prefix somebody has. */
+    bool cont = false;
+    if (kind == KVT_BATCH_PUT && pgs[0] != KVT_NONE) {
+        const struct pstate *s0 = &p->st[pgs[0]];
+        struct ghost *g = ghost_get(p, &s0->key);
+        cont = s0->key.index > 0 || (g && g->count > 0);
+    }
+    /* One clock for the call, the deepest block linked first: a chain
+     * leaves from its deep end, and a shallow block, which every deeper one
+     * needs, goes last. */
+    uint64_t now = ++p->clock;
+    for (size_t i = n; i-- > 0;)
+        if (pgs[i] != KVT_NONE && pgs[i] < p->cap && p->st[pgs[i]].known)
+            use_one(p, pgs[i], kind, i, n, cont, now);
+}
+
+/* V2/V3 ops: the prefix policy follows no decode position. */
+static void prefix_schedule(void *priv, const kvt_schedule *s) {}
+static void prefix_advance(void *priv, uint64_t id, uint32_t layer) {}
+static void prefix_page_new(void *priv, uint32_t pg, const kvt_key *key) {}
+static void prefix_page_gone(void *priv, uint32_t pg) {}
+static uint64_t prefix_next_use(void *priv, uint32_t pg) { return KVT_USE_UNKNOWN; }
+static uint64_t prefix_group_of(void *priv, uint32_t pg) { return KVT_USE_UNKNOWN; }
+static uint32_t prefix_prefetch(void *priv, int from, kvt_usable_fn wanted, void *ctx,
+                                uint32_t *out, uint32_t max)
+{
+    return 0;
+}
+static uint64_t prefix_working_set(void *priv) { return 0; }
+static uint64_t prefix_use_at(void *priv, uint64_t ahead, uint64_t *group)
+{
+    *group = KVT_USE_UNKNOWN;
+    return KVT_USE_UNKNOWN;
+}
+
+const struct kvt_policy_ops kvt_policy_prefix_ops = {
+    .name = "prefix",
+    .version = KVT_POLICY_OPS_V4,
+    .create = prefix_create,
+    .destroy = prefix_destroy,
+    .reserve = prefix_reserve,
+    .insert = prefix_insert,
+    .remove = prefix_remove,
+    .access = prefix_access,
+    .victim = prefix_victim,
+    .schedule = prefix_schedule,
+    .advance = prefix_advance,
+    .page_new = prefix_page_new,
+    .page_gone = prefix_page_gone,
+    .next_use = prefix_next_use,
+    .group_of = prefix_group_of,
+    .prefetch = prefix_prefetch,
+    .working_set = prefix_working_set,
+    .use_at = prefix_use_at,
+    .batch = prefix_batch,
+};
