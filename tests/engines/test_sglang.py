@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 REGISTRATION = {"backend_name": "kvtier", "module_path": "kvtier.sglang",
                 "class_name": "KVTierHiCacheStorage", "interface_v1": 1}
 PAGE_TOKENS = 16
+# A child imports torch and SGLang afresh: over 2 minutes on a busy 2-core machine.
+CHILD_TIMEOUT = 600
 LAYERS = 2
 HEADS = 2
 
@@ -160,7 +162,7 @@ def test_restart_with_persist(spill_dir, run_child):
         b = make_backend(pool, spill_dir={spill_dir!r}, persist=True, dram_bytes="64KiB")
         print(sum(b.batch_set_v1(keys, indices(range(12)))))
         b.close()
-    """)
+    """, timeout=CHILD_TIMEOUT)
     assert out.split() == ["12"]
     out = run_child(common + f"""
         ref = make_pool()
@@ -171,7 +173,7 @@ def test_restart_with_persist(spill_dir, run_child):
         same = [torch.equal(page_bytes_of(pool, 20 + i), page_bytes_of(ref, i)) for i in range(12)]
         print(sum(ok), sum(same))
         b.close()
-    """)
+    """, timeout=CHILD_TIMEOUT)
     assert out.split() == ["12", "12", "12"]
 
 
