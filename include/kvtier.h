@@ -173,7 +173,8 @@ typedef struct kvt_config {
     size_t ssd_bytes;           /* capacity of the SSD tier; 0 = no SSD tier */
     const char *ssd_dir;        /* spill segments and the LMDB index live here (copied at open) */
     int device;                 /* CUDA ordinal, KVT_DEVICE_HOST or KVT_DEVICE_AUTO */
-    const char *policy;         /* "decode" (default) or "lru" (copied at open) */
+    const char *policy;         /* "decode" (default), "prefix", "lru" or "arc" (copied at
+                                   open); see kvt_open */
     int codec;                  /* KVT_CODEC_* for pages stored on SSD */
     int persist;                /* keep SSD pages across close/open (else wiped at open) */
     uint64_t fingerprint;       /* model/dtype/layout identity; another one never matches */
@@ -185,12 +186,23 @@ typedef struct kvt_config {
                                    link; 0 = 1/8 of HBM (DRAM->HBM), 1/4 of DRAM (SSD->DRAM) */
     kvt_transfer_fn on_transfer; /* NULL = no reports; see kvt_transfer_event */
     void *on_transfer_arg;      /* passed to on_transfer (borrowed until kvt_close) */
+    uint64_t flags;             /* KVT_FLAG_* (0 = none) */
 } kvt_config;
 
+/* The engine is a cache (a prefix cache's store, as LMCache, SGLang HiCache
+ * or vLLM's offloading tiers use one): when HBM, DRAM and SSD are all full,
+ * kvt_put drops whole pages, the policy's victims, to make room, instead of
+ * answering KVT_EFULL. Only pages nobody holds (unpinned, not being read or
+ * copied) are dropped; kvt_stats.evicted_pages counts them. With this flag
+ * the default policy, "decode", runs as "prefix" (a cache has no decode
+ * loop to plan by); name another to choose it. */
+#define KVT_FLAG_EVICT 1u
+
 /* The published layouts of kvt_config: VER0 ends with queue_depth
- * (DESIGN.md §3), VER1 with on_transfer_arg (kvtier 0.1). */
+ * (DESIGN.md §3), VER1 with on_transfer_arg (kvtier 0.1), VER2 with flags. */
 #define KVT_CONFIG_SIZE_VER0 offsetof(kvt_config, host_link_gbps)
 #define KVT_CONFIG_SIZE_VER1 (offsetof(kvt_config, on_transfer_arg) + sizeof(void *))
+#define KVT_CONFIG_SIZE_VER2 (offsetof(kvt_config, flags) + sizeof(uint64_t))
 
 /* Fills the first cfg_size bytes of *cfg with defaults: 256 KiB pages, 1 GiB
  * HBM, 4 GiB DRAM, no SSD, device AUTO, policy "decode", no codec, no
@@ -397,12 +409,15 @@ typedef struct kvt_stats {               /* counters since open; grows at the en
     uint64_t prefetch_inflight_max;      /* most DRAM->HBM pages in flight when a prefetch
                                             was queued (a prefetch never takes this past
                                             prefetch_bytes / page_bytes) */
+    uint64_t evicted_pages;              /* pages dropped to make room (KVT_FLAG_EVICT) */
 } kvt_stats;
 
 /* The published layouts of kvt_stats: VER0 ends with errors_corrupt
- * (DESIGN.md §3), VER1 with prefetch_inflight_max (kvtier 0.1). */
+ * (DESIGN.md §3), VER1 with prefetch_inflight_max (kvtier 0.1), VER2 with
+ * evicted_pages. */
 #define KVT_STATS_SIZE_VER0 offsetof(kvt_stats, capacity_pages)
 #define KVT_STATS_SIZE_VER1 (offsetof(kvt_stats, prefetch_inflight_max) + sizeof(uint64_t))
+#define KVT_STATS_SIZE_VER2 (offsetof(kvt_stats, evicted_pages) + sizeof(uint64_t))
 
 /* Writes a consistent snapshot to the first out_size bytes of *out (bytes
  * beyond this library's kvt_stats are zeroed). Never fails on a valid engine,

@@ -20,6 +20,45 @@ struct reservation {
                    reallocated by another thread while the copy runs unlocked */
 };
 
+/* A page that a cache may drop to make room: indexed, unpinned, no reader,
+ * no copy in flight. */
+static bool droppable(void *ctx, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&((kvt_engine *)ctx)->pt, pg);
+    return (p->flags & PG_HASHED) && !p->pins && kvt_page_idle(p);
+}
+
+/* KVT_FLAG_EVICT: room for one page by dropping a whole page, the policy's
+ * victim from the bottom tier up (a page on SSD costs nothing but its slot
+ * to lose; one only in DRAM or HBM is still the policy's choice when no SSD
+ * page can go). 0, or KVT_EFULL when the flag is off or every page is held. */
+static int evict_one(kvt_engine *e)
+{
+    if (!(e->cfg.flags & KVT_FLAG_EVICT))
+        return KVT_EFULL;
+    for (int t = KVT_TIERS - 1; t >= 0; t--) {
+        uint32_t v = e->pol->victim(e->pol_priv, t, droppable, e);
+        if (v != KVT_NONE) {
+            kvt_page_destroy(e, v);
+            e->st.evicted_pages++;
+            return 0;
+        }
+    }
+    return KVT_EFULL;
+}
+
+/* Tells a policy that sees calls (version 4) which pages one call used, in
+ * the caller's order; a page gone meanwhile is KVT_NONE. pgs is scratch. */
+static void report_batch(kvt_engine *e, int kind, uint32_t *pgs, size_t n)
+{
+    if (e->pol->version < KVT_POLICY_OPS_V4 || !n)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (pgs[i] != KVT_NONE && !(kvt_pg(&e->pt, pgs[i])->flags & PG_HASHED))
+            pgs[i] = KVT_NONE;
+    e->pol->batch(e->pol_priv, kind, pgs, n);
+}
+
 /* A slot for a new page: DRAM first (that is what storage is for), else HBM.
  * May wait (unlocked) for write-backs that make room. */
 static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
@@ -47,6 +86,8 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
             *tier = KVT_TIER_HBM;
             return 0;
         }
+        if (r != -EAGAIN && evict_one(e) == 0)
+            continue; /* a page dropped: its slots are free, or free once written */
         if (r != -EAGAIN)
             return kvt_fail(KVT_EFULL, "no tier can hold another page (HBM %u and DRAM %u slots "
                                        "are all in use)", e->hbm.arena.nslots, e->dram.arena.nslots);
@@ -128,7 +169,9 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
             uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
             if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
                 kvt_page_destroy(e, old);
-            if ((r = kvt_admit(e)) < 0)
+            while ((r = kvt_admit(e)) < 0 && evict_one(e) == 0)
+                ;
+            if (r < 0)
                 break;
         }
         uint32_t pg = kvt_page_new(e);
@@ -172,6 +215,13 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         }
     }
     r = put_commit(e, keys, res, n);
+    uint32_t *pgs = malloc(n * sizeof(*pgs));
+    if (pgs) { /* without memory the policy misses one hint, nothing else */
+        for (size_t i = 0; i < n; i++)
+            pgs[i] = res[i].pg;
+        report_batch(e, KVT_BATCH_PUT, pgs, n);
+        free(pgs);
+    }
     kvt_mover_kick(e);
     return r;
 
@@ -469,9 +519,17 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
         memset(found, 0, n * sizeof(*found));
     if (r < 0)
         goto out_end;
+    size_t served = 0;
+    uint32_t *pgs = malloc((n ? n : 1) * sizeof(*pgs));
     for (size_t i = 0; i < n && cr == 0; i++)
-        if (g[i].tier != KVT_TIER_NONE)
+        if (g[i].tier != KVT_TIER_NONE) {
             e->st.bytes_get += e->page_bytes;
+            if (pgs)
+                pgs[served++] = g[i].pg;
+        }
+    if (pgs) /* without memory the policy misses one hint, nothing else */
+        report_batch(e, KVT_BATCH_GET, pgs, served);
+    free(pgs);
     if (cr < 0)
         r = kvt_fail(cr, "copying a page out failed: %s", kvt_strerror(cr));
     else if (lost && !found)

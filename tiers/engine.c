@@ -77,8 +77,11 @@ int kvt_config_validate(const kvt_config *c)
                                      "KVT_DEVICE_AUTO (got %d)", c->device);
     const struct kvt_policy_ops *pol = c->policy ? kvt_policy_find(c->policy) : NULL;
     if (c->policy && !pol)
-        return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"decode\" or \"lru\")",
-                        c->policy);
+        return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"decode\", \"prefix\", "
+                                     "\"lru\" or \"arc\")", c->policy);
+    if (c->flags & ~(uint64_t)KVT_FLAG_EVICT)
+        return kvt_fail(KVT_ECONFIG, "flags has bits this kvtier does not know (0x%llx)",
+                        (unsigned long long)(c->flags & ~(uint64_t)KVT_FLAG_EVICT));
     if (c->codec < KVT_CODEC_NONE || c->codec > KVT_CODEC_ZSTD_SHUFFLE16)
         return kvt_fail(KVT_ECONFIG, "codec %d is unknown", c->codec);
     if (c->io_backend < KVT_IO_AUTO || c->io_backend > KVT_IO_PSYNC)
@@ -195,7 +198,10 @@ static int open_policy(kvt_engine *e)
 {
     struct kvt_policy_params pp = {
         .page_cap = e->pt.cap,
-        .slots = { e->hbm.arena.nslots, e->dram.arena.nslots, 0 },
+        /* The SSD tier opens after the policy: its slots from the config. */
+        .slots = { e->hbm.arena.nslots, e->dram.arena.nslots,
+                   e->cfg.ssd_bytes / e->page_bytes < UINT32_MAX
+                       ? (uint32_t)(e->cfg.ssd_bytes / e->page_bytes) : UINT32_MAX },
         .meta = &e->meta_bytes,
         .host = { e, engine_key_of, engine_find },
     };
@@ -234,7 +240,12 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     e->cfg = *cfg;
     e->dram.red_head = e->dram.red_tail = KVT_NONE;
     e->page_bytes = cfg->page_bytes;
-    e->policy_name = strdup(cfg->policy ? cfg->policy : "decode");
+    /* A cache has no decode loop to plan by: its default is the prefix
+     * policy (kvtier.h, KVT_FLAG_EVICT). */
+    const char *pol = cfg->policy ? cfg->policy : "decode";
+    if ((cfg->flags & KVT_FLAG_EVICT) && !strcmp(pol, "decode"))
+        pol = "prefix";
+    e->policy_name = strdup(pol);
     e->ssd_dir = cfg->ssd_dir ? strdup(cfg->ssd_dir) : NULL;
     if (!e->policy_name || (cfg->ssd_dir && !e->ssd_dir)) {
         engine_free(e);

@@ -1,0 +1,138 @@
+/*
+ * test_evict.c — an engine that is a cache (KVT_FLAG_EVICT): kvt_put drops
+ * the policy's victims when every tier is full, never a page someone holds,
+ * and what stays is exact.
+ */
+#include "tests/helpers.h"
+
+#define PB 4096
+
+static char dir[64];
+
+static kvt_config cache_config(uint64_t flags, const char *policy)
+{
+    kvt_config c = t_config(PB, 2, 4);
+    strcpy(dir, "/tmp/kvt_test_evict_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    c.ssd_dir = dir;
+    c.ssd_bytes = 8 * PB;
+    c.flags = flags;
+    c.policy = policy;
+    return c;
+}
+
+static void put_one(kvt_engine *e, uint64_t id, uint32_t index)
+{
+    static uint64_t buf[PB / 8];
+    kvt_key k = t_key(id, KVT_ALL_LAYERS, index);
+    t_fill(buf, PB, k, 0);
+    const void *src = buf;
+    assert_int_equal(kvt_put(e, &k, 1, &src, 0), 0);
+}
+
+/* Every page still present reads back exact. Returns how many are. */
+static int check_present(kvt_engine *e, uint64_t n)
+{
+    static uint64_t buf[PB / 8];
+    int present = 0;
+    for (uint64_t id = 0; id < n; id++) {
+        kvt_key k = t_key(id, KVT_ALL_LAYERS, 0);
+        int found = 0;
+        void *dst = buf;
+        assert_int_equal(kvt_get(e, &k, 1, &dst, 0, &found), 0);
+        if (found) {
+            assert_true(t_check(buf, PB, k, 0));
+            present++;
+        }
+    }
+    return present;
+}
+
+static void test_without_the_flag_a_full_engine_refuses(void **state)
+{
+    kvt_config c = cache_config(0, "lru");
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    int r = 0;
+    uint64_t id;
+    for (id = 0; id < 64 && r == 0; id++) {
+        static uint64_t buf[PB / 8];
+        kvt_key k = t_key(id, KVT_ALL_LAYERS, 0);
+        const void *src = buf;
+        r = kvt_put(e, &k, 1, &src, 0);
+    }
+    assert_int_equal(r, KVT_EFULL);
+    kvt_stats st;
+    assert_int_equal(kvt_get_stats(e, &st), 0);
+    assert_int_equal(st.evicted_pages, 0);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
+static void run_cache(const char *policy)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, policy);
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    for (uint64_t id = 0; id < 200; id++)
+        put_one(e, id, 0);
+    kvt_stats st;
+    assert_int_equal(kvt_get_stats(e, &st), 0);
+    assert_true(st.evicted_pages > 0);
+    assert_true(st.pages + st.evicted_pages == 200);
+    /* The most recent page is there (no policy drops what it just stored
+     * while older pages could go), and whatever is there is exact. */
+    int present = check_present(e, 200);
+    assert_int_equal(present, (int)st.pages);
+    kvt_key last = t_key(199, KVT_ALL_LAYERS, 0);
+    assert_int_equal(kvt_exists(e, &last, 1, NULL), 1);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
+static void test_a_full_cache_evicts_lru(void **state) { run_cache("lru"); }
+static void test_a_full_cache_evicts_prefix(void **state) { run_cache("prefix"); }
+static void test_a_full_cache_evicts_arc(void **state) { run_cache("arc"); }
+static void test_a_full_cache_evicts_default(void **state) { run_cache(NULL); }
+
+/* A pinned page is never dropped: with it held, the others make room. */
+static void test_pinned_pages_stay(void **state)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "prefix");
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    put_one(e, 0, 0);
+    kvt_key k0 = t_key(0, KVT_ALL_LAYERS, 0);
+    void *ptr = NULL;
+    assert_int_equal(kvt_acquire(e, &k0, 1, &ptr), 0);
+    for (uint64_t id = 1; id < 100; id++)
+        put_one(e, id, 0);
+    assert_int_equal(kvt_exists(e, &k0, 1, NULL), 1);
+    assert_int_equal(kvt_release(e, &k0, 1, 0), 0);
+    assert_int_equal(check_present(e, 1), 1);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
+static void test_unknown_flags_are_refused(void **state)
+{
+    kvt_config c = t_config(PB, 2, 4);
+    c.flags = 2;
+    kvt_engine *e = NULL;
+    assert_int_equal(kvt_open(&c, &e), KVT_ECONFIG);
+    assert_non_null(strstr(kvt_last_error(), "flags"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_without_the_flag_a_full_engine_refuses),
+        cmocka_unit_test(test_a_full_cache_evicts_lru),
+        cmocka_unit_test(test_a_full_cache_evicts_prefix),
+        cmocka_unit_test(test_a_full_cache_evicts_arc),
+        cmocka_unit_test(test_a_full_cache_evicts_default),
+        cmocka_unit_test(test_pinned_pages_stay),
+        cmocka_unit_test(test_unknown_flags_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,190 @@
+/*
+ * test_policy_prefix.c — the prefix-cache policies behind the policy
+ * interface: prefix (reuse classes) and arc.
+ */
+#include "tests/helpers.h"
+#include "policy/policy.h"
+#include "tiers/tiers.h"
+
+#define T KVT_TIER_SSD
+
+static uint64_t meta;
+
+static void *mk(const struct kvt_policy_ops *ops, uint32_t cap, uint32_t slots)
+{
+    struct kvt_policy_params p = { .page_cap = cap, .slots = { 0, 0, slots }, .meta = &meta };
+    void *priv = NULL;
+    assert_int_equal(ops->create(&p, &priv), 0);
+    assert_true(kvt_policy_ops_ok(ops));
+    return priv;
+}
+
+static const struct kvt_policy_ops *P = &kvt_policy_prefix_ops;
+
+/* Stores the chain of keys (id0 .. id0+n-1, positions from depth) as one
+ * put on pages pg0 .. pg0+n-1. */
+static void put_chain(void *p, uint32_t pg0, uint64_t id0, uint32_t depth, uint32_t n)
+{
+    uint32_t pgs[64];
+    for (uint32_t i = 0; i < n; i++) {
+        kvt_key k = t_key(id0 + i, KVT_ALL_LAYERS, depth + i);
+        P->insert(p, T, pg0 + i, &k);
+        pgs[i] = pg0 + i;
+    }
+    P->batch(p, KVT_BATCH_PUT, pgs, n);
+}
+
+static void get_chain(void *p, uint32_t pg0, uint32_t n)
+{
+    uint32_t pgs[64];
+    for (uint32_t i = 0; i < n; i++) {
+        P->access(p, T, pg0 + i);
+        pgs[i] = pg0 + i;
+    }
+    P->batch(p, KVT_BATCH_GET, pgs, n);
+}
+
+static void drop(void *p, uint32_t pg)
+{
+    P->remove(p, T, pg);
+}
+
+/* A chain two requests used outlives a fresh chain stored after it; a fresh
+ * chain leaves from its deep end, and a request's tail block first. */
+static void test_shared_outlives_fresh(void **state)
+{
+    void *p = mk(P, 64, 16);
+    put_chain(p, 0, 100, 0, 4);   /* request 1: chain A, pages 0..3 */
+    get_chain(p, 0, 4);           /* request 2 hits all of A: shared */
+    put_chain(p, 10, 200, 0, 4);  /* request 3: chain B, fresh, pages 10..13 */
+    /* B's tail (13) goes first, then B from its deep end, A last. */
+    uint32_t want[] = { 13, 12, 11, 10, 3, 2, 1, 0 };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        uint32_t v = P->victim(p, T, NULL, NULL);
+        assert_int_equal(v, want[i]);
+        drop(p, v);
+    }
+    assert_int_equal(P->victim(p, T, NULL, NULL), KVT_NONE);
+    P->destroy(p);
+}
+
+static bool not_13(void *ctx, uint32_t pg) { return pg != 13; }
+
+static void test_victim_skips_unusable(void **state)
+{
+    void *p = mk(P, 64, 16);
+    put_chain(p, 10, 200, 0, 4);
+    assert_int_equal(P->victim(p, T, not_13, NULL), 12);
+    /* Tiers are separate: nothing on DRAM. */
+    assert_int_equal(P->victim(p, KVT_TIER_DRAM, NULL, NULL), KVT_NONE);
+    P->destroy(p);
+}
+
+/* A chain evicted and stored again is known from its ghost: its blocks are
+ * shared, and outlive a fresh chain stored later. */
+static void test_ghost_remembers_evicted_chain(void **state)
+{
+    void *p = mk(P, 64, 16);
+    put_chain(p, 0, 100, 0, 3);
+    for (uint32_t pg = 0; pg < 3; pg++)
+        drop(p, pg);                 /* evicted */
+    put_chain(p, 20, 100, 0, 3);     /* the same keys again, other pages */
+    put_chain(p, 30, 300, 0, 3);     /* a fresh chain */
+    uint32_t v = P->victim(p, T, NULL, NULL);
+    assert_true(v >= 30 && v < 33);
+    P->destroy(p);
+}
+
+/* The class order follows the evidence: when blocks used twice are never
+ * used a third time and fresh blocks always come back once, fresh blocks
+ * end up kept over shared ones. */
+static void test_odds_overturn_the_prior(void **state)
+{
+    void *p = mk(P, 64, 16);
+    uint64_t id = 1000;
+    for (int round = 0; round < 4000; round++, id += 2) {
+        put_chain(p, 0, id, 0, 2);   /* fresh pair */
+        get_chain(p, 0, 2);          /* used again once: now shared */
+        drop(p, 0);
+        drop(p, 1);                  /* never seen again */
+    }
+    put_chain(p, 0, 1, 0, 2);        /* a fresh pair: pages 0, 1 */
+    put_chain(p, 2, 3, 0, 2);        /* another: pages 2, 3 */
+    get_chain(p, 2, 2);              /* used again: shared, and more recent */
+    uint32_t v = P->victim(p, T, NULL, NULL);
+    assert_true(v == 2 || v == 3);   /* the shared pair goes first now */
+    P->destroy(p);
+}
+
+/* A page number reused for another key starts a new life. */
+static void test_page_reuse_is_a_new_page(void **state)
+{
+    void *p = mk(P, 64, 16);
+    put_chain(p, 0, 100, 0, 2);
+    get_chain(p, 0, 2);              /* shared */
+    drop(p, 0);
+    drop(p, 1);
+    put_chain(p, 0, 500, 0, 2);      /* pages 0, 1 now hold a fresh chain */
+    put_chain(p, 5, 100, 0, 2);      /* the shared chain comes back on 5, 6 */
+    uint32_t v = P->victim(p, T, NULL, NULL);
+    assert_true(v == 0 || v == 1);
+    P->destroy(p);
+}
+
+/* ------------------------------------------------------------- arc */
+
+static const struct kvt_policy_ops *A = &kvt_policy_arc_ops;
+
+/* A page used again goes to T2; a new one is taken from T1 first while T1
+ * is over its target (0 at the start). */
+static void test_arc_frequency_protects(void **state)
+{
+    void *a = mk(A, 64, 4);
+    kvt_key k;
+    for (uint32_t pg = 0; pg < 4; pg++) {
+        k = t_key(pg, KVT_ALL_LAYERS, 0);
+        A->insert(a, T, pg, &k);
+    }
+    A->access(a, T, 0); /* 0 -> T2 */
+    assert_int_equal(A->victim(a, T, NULL, NULL), 1);
+    A->remove(a, T, 1); /* 1 -> B1 */
+    /* 1 comes back: a ghost hit in B1 lands in T2 and grows T1's target to
+     * 1; T1 (2, 3) gives up 2, and then, at its target, T1 keeps 3 and T2
+     * gives up its least recent, 0. */
+    k = t_key(1, KVT_ALL_LAYERS, 0);
+    A->insert(a, T, 9, &k);
+    assert_int_equal(A->victim(a, T, NULL, NULL), 2);
+    A->remove(a, T, 2);
+    assert_int_equal(A->victim(a, T, NULL, NULL), 0);
+    A->destroy(a);
+}
+
+static void test_arc_many_ghosts(void **state)
+{
+    /* Far more keys than the ghost map holds: sweeps keep it bounded and
+     * the policy keeps answering. */
+    void *a = mk(A, 8, 4);
+    for (uint32_t i = 0; i < 200000; i++) {
+        kvt_key k = t_key(i, KVT_ALL_LAYERS, 0);
+        uint32_t pg = i % 4;
+        if (i >= 4)
+            A->remove(a, T, pg);
+        A->insert(a, T, pg, &k);
+    }
+    assert_int_not_equal(A->victim(a, T, NULL, NULL), KVT_NONE);
+    A->destroy(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shared_outlives_fresh),
+        cmocka_unit_test(test_victim_skips_unusable),
+        cmocka_unit_test(test_ghost_remembers_evicted_chain),
+        cmocka_unit_test(test_odds_overturn_the_prior),
+        cmocka_unit_test(test_page_reuse_is_a_new_page),
+        cmocka_unit_test(test_arc_frequency_protects),
+        cmocka_unit_test(test_arc_many_ghosts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
