@@ -121,8 +121,11 @@ void replay_engine_config(const struct replay_ctx *x, kvt_config *c)
     c->ssd_bytes = r->slots[KVT_TIER_SSD] * x->bb;
     c->ssd_dir = c->ssd_bytes ? x->ssd_dir : NULL;
     c->device = KVT_DEVICE_HOST;
-    if (x->o->policy)
-        c->policy = x->o->policy;
+    /* A prefix cache's store: full, it drops the policy's victims. */
+    c->flags |= KVT_FLAG_EVICT;
+    /* The policy the engine runs then unless told otherwise (kvtier.h,
+     * KVT_FLAG_EVICT), named so that the report says which. */
+    c->policy = x->o->policy ? x->o->policy : "prefix";
     c->fingerprint = 0x6b7672706c790000ull ^ x->bb; /* "kvrply" and the block size */
     if (x->o->trace_out) {
         c->on_transfer = on_transfer;

@@ -429,10 +429,10 @@ static uint32_t cap_blocks(double x, uint32_t distinct)
 }
 
 static void print_table(FILE *f, const struct popts *o, const struct presult *res, int n,
-                        const struct pfx_trace *t, size_t n_req, uint64_t refs)
+                        uint32_t distinct, size_t n_req, uint64_t refs)
 {
     fprintf(f, "kvtier sim: %zu requests, %llu block references, %u distinct blocks\n", n_req,
-            (unsigned long long)refs, t->distinct);
+            (unsigned long long)refs, distinct);
     fprintf(f, "prefix-hit fraction (prefix hits / block references)\n");
     fprintf(f, "%-10s", "capacity");
     for (int p = 0; p < o->n_pols; p++)
@@ -460,13 +460,13 @@ static void print_table(FILE *f, const struct popts *o, const struct presult *re
     (void)n;
 }
 
-static void print_json(const struct popts *o, const struct presult *res, const struct pfx_trace *t,
+static void print_json(const struct popts *o, const struct presult *res, uint32_t distinct,
                        size_t n_req, uint64_t refs)
 {
     printf("{\"trace\":");
     cli_json_str(o->trace);
     printf(",\"requests\":%zu,\"block_refs\":%llu,\"distinct_blocks\":%u,\"results\":[", n_req,
-           (unsigned long long)refs, t->distinct);
+           (unsigned long long)refs, distinct);
     for (int c = 0; c < o->n_caps; c++)
         for (int p = 0; p < o->n_pols; p++) {
             const struct presult *r = &res[c * o->n_pols + p];
@@ -517,11 +517,16 @@ int sim_prefix_main(int argc, char **argv)
         return cli_error("sim", 1, "%s: %s", o.trace, e == -ENOMEM ? "out of memory" : err);
     size_t n_req = o.requests && o.requests < t.n_req ? (size_t)o.requests : t.n_req;
     uint64_t refs = n_req ? t.req[n_req - 1].first + t.req[n_req - 1].n : 0;
+    /* Capacities are fractions of the distinct blocks of the requests run,
+     * as in kvtier replay; dense ids count up in order of first use. */
+    uint32_t distinct = 0;
+    for (uint64_t i = 0; i < refs; i++)
+        distinct = t.block[i] + 1 > distinct ? t.block[i] + 1 : distinct;
     struct presult *res = calloc((size_t)o.n_caps * o.n_pols, sizeof(*res));
     r = res ? 0 : cli_error("sim", 1, "out of memory");
     for (int c = 0; c < o.n_caps && !r; c++)
         for (int p = 0; p < o.n_pols && !r; p++) {
-            uint32_t cap = cap_blocks(o.caps[c], t.distinct);
+            uint32_t cap = cap_blocks(o.caps[c], distinct);
             struct presult *out = &res[c * o.n_pols + p];
             e = !strcmp(o.pols[p], "belady")
                     ? run_belady(&t, n_req, cap, out)
@@ -534,9 +539,9 @@ int sim_prefix_main(int argc, char **argv)
                 r = cli_error("sim", 1, "%s: %s", o.pols[p], strerror(-e));
         }
     if (!r) {
-        print_table(o.json ? stderr : stdout, &o, res, o.n_caps * o.n_pols, &t, n_req, refs);
+        print_table(o.json ? stderr : stdout, &o, res, o.n_caps * o.n_pols, distinct, n_req, refs);
         if (o.json)
-            print_json(&o, res, &t, n_req, refs);
+            print_json(&o, res, distinct, n_req, refs);
     }
     free(res);
     pfx_trace_free(&t);
