@@ -8,6 +8,7 @@
  * main), so their functions are called directly.
  */
 #include <math.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 #include "policy/belady.h"
@@ -782,10 +783,143 @@ static void test_main_arguments(void **state)
     assert_int_equal(sim_main(9, tiny), 2); /* HBM 2 pages, a group is 5 */
 }
 
+
+/* ------------------------------------------------------------- prefix traces */
+
+#include "tools/prefix/trace.h"
+
+static int pfx_parse(const char *text, struct pfx_trace *t, char *err, size_t n)
+{
+    return pfx_trace_parse(text, strlen(text), t, err, n);
+}
+
+static void test_pfx_trace_parses(void **state)
+{
+    struct pfx_trace t;
+    char err[256] = "";
+    const char *text = "{\"timestamp\": 5, \"input_length\": 700, \"output_length\": 3, "
+                       "\"hash_ids\": [7, 8]}\n\n"
+                       "{\"hash_ids\": [7, 9, 10], \"timestamp\": 6, \"extra\": "
+                       "{\"a\": [1, 2.5e3, \"x\\\"y\", null, true]}}\n";
+    assert_int_equal(pfx_parse(text, &t, err, sizeof err), 0);
+    assert_int_equal(t.n_req, 2);
+    assert_int_equal(t.n_hash, 5);
+    assert_int_equal(t.distinct, 4);
+    assert_int_equal(t.req[0].t_ms, 5);
+    assert_int_equal(t.req[0].in_tokens, 700);
+    assert_int_equal(t.req[1].n, 3);
+    assert_int_equal(t.req[1].in_tokens, 3 * 512); /* no input_length: blocks x 512 */
+    assert_int_equal(t.req[1].line, 3);
+    uint32_t want[] = { 0, 1, 0, 2, 3 };
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(t.block[i], want[i]);
+    pfx_trace_free(&t);
+}
+
+static void test_pfx_trace_malformed(void **state)
+{
+    static const struct { const char *text, *msg; } cases[] = {
+        { "{\"timestamp\": 1, \"hash_ids\": [1,2,]}", "line 1: hash_ids: expected a non-negative" },
+        { "{\"timestamp\": 1}", "line 1: no \"hash_ids\"" },
+        { "{\"hash_ids\": []}", "line 1: no \"timestamp\"" },
+        { "\n{\"timestamp\": -1, \"hash_ids\": []}", "line 2: timestamp: expected a non-negative" },
+        { "{\"timestamp\": 1.5, \"hash_ids\": []}", "expected an integer" },
+        { "{\"timestamp\": 1, \"hash_ids\": [18446744073709551616]}", "is larger than" },
+        { "{\"timestamp\": 1, \"timestamp\": 2, \"hash_ids\": []}", "appears twice" },
+        { "{\"timestamp\": 1, \"hash_ids\": []} x", "text after the object" },
+        { "[1]", "expected a JSON object" },
+        { "{\"timestamp\": 1, \"hash_ids\": [], \"s\": \"abc}", "runs to the end of the line" },
+        { "{\"timestamp\": 1, \"hash_ids\": [], \"x\": 1e}", "a malformed number" },
+        { "{\"timestamp\": 01, \"hash_ids\": []}", "leading zero" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct pfx_trace t;
+        char err[256] = "";
+        assert_int_equal(pfx_parse(cases[i].text, &t, err, sizeof err), -EINVAL);
+        if (!strstr(err, cases[i].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", i, err, cases[i].msg);
+        assert_int_equal(t.n_req, 0);
+        assert_null(t.req);
+    }
+    /* Nesting past the limit is an error, not a stack overflow. */
+    char deep[4096] = "{\"timestamp\": 1, \"hash_ids\": [], \"x\": ";
+    for (int i = 0; i < 1000; i++)
+        strcat(deep, "[");
+    struct pfx_trace t;
+    char err[256] = "";
+    assert_int_equal(pfx_parse(deep, &t, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "nested deeper"));
+    /* A NUL inside a line. */
+    const char nul[] = "{\"timestamp\": 1,\0 \"hash_ids\": []}";
+    assert_int_equal(pfx_trace_parse(nul, sizeof nul - 1, &t, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "NUL"));
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    return fclose(f);
+}
+
+/* sim's prefix model on a trace worked by hand, capacity 3 blocks:
+ *   r1 [1 2]    misses; stores 1 2
+ *   r2 [1 2 3]  hits 1 2; stores 3
+ *   r3 [4 5]    misses; needs 2 slots
+ *   r4 [1 2]
+ * LRU evicts 1 and 2 for r3 (used before 3), so r4 misses: 2 hits of 9
+ * references. Belady evicts 3 (never used again) and one of 1, 2 (both
+ * next used by r4); it keeps 1 here, so r4 hits 1: 3 of 9. */
+static void test_sim_prefix_by_hand(void **state)
+{
+    char path[] = "/tmp/kvt_test_pfx_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_text(path, "{\"timestamp\": 0, \"hash_ids\": [1, 2]}\n"
+                     "{\"timestamp\": 1, \"hash_ids\": [1, 2, 3]}\n"
+                     "{\"timestamp\": 2, \"hash_ids\": [4, 5]}\n"
+                     "{\"timestamp\": 3, \"hash_ids\": [1, 2]}\n");
+    char out[] = "/tmp/kvt_test_pfx_out_XXXXXX";
+    fd = mkstemp(out);
+    assert_true(fd >= 0);
+    int saved = dup(1);
+    fflush(stdout);
+    dup2(fd, 1);
+    char *argv[] = { "sim", "--trace", path, "--capacity", "3", "--policies", "lru,prefix,arc,belady",
+                     "--json", NULL };
+    int rc = sim_main(8, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    assert_int_equal(rc, 0);
+    char buf[4096] = "";
+    FILE *f = fdopen(fd, "r");
+    rewind(f);
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    assert_non_null(strstr(buf, "\"policy\":\"lru\",\"capacity\":3,\"capacity_blocks\":3,"
+                                "\"hit_fraction\":0.222222,\"hits\":2"));
+    assert_non_null(strstr(buf, "\"policy\":\"belady\",\"capacity\":3,\"capacity_blocks\":3,"
+                                "\"hit_fraction\":0.333333,\"hits\":3"));
+    /* A capacity smaller than a request is a usage error naming it. */
+    char *small[] = { "sim", "--trace", path, "--capacity", "2", NULL };
+    assert_int_equal(sim_main(5, small), 2);
+    char *badpol[] = { "sim", "--trace", path, "--policies", "decode", NULL };
+    assert_int_equal(sim_main(5, badpol), 2);
+    unlink(path);
+    unlink(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trace_round_trip),
+        cmocka_unit_test(test_pfx_trace_parses),
+        cmocka_unit_test(test_pfx_trace_malformed),
+        cmocka_unit_test(test_sim_prefix_by_hand),
         cmocka_unit_test(test_trace_malformed),
         cmocka_unit_test(test_trace_inconsistent),
         cmocka_unit_test(test_generator_counts),

@@ -139,18 +139,10 @@ static int run_policy(const struct pfx_trace *t, size_t n_req, const struct kvt_
         }
         if (k && ops->version >= KVT_POLICY_OPS_V4)
             ops->batch(priv, KVT_BATCH_GET, pgs, k);
-        static int mode = -1;
-        if (mode < 0) mode = getenv("PFXMODE") ? atoi(getenv("PFXMODE")) : 0;
         uint32_t need = q->n - k;
         for (uint32_t d = k; d < q->n; d++) /* stored again: replaced */
-            if (c.pg_of[blk[d]] != KVT_NONE) {
-                if (mode == 0)
-                    cache_drop(&c, ops, priv, c.pg_of[blk[d]]);
-                else {
-                    if (mode == 1) ops->access(priv, TIER, c.pg_of[blk[d]]);
-                    need--;
-                }
-            }
+            if (c.pg_of[blk[d]] != KVT_NONE)
+                cache_drop(&c, ops, priv, c.pg_of[blk[d]]);
         while (c.n_free < need) {
             uint32_t v = ops->victim(priv, TIER, not_current, &c);
             if (v == KVT_NONE) {
@@ -161,7 +153,6 @@ static int run_policy(const struct pfx_trace *t, size_t n_req, const struct kvt_
         }
         uint32_t np = 0;
         for (uint32_t d = k; d < q->n; d++) {
-            if (c.pg_of[blk[d]] != KVT_NONE) continue;
             uint32_t pg = c.free_pg[--c.n_free];
             c.block_of[pg] = blk[d];
             c.key_of[pg] = (kvt_key){ t->hash[q->first + d], KVT_ALL_LAYERS, c.depth[blk[d]] };
