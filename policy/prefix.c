@@ -40,6 +40,7 @@
  * remove, access O(1); batch O(n); victim O(classes + skipped).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,7 +71,8 @@ struct pstate {
 struct prefix {
     uint32_t cap;
     uint64_t *meta;
-    uint64_t clock;
+    uint64_t clock;                     /* blocks used so far */
+    double T;                           /* the class shift's scale, in blocks */
     double ins[NCLS], reused[NCLS];     /* learned odds: reused / ins */
     struct pstate *st;
     uint32_t *link;                     /* [page][tier][prev,next] */
@@ -82,7 +84,12 @@ struct prefix {
 #define LINKS (2 * KVT_POLICY_TIERS)
 #define PREV(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t)])
 #define NEXT(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t) + 1])
-#define HALVE_AFTER 65536.0     /* classifications between halvings of the odds' counts */
+#define HALVE_AFTER 65536.0
+/* The class shift's scale, in turnovers of the cache (prefix_victim): large
+ * enough that a class half as likely to come back leaves well before a
+ * likelier one, small enough that close classes stay in LRU order.
+ * docs/sim.md#prefix-cache-policies has the sweep on four traces. */
+#define SHIFT_SLOTS 16.0     /* classifications between halvings of the odds' counts */
 
 /* ------------------------------------------------------------- ghosts */
 
@@ -232,6 +239,7 @@ static int prefix_create(const struct kvt_policy_params *pp, void **priv)
     while (gc < 8 * slots && gc < ((size_t)1 << 32))
         gc <<= 1;
     p->ghost_cap = gc;
+    p->T = SHIFT_SLOTS * (double)(slots ? slots : 1);
     if (prefix_reserve(p, pp->page_cap ? pp->page_cap : 1) < 0 ||
         gen_alloc(p, &p->gen[0], gc) < 0) {
         prefix_destroy(p);
@@ -292,27 +300,31 @@ static double odds(const struct prefix *p, int c)
     return (p->reused[c] + PRIOR_WEIGHT * prior[c]) / (p->ins[c] + PRIOR_WEIGHT);
 }
 
-/* The candidate of tier that should leave first: from the class whose
- * blocks are least likely to be used again (by the learned odds), the
- * least recently used of it that is usable. Between classes the order is
- * strict, not a weighing of odds against age: a block of a class used
- * again four times as often is worth keeping over any number of fresh ones
- * (docs/sim.md#prefix-cache-policies measures the softer weighings). */
+/* The candidate of tier that should leave first: each class's least
+ * recently used usable page, its last use shifted back by T·ln(odds) (T =
+ * SHIFT_SLOTS times the slots the engine has, in blocks), the smallest. A
+ * class reused half as often as another is kept as if used 0.69·T blocks
+ * earlier: where the classes' odds differ widely a block of the likelier
+ * class outlives a whole turnover of the cache, and where they are close
+ * (a chat's new turn is the next turn's prefix) recency decides, as LRU. */
 static uint32_t prefix_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx)
 {
     struct prefix *p = priv;
-    bool tried[NCLS] = { false };
-    for (int round = 0; round < NCLS; round++) {
-        int c = -1;
-        for (int i = 0; i < NCLS; i++)
-            if (!tried[i] && (c < 0 || odds(p, i) < odds(p, c)))
-                c = i;
-        tried[c] = true;
-        for (uint32_t pg = p->tail[tier][c]; pg != KVT_NONE; pg = PREV(p, tier, pg))
-            if (!usable || usable(ctx, pg))
-                return pg;
+    uint32_t best = KVT_NONE;
+    double best_score = 0;
+    for (int c = 0; c < NCLS; c++) {
+        uint32_t pg = p->tail[tier][c];
+        while (pg != KVT_NONE && usable && !usable(ctx, pg))
+            pg = PREV(p, tier, pg);
+        if (pg == KVT_NONE)
+            continue;
+        double score = (double)p->st[pg].last + p->T * log(odds(p, c));
+        if (best == KVT_NONE || score < best_score) {
+            best = pg;
+            best_score = score;
+        }
     }
-    return KVT_NONE;
+    return best;
 }
 
 static void learn(struct prefix *p, int c, bool reused_class)
@@ -371,7 +383,8 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
     /* One clock for the call, the deepest block linked first: a chain
      * leaves from its deep end, and a shallow block, which every deeper one
      * needs, goes last. */
-    uint64_t now = ++p->clock;
+    p->clock += n;
+    uint64_t now = p->clock;
     for (size_t i = n; i-- > 0;)
         if (pgs[i] != KVT_NONE && pgs[i] < p->cap && p->st[pgs[i]].known)
             use_one(p, pgs[i], kind, i, n, cont, now);
