@@ -285,8 +285,9 @@ struct get_src {
  * or DRAM, a transient read done, lost, gone, or a read error recorded in
  * *err), 1 while an SSD read of it is queued or waits for room (its read is
  * queued here when it can be; *w says what to wait for when it waits for
- * room), or a negative error that ends the call. */
-static int get_stage_page(kvt_engine *e, struct get_src *g, struct kvt_wait *w, int *err)
+ * room, made for `need` pages), or a negative error that ends the call. */
+static int get_stage_page(kvt_engine *e, struct get_src *g, uint32_t need, struct kvt_wait *w,
+                          int *err)
 {
     if (g->pg == KVT_NONE || g->tstate == 2)
         return 0;
@@ -314,7 +315,9 @@ static int get_stage_page(kvt_engine *e, struct get_src *g, struct kvt_wait *w, 
         return 0;
     uint32_t s = kvt_dram_slot(e, g->pg, KVT_SLOT_STEAL);
     if (s == KVT_NONE && w->kind == KVT_WAIT_NONE) {
-        int r = kvt_make_room_dram(e, 1, w);
+        /* Room for every page of the chunk still without a slot at once:
+         * their write-backs go to the disk together, not one per wait. */
+        int r = kvt_make_room_dram(e, need ? need : 1, w);
         if (r == 0)
             s = kvt_dram_slot(e, g->pg, KVT_SLOT_STEAL);
         /* Every tier full: the spare slot stages the read. The page keeps
@@ -414,10 +417,17 @@ static int get_load(kvt_engine *e, struct get_src *g, size_t n, void *const *dst
     for (;;) {
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         bool pending = false, ready = false;
+        uint32_t need = 0; /* pages that will want a DRAM slot for their read */
+        for (size_t i = 0; i < n; i++) {
+            const struct kvt_page *p = g[i].pg == KVT_NONE ? NULL : kvt_pg(&e->pt, g[i].pg);
+            need += !g[i].resolved && p && !g[i].tstate && p->xfer == XFER_NONE &&
+                    (p->flags & PG_VALID_SSD) &&
+                    !(p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST | PG_READ_ERR));
+        }
         for (size_t i = 0; i < n; i++) {
             if (g[i].resolved)
                 continue;
-            int s = e->ssd ? get_stage_page(e, &g[i], &w, &err) : 0;
+            int s = e->ssd ? get_stage_page(e, &g[i], need, &w, &err) : 0;
             if (s < 0)
                 return s;
             if (s) {
