@@ -344,6 +344,9 @@ int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src
 /* Copies the n pages into dst[i] (page_bytes each; device pointers when
  * dst_on_device=1). found[i] is set to 1 if page i was copied, 0 if it is in
  * no tier (dst[i] untouched). A miss is not an error. found may be NULL.
+ * A page only on SSD is read straight into a host dst[i] aligned to 4096
+ * bytes (no staging copy; it is not brought into DRAM): if its checksum then
+ * fails, found[i] is 0 and dst[i] holds what was read.
  * Errors: KVT_ECORRUPT only when found is NULL and a stored copy is damaged
  * (with found, a damaged page reads as a miss), -EIO, KVT_EDEVICE, or the
  * SSD file's own error (-EACCES, ...: the copy there is kept). On error

@@ -622,14 +622,27 @@ static void test_put_get_exists(void **state)
     assert_true(s.resident_pages[KVT_TIER_SSD] >= on_ssd);
     assert_int_equal(s.bytes_put, (uint64_t)N * PB);
 
-    /* a get of an SSD-only page brings it up to DRAM */
+    /* a get of an SSD-only page into an aligned host buffer reads it
+     * straight there (it stays on SSD only); into an unaligned one, it is
+     * staged in DRAM and stays there */
     expect_get(e, keys[an_ssd_page], 1);
+    assert_int_equal(t_where(e, keys[an_ssd_page]), KVT_TIER_SSD);
+    {
+        char *raw = malloc(PB + 8);
+        assert_non_null(raw);
+        void *dst[1] = { raw + 8 };
+        int found = 0;
+        assert_int_equal(kvt_get(e, &keys[an_ssd_page], 1, dst, 0, &found), 0);
+        assert_int_equal(found, 1);
+        assert_true(page_ok(raw + 8, keys[an_ssd_page], 1));
+        free(raw);
+    }
     assert_int_equal(t_where(e, keys[an_ssd_page]), KVT_TIER_DRAM);
     for (uint32_t i = 0; i < N; i++)
         expect_get(e, keys[i], 1);
     kvt_stats s2 = t_stats(e);
     assert_true(s2.bytes_up[KVT_TIER_DRAM] >= on_ssd * PB);
-    assert_int_equal(s2.bytes_get, (uint64_t)(N + 1) * PB);
+    assert_int_equal(s2.bytes_get, (uint64_t)(N + 2) * PB);
     for (uint32_t i = 0; i < N; i++)
         expect_acquire(e, keys[i], 1);
 

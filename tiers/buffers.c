@@ -272,7 +272,8 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
 struct get_src {
     uint32_t pg;
     int tier;               /* KVT_TIER_SSD: read into tbuf, copy from there */
-    void *tbuf;             /* transient read buffer, or NULL */
+    void *tbuf;             /* transient read buffer of ours, or NULL */
+    void *direct;           /* the caller's dst, read into straight from SSD, or NULL */
     const void *src;        /* where the copy out reads: resolved under the lock, since
                                the page table may be reallocated once it is dropped */
     int tstate;             /* 0 none, 1 queued, 2 done */
@@ -287,7 +288,7 @@ struct get_src {
  * queued here when it can be; *w says what to wait for when it waits for
  * room, made for `need` pages), or a negative error that ends the call. */
 static int get_stage_page(kvt_engine *e, struct get_src *g, uint32_t need, struct kvt_wait *w,
-                          int *err)
+                          int *err, void *dst)
 {
     if (g->pg == KVT_NONE || g->tstate == 2)
         return 0;
@@ -313,6 +314,16 @@ static int get_stage_page(kvt_engine *e, struct get_src *g, uint32_t need, struc
         return 1;
     if (!(p->flags & PG_VALID_SSD) || p->xfer != XFER_NONE)
         return 0;
+    /* Only on SSD, and the caller's buffer can take a direct read: read it
+     * there. No DRAM slot to find (a full DRAM would make each read wait
+     * for a write-back), no copy out; the page stays where it was. */
+    if (dst) {
+        if (kvt_ssd_queue_read_transient(e, g->pg, dst) < 0)
+            return kvt_fail(-ENOMEM, "out of memory for a read");
+        g->direct = dst;
+        g->tstate = 1;
+        return 1;
+    }
     uint32_t s = kvt_dram_slot(e, g->pg, KVT_SLOT_STEAL);
     if (s == KVT_NONE && w->kind == KVT_WAIT_NONE) {
         /* Room for every page of the chunk still without a slot at once:
@@ -349,7 +360,7 @@ static void get_resolve(kvt_engine *e, struct get_src *g)
                  : (p->flags & PG_VALID_DRAM) ? KVT_TIER_DRAM
                  : (g->tstate == 2 && g->tres == 0) ? KVT_TIER_SSD : KVT_TIER_NONE;
     if (g->tier == KVT_TIER_SSD)
-        g->src = g->tbuf;
+        g->src = g->direct ? g->direct : g->tbuf;
     else if (g->tier != KVT_TIER_NONE)
         g->src = slot_ptr(e, g->pg, g->tier); /* busy: the slot stays */
     for (int t = 0; t < KVT_TIERS; t++) {
@@ -378,6 +389,11 @@ static int get_copy_ready(kvt_engine *e, struct get_src *g, size_t n, void *cons
             *lost |= g[i].pg != KVT_NONE;
             continue;
         }
+        if (g[i].src == dst[i]) { /* read straight into it */
+            if (found)
+                found[i] = 1;
+            continue;
+        }
         cr = e->hbm.dev->copy_sync(e->hbm.dev_priv,
                                    copy_kind(g[i].tier == KVT_TIER_HBM, dst_on_device), dst[i],
                                    g[i].src, e->page_bytes);
@@ -403,6 +419,13 @@ static int get_begin(kvt_engine *e, const kvt_key *keys, size_t n, struct get_sr
     return 0;
 }
 
+/* Whether a page can be read from SSD straight into the caller's dst: host
+ * memory aligned as direct I/O needs. */
+static bool direct_ok(const kvt_engine *e, const void *dst, int dst_on_device)
+{
+    return !dst_on_device && ((uintptr_t)dst & 4095) == 0 && (e->page_bytes & 4095) == 0;
+}
+
 /* Loads the chunk's busy pages and copies each out as soon as it has a
  * copy in HBM or DRAM: the SSD reads of the whole chunk are queued in the
  * first pass, so the disk has them all at once, and each page read is
@@ -421,13 +444,15 @@ static int get_load(kvt_engine *e, struct get_src *g, size_t n, void *const *dst
         for (size_t i = 0; i < n; i++) {
             const struct kvt_page *p = g[i].pg == KVT_NONE ? NULL : kvt_pg(&e->pt, g[i].pg);
             need += !g[i].resolved && p && !g[i].tstate && p->xfer == XFER_NONE &&
-                    (p->flags & PG_VALID_SSD) &&
+                    !direct_ok(e, dst[i], dst_on_device) && (p->flags & PG_VALID_SSD) &&
                     !(p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST | PG_READ_ERR));
         }
         for (size_t i = 0; i < n; i++) {
             if (g[i].resolved)
                 continue;
-            int s = e->ssd ? get_stage_page(e, &g[i], need, &w, &err) : 0;
+            int s = e->ssd ? get_stage_page(e, &g[i], need, &w, &err,
+                                            direct_ok(e, dst[i], dst_on_device) ? dst[i] : NULL)
+                           : 0;
             if (s < 0)
                 return s;
             if (s) {
