@@ -11,7 +11,7 @@ package does not load it; the first call does. The adapters import torch and
 transformers only when they are used.
 """
 
-from ._lib import (KVT_ALL_LAYERS, KVT_CODEC_NONE, KVT_CODEC_ZSTD, KVT_CODEC_ZSTD_SHUFFLE16,
+from ._lib import (KVT_ALL_LAYERS, KVT_FLAG_EVICT, KVT_CODEC_NONE, KVT_CODEC_ZSTD, KVT_CODEC_ZSTD_SHUFFLE16,
                    KVT_DEVICE_AUTO, KVT_DEVICE_HOST, KVT_IO_AUTO, KVT_IO_PSYNC, KVT_IO_URING,
                    KVT_ORDER_LAYER_MAJOR, KVT_ORDER_SEQ_MAJOR, KVT_TIER_DRAM, KVT_TIER_HBM,
                    KVT_TIER_NONE, KVT_TIER_SSD, KvtBusy, KvtConfigError, KvtCorrupt,
@@ -44,5 +44,5 @@ __all__ = [
     "KVT_ALL_LAYERS", "KVT_TIER_NONE", "KVT_TIER_HBM", "KVT_TIER_DRAM", "KVT_TIER_SSD",
     "KVT_DEVICE_HOST", "KVT_DEVICE_AUTO", "KVT_CODEC_NONE", "KVT_CODEC_ZSTD",
     "KVT_CODEC_ZSTD_SHUFFLE16", "KVT_IO_AUTO", "KVT_IO_URING", "KVT_IO_PSYNC",
-    "KVT_ORDER_LAYER_MAJOR", "KVT_ORDER_SEQ_MAJOR",
+    "KVT_ORDER_LAYER_MAJOR", "KVT_ORDER_SEQ_MAJOR", "KVT_FLAG_EVICT",
 ]

@@ -25,6 +25,7 @@ KVT_ECORRUPT = -30500
 KVT_EFINGERPRINT = -30501
 KVT_ENOTFOUND = -30502
 KVT_EFULL = -30503
+KVT_FLAG_EVICT = 1  # kvt_config.flags: a cache, drops the policy's victims when full
 KVT_EDEVICE = -30504
 KVT_ECONFIG = -30505
 KVT_ENOTSUP = -30506
@@ -94,7 +95,8 @@ class KvtConfig(ctypes.Structure):
                 ("host_link_gbps", ctypes.c_double),
                 ("prefetch_bytes", ctypes.c_size_t),
                 ("on_transfer", KvtTransferFn),
-                ("on_transfer_arg", ctypes.c_void_p)]
+                ("on_transfer_arg", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64)]
 
 
 class KvtSchedule(ctypes.Structure):
@@ -130,7 +132,8 @@ class KvtStats(ctypes.Structure):
                 ("io_fallback", ctypes.c_uint64),
                 ("prefetch_pages", ctypes.c_uint64),
                 ("prefetch_wasted", ctypes.c_uint64),
-                ("prefetch_inflight_max", ctypes.c_uint64)]
+                ("prefetch_inflight_max", ctypes.c_uint64),
+                ("evicted_pages", ctypes.c_uint64)]
 
 
 # ------------------------------------------------------------ library lookup

@@ -30,7 +30,7 @@ import os
 import re
 from pathlib import Path
 
-from ._lib import KVT_ALL_LAYERS, KvtBusy, KvtFull, check
+from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtFull, check
 from .engine import Engine, Key, _key_array
 
 # key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
@@ -43,7 +43,7 @@ SETTINGS = {
     "persist": ("bool", "keep pages across restarts (fsync'd on flush and close)"),
     "io_backend": ("str", "auto | uring | psync"),
     "queue_depth": ("int", "SSD requests in flight"),
-    "policy": ("str", "lru (default for a prefix cache) | decode"),
+    "policy": ("str", "prefix (default: a prefix cache's policy) | lru | arc"),
 }
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
@@ -209,8 +209,10 @@ def open_engine(settings, page_bytes, fingerprint, engine, rank=None):
     os.makedirs(os.path.dirname(spill), mode=0o700, exist_ok=True)
     cfg = dict(page_bytes=page_bytes, hbm_bytes=page_bytes, device="host",
                ssd_dir=spill, fingerprint=fingerprint,
-               policy=settings.get("policy", "lru"), codec=settings.get("codec", "none"),
-               persist=settings.get("persist", False))
+               policy=settings.get("policy", "prefix"), codec=settings.get("codec", "none"),
+               persist=settings.get("persist", False),
+               # A cache: when every tier is full, the policy's victims make room.
+               flags=KVT_FLAG_EVICT)
     cfg.update(default_capacities(page_bytes, spill))
     for k in ("dram_bytes", "ssd_bytes", "io_backend", "queue_depth"):
         if k in settings:

@@ -343,7 +343,7 @@ def _stream(stream):
 
 CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir", "device",
                  "policy", "codec", "persist", "fingerprint", "io_backend", "queue_depth",
-                 "host_link_gbps", "prefetch_bytes")
+                 "host_link_gbps", "prefetch_bytes", "flags")
 
 
 def make_config(**kw):
@@ -415,6 +415,7 @@ class Stats:
     prefetch_pages: int
     prefetch_wasted: int
     prefetch_inflight_max: int
+    evicted_pages: int
 
     @classmethod
     def _from_c(cls, s):
