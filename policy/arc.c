@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/policy.h"
+#include "policy/dlist.h"
 
 enum { L_T1, L_T2 };
 
@@ -47,9 +47,7 @@ struct arc {
     struct ghosts g[KVT_POLICY_TIERS];
 };
 
-#define LINKS (2 * KVT_POLICY_TIERS)
-#define PREV(a, t, pg) ((a)->link[(size_t)(pg) * LINKS + 2 * (t)])
-#define NEXT(a, t, pg) ((a)->link[(size_t)(pg) * LINKS + 2 * (t) + 1])
+#define LINKS DL_LINKS
 #define LIST(a, t, pg) ((a)->list[(size_t)(pg) * KVT_POLICY_TIERS + (t)])
 
 static void arc_destroy(void *priv)
@@ -205,28 +203,14 @@ static void ghost_add(struct arc *a, int t, const kvt_key *k, int l)
 static void link_head(struct arc *a, int t, int l, uint32_t pg)
 {
     LIST(a, t, pg) = (uint8_t)l;
-    PREV(a, t, pg) = KVT_NONE;
-    NEXT(a, t, pg) = a->head[t][l];
-    if (a->head[t][l] != KVT_NONE)
-        PREV(a, t, a->head[t][l]) = pg;
-    else
-        a->tail[t][l] = pg;
-    a->head[t][l] = pg;
+    dl_push_head(a->link, t, &a->head[t][l], &a->tail[t][l], pg);
     a->n[t][l]++;
 }
 
 static void unlink_pg(struct arc *a, int t, uint32_t pg)
 {
     int l = LIST(a, t, pg);
-    uint32_t pv = PREV(a, t, pg), nx = NEXT(a, t, pg);
-    if (pv != KVT_NONE)
-        NEXT(a, t, pv) = nx;
-    else
-        a->head[t][l] = nx;
-    if (nx != KVT_NONE)
-        PREV(a, t, nx) = pv;
-    else
-        a->tail[t][l] = pv;
+    dl_unlink(a->link, t, &a->head[t][l], &a->tail[t][l], pg);
     a->n[t][l]--;
 }
 
@@ -269,7 +253,7 @@ static void arc_access(void *priv, int t, uint32_t pg)
 
 static uint32_t cold_usable(struct arc *a, int t, int l, kvt_usable_fn usable, void *ctx)
 {
-    for (uint32_t pg = a->tail[t][l]; pg != KVT_NONE; pg = PREV(a, t, pg))
+    for (uint32_t pg = a->tail[t][l]; pg != KVT_NONE; pg = DL_PREV(a->link, t, pg))
         if (!usable || usable(ctx, pg))
             return pg;
     return KVT_NONE;

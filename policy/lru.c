@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "policy/policy.h"
+#include "policy/dlist.h"
 
 /* Links of all tiers in one array, [page][tier][prev,next], so that growth
  * is one realloc that either fully happens or leaves everything as it was. */
@@ -20,9 +20,8 @@ struct lru {
     uint32_t *link;
 };
 
-#define LINKS (2 * KVT_POLICY_TIERS)
-#define PREV(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t)])
-#define NEXT(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t) + 1])
+#define LINKS DL_LINKS
+#define PREV(p, t, pg) DL_PREV((p)->link, t, pg)
 
 static void lru_destroy(void *priv)
 {
@@ -63,26 +62,12 @@ static int lru_create(const struct kvt_policy_params *pp, void **priv)
 
 static void lru_link_head(struct lru *p, int t, uint32_t pg)
 {
-    PREV(p, t, pg) = KVT_NONE;
-    NEXT(p, t, pg) = p->head[t];
-    if (p->head[t] != KVT_NONE)
-        PREV(p, t, p->head[t]) = pg;
-    else
-        p->tail[t] = pg;
-    p->head[t] = pg;
+    dl_push_head(p->link, t, &p->head[t], &p->tail[t], pg);
 }
 
 static void lru_unlink(struct lru *p, int t, uint32_t pg)
 {
-    uint32_t pv = PREV(p, t, pg), nx = NEXT(p, t, pg);
-    if (pv != KVT_NONE)
-        NEXT(p, t, pv) = nx;
-    else
-        p->head[t] = nx;
-    if (nx != KVT_NONE)
-        PREV(p, t, nx) = pv;
-    else
-        p->tail[t] = pv;
+    dl_unlink(p->link, t, &p->head[t], &p->tail[t], pg);
 }
 
 static void lru_insert(void *priv, int tier, uint32_t pg, const kvt_key *key)

@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/policy.h"
+#include "policy/dlist.h"
 
 enum { C_SHARED, C_FRESH, C_CONT, C_TAIL, NCLS };
 
@@ -81,9 +81,7 @@ struct prefix {
     size_t ghost_cap;
 };
 
-#define LINKS (2 * KVT_POLICY_TIERS)
-#define PREV(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t)])
-#define NEXT(p, t, pg) ((p)->link[(size_t)(pg) * LINKS + 2 * (t) + 1])
+#define LINKS DL_LINKS
 #define HALVE_AFTER 65536.0
 /* The class shift's scale, in turnovers of the cache (prefix_victim): large
  * enough that a class half as likely to come back leaves well before a
@@ -153,27 +151,13 @@ static struct ghost *ghost_get(struct prefix *p, const kvt_key *k)
 static void link_head(struct prefix *p, int t, uint32_t pg)
 {
     int c = p->st[pg].cls;
-    PREV(p, t, pg) = KVT_NONE;
-    NEXT(p, t, pg) = p->head[t][c];
-    if (p->head[t][c] != KVT_NONE)
-        PREV(p, t, p->head[t][c]) = pg;
-    else
-        p->tail[t][c] = pg;
-    p->head[t][c] = pg;
+    dl_push_head(p->link, t, &p->head[t][c], &p->tail[t][c], pg);
 }
 
 static void unlink_pg(struct prefix *p, int t, uint32_t pg)
 {
     int c = p->st[pg].cls;
-    uint32_t pv = PREV(p, t, pg), nx = NEXT(p, t, pg);
-    if (pv != KVT_NONE)
-        NEXT(p, t, pv) = nx;
-    else
-        p->head[t][c] = nx;
-    if (nx != KVT_NONE)
-        PREV(p, t, nx) = pv;
-    else
-        p->tail[t][c] = pv;
+    dl_unlink(p->link, t, &p->head[t][c], &p->tail[t][c], pg);
 }
 
 /* Marks pg used at clock `now`, as class c: to the head of its class's list
@@ -315,7 +299,7 @@ static uint32_t prefix_victim(void *priv, int tier, kvt_usable_fn usable, void *
     for (int c = 0; c < NCLS; c++) {
         uint32_t pg = p->tail[tier][c];
         while (pg != KVT_NONE && usable && !usable(ctx, pg))
-            pg = PREV(p, tier, pg);
+            pg = DL_PREV(p->link, tier, pg);
         if (pg == KVT_NONE)
             continue;
         double score = (double)p->st[pg].last + p->T * log(odds(p, c));

@@ -84,6 +84,15 @@ static void cache_drop(struct pcache *c, const struct kvt_policy_ops *ops, void 
     c->free_pg[c->n_free++] = pg;
 }
 
+/* The most blocks one of the first n_req requests has (at least 1). */
+static uint32_t longest(const struct pfx_trace *t, size_t n_req)
+{
+    uint32_t m = 1;
+    for (size_t i = 0; i < n_req; i++)
+        m = t->req[i].n > m ? t->req[i].n : m;
+    return m;
+}
+
 /* One policy over the trace at capacity cap. -ENOMEM, -ENOSPC (a request
  * longer than the cache). */
 static int run_policy(const struct pfx_trace *t, size_t n_req, const struct kvt_policy_ops *ops,
@@ -100,10 +109,7 @@ static int run_policy(const struct pfx_trace *t, size_t n_req, const struct kvt_
     c.block_of = malloc((size_t)cap * sizeof(*c.block_of));
     c.key_of = malloc((size_t)cap * sizeof(*c.key_of));
     c.free_pg = malloc((size_t)cap * sizeof(*c.free_pg));
-    uint32_t maxn = 1;
-    for (size_t i = 0; i < n_req; i++)
-        maxn = t->req[i].n > maxn ? t->req[i].n : maxn;
-    pgs = malloc((size_t)maxn * sizeof(*pgs));
+    pgs = malloc((size_t)longest(t, n_req) * sizeof(*pgs));
     if (!c.pg_of || !c.depth || !c.mark || !c.block_of || !c.key_of || !c.free_pg || !pgs)
         goto out;
     memset(c.pg_of, 0xff, (size_t)t->distinct * sizeof(*c.pg_of));
@@ -230,11 +236,8 @@ static int run_belady(const struct pfx_trace *t, size_t n_req, uint32_t cap, str
     uint64_t *cur_next = malloc((size_t)t->distinct * sizeof(*cur_next)); /* UINT64_MAX: absent */
     uint64_t *mark = calloc(t->distinct, sizeof(*mark));
     size_t hn = 0;
-    uint32_t maxn = 1;
-    for (size_t i = 0; i < n_req; i++)
-        maxn = t->req[i].n > maxn ? t->req[i].n : maxn;
     struct hent *h = malloc((refs + 1) * sizeof(*h)); /* one push per reference at most */
-    struct hent *park = malloc((size_t)maxn * sizeof(*park));
+    struct hent *park = malloc((size_t)longest(t, n_req) * sizeof(*park));
     int r = -ENOMEM;
     if (!next || !later || !cur_next || !mark || !h || !park)
         goto out;
