@@ -71,6 +71,10 @@ static void sim_usage(FILE *f)
             "bytes moved per link, the HBM hit ratio, and the stall and step time under a\n"
             "link/compute cost model. Belady is the offline optimum (MIN) for the bytes.\n"
             "\n"
+            "A prefix-cache request trace (Mooncake's JSONL: a file whose first character is\n"
+            "'{') runs the prefix-cache model instead: lru, arc, prefix and Belady's MIN\n"
+            "prefix-hit fractions per capacity (kvtier sim --trace FILE.jsonl --help).\n"
+            "\n"
             "The policies are the engine's own code; the manager around them is a model,\n"
             "not the engine's: its prefetch has one budget (--prefetch-bytes) and none of\n"
             "the engine's live depth, read horizon or third-copy drops, it pins whole groups,\n"
@@ -203,7 +207,7 @@ static int opt_policies(struct sim_opts *o, const char *val)
             return bad_value("policies", val, "at most 8 names");
         const struct kvt_policy_ops *ops = kvt_policy_find(p);
         if (!ops) {
-            cli_error("sim", 2, "no policy '%s' for --policies (decode, lru, belady)", p);
+            cli_error("sim", 2, "no policy '%s' for --policies (decode, lru, arc, prefix, belady)", p);
             return -EINVAL;
         }
         o->pol_names[o->n_pol++] = ops->name;
