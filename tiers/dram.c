@@ -244,9 +244,11 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
         *w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_tier.progress };
         return -EAGAIN;
     }
-    return err == KVT_EFULL ? KVT_EFULL
-                            : kvt_fail(err, "cannot write pages to SSD to make room in DRAM: %s",
-                                       kvt_strerror(err));
+    if (err == KVT_EFULL)
+        return kvt_fail(KVT_EFULL, "DRAM (%u slots) is full and the SSD tier can take none of "
+                        "its pages%s", e->dram.arena.nslots,
+                        e->ssd_tier.write_err == -ENOSPC ? " (the disk is full)" : "");
+    return kvt_fail(err, "cannot write pages to SSD to make room in DRAM: %s", kvt_strerror(err));
 }
 
 /* Drops every DRAM copy that SSD also holds (bench: empty DRAM without I/O). */

@@ -38,13 +38,18 @@ static struct kvt_copy claim_down(kvt_engine *e, uint32_t v)
 
 /* A DRAM slot for dirty victim v (stored in the page): free, stolen from a
  * copy that lives elsewhere too, the spare, or made by writing DRAM pages
- * down to SSD (*ssd_wait then says what to wait for). */
-static bool slot_for_victim(kvt_engine *e, uint32_t v, struct kvt_wait *ssd_wait)
+ * down to SSD. 0 when it has one; -EAGAIN when the SSD will make one
+ * (*ssd_wait says what to wait for); KVT_EFULL; or the SSD's own error. */
+static int slot_for_victim(kvt_engine *e, uint32_t v, struct kvt_wait *ssd_wait)
 {
-    uint32_t ds = kvt_dram_slot(e, v, KVT_SLOT_STEAL | KVT_SLOT_SPARE);
-    if (ds == KVT_NONE && e->ssd && kvt_make_room_dram(e, 1, ssd_wait) == 0)
-        ds = kvt_dram_slot(e, v, KVT_SLOT_STEAL | KVT_SLOT_SPARE);
-    return ds != KVT_NONE;
+    if (kvt_dram_slot(e, v, KVT_SLOT_STEAL | KVT_SLOT_SPARE) != KVT_NONE)
+        return 0;
+    if (!e->ssd)
+        return KVT_EFULL;
+    int r = kvt_make_room_dram(e, 1, ssd_wait);
+    if (r == 0)
+        return kvt_dram_slot(e, v, KVT_SLOT_STEAL | KVT_SLOT_SPARE) != KVT_NONE ? 0 : KVT_EFULL;
+    return r; /* -EAGAIN (ssd_wait says for what), KVT_EFULL, or the SSD's own error */
 }
 
 int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w)
@@ -66,8 +71,11 @@ int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w)
             kvt_page_drop_copy(e, v, KVT_TIER_HBM);
             continue;
         }
-        if (!slot_for_victim(e, v, &ssd_wait))
+        int s = slot_for_victim(e, v, &ssd_wait);
+        if (s == -EAGAIN || s == KVT_EFULL)
             break; /* DRAM is full: wait for the SSD (ssd_wait) or give up */
+        if (s < 0)
+            return s; /* the SSD refused (a full disk...): said, not hidden behind "full" */
         kvt_page_xfer_begin(e, v, XFER_DOWN, false); /* out of victim() until submitted */
         pages[n] = v;
         c[n++] = claim_down(e, v);

@@ -158,14 +158,16 @@ static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg)
 {
     kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false }) < 0)
+    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, NULL }) < 0)
         kvt_page_xfer_cancel(e, pg); /* the caller sees no progress and fails with EFULL */
 }
 
-struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg)
+/* A transient read is its page and its buffer: two callers may read the
+ * same page, one after the other, before the first has taken its result. */
+struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg, void *buf)
 {
     for (uint32_t i = 0; i < e->ssd_tier.ntrans; i++)
-        if (e->ssd_tier.trans[i].pg == pg)
+        if (e->ssd_tier.trans[i].pg == pg && e->ssd_tier.trans[i].buf == buf)
             return &e->ssd_tier.trans[i];
     return NULL;
 }
@@ -183,7 +185,7 @@ int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
     }
     t->trans[t->ntrans++] = (struct kvt_transient){ pg, buf, 1 };
     kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false }) < 0) {
+    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, buf }) < 0) {
         kvt_page_xfer_cancel(e, pg);
         t->ntrans--;
         return -ENOMEM;
@@ -191,9 +193,9 @@ int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
     return 0;
 }
 
-int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg)
+int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf)
 {
-    struct kvt_transient *t = kvt_ssd_transient_of(e, pg);
+    struct kvt_transient *t = kvt_ssd_transient_of(e, pg, buf);
     if (!t)
         return -ENOENT;
     int r = t->res;
@@ -240,7 +242,7 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
         return err;
     }
     kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, slot, true, evict }) < 0) {
+    if (queue_push(e, (struct kvt_ssd_req){ pg, slot, true, evict, NULL }) < 0) {
         kvt_page_xfer_cancel(e, pg);
         kvt_ssd_free(e->ssd, slot);
         return -ENOMEM;
@@ -331,46 +333,83 @@ static bool needs_ssd_copy(const struct kvt_page *p)
     return (p->flags & PG_HASHED) && (p->flags & PG_VALID_DRAM) && !(p->flags & PG_VALID_SSD);
 }
 
-/* Queues a write of every page with a DRAM copy and no current SSD copy;
- * *err gets why one could not be queued. */
-static void flush_queue(kvt_engine *e, int *err)
+/* A page the flush must see on SSD: the one under this key when the flush
+ * began. A page put after that (a new key, or a new version that replaced
+ * the page) is not the flush's to wait for: counting it would let a caller
+ * that keeps putting make every flush fail. */
+struct flush_item {
+    uint32_t pg;
+    kvt_key key;
+};
+
+static bool still_missing(kvt_engine *e, const struct flush_item *it)
 {
-    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
-        const struct kvt_page *p = kvt_pg(&e->pt, pg);
-        if (!needs_ssd_copy(p) || p->xfer != XFER_NONE)
+    if (it->pg >= e->pt.used)
+        return false;
+    const struct kvt_page *p = kvt_pg(&e->pt, it->pg);
+    return needs_ssd_copy(p) && kvt_key_eq(&p->key, &it->key);
+}
+
+/* Queues a write of every listed page still without a current SSD copy;
+ * *err gets why one could not be queued. Returns how many still need one
+ * (queued or not). */
+static uint64_t flush_queue(kvt_engine *e, const struct flush_item *items, size_t n, int *err)
+{
+    uint64_t missing = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!still_missing(e, &items[i]))
             continue;
-        int q = kvt_ssd_queue_write(e, pg, false);
+        missing++;
+        if (kvt_pg(&e->pt, items[i].pg)->xfer != XFER_NONE)
+            continue;
+        int q = kvt_ssd_queue_write(e, items[i].pg, false);
         if (q < 0)
             *err = q;
     }
+    return missing;
 }
 
-static uint64_t flush_missing(kvt_engine *e)
+static uint64_t flush_missing(kvt_engine *e, const struct flush_item *items, size_t n)
 {
-    uint64_t n = 0;
-    for (uint32_t pg = 0; pg < e->pt.used; pg++)
-        n += needs_ssd_copy(kvt_pg(&e->pt, pg));
-    return n;
+    uint64_t missing = 0;
+    for (size_t i = 0; i < n; i++)
+        missing += still_missing(e, &items[i]);
+    return missing;
 }
 
-/* Writes every page without a current SSD copy and waits. A write that
- * fails (its slot is then retired) is tried again on another slot while
- * that makes progress; what still is not on SSD is reported, never hidden
- * behind a 0. */
+/* Writes every page without a current SSD copy when the call began, and
+ * waits. A write that fails (its slot is then retired) is tried again on
+ * another slot while that makes progress; what still is not on SSD is
+ * reported, never hidden behind a 0. */
 int kvt_ssd_flush(kvt_engine *e)
 {
+    size_t n = 0;
+    for (uint32_t pg = 0; pg < e->pt.used; pg++)
+        n += needs_ssd_copy(kvt_pg(&e->pt, pg));
+    struct flush_item *items = malloc((n ? n : 1) * sizeof(*items));
+    if (!items)
+        return kvt_fail(-ENOMEM, "out of memory");
+    n = 0;
+    for (uint32_t pg = 0; pg < e->pt.used; pg++)
+        if (needs_ssd_copy(kvt_pg(&e->pt, pg)))
+            items[n++] = (struct flush_item){ pg, kvt_pg(&e->pt, pg)->key };
     int err = 0;
     uint64_t prev = UINT64_MAX, missing = 0;
     for (int pass = 0; pass < 8; pass++) {
-        flush_queue(e, &err);
+        /* Waited for even with nothing to write: deletions being committed
+         * keep the tier busy, and a flush covers them too. */
+        flush_queue(e, items, n, &err);
         wait_idle(e);
-        if (e->failed)
+        if (e->failed) {
+            free(items);
             return kvt_check_failed(e);
-        missing = flush_missing(e);
+        }
+        missing = flush_missing(e, items, n);
         if (!missing || missing >= prev)
             break;
         prev = missing;
     }
+    free(items);
     if (!missing)
         return 0;
     /* The error as it happened: a full tier, a full disk, a refused file;

@@ -171,9 +171,9 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
                                .evict = q->evict };
     if (e->cfg.on_transfer)
         j->t_ns = kvt_now_ns();
-    if (!q->write && p->slot[KVT_TIER_DRAM] == KVT_NONE) {
+    if (!q->write && q->buf) {
         j->transient = true;
-        j->dram = kvt_ssd_transient_of(e, q->pg)->buf;
+        j->dram = q->buf;
     } else {
         j->dram = kvt_arena_ptr(&e->dram.arena, p->slot[KVT_TIER_DRAM]);
     }
@@ -417,7 +417,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
 {
     kvt_page_xfer_end(e, j->pg);
     if (j->transient)
-        kvt_ssd_transient_of(e, j->pg)->res = j->res;
+        kvt_ssd_transient_of(e, j->pg, j->dram)->res = j->res;
     if (j->res == 0) {
         if (!j->transient)
             kvt_page_read_ok(e, j->pg);

@@ -185,6 +185,7 @@ struct kvt_ssd_req {
     uint32_t pg;
     uint32_t slot;          /* writes: the new slot */
     bool write, evict;
+    void *buf;              /* a transient read: the caller's buffer (else NULL) */
 };
 
 /* A read of an SSD page into a buffer of a kvt_get, when no DRAM slot can
@@ -499,8 +500,8 @@ void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
  * page's tiers as they are; kvt_ssd_transient_result() says when it is done. */
 int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf);
 /* 1 while pending; then 0 or the error, and the entry is gone. */
-int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg);
-struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg);
+int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf);
+struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg, void *buf);
 /* Queues a write of pg's DRAM copy to a new SSD slot. 0, KVT_EFULL,
  * -EAGAIN (a slot is being freed) or -ENOSPC. */
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict);
