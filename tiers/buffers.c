@@ -294,12 +294,13 @@ static int get_stage_page(kvt_engine *e, struct get_src *g, uint32_t need, struc
         return 0;
     struct kvt_page *p = kvt_pg(&e->pt, g->pg);
     if (g->tstate == 1) {
-        int tr = kvt_ssd_transient_result(e, g->pg, g->direct ? g->direct : g->tbuf);
+        bool kept = false;
+        int tr = kvt_ssd_transient_result(e, g->pg, g->direct ? g->direct : g->tbuf, &kept);
         if (tr == 1)
             return 1;
         g->tstate = 2;
         g->tres = tr;
-        if (tr < 0 && kvt_ssd_read_keeps_page(tr) && !*err)
+        if (tr < 0 && kept && !*err)
             *err = kvt_ssd_read_error(e, g->pg, tr);
         return 0;
     }
@@ -485,7 +486,8 @@ static void get_end(kvt_engine *e, struct get_src *g, size_t n)
         if (g[i].tstate == 1) {
             /* Still queued (the call failed): the mover owns the buffer until
              * the read completes, so wait for it. */
-            while (kvt_ssd_transient_result(e, g[i].pg, g[i].direct ? g[i].direct : g[i].tbuf) == 1) {
+            while (kvt_ssd_transient_result(e, g[i].pg, g[i].direct ? g[i].direct : g[i].tbuf,
+                                            NULL) == 1) {
                 struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
                 kvt_wait_on(e, &w, false);
             }

@@ -598,10 +598,17 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
 
 /* ------------------------------------------------------------- flush */
 
+#define FLUSH_STUCK_ROUNDS 64
+
 /* Gives every dirty HBM page a DRAM copy; with an SSD tier, makes room in
  * DRAM by pushing DRAM-only pages down as needed. Locked. */
 static int flush_hbm(kvt_engine *e)
 {
+    /* Rounds in a row that moved no dirty page while SSD writes failed: a
+     * disk that refuses every write would have the loop retire its slots
+     * one failed write at a time (a livelock that ends only when none is
+     * left), so it gives up after a few. */
+    unsigned stuck = 0;
     for (;;) {
         uint64_t fence = 0, dirty = e->hbm.dirty;
         int r = kvt_writeback(e, UINT32_MAX, true, &fence);
@@ -620,6 +627,11 @@ static int flush_hbm(kvt_engine *e)
             return r; /* no room anywhere and no progress */
         if (e->failed)
             return kvt_check_failed(e);
+        stuck = e->hbm.dirty < dirty || !e->ssd_tier.write_err ? 0 : stuck + 1;
+        if (stuck >= FLUSH_STUCK_ROUNDS)
+            return kvt_fail(e->ssd_tier.write_err, "%llu dirty HBM pages cannot go down: DRAM is "
+                            "full and the SSD refuses writes (%s)",
+                            (unsigned long long)e->hbm.dirty, kvt_strerror(e->ssd_tier.write_err));
     }
 }
 

@@ -183,7 +183,7 @@ int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
         t->trans = nt;
         t->trans_cap = nc;
     }
-    t->trans[t->ntrans++] = (struct kvt_transient){ pg, buf, 1 };
+    t->trans[t->ntrans++] = (struct kvt_transient){ pg, buf, 1, false };
     kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
     if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, buf }) < 0) {
         kvt_page_xfer_cancel(e, pg);
@@ -193,12 +193,14 @@ int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
     return 0;
 }
 
-int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf)
+int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf, bool *kept)
 {
     struct kvt_transient *t = kvt_ssd_transient_of(e, pg, buf);
     if (!t)
         return -ENOENT;
     int r = t->res;
+    if (kept)
+        *kept = t->kept;
     if (r != 1)
         *t = e->ssd_tier.trans[--e->ssd_tier.ntrans];
     return r;

@@ -416,8 +416,11 @@ static void pipe_pace(kvt_engine *e, uint32_t n)
 static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
 {
     kvt_page_xfer_end(e, j->pg);
-    if (j->transient)
-        kvt_ssd_transient_of(e, j->pg, j->dram)->res = j->res;
+    if (j->transient) {
+        struct kvt_transient *t = kvt_ssd_transient_of(e, j->pg, j->dram);
+        t->res = j->res;
+        t->kept = j->res && (kvt_ssd_read_keeps_page(j->res) || j->unsent);
+    }
     if (j->res == 0) {
         if (!j->transient)
             kvt_page_read_ok(e, j->pg);

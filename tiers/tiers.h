@@ -194,6 +194,7 @@ struct kvt_transient {
     uint32_t pg;
     void *buf;
     int res;                /* 1 while pending, then 0 or the error */
+    bool kept;              /* a failed read that left the page on SSD (never sent, ...) */
 };
 
 struct kvt_ssd_del {
@@ -500,7 +501,7 @@ void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
  * page's tiers as they are; kvt_ssd_transient_result() says when it is done. */
 int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf);
 /* 1 while pending; then 0 or the error, and the entry is gone. */
-int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf);
+int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf, bool *kept);
 struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg, void *buf);
 /* Queues a write of pg's DRAM copy to a new SSD slot. 0, KVT_EFULL,
  * -EAGAIN (a slot is being freed) or -ENOSPC. */
