@@ -47,13 +47,12 @@ struct arc {
     struct ghosts g[KVT_POLICY_TIERS];
 };
 
-#define LINKS DL_LINKS
 #define LIST(a, t, pg) ((a)->list[(size_t)(pg) * KVT_POLICY_TIERS + (t)])
 
 static void arc_destroy(void *priv)
 {
     struct arc *a = priv;
-    kvt_meta_free(a->meta, a->link, (size_t)a->cap * LINKS * sizeof(uint32_t));
+    dl_free(a->meta, a->link, a->cap);
     kvt_meta_free(a->meta, a->list, (size_t)a->cap * KVT_POLICY_TIERS);
     kvt_meta_free(a->meta, a->key, (size_t)a->cap * sizeof(kvt_key));
     for (int t = 0; t < KVT_POLICY_TIERS; t++)
@@ -66,11 +65,8 @@ static int arc_reserve(void *priv, uint32_t cap)
     struct arc *a = priv;
     if (cap <= a->cap)
         return 0;
-    uint32_t *nl = kvt_meta_realloc(a->meta, a->link, (size_t)a->cap * LINKS * sizeof(uint32_t),
-                                    (size_t)cap * LINKS * sizeof(uint32_t));
-    if (!nl)
+    if (dl_grow(a->meta, &a->link, a->cap, cap) < 0)
         return -ENOMEM;
-    a->link = nl;
     uint8_t *ns = kvt_meta_realloc(a->meta, a->list, (size_t)a->cap * KVT_POLICY_TIERS,
                                    (size_t)cap * KVT_POLICY_TIERS);
     if (!ns)

@@ -10,6 +10,7 @@
 #ifndef KVT_POLICY_DLIST_H
 #define KVT_POLICY_DLIST_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,24 @@
 #define DL_LINKS (2 * KVT_POLICY_TIERS)
 #define DL_PREV(link, t, pg) ((link)[(size_t)(pg) * DL_LINKS + 2 * (t)])
 #define DL_NEXT(link, t, pg) ((link)[(size_t)(pg) * DL_LINKS + 2 * (t) + 1])
+
+/* Grows *link from pages old to pages cap (counted in *meta). 0, or
+ * -ENOMEM with *link as it was. */
+static inline int dl_grow(uint64_t *meta, uint32_t **link, uint32_t old, uint32_t cap)
+{
+    uint32_t *nl = kvt_meta_realloc(meta, *link, (size_t)old * DL_LINKS * sizeof(uint32_t),
+                                    (size_t)cap * DL_LINKS * sizeof(uint32_t));
+    if (!nl)
+        return -ENOMEM;
+    *link = nl;
+    return 0;
+}
+
+/* Frees a link array of cap pages (counted in *meta). */
+static inline void dl_free(uint64_t *meta, uint32_t *link, uint32_t cap)
+{
+    kvt_meta_free(meta, link, (size_t)cap * DL_LINKS * sizeof(uint32_t));
+}
 
 /* Puts pg at the head of the list (head, tail) of tier t. */
 static inline void dl_push_head(uint32_t *link, int t, uint32_t *head, uint32_t *tail, uint32_t pg)

@@ -20,13 +20,12 @@ struct lru {
     uint32_t *link;
 };
 
-#define LINKS DL_LINKS
 #define PREV(p, t, pg) DL_PREV((p)->link, t, pg)
 
 static void lru_destroy(void *priv)
 {
     struct lru *p = priv;
-    kvt_meta_free(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t));
+    dl_free(p->meta, p->link, p->cap);
     free(p);
 }
 
@@ -35,11 +34,8 @@ static int lru_reserve(void *priv, uint32_t cap)
     struct lru *p = priv;
     if (cap <= p->cap)
         return 0;
-    uint32_t *nl = kvt_meta_realloc(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t),
-                                    (size_t)cap * LINKS * sizeof(uint32_t));
-    if (!nl)
+    if (dl_grow(p->meta, &p->link, p->cap, cap) < 0)
         return -ENOMEM;
-    p->link = nl;
     p->cap = cap;
     return 0;
 }

@@ -16,14 +16,15 @@
  * Each block belongs to one of these classes (its "entry class"), and the
  * policy learns, while it runs, the fraction of each class's blocks that
  * were used again (the "reuse odds", counts halved now and then so they
- * follow the workload). A block's priority is its recency shifted by its
- * class's odds: last use + T·ln(odds), with T twice the blocks the engine
- * holds. So a block of a class reused half as often as another's is kept as
- * if it had been used 0.69·T earlier: shared blocks outlive a burst of
- * fresh documents, a request's tail goes first, and within a class the
- * order is LRU's. Because every block of a chain that one request used has
- * the same recency and class, chains leave from their deep end (ties go to
- * the deeper block): losing a shallow block would strand the deeper ones.
+ * follow the workload; a prior keeps the order above until there is
+ * evidence against it). A block's priority is its recency shifted by its
+ * class's odds: last use + T·ln(odds), with T sixteen times the blocks the
+ * engine holds. So a block of a class reused half as often as another's is
+ * kept as if it had been used 0.69·T earlier: shared blocks outlive a burst
+ * of fresh documents, a request's tail goes first, and within a class the
+ * order is LRU's. The blocks of one call share a clock and the deepest is
+ * linked first, so chains leave from their deep end: losing a shallow block
+ * would strand the deeper ones.
  * docs/sim.md#prefix-cache-policies has the figures, beside LRU, ARC and
  * Belady MIN, and the ideas tried on the way.
  *
@@ -81,7 +82,6 @@ struct prefix {
     size_t ghost_cap;
 };
 
-#define LINKS DL_LINKS
 #define HALVE_AFTER 65536.0
 /* The class shift's scale, in turnovers of the cache (prefix_victim): large
  * enough that a class half as likely to come back leaves well before a
@@ -180,7 +180,7 @@ static void touch(struct prefix *p, uint32_t pg, int c, uint64_t now)
 static void prefix_destroy(void *priv)
 {
     struct prefix *p = priv;
-    kvt_meta_free(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t));
+    dl_free(p->meta, p->link, p->cap);
     kvt_meta_free(p->meta, p->st, (size_t)p->cap * sizeof(*p->st));
     gen_free(p, &p->gen[0]);
     gen_free(p, &p->gen[1]);
@@ -192,11 +192,8 @@ static int prefix_reserve(void *priv, uint32_t cap)
     struct prefix *p = priv;
     if (cap <= p->cap)
         return 0;
-    uint32_t *nl = kvt_meta_realloc(p->meta, p->link, (size_t)p->cap * LINKS * sizeof(uint32_t),
-                                    (size_t)cap * LINKS * sizeof(uint32_t));
-    if (!nl)
+    if (dl_grow(p->meta, &p->link, p->cap, cap) < 0)
         return -ENOMEM;
-    p->link = nl;
     struct pstate *ns = kvt_meta_realloc(p->meta, p->st, (size_t)p->cap * sizeof(*ns),
                                          (size_t)cap * sizeof(*ns));
     if (!ns)
@@ -350,7 +347,6 @@ static void use_one(struct prefix *p, uint32_t pg, int kind, size_t i, size_t n,
     touch(p, pg, c, now);
 }
 
-static double odds(const struct prefix *p, int c);
 static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
 {
     struct prefix *p = priv;

@@ -47,11 +47,18 @@ static int evict_one(kvt_engine *e)
     return KVT_EFULL;
 }
 
-/* Tells a policy that sees calls (version 4) which pages one call used, in
- * the caller's order; a page gone meanwhile is KVT_NONE. pgs is scratch. */
+/* Whether the policy sees calls (version 4): only then do kvt_put and
+ * kvt_get gather their pages for it. */
+static bool policy_sees_calls(const kvt_engine *e)
+{
+    return e->pol->version >= KVT_POLICY_OPS_V4;
+}
+
+/* Tells such a policy which pages one call used, in the caller's order; a
+ * page gone meanwhile is KVT_NONE. pgs is scratch. */
 static void report_batch(kvt_engine *e, int kind, uint32_t *pgs, size_t n)
 {
-    if (e->pol->version < KVT_POLICY_OPS_V4 || !n)
+    if (!n)
         return;
     for (size_t i = 0; i < n; i++)
         if (pgs[i] != KVT_NONE && !(kvt_pg(&e->pt, pgs[i])->flags & PG_HASHED))
@@ -215,8 +222,9 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         }
     }
     r = put_commit(e, keys, res, n);
-    uint32_t *pgs = malloc(n * sizeof(*pgs));
-    if (pgs) { /* without memory the policy misses one hint, nothing else */
+    /* Without memory the policy misses one hint, nothing else. */
+    uint32_t *pgs = policy_sees_calls(e) ? malloc(n * sizeof(*pgs)) : NULL;
+    if (pgs) {
         for (size_t i = 0; i < n; i++)
             pgs[i] = res[i].pg;
         report_batch(e, KVT_BATCH_PUT, pgs, n);
@@ -557,14 +565,15 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
     if (r < 0)
         goto out_end;
     size_t served = 0;
-    uint32_t *pgs = malloc((n ? n : 1) * sizeof(*pgs));
+    /* Without memory the policy misses one hint, nothing else. */
+    uint32_t *pgs = policy_sees_calls(e) ? malloc((n ? n : 1) * sizeof(*pgs)) : NULL;
     for (size_t i = 0; i < n && cr == 0; i++)
         if (g[i].tier != KVT_TIER_NONE) {
             e->st.bytes_get += e->page_bytes;
             if (pgs)
                 pgs[served++] = g[i].pg;
         }
-    if (pgs) /* without memory the policy misses one hint, nothing else */
+    if (pgs)
         report_batch(e, KVT_BATCH_GET, pgs, served);
     free(pgs);
     if (cr < 0)

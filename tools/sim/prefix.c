@@ -422,7 +422,7 @@ static uint32_t cap_blocks(double x, uint32_t distinct)
     return b < 1 ? 1 : (uint32_t)b;
 }
 
-static void print_table(FILE *f, const struct popts *o, const struct presult *res, int n,
+static void print_table(FILE *f, const struct popts *o, const struct presult *res,
                         uint32_t distinct, size_t n_req, uint64_t refs)
 {
     fprintf(f, "kvtier sim: %zu requests, %llu block references, %u distinct blocks\n", n_req,
@@ -451,7 +451,6 @@ static void print_table(FILE *f, const struct popts *o, const struct presult *re
             fprintf(f, " %9.1f", (double)res[c * o->n_pols + p].stored / 1e3);
         fprintf(f, "\n");
     }
-    (void)n;
 }
 
 static void print_json(const struct popts *o, const struct presult *res, uint32_t distinct,
@@ -533,7 +532,7 @@ int sim_prefix_main(int argc, char **argv)
                 r = cli_error("sim", 1, "%s: %s", o.pols[p], strerror(-e));
         }
     if (!r) {
-        print_table(o.json ? stderr : stdout, &o, res, o.n_caps * o.n_pols, distinct, n_req, refs);
+        print_table(o.json ? stderr : stdout, &o, res, distinct, n_req, refs);
         if (o.json)
             print_json(&o, res, distinct, n_req, refs);
     }
