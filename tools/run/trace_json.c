@@ -72,48 +72,79 @@ void trace_counter(struct trace_json *t, const char *name, double at, const char
     pthread_mutex_unlock(&t->lock);
 }
 
+/* The caller's own spans as kvtier run names their numbers. */
+static void run_span_args(FILE *f, const struct trace_ev *e)
+{
+    fprintf(f, "\"step\": %u, \"seq\": %u, \"layer\": %u", e->step, e->seq, e->layer);
+}
+
+static const struct trace_names run_names = {
+    .process = "kvtier run", .caller = "engine loop",
+    .counters = "bytes per link (from kvt_stats)", .attention = "attention",
+    .counter_fmt = "%.0f", .span_args = run_span_args,
+};
+
 int trace_write(const struct trace_json *t, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -errno;
-    fprintf(f, "{\"traceEvents\": [\n");
-    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
-               "\"args\": {\"name\": \"kvtier run\"}},\n"
-               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 1, "
-               "\"args\": {\"name\": \"engine loop\"}},\n"
-               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 2, "
-               "\"args\": {\"name\": \"bytes per link (from kvt_stats)\"}}");
+    return trace_write_named(t, path, &run_names);
+}
+
+static void write_meta(FILE *f, const struct trace_names *nm)
+{
     static const char *const link_names[TRACE_LINKS] = { "dram->hbm copies", "hbm->dram copies",
                                                           "ssd->dram reads", "dram->ssd writes" };
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
+               "\"args\": {\"name\": \"%s\"}},\n"
+               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 1, "
+               "\"args\": {\"name\": \"%s\"}},\n"
+               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 2, "
+               "\"args\": {\"name\": \"%s\"}}",
+            nm->process, nm->caller, nm->counters);
     for (int l = 0; l < TRACE_LINKS; l++)
         fprintf(f,
                 ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
                 "\"args\": {\"name\": \"%s\"}}",
                 TRACE_LINK_TID + l, link_names[l]);
-    fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
-               "\"args\": {\"name\": \"attention\"}}",
-            TRACE_ATTN_TID);
-    for (size_t i = 0; i < t->n; i++) {
-        const struct trace_ev *e = &t->ev[i];
-        if (e->ph == 'X' && e->link)
-            fprintf(f,
-                    ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
-                    "\"dur\": %.3f, \"pid\": 1, \"tid\": %u, \"args\": {\"pages\": %u, "
-                    "\"bytes\": %.0f}}",
-                    e->name, e->cat, e->ts_us, e->dur_us, e->tid, e->pages, e->bytes);
-        else if (e->ph == 'X')
-            fprintf(f,
-                    ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
-                    "\"dur\": %.3f, \"pid\": 1, \"tid\": %u, \"args\": {\"step\": %u, "
-                    "\"seq\": %u, \"layer\": %u}}",
-                    e->name, e->cat, e->ts_us, e->dur_us, e->tid, e->step, e->seq, e->layer);
-        else
-            fprintf(f,
-                    ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"C\", \"ts\": %.3f, "
-                    "\"pid\": 1, \"tid\": 2, \"args\": {\"%s\": %.0f}}",
-                    e->name, e->cat, e->ts_us, e->arg_name, e->arg);
+    if (nm->attention)
+        fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+                   "\"args\": {\"name\": \"%s\"}}",
+                TRACE_ATTN_TID, nm->attention);
+}
+
+static void write_event(FILE *f, const struct trace_ev *e, const struct trace_names *nm)
+{
+    if (e->ph == 'X' && e->link) {
+        fprintf(f,
+                ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+                "\"dur\": %.3f, \"pid\": 1, \"tid\": %u, \"args\": {\"pages\": %u, "
+                "\"bytes\": %.0f}}",
+                e->name, e->cat, e->ts_us, e->dur_us, e->tid, e->pages, e->bytes);
+    } else if (e->ph == 'X') {
+        fprintf(f,
+                ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+                "\"dur\": %.3f, \"pid\": 1, \"tid\": %u, \"args\": {",
+                e->name, e->cat, e->ts_us, e->dur_us, e->tid);
+        nm->span_args(f, e);
+        fprintf(f, "}}");
+    } else {
+        fprintf(f,
+                ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"C\", \"ts\": %.3f, "
+                "\"pid\": 1, \"tid\": 2, \"args\": {\"%s\": ",
+                e->name, e->cat, e->ts_us, e->arg_name);
+        fprintf(f, nm->counter_fmt, e->arg);
+        fprintf(f, "}}");
     }
+}
+
+int trace_write_named(const struct trace_json *t, const char *path, const struct trace_names *nm)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -errno;
+    fprintf(f, "{\"traceEvents\": [\n");
+    write_meta(f, nm);
+    for (size_t i = 0; i < t->n; i++)
+        write_event(f, &t->ev[i], nm);
     fprintf(f, "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"truncated\": %s}}\n",
             t->oom ? "true" : "false");
     int bad = ferror(f);

@@ -57,8 +57,21 @@ void trace_link(struct trace_json *t, int link, const char *name, double t_start
 /* A counter sample: series name, one value. */
 void trace_counter(struct trace_json *t, const char *name, double at, const char *series,
                    double value);
-/* Writes {"traceEvents": [...], "displayTimeUnit": "ms"}. Returns 0 or -errno. */
+/* Writes {"traceEvents": [...], "displayTimeUnit": "ms"} as kvtier run
+ * names its tracks. Returns 0 or -errno. */
 int trace_write(const struct trace_json *t, const char *path);
+
+/* What a command calls its tracks and its spans' numbers, for
+ * trace_write_named: the process, track 1 (the caller), track 2 (the
+ * counters), the attention track (NULL: none), the counters' printf
+ * format for a double, and the args of the caller's spans (step, seq and
+ * layer under the command's own names, written without braces). */
+struct trace_names {
+    const char *process, *caller, *counters, *attention;
+    const char *counter_fmt;
+    void (*span_args)(FILE *f, const struct trace_ev *e);
+};
+int trace_write_named(const struct trace_json *t, const char *path, const struct trace_names *nm);
 void trace_free(struct trace_json *t);
 
 #endif
