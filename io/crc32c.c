@@ -7,12 +7,17 @@
  * on the way out and back in, feeding a returned value as crc continues the
  * same checksum: split calls compose to the one-shot value.
  *
- * Two implementations of one function on the raw (uninverted) register:
- *  - the SSE4.2 crc32 instruction, chosen at run time, compiled with a target
- *    attribute so the file builds without -msse4.2. One crc32 has a latency of
- *    three cycles and a throughput of one, so a single dependency chain runs
- *    at a third of what the unit can do: three chains over three adjacent
- *    blocks run in parallel and are joined with a table-driven shift of the
+ * Implementations of one function on the raw (uninverted) register, chosen
+ * once at run time from what the CPU has; the hardware ones are compiled
+ * with target attributes so the file builds without -m flags:
+ *  - "hybrid" (AVX2 + VPCLMULQDQ + SSE4.2): carry-less-multiply folding of
+ *    32-byte lanes and crc32-instruction chains in one loop, so that both
+ *    units work at once; the fastest where it runs.
+ *  - "vpclmul" / "pclmul": folding alone, on 32- or 16-byte lanes.
+ *  - "sse4.2": the crc32 instruction. One crc32 has a latency of three
+ *    cycles and a throughput of one, so a single dependency chain runs at a
+ *    third of what the unit can do: three chains over three adjacent blocks
+ *    run in parallel and are joined with a table-driven shift of the
  *    register over a block of zeros (CRC is linear: crc(A||B) =
  *    shift(crc(A), |B|) ^ crc0(B)).
  *  - slice-by-8 tables, everywhere else and as the reference for tests.
@@ -20,7 +25,9 @@
  * The tables below are constants generated with the reflected polynomial:
  * crc32c_slice8[k][b] is the register after byte b followed by k zero bytes;
  * crc32c_shift_*[k][b] is the register b << 8k carried over LONG or SHORT zero
- * bytes. test_codec checks both paths against a bitwise CRC.
+ * bytes; the folding constants are powers of x modulo P (see crc32c_fold_k).
+ * test_codec re-derives the powers and checks every path against a bitwise
+ * CRC.
  */
 #include <stdint.h>
 #include <string.h>
@@ -29,7 +36,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CRC32C_HAVE_HW 1
-#include <nmmintrin.h>
+#include <immintrin.h>
 #else
 #define CRC32C_HAVE_HW 0
 #endif
@@ -642,13 +649,10 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw3(uint32_t crc, const
     return crc32c_shift(z, crc) ^ (uint32_t)c2;
 }
 
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p,
-                                                            size_t n)
+/* One chain of crc32 instructions: short buffers and tails. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw1(uint32_t crc, const unsigned char *p,
+                                                             size_t n)
 {
-    for (; n >= 3 * LONG; n -= 3 * LONG, p += 3 * LONG)
-        crc = crc32c_hw3(crc, p, LONG, crc32c_shift_long);
-    for (; n >= 3 * SHORT; n -= 3 * SHORT, p += 3 * SHORT)
-        crc = crc32c_hw3(crc, p, SHORT, crc32c_shift_short);
     uint64_t c = crc;
     for (; n >= 8; n -= 8, p += 8)
         c = _mm_crc32_u64(c, load64le(p));
@@ -657,9 +661,300 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
         crc = _mm_crc32_u8(crc, *p++);
     return crc;
 }
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p,
+                                                            size_t n)
+{
+    for (; n >= 3 * LONG; n -= 3 * LONG, p += 3 * LONG)
+        crc = crc32c_hw3(crc, p, LONG, crc32c_shift_long);
+    for (; n >= 3 * SHORT; n -= 3 * SHORT, p += 3 * SHORT)
+        crc = crc32c_hw3(crc, p, SHORT, crc32c_shift_short);
+    return crc32c_hw1(crc, p, n);
+}
+
+/*
+ * Folding with carry-less multiplication (PCLMULQDQ; VPCLMULQDQ does two
+ * 128-bit lanes at once). The stream is cut into 16-byte lanes. With the
+ * register XORed into the first four bytes, the CRC of the stream is the CRC
+ * of "lane A, then d bits, then the rest" with A replaced by any value
+ * congruent to A x^d modulo P XORed into the lane d bits ahead; that keeps
+ * several independent accumulators d bits apart, each folded forward by one
+ * multiply per 8 bytes, until one lane is left. Its 16 bytes then go through
+ * the crc32 instruction as data (starting from 0: the old register is already
+ * in them) and so does the tail.
+ *
+ * In the reflected order a lane's bit i (bytes read little-endian) is
+ * x^(127 - i): the lane is H x^64 + L, H its first 8 bytes, and
+ * A x^d = H x^(d+64) + L x^d. PCLMULQDQ multiplies bit i by bit j into bit
+ * i + j, which for two reflected 64-bit operands (bit i is x^(63 - i)) lands
+ * one power of x low in the lane's order, so the constants carry one x less:
+ * k_h = x^(d+63) mod P for H, k_l = x^(d-1) mod P for L, each a 32-bit
+ * reflected value (bit 31 is x^0) in the top half of its 64-bit operand. The
+ * products then have at most 95 bits and fit the lane. Row i is for
+ * d = 128 (i + 1) bits; test_codec re-derives every value bit by bit.
+ */
+#define FOLD_DISTANCES 16
+
+static const uint64_t crc32c_fold_k[FOLD_DISTANCES][2] = {
+    { 0x3743f7bdull << 32, 0x3171d430ull << 32 }, /* d = 128 */
+    { 0x33ccbbbcull << 32, 0xa2158b34ull << 32 }, /* d = 256 */
+    { 0xa46ef4aaull << 32, 0x6051243full << 32 }, /* d = 384 */
+    { 0x1c19243bull << 32, 0x75bba45bull << 32 }, /* d = 512 */
+    { 0x1c42da43ull << 32, 0x6d883e38ull << 32 }, /* d = 640 */
+    { 0xc92f998dull << 32, 0x3365346aull << 32 }, /* d = 768 */
+    { 0x169472b6ull << 32, 0x963e61cdull << 32 }, /* d = 896 */
+    { 0x6577b245ull << 32, 0x7417153full << 32 }, /* d = 1024 */
+    { 0xcf23ab10ull << 32, 0xcf519517ull << 32 }, /* d = 1152 */
+    { 0x3207b4feull << 32, 0x3fc16b86ull << 32 }, /* d = 1280 */
+    { 0xacecf924ull << 32, 0xc54608cdull << 32 }, /* d = 1408 */
+    { 0x7ccbbbf2ull << 32, 0x31c94608ull << 32 }, /* d = 1536 */
+    { 0xe6040d5aull << 32, 0x57060022ull << 32 }, /* d = 1664 */
+    { 0x0d62d3a3ull << 32, 0xad327462ull << 32 }, /* d = 1792 */
+    { 0xce937661ull << 32, 0x048dc5ccull << 32 }, /* d = 1920 */
+    { 0xe9a5d8beull << 32, 0x1426a815ull << 32 }, /* d = 2048 */
+};
+
+/* Accumulators of the two folding paths: 4 x 16 and 8 x 32 bytes a step.
+ * A fold is a multiply (latency about 4 cycles) and an XOR on one chain, so
+ * it takes several chains to keep the multiplier busy every cycle. */
+#define XACC 4
+#define YACC 8
+/* Below these lengths the crc32 instruction alone is as fast (no set-up,
+ * no final lanes through crc32). */
+#define CLMUL_MIN 256
+#define VCLMUL_MIN (2 * 32 * YACC)
+
+/* Row for folding by `bytes` (a multiple of 16, at most 256). */
+static inline const void *fold_k(size_t bytes)
+{
+    return crc32c_fold_k[bytes / 16 - 1];
+}
+
+__attribute__((target("sse4.2,pclmul"))) static inline __m128i fold128(__m128i a, __m128i k)
+{
+    return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
+}
+
+/* The last lane as data, then the tail. */
+__attribute__((target("sse4.2"))) static uint32_t fold_finish(__m128i a, const unsigned char *p,
+                                                              size_t n)
+{
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(a, 1));
+    return crc32c_hw1((uint32_t)c, p, n);
+}
+
+/* The lane r followed by m whole lanes at p (m < FOLD_DISTANCES): one lane.
+ * Every fold goes straight to the last lane, so none waits for another. */
+__attribute__((target("sse4.2,pclmul"))) static __m128i fold_lanes(__m128i r,
+                                                                   const unsigned char *p,
+                                                                   size_t m)
+{
+    if (m == 0)
+        return r;
+    __m128i acc = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + 16 * (m - 1))),
+                                fold128(r, _mm_loadu_si128(fold_k(16 * m))));
+    for (size_t j = 0; j + 1 < m; j++)
+        acc = _mm_xor_si128(acc, fold128(_mm_loadu_si128((const __m128i *)(p + 16 * j)),
+                                         _mm_loadu_si128(fold_k(16 * (m - 1 - j)))));
+    return acc;
+}
+
+/* XACC accumulators 16 bytes apart, folded down to one lane, then the
+ * whole lanes left and the tail. */
+__attribute__((target("sse4.2,pclmul"))) static uint32_t crc32c_clmul(uint32_t crc,
+                                                                      const unsigned char *p,
+                                                                      size_t n)
+{
+    if (n < CLMUL_MIN)
+        return crc32c_hw(crc, p, n);
+    __m128i a[XACC];
+#pragma GCC unroll 8
+    for (int i = 0; i < XACC; i++)
+        a[i] = _mm_loadu_si128((const __m128i *)(p + 16 * i));
+    a[0] = _mm_xor_si128(a[0], _mm_cvtsi32_si128((int)crc));
+    p += 16 * XACC, n -= 16 * XACC;
+    __m128i k = _mm_loadu_si128(fold_k(16 * XACC));
+    for (; n >= 16 * XACC; p += 16 * XACC, n -= 16 * XACC) {
+#pragma GCC unroll 8
+        for (int i = 0; i < XACC; i++)
+            a[i] = _mm_xor_si128(fold128(a[i], k), _mm_loadu_si128((const __m128i *)(p + 16 * i)));
+    }
+    __m128i r = a[XACC - 1];
+#pragma GCC unroll 8
+    for (int i = 0; i < XACC - 1; i++)
+        r = _mm_xor_si128(r, fold128(a[i], _mm_loadu_si128(fold_k(16 * (XACC - 1 - i)))));
+    r = fold_lanes(r, p, n / 16);
+    return fold_finish(r, p + n / 16 * 16, n % 16);
+}
+
+__attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq"))) static inline __m256i fold256(__m256i a,
+                                                                                       __m256i k)
+{
+    return _mm256_xor_si256(_mm256_clmulepi64_epi128(a, k, 0x00),
+                            _mm256_clmulepi64_epi128(a, k, 0x11));
+}
+
+/* Row for folding by `bytes`, in both lanes of a ymm register. */
+__attribute__((target("avx2"))) static inline __m256i fold_k2(size_t bytes)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(fold_k(bytes)));
+}
+
+/* As crc32c_clmul with two lanes to a register: 32 bytes per accumulator. */
+__attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq"))) static uint32_t
+crc32c_vclmul(uint32_t crc, const unsigned char *p, size_t n)
+{
+    if (n < VCLMUL_MIN)
+        return crc32c_hw(crc, p, n);
+    __m256i a[YACC];
+#pragma GCC unroll 8
+    for (int i = 0; i < YACC; i++)
+        a[i] = _mm256_loadu_si256((const __m256i *)(p + 32 * i));
+    a[0] = _mm256_xor_si256(a[0], _mm256_set_epi64x(0, 0, 0, (long long)crc));
+    p += 32 * YACC, n -= 32 * YACC;
+    __m256i k = fold_k2(32 * YACC);
+    for (; n >= 32 * YACC; p += 32 * YACC, n -= 32 * YACC) {
+#pragma GCC unroll 8
+        for (int i = 0; i < YACC; i++)
+            a[i] = _mm256_xor_si256(fold256(a[i], k),
+                                    _mm256_loadu_si256((const __m256i *)(p + 32 * i)));
+    }
+    __m256i y = a[YACC - 1];
+#pragma GCC unroll 8
+    for (int i = 0; i < YACC - 1; i++)
+        y = _mm256_xor_si256(y, fold256(a[i], fold_k2(32 * (YACC - 1 - i))));
+    __m128i r = _mm_xor_si128(_mm256_extracti128_si256(y, 1),
+                              fold128(_mm256_castsi256_si128(y), _mm_loadu_si128(fold_k(16))));
+    r = fold_lanes(r, p, n / 16);
+    return fold_finish(r, p + n / 16 * 16, n % 16);
+}
+
+/*
+ * Hybrid rounds of 32 KiB: the fold stream (four ymm accumulators) over the
+ * first HY_V bytes and four crc32 chains over HY_C bytes each after it, all
+ * in one loop, so that the multiplier and the crc32 unit work at once (each
+ * alone does about 8 bytes a cycle; the halves are sized to finish
+ * together). The five registers are joined at the end by multiplying each by
+ * x^(8 L) mod P for the L bytes after its part. Rounds are long because
+ * short ones (8.5 KiB) ran slower than the crc32 instruction alone on
+ * memory not in cache (docs/performance.md#crc32c). Each step gives 128
+ * bytes to each unit: four ymm folds, four chains of four crc32.
+ */
+#define HY_V 16384
+#define HY_C 4096
+#define HY_ROUND (HY_V + 4 * HY_C)
+
+/* x^(8 L - 33) mod P for L = HY_C, 2 HY_C, 3 HY_C, 4 HY_C (reflected, bit 31
+ * x^0); test_codec re-derives them. */
+static const uint64_t crc32c_hy_k[4] = { 0x82f89c77, 0x54a86326, 0xc1f19ee1, 0x1dc403cc };
+
+/* c x^(8L) mod P for c a register and k = x^(8L - 33) mod P: the product of
+ * two reflected 32-bit values lands one x low in a 64-bit word, and the
+ * crc32 of that word as data multiplies it by x^32. */
+__attribute__((target("sse4.2,pclmul"))) static inline uint32_t hy_shift(uint32_t c, uint64_t k)
+{
+    __m128i m = _mm_clmulepi64_si128(_mm_cvtsi32_si128((int)c), _mm_cvtsi64_si128((long long)k), 0);
+    return (uint32_t)_mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(m));
+}
+
+__attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq"))) static uint32_t
+hy_round(uint32_t crc, const unsigned char *p)
+{
+    const unsigned char *q = p + HY_V;
+    __m256i a[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        a[i] = _mm256_loadu_si256((const __m256i *)(p + 32 * i));
+    a[0] = _mm256_xor_si256(a[0], _mm256_set_epi64x(0, 0, 0, (long long)crc));
+    __m256i k = fold_k2(128);
+    uint64_t c[4] = { 0, 0, 0, 0 };
+    for (int it = 0; it < HY_V / 128; it++, q += 32) {
+        if (it) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                a[i] = _mm256_xor_si256(fold256(a[i], k),
+                                        _mm256_loadu_si256((const __m256i *)(p + 128 * it + 32 * i)));
+        }
+#pragma GCC unroll 4
+        for (int w = 0; w < 32; w += 8) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                c[j] = _mm_crc32_u64(c[j], load64le(q + j * HY_C + w));
+        }
+    }
+    __m256i y = _mm256_xor_si256(a[3], fold256(a[0], fold_k2(96)));
+    y = _mm256_xor_si256(y, _mm256_xor_si256(fold256(a[1], fold_k2(64)), fold256(a[2], fold_k2(32))));
+    __m128i r = _mm_xor_si128(_mm256_extracti128_si256(y, 1),
+                              fold128(_mm256_castsi256_si128(y), _mm_loadu_si128(fold_k(16))));
+    uint32_t v = fold_finish(r, p, 0);
+    return hy_shift(v, crc32c_hy_k[3]) ^ hy_shift((uint32_t)c[0], crc32c_hy_k[2]) ^
+           hy_shift((uint32_t)c[1], crc32c_hy_k[1]) ^ hy_shift((uint32_t)c[2], crc32c_hy_k[0]) ^
+           (uint32_t)c[3];
+}
+
+/* Whole rounds, then the fold stream alone. */
+__attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq"))) static uint32_t
+crc32c_hybrid(uint32_t crc, const unsigned char *p, size_t n)
+{
+    for (; n >= HY_ROUND; n -= HY_ROUND, p += HY_ROUND)
+        crc = hy_round(crc, p);
+    return crc32c_vclmul(crc, p, n);
+}
 #endif
 
 typedef uint32_t (*crc32c_fn)(uint32_t, const unsigned char *, size_t);
+
+/* The implementations. The dispatch takes the first of crc32c_prefer that
+ * the CPU runs. "sse4.2" was the only hardware path before the folding ones
+ * and stays as bench ssd's baseline. "pclmul" (16-byte lanes) is tested but
+ * never chosen: on Zen 3 it runs at half the speed of the crc32 instruction
+ * (docs/performance.md#crc32c), and no CPU at hand has PCLMULQDQ without
+ * VPCLMULQDQ to show where it would win. */
+enum { PATH_TABLE, PATH_SSE42, PATH_PCLMUL, PATH_VPCLMUL, PATH_HYBRID, PATH_COUNT };
+
+static const int crc32c_prefer[] = { PATH_HYBRID, PATH_VPCLMUL, PATH_SSE42, PATH_TABLE };
+
+static const struct crc32c_path {
+    const char *name;
+    crc32c_fn fn;
+} crc32c_paths[PATH_COUNT] = {
+    [PATH_TABLE] = { "table", crc32c_sw },
+#if CRC32C_HAVE_HW
+    [PATH_SSE42] = { "sse4.2", crc32c_hw },
+    [PATH_PCLMUL] = { "pclmul", crc32c_clmul },
+    [PATH_VPCLMUL] = { "vpclmul", crc32c_vclmul },
+    [PATH_HYBRID] = { "hybrid", crc32c_hybrid },
+#else
+    [PATH_SSE42] = { "sse4.2", NULL },
+    [PATH_PCLMUL] = { "pclmul", NULL },
+    [PATH_VPCLMUL] = { "vpclmul", NULL },
+#endif
+};
+
+/* Whether this CPU (and OS, for the ymm state) runs path i. */
+static int crc32c_usable(int i)
+{
+    if (i < 0 || i >= PATH_COUNT || !crc32c_paths[i].fn)
+        return 0;
+#if CRC32C_HAVE_HW
+    __builtin_cpu_init();
+    switch (i) {
+    case PATH_HYBRID:
+    case PATH_VPCLMUL:
+        if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("vpclmulqdq"))
+            return 0;
+        /* fall through */
+    case PATH_PCLMUL:
+        if (!__builtin_cpu_supports("pclmul"))
+            return 0;
+        /* fall through */
+    case PATH_SSE42:
+        return __builtin_cpu_supports("sse4.2");
+    }
+#endif
+    return 1;
+}
 
 /* The CPU-dispatch choice, made on first use. Racing first calls all store
  * the same value, so relaxed atomics suffice. */
@@ -670,11 +965,9 @@ static crc32c_fn crc32c_choose(void)
     crc32c_fn f = __atomic_load_n(&crc32c_impl, __ATOMIC_RELAXED);
     if (f)
         return f;
-    f = crc32c_sw;
-#if CRC32C_HAVE_HW
-    if (__builtin_cpu_supports("sse4.2"))
-        f = crc32c_hw;
-#endif
+    for (size_t i = 0; i < sizeof crc32c_prefer / sizeof crc32c_prefer[0] && !f; i++)
+        if (crc32c_usable(crc32c_prefer[i]))
+            f = crc32c_paths[crc32c_prefer[i]].fn;
     __atomic_store_n(&crc32c_impl, f, __ATOMIC_RELAXED);
     return f;
 }
@@ -715,12 +1008,84 @@ uint32_t kvt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
     return crc32c_mulmod(x8n, crc_a) ^ crc_b;
 }
 
-/* The table path whatever the CPU, for tests (declared there, not in codec.h). */
+/*
+ * Test- and bench-only entry points (declared there, not in codec.h).
+ *
+ * kvt_crc32c_table: the table path whatever the CPU.
+ * kvt_crc32c_path_name: the name of implementation i (0 is the table), NULL
+ *   past the last. kvt_crc32c_path_usable: 1 when this CPU runs it.
+ * kvt_crc32c_path: kvt_crc32c through implementation i; the caller checked
+ *   that it is usable (an unusable one would fault on an unknown instruction).
+ * kvt_crc32c_path_chosen: the index the dispatch picks.
+ * kvt_crc32c_fold_k: row i of the folding constants ({k_h, k_l} for folding
+ *   by 128 (i + 1) bits), so that tests can re-derive them; 0, or -1 past
+ *   the last row or without the folding paths.
+ * kvt_crc32c_shift_k: the hybrid's constant for shifting over i + 1 chains
+ *   of `*chain` bytes each; 0, or -1 past the last or without the paths.
+ */
 uint32_t kvt_crc32c_table(uint32_t crc, const void *p, size_t n);
+const char *kvt_crc32c_path_name(int i);
+int kvt_crc32c_path_usable(int i);
+uint32_t kvt_crc32c_path(int i, uint32_t crc, const void *p, size_t n);
+int kvt_crc32c_path_chosen(void);
+int kvt_crc32c_fold_k(int i, uint64_t k[2]);
+int kvt_crc32c_shift_k(int i, uint64_t *k, size_t *chain);
 
 uint32_t kvt_crc32c_table(uint32_t crc, const void *p, size_t n)
 {
+    return kvt_crc32c_path(PATH_TABLE, crc, p, n);
+}
+
+const char *kvt_crc32c_path_name(int i)
+{
+    return i >= 0 && i < PATH_COUNT ? crc32c_paths[i].name : NULL;
+}
+
+int kvt_crc32c_path_usable(int i)
+{
+    return crc32c_usable(i);
+}
+
+uint32_t kvt_crc32c_path(int i, uint32_t crc, const void *p, size_t n)
+{
     if (n == 0)
         return crc;
-    return ~crc32c_sw(~crc, p, n);
+    return ~crc32c_paths[i].fn(~crc, p, n);
+}
+
+int kvt_crc32c_path_chosen(void)
+{
+    crc32c_fn f = crc32c_choose();
+    for (int i = 0; i < PATH_COUNT; i++)
+        if (crc32c_paths[i].fn == f)
+            return i;
+    return -1;
+}
+
+int kvt_crc32c_fold_k(int i, uint64_t k[2])
+{
+#if CRC32C_HAVE_HW
+    if (i < 0 || i >= FOLD_DISTANCES)
+        return -1;
+    k[0] = crc32c_fold_k[i][0];
+    k[1] = crc32c_fold_k[i][1];
+    return 0;
+#else
+    (void)i, (void)k;
+    return -1;
+#endif
+}
+
+int kvt_crc32c_shift_k(int i, uint64_t *k, size_t *chain)
+{
+#if CRC32C_HAVE_HW
+    if (i < 0 || i >= 4)
+        return -1;
+    *k = crc32c_hy_k[i];
+    *chain = HY_C;
+    return 0;
+#else
+    (void)i, (void)k, (void)chain;
+    return -1;
+#endif
 }

@@ -11,6 +11,12 @@
 
 /* Test-only entry points of io/crc32c.c and io/codec.c, not in codec.h. */
 extern uint32_t kvt_crc32c_table(uint32_t crc, const void *p, size_t n);
+extern const char *kvt_crc32c_path_name(int i);
+extern int kvt_crc32c_path_usable(int i);
+extern uint32_t kvt_crc32c_path(int i, uint32_t crc, const void *p, size_t n);
+extern int kvt_crc32c_path_chosen(void);
+extern int kvt_crc32c_fold_k(int i, uint64_t k[2]);
+extern int kvt_crc32c_shift_k(int i, uint64_t *k, size_t *chain);
 extern void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed);
 
 #define PAGE (256u * 1024u)
@@ -181,6 +187,161 @@ static void test_crc32c_paths_agree(void **state)
         size_t len = rnd(&s) % max, off = rnd(&s) % 8;
         uint32_t ref = kvt_crc32c_table(0, b + off, len);
         assert_int_equal(kvt_crc32c(0, b + off, len), ref);
+    }
+    free(b);
+}
+
+/* x^n modulo P, reflected (bit 31 is x^0), one multiplication by x at a
+ * time: the slow, obvious derivation of the folding constants. */
+static uint32_t x_pow_mod(unsigned n)
+{
+    uint32_t r = 1u << 31;
+    while (n--)
+        r = (r & 1) ? (r >> 1) ^ 0x82F63B78u : r >> 1;
+    return r;
+}
+
+/* Each row folds by d = 128 (i + 1) bits: {x^(d+63), x^(d-1)} mod P in the
+ * top half of a 64-bit operand (io/crc32c.c says why). */
+static void test_crc32c_fold_constants(void **state)
+{
+    uint64_t k[2];
+    int rows = 0;
+    for (int i = 0; kvt_crc32c_fold_k(i, k) == 0; i++, rows++) {
+        unsigned d = 128u * (unsigned)(i + 1);
+        assert_int_equal(k[0], (uint64_t)x_pow_mod(d + 63) << 32);
+        assert_int_equal(k[1], (uint64_t)x_pow_mod(d - 1) << 32);
+    }
+    if (kvt_crc32c_path_usable(2))
+        assert_int_equal(rows, 16);
+    assert_int_equal(kvt_crc32c_fold_k(-1, k), -1);
+    /* the hybrid's shifts over L = chain (i + 1) bytes: x^(8 L - 33) */
+    size_t chain;
+    rows = 0;
+    for (int i = 0; kvt_crc32c_shift_k(i, k, &chain) == 0; i++, rows++)
+        assert_int_equal(k[0], x_pow_mod(8u * (unsigned)chain * (unsigned)(i + 1) - 33));
+    if (kvt_crc32c_path_usable(2))
+        assert_int_equal(rows, 4);
+}
+
+/* Every implementation this CPU runs, the dispatch's choice and the others
+ * alike, is tested; *last is the highest usable index. */
+static int crc_paths_usable(int *last)
+{
+    int n = 0;
+    *last = -1;
+    for (int i = 0; kvt_crc32c_path_name(i); i++) {
+        if (kvt_crc32c_path_usable(i)) {
+            *last = i;
+            n++;
+        } else {
+            printf("crc32c path %s: not on this CPU, not tested\n", kvt_crc32c_path_name(i));
+        }
+    }
+    return n;
+}
+
+static void test_crc32c_dispatch(void **state)
+{
+    int last;
+    assert_true(crc_paths_usable(&last) >= 1);
+    assert_true(kvt_crc32c_path_usable(0)); /* the table runs anywhere */
+    assert_string_equal(kvt_crc32c_path_name(0), "table");
+    /* the dispatch's order: hybrid, vpclmul, sse4.2, table (never pclmul) */
+    int want = 0;
+    static const char *const order[] = { "hybrid", "vpclmul", "sse4.2" };
+    for (int o = 2; o >= 0; o--)
+        for (int i = 0; kvt_crc32c_path_name(i); i++)
+            if (!strcmp(kvt_crc32c_path_name(i), order[o]) && kvt_crc32c_path_usable(i))
+                want = i;
+    assert_int_equal(kvt_crc32c_path_chosen(), want);
+    assert_false(kvt_crc32c_path_usable(-1));
+    assert_null(kvt_crc32c_path_name(-1));
+    printf("crc32c dispatch picks %s\n", kvt_crc32c_path_name(kvt_crc32c_path_chosen()));
+}
+
+#define EVERY_LEN 4096
+#define ALIGNS 64
+
+/* Lengths 0..4096 each, at every start alignment 0..63, seeds 0, ~0 and a
+ * random one, every usable path against the bitwise CRC (whose prefix values
+ * come from one pass). The table is checked at a few alignments: it has no
+ * alignment-dependent code and is 20 times slower. */
+static void test_crc32c_every_length(void **state)
+{
+    unsigned char *b = malloc(EVERY_LEN + ALIGNS);
+    uint32_t *ref = malloc(3 * (EVERY_LEN + 1) * sizeof *ref);
+    assert_non_null(b);
+    assert_non_null(ref);
+    fill_random(b, EVERY_LEN + ALIGNS, 5);
+    const uint32_t seeds[3] = { 0, ~0u, 0x9E3779B9u };
+    int last;
+    crc_paths_usable(&last);
+    for (size_t off = 0; off < ALIGNS; off++) {
+        for (int s = 0; s < 3; s++) {
+            uint32_t *r = ref + s * (EVERY_LEN + 1);
+            r[0] = seeds[s];
+            for (size_t len = 1; len <= EVERY_LEN; len++)
+                r[len] = crc_bitwise(r[len - 1], b + off + len - 1, 1);
+        }
+        for (int i = 0; i <= last; i++) {
+            if (!kvt_crc32c_path_usable(i) || (i == 0 && off != 0 && off != 1 && off != 63))
+                continue;
+            for (size_t len = 0; len <= EVERY_LEN; len++)
+                for (int s = 0; s < 3; s++)
+                    if (kvt_crc32c_path(i, seeds[s], b + off, len) != ref[s * (EVERY_LEN + 1) + len])
+                        fail_msg("crc32c path %s: offset %zu length %zu seed %08x",
+                                 kvt_crc32c_path_name(i), off, len, seeds[s]);
+        }
+    }
+    free(ref);
+    free(b);
+}
+
+#define BIG (4u << 20)
+
+/* Random lengths up to 4 MiB at random alignments and seeds, every usable
+ * path against the bitwise CRC; then split calls on every path compose to
+ * the one-shot value, cut anywhere. */
+static void test_crc32c_long_and_split(void **state)
+{
+    unsigned char *b = malloc(BIG + ALIGNS);
+    assert_non_null(b);
+    fill_random(b, BIG + ALIGNS, 6);
+    int last;
+    crc_paths_usable(&last);
+    uint64_t s = 7;
+    for (int k = 0; k < 12; k++) {
+        size_t len = k == 0 ? BIG : rnd(&s) % (BIG + 1), off = rnd(&s) % ALIGNS;
+        uint32_t seed = k % 3 == 0 ? 0 : k % 3 == 1 ? ~0u : (uint32_t)rnd(&s);
+        uint32_t want = crc_bitwise(seed, b + off, len);
+        for (int i = 0; i <= last; i++)
+            if (kvt_crc32c_path_usable(i) && kvt_crc32c_path(i, seed, b + off, len) != want)
+                fail_msg("crc32c path %s: offset %zu length %zu seed %08x",
+                         kvt_crc32c_path_name(i), off, len, seed);
+    }
+    /* the edges of the hybrid's 32 KiB rounds and of the other blocks */
+    static const size_t edges[] = { 32767, 32768, 32769, 32768 + 511, 32768 + 512, 65535,
+                                    65536 + 15, 3 * 8192 * 2 - 1, 262144, 262144 + 255 };
+    for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++) {
+        for (size_t off = 0; off < ALIGNS; off += 21) {
+            uint32_t want = crc_bitwise(~0u, b + off, edges[e]);
+            for (int i = 0; i <= last; i++)
+                if (kvt_crc32c_path_usable(i) && kvt_crc32c_path(i, ~0u, b + off, edges[e]) != want)
+                    fail_msg("crc32c path %s: offset %zu length %zu", kvt_crc32c_path_name(i), off,
+                             edges[e]);
+        }
+    }
+    size_t n = 32768 * 2 + 3 * 8192 * 2 + 1000 + 77;
+    for (int i = 0; i <= last; i++) {
+        if (!kvt_crc32c_path_usable(i))
+            continue;
+        uint32_t whole = crc_bitwise(0, b + 3, n);
+        for (size_t cut = 0; cut <= n; cut += cut < 1100 ? 1 : 313) {
+            uint32_t c = kvt_crc32c_path(i, kvt_crc32c_path(i, 0, b + 3, cut), b + 3 + cut, n - cut);
+            if (c != whole)
+                fail_msg("crc32c path %s: split at %zu of %zu", kvt_crc32c_path_name(i), cut, n);
+        }
     }
     free(b);
 }
@@ -561,6 +722,10 @@ int main(void)
         cmocka_unit_test(test_crc32c_vectors),
         cmocka_unit_test(test_crc32c_incremental),
         cmocka_unit_test(test_crc32c_paths_agree),
+        cmocka_unit_test(test_crc32c_fold_constants),
+        cmocka_unit_test(test_crc32c_dispatch),
+        cmocka_unit_test(test_crc32c_every_length),
+        cmocka_unit_test(test_crc32c_long_and_split),
         cmocka_unit_test(test_shuffle_layout_and_inverse),
         cmocka_unit_test(test_roundtrip_random_stores_raw),
         cmocka_unit_test(test_roundtrip_zeros),
