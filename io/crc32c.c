@@ -873,8 +873,8 @@ hy_round(uint32_t crc, const unsigned char *p)
         if (it) {
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
-                a[i] = _mm256_xor_si256(fold256(a[i], k),
-                                        _mm256_loadu_si256((const __m256i *)(p + 128 * it + 32 * i)));
+                a[i] = _mm256_xor_si256(
+                    fold256(a[i], k), _mm256_loadu_si256((const __m256i *)(p + 128 * it + 32 * i)));
         }
 #pragma GCC unroll 4
         for (int w = 0; w < 32; w += 8) {
@@ -884,7 +884,8 @@ hy_round(uint32_t crc, const unsigned char *p)
         }
     }
     __m256i y = _mm256_xor_si256(a[3], fold256(a[0], fold_k2(96)));
-    y = _mm256_xor_si256(y, _mm256_xor_si256(fold256(a[1], fold_k2(64)), fold256(a[2], fold_k2(32))));
+    y = _mm256_xor_si256(y, fold256(a[1], fold_k2(64)));
+    y = _mm256_xor_si256(y, fold256(a[2], fold_k2(32)));
     __m128i r = _mm_xor_si128(_mm256_extracti128_si256(y, 1),
                               fold128(_mm256_castsi256_si128(y), _mm_loadu_si128(fold_k(16))));
     uint32_t v = fold_finish(r, p, 0);

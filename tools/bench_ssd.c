@@ -551,6 +551,110 @@ static double median(const double *v, unsigned n, double *lo, double *hi)
     return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
+/* Test- and bench-only entry points of io/crc32c.c (not in codec.h). */
+extern const char *kvt_crc32c_path_name(int i);
+extern int kvt_crc32c_path_usable(int i);
+extern uint32_t kvt_crc32c_path(int i, uint32_t crc, const void *p, size_t n);
+extern int kvt_crc32c_path_chosen(void);
+
+/* CRC32C on one core: the path the dispatch picks against the crc32
+ * instruction's three chains (the default before the folding paths), hot (a
+ * 256 KiB page in cache, repeated) and cold (a buffer four times the
+ * last-level cache, walked once, so that every byte comes from memory), in
+ * paired runs whose order alternates. */
+struct crc_fig {
+    int path, base;
+    size_t cold_bytes;
+    unsigned reps;
+    double hot, cold, base_hot, base_cold;   /* medians, GB/s */
+    double hot_ratio, hot_lo, hot_hi, cold_ratio, cold_lo, cold_hi;
+};
+
+#define CRC_HOT (256u << 10)
+
+static volatile uint32_t crc_sink; /* the results, so that no call is dropped */
+
+/* The last-level cache that one core sees. sysfs first: in a VM glibc's
+ * sysconf can report the L3 times its sharers (256 MiB for a 32 MiB one). */
+static size_t crc_llc_bytes(void)
+{
+    unsigned long kib = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "re");
+    if (f) {
+        if (fscanf(f, "%luK", &kib) != 1)
+            kib = 0;
+        fclose(f);
+    }
+    if (kib)
+        return (size_t)kib << 10;
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    long c = l3 > 0 ? l3 : l2;
+    return c > 0 ? (size_t)c : 32u << 20; /* unknown: a large one */
+}
+
+static double crc_hot_gbps(int path, const unsigned char *b, double secs)
+{
+    uint32_t c = 0;
+    size_t done = 0;
+    double t0 = now_s(CLOCK_MONOTONIC), t;
+    do {
+        for (int k = 0; k < 8; k++)
+            c = kvt_crc32c_path(path, c, b, CRC_HOT);
+        done += 8 * (size_t)CRC_HOT;
+    } while ((t = now_s(CLOCK_MONOTONIC)) - t0 < secs);
+    crc_sink ^= c;
+    return (double)done / (t - t0) * 1e-9;
+}
+
+static double crc_cold_gbps(int path, const unsigned char *b, size_t n)
+{
+    double t0 = now_s(CLOCK_MONOTONIC);
+    crc_sink ^= kvt_crc32c_path(path, 0, b, n);
+    return (double)n / (now_s(CLOCK_MONOTONIC) - t0) * 1e-9;
+}
+
+/* 0, or -ENOMEM (nothing measured). */
+static int crc_bench(bool quick, unsigned reps, struct crc_fig *f)
+{
+    memset(f, 0, sizeof *f);
+    f->path = kvt_crc32c_path_chosen();
+    f->base = kvt_crc32c_path_usable(1) ? 1 : 0; /* 1: "sse4.2", 0: the table */
+    f->reps = reps < 3 ? 3 : reps > MAX_REPS ? MAX_REPS : reps;
+    size_t llc = crc_llc_bytes();
+    f->cold_bytes = (quick ? 2 : 4) * llc;
+    if (f->cold_bytes < (64u << 20))
+        f->cold_bytes = 64u << 20;
+    if (f->cold_bytes > (1u << 30))
+        f->cold_bytes = 1u << 30;
+    unsigned char *b = NULL;
+    if (posix_memalign((void **)&b, 4096, f->cold_bytes))
+        return -ENOMEM;
+    for (size_t i = 0; i < f->cold_bytes; i++) /* every page faulted in before timing */
+        b[i] = (unsigned char)(i * 131 + (i >> 12));
+    double hot[2][MAX_REPS], cold[2][MAX_REPS], hr[MAX_REPS], cr[MAX_REPS];
+    int paths[2] = { f->path, f->base };
+    for (unsigned r = 0; r < f->reps; r++) {
+        for (int j = 0; j < 2; j++) {
+            int w = (int)(r & 1) ^ j; /* alternate which goes first */
+            hot[w][r] = crc_hot_gbps(paths[w], b, quick ? 0.02 : 0.1);
+        }
+        for (int j = 0; j < 2; j++) {
+            int w = (int)(r & 1) ^ j;
+            cold[w][r] = crc_cold_gbps(paths[w], b, f->cold_bytes);
+        }
+        hr[r] = hot[0][r] / hot[1][r];
+        cr[r] = cold[0][r] / cold[1][r];
+    }
+    free(b);
+    f->hot = median(hot[0], f->reps, NULL, NULL);
+    f->base_hot = median(hot[1], f->reps, NULL, NULL);
+    f->cold = median(cold[0], f->reps, NULL, NULL);
+    f->base_cold = median(cold[1], f->reps, NULL, NULL);
+    f->hot_ratio = median(hr, f->reps, &f->hot_lo, &f->hot_hi);
+    f->cold_ratio = median(cr, f->reps, &f->cold_lo, &f->cold_hi);
+    return 0;
+}
+
 /* A link's summary: medians of each side, and of the paired ratios. */
 struct link_sum {
     double gbps, base, ratio, rlo, rhi, cpu;
@@ -575,7 +679,7 @@ static struct link_sum summarize(const struct ssd_link *l)
 }
 
 static void report_json(const struct ssd_opts *o, const struct ssd_link *l, int nl,
-                        const struct codec_fig *cf, int nc)
+                        const struct codec_fig *cf, int nc, const struct crc_fig *crc)
 {
     printf("{\"dir\": ");
     cli_json_str(o->dir);
@@ -598,11 +702,22 @@ static void report_json(const struct ssd_opts *o, const struct ssd_link *l, int 
         printf("%s{\"codec\": \"%s\", \"page_bytes\": 262144, \"ratio\": %.4f, "
                "\"compress_gbps\": %.4f, \"decompress_gbps\": %.4f}",
                i ? ", " : "", cf[i].name, cf[i].ratio, cf[i].comp, cf[i].decomp);
-    printf("]}\n");
+    printf("]");
+    if (crc)
+        printf(", \"crc32c\": {\"path\": \"%s\", \"baseline\": \"%s\", \"reps\": %u, "
+               "\"hot_bytes\": %u, \"cold_bytes\": %zu, \"hot_gbps\": %.4f, "
+               "\"baseline_hot_gbps\": %.4f, \"hot_ratio\": %.4f, \"hot_ratio_min\": %.4f, "
+               "\"hot_ratio_max\": %.4f, \"cold_gbps\": %.4f, \"baseline_cold_gbps\": %.4f, "
+               "\"cold_ratio\": %.4f, \"cold_ratio_min\": %.4f, \"cold_ratio_max\": %.4f}",
+               kvt_crc32c_path_name(crc->path), kvt_crc32c_path_name(crc->base), crc->reps,
+               CRC_HOT, crc->cold_bytes, crc->hot, crc->base_hot, crc->hot_ratio, crc->hot_lo,
+               crc->hot_hi, crc->cold, crc->base_cold, crc->cold_ratio, crc->cold_lo,
+               crc->cold_hi);
+    printf("}\n");
 }
 
 static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
-                   const struct codec_fig *cf, int nc)
+                   const struct codec_fig *cf, int nc, const struct crc_fig *crc)
 {
     FILE *t = o->json ? stderr : stdout;
     fprintf(t, "kvtier bench ssd: %s, depth %u, %llu MiB per figure, median of %u paired runs\n",
@@ -627,8 +742,20 @@ static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
     for (int i = 0; i < nc; i++)
         fprintf(t, "    %-16s ratio %.3f  compress %.2f GB/s  decompress %.2f GB/s\n", cf[i].name,
                 cf[i].ratio, cf[i].comp, cf[i].decomp);
+    if (crc) {
+        const char *p = kvt_crc32c_path_name(crc->path), *b = kvt_crc32c_path_name(crc->base);
+        fprintf(t, "  crc32c on one core, %s against %s, median of %u paired runs:\n", p, b,
+                crc->reps);
+        fprintf(t, "    hot  (%u KiB, in cache)    %6.2f GB/s  %s %6.2f GB/s  ratio %.2f "
+                   "(%.2f-%.2f)\n",
+                CRC_HOT >> 10, crc->hot, b, crc->base_hot, crc->hot_ratio, crc->hot_lo, crc->hot_hi);
+        fprintf(t, "    cold (%zu MiB, walked once) %6.2f GB/s  %s %6.2f GB/s  ratio %.2f "
+                   "(%.2f-%.2f)\n",
+                crc->cold_bytes >> 20, crc->cold, b, crc->base_cold, crc->cold_ratio, crc->cold_lo,
+                crc->cold_hi);
+    }
     if (o->json)
-        report_json(o, l, nl, cf, nc);
+        report_json(o, l, nl, cf, nc, crc);
 }
 
 int bench_ssd_main(int argc, char **argv)
@@ -662,6 +789,10 @@ int bench_ssd_main(int argc, char **argv)
         if (kvt_codec_bench(cf[i].codec, 256 << 10, o.quick ? 0.05 : 0.5, &cf[i].ratio, &cf[i].comp,
                             &cf[i].decomp) < 0)
             return cli_error("bench ssd", 1, "codec bench failed");
-    report(&o, l, nl, cf, nc);
+    struct crc_fig crc;
+    if (nc && crc_bench(o.quick, o.reps, &crc) < 0)
+        return cli_error("bench ssd", 1, "crc32c bench: no memory for its %zu MiB buffer",
+                         crc.cold_bytes >> 20);
+    report(&o, l, nl, cf, nc, nc ? &crc : NULL);
     return 0;
 }
