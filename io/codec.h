@@ -41,8 +41,9 @@ int kvt_codec_decode(struct kvt_codec *c, int codec, const void *src, size_t sto
 void kvt_shuffle16(const void *src, void *dst, size_t n);
 void kvt_unshuffle16(const void *src, void *dst, size_t n);
 
-/* CRC32C (Castagnoli), SSE4.2 instruction where the CPU has it, else a
- * table. crc is the running value (0 to start). */
+/* CRC32C (Castagnoli): carry-less-multiply folding and the SSE4.2 crc32
+ * instruction where the CPU has them (io/crc32c.c), else a table. crc is the
+ * running value (0 to start). */
 uint32_t kvt_crc32c(uint32_t crc, const void *p, size_t n);
 
 /* The CRC32C of A || B from crc_a = CRC32C(A), crc_b = CRC32C(B) and B's
