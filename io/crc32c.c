@@ -939,7 +939,6 @@ static int crc32c_usable(int i)
     if (i < 0 || i >= PATH_COUNT || !crc32c_paths[i].fn)
         return 0;
 #if CRC32C_HAVE_HW
-    __builtin_cpu_init();
     switch (i) {
     case PATH_HYBRID:
     case PATH_VPCLMUL:
