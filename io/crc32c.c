@@ -930,6 +930,7 @@ static const struct crc32c_path {
     [PATH_SSE42] = { "sse4.2", NULL },
     [PATH_PCLMUL] = { "pclmul", NULL },
     [PATH_VPCLMUL] = { "vpclmul", NULL },
+    [PATH_HYBRID] = { "hybrid", NULL },
 #endif
 };
 
