@@ -675,13 +675,14 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
 /*
  * Folding with carry-less multiplication (PCLMULQDQ; VPCLMULQDQ does two
  * 128-bit lanes at once). The stream is cut into 16-byte lanes. With the
- * register XORed into the first four bytes, the CRC of the stream is the CRC
- * of "lane A, then d bits, then the rest" with A replaced by any value
- * congruent to A x^d modulo P XORed into the lane d bits ahead; that keeps
- * several independent accumulators d bits apart, each folded forward by one
- * multiply per 8 bytes, until one lane is left. Its 16 bytes then go through
- * the crc32 instruction as data (starting from 0: the old register is already
- * in them) and so does the tail.
+ * register XORed into its first four bytes, the CRC is the stream's
+ * polynomial times x^32 modulo P, so a lane A that ends d bits before a later
+ * lane B ends counts as A x^d at B's place: A can be zeroed and anything
+ * congruent to A x^d modulo P XORed into B instead. Several
+ * accumulators d bits apart are folded forward so, two multiplies per 16
+ * bytes, until one lane is left. Its 16 bytes then go through the crc32
+ * instruction as data (from a zero register: the old one is already in them),
+ * and so does the tail.
  *
  * In the reflected order a lane's bit i (bytes read little-endian) is
  * x^(127 - i): the lane is H x^64 + L, H its first 8 bytes, and
@@ -719,8 +720,9 @@ static const uint64_t crc32c_fold_k[FOLD_DISTANCES][2] = {
  * it takes several chains to keep the multiplier busy every cycle. */
 #define XACC 4
 #define YACC 8
-/* Below these lengths the crc32 instruction alone is as fast (no set-up,
- * no final lanes through crc32). */
+/* Below these lengths the crc32 instruction alone: the folding's set-up and
+ * final lanes would cost about what it saves (a guess, not measured at each
+ * length). */
 #define CLMUL_MIN 256
 #define VCLMUL_MIN (2 * 32 * YACC)
 
