@@ -43,6 +43,8 @@ struct kvt_io_params {
     void *fixed_base;    /* memory to register as a fixed buffer (the DRAM arena), or NULL */
     size_t fixed_len;
     struct kvt_io_faulty *faulty; /* the faulty back-end's plan (required there); others ignore it */
+    size_t max_bytes;    /* bytes in flight at most, though always one request (0 = no
+                            cap): a back-end that queues holds the rest back (uring) */
 };
 
 struct kvt_io_ops {
@@ -56,8 +58,11 @@ struct kvt_io_ops {
     /* Queues n requests. May block while `depth` requests are already in
      * flight (psync does; uring never blocks: its reaper takes requests from
      * its queue as slots free), reaping none: completions stay queued for
-     * reap(). The requests must stay valid until reaped. Returns 0 or
-     * -errno (nothing of this call queued). */
+     * reap(). The requests must stay valid until reaped. A back-end that
+     * queues requests hands queued reads to the disk before queued writes
+     * (a caller waits on a read; writes are the owner's work ahead of need),
+     * each class oldest first. Returns 0 or -errno (nothing of this call
+     * queued). */
     int (*submit)(void *priv, struct kvt_io_req *const *reqs, size_t n);
     /* Moves up to max completed requests into done[], waiting until at
      * least min_wait have completed (0 = do not wait). Returns the count or

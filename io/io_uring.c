@@ -48,6 +48,12 @@
 #define URING_BATCH 64                /* CQEs taken per peek */
 #define URING_WAKE ((void *)1)        /* user_data of the eventfd poll */
 
+/* Requests waiting for a slot, oldest first. */
+struct uring_fifo {
+    struct kvt_io_req **v;
+    size_t head, tail, cap;
+};
+
 struct uring_op {
     struct kvt_io_req *req;
     size_t moved;            /* bytes already transferred */
@@ -70,8 +76,9 @@ struct uring {
     struct uring_op *ops;    /* depth slots */
     struct uring_op *free_ops;
     unsigned nbusy;          /* slots not free: requests prepared or in the kernel */
-    struct kvt_io_req **queue; /* submitted, waiting for a slot: a FIFO */
-    size_t qhead, qtail, qcap;
+    size_t busy_bytes;       /* their bytes */
+    size_t max_bytes;        /* kvt_io_params.max_bytes */
+    struct uring_fifo q[2];  /* submitted, waiting for a slot: reads [0], writes [1] */
     struct kvt_io_req **done; /* completed, waiting for reap() (any order) */
     size_t ndone, done_cap;
     size_t unreaped;         /* submitted and not reaped: inflight() */
@@ -160,6 +167,7 @@ static void uring_complete(struct uring *u, struct kvt_io_req *r, int res)
 
 static void uring_finish(struct uring *u, struct uring_op *op, int res)
 {
+    u->busy_bytes -= op->req->len;
     uring_complete(u, op->req, res);
     op->req = NULL;
     op->next = u->free_ops;
@@ -219,9 +227,42 @@ static void uring_harvest(struct uring *u)
     }
 }
 
+static bool uring_queued(const struct uring *u)
+{
+    return u->q[0].head < u->q[0].tail || u->q[1].head < u->q[1].tail;
+}
+
+/* The next request for a free slot: reads before writes, each oldest first.
+ * A read has a caller waiting on it; writes are the owner's work ahead of
+ * need, and a read queued behind a burst of them would wait for all of
+ * them (io.h, submit). Reaper, locked; a request is queued. */
+static struct kvt_io_req *uring_next(struct uring *u)
+{
+    struct uring_fifo *f = &u->q[u->q[0].head == u->q[0].tail];
+    struct kvt_io_req *r = f->v[f->head++];
+    if (f->head == f->tail)
+        f->head = f->tail = 0;
+    return r;
+}
+
+/* Whether the next queued request may go now: a slot is free, and the bytes
+ * in flight stay within max_bytes (one request always may). Bytes past what
+ * keeps the disk busy only make requests finish together: the owner's
+ * checksums of large pages would then all run after the disk went idle,
+ * instead of each while the next request is read. Reaper, locked. */
+static bool uring_may_start(const struct uring *u)
+{
+    if (!u->free_ops || !uring_queued(u))
+        return false;
+    if (!u->max_bytes || !u->nbusy)
+        return true;
+    const struct uring_fifo *f = &u->q[u->q[0].head == u->q[0].tail];
+    return u->busy_bytes + f->v[f->head]->len <= u->max_bytes;
+}
+
 /* Reaper, locked: the doorbell's poll goes back into the kernel (its count
  * is read off first, so it fires only for new rings), and queued requests
- * take the free slots, oldest first. */
+ * take the free slots (uring_next says in which order). */
 static void uring_fill(struct uring *u)
 {
     if (!u->wake_armed) {
@@ -235,18 +276,17 @@ static void uring_fill(struct uring *u)
             u->wake_armed = true;
         }
     }
-    while (u->free_ops && u->qhead < u->qtail) {
+    while (uring_may_start(u)) {
         struct uring_op *op = u->free_ops;
         u->free_ops = op->next;
         u->nbusy++;
-        op->req = u->queue[u->qhead++];
+        op->req = uring_next(u);
         op->moved = 0;
+        u->busy_bytes += op->req->len;
         int rc = uring_prep(u, op);
         if (rc)
             uring_finish(u, op, rc);
     }
-    if (u->qhead == u->qtail)
-        u->qhead = u->qtail = 0;
 }
 
 /* Reaper, unlocked: submits what is prepared and waits for a completion.
@@ -274,8 +314,8 @@ static int uring_enter(struct uring *u)
 static void uring_break(struct uring *u, int rc)
 {
     u->broken = rc;
-    while (u->qhead < u->qtail)
-        uring_complete(u, u->queue[u->qhead++], rc);
+    while (uring_queued(u))
+        uring_complete(u, uring_next(u), rc);
     pthread_cond_broadcast(&u->done_cv);
 }
 
@@ -289,7 +329,7 @@ static void *uring_reaper(void *arg)
         uring_fill(u);
         /* On stop, every request queued or in the kernel is seen through:
          * the kernel writes into the owner's buffers until its CQE. */
-        if (u->broken || (u->stop && !u->nbusy && u->qhead == u->qtail))
+        if (u->broken || (u->stop && !u->nbusy && !uring_queued(u)))
             break;
         u->idle = u->free_ops != NULL;
         pthread_mutex_unlock(&u->m);
@@ -318,20 +358,28 @@ static void uring_ring_bell(struct uring *u)
     }
 }
 
-/* Room for n more in the queue and in done[]: moved to the front, or grown. */
+/* Room for n more in f: moved to the front, or grown. */
+static int uring_fifo_reserve(struct uring_fifo *f, size_t n)
+{
+    if (f->tail + n <= f->cap)
+        return 0;
+    if (f->head) {
+        memmove(f->v, f->v + f->head, (f->tail - f->head) * sizeof(*f->v));
+        f->tail -= f->head;
+        f->head = 0;
+    }
+    return kvt_io_reqv_reserve(&f->v, &f->cap, f->tail + n);
+}
+
+/* Room for n more in each queue and in done[]. */
 static int uring_reserve(struct uring *u, size_t n)
 {
     int rc = kvt_io_reqv_reserve(&u->done, &u->done_cap, u->unreaped + n);
-    if (rc)
-        return rc;
-    if (u->qtail + n <= u->qcap)
-        return 0;
-    if (u->qhead) {
-        memmove(u->queue, u->queue + u->qhead, (u->qtail - u->qhead) * sizeof(*u->queue));
-        u->qtail -= u->qhead;
-        u->qhead = 0;
-    }
-    return kvt_io_reqv_reserve(&u->queue, &u->qcap, u->qtail + n);
+    if (!rc)
+        rc = uring_fifo_reserve(&u->q[0], n);
+    if (!rc)
+        rc = uring_fifo_reserve(&u->q[1], n);
+    return rc;
 }
 
 /* Registers the arena when there is one; on failure the context runs with
@@ -383,6 +431,7 @@ static int uring_open(const struct kvt_io_params *p, void **priv)
     /* A kernel that clamps the ring gives fewer SQEs than asked: the slot
      * count follows, so that a slot (and the doorbell) always finds an SQE. */
     u->depth = p->depth < u->ring.sq.ring_entries ? p->depth : u->ring.sq.ring_entries - 1;
+    u->max_bytes = p->max_bytes;
     u->ops = calloc(u->depth, sizeof(*u->ops));
     rc = -ENOMEM;
     if (!u->ops)
@@ -427,7 +476,8 @@ static void uring_close(void *priv)
     close(u->wake_fd);
     pthread_cond_destroy(&u->done_cv);
     pthread_mutex_destroy(&u->m);
-    free(u->queue);
+    free(u->q[0].v);
+    free(u->q[1].v);
     free(u->done);
     free(u->ops);
     free(u);
@@ -450,9 +500,9 @@ static int uring_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
         if (!reqs[i]->len)
             uring_complete(u, reqs[i], 0);
         else
-            u->queue[u->qtail++] = reqs[i];
+            u->q[reqs[i]->write].v[u->q[reqs[i]->write].tail++] = reqs[i];
     }
-    if (u->qhead < u->qtail)
+    if (uring_queued(u))
         uring_ring_bell(u);
 out:
     pthread_mutex_unlock(&u->m);
