@@ -1042,6 +1042,52 @@ static void test_capacity_full(void **state)
     assert_stats_sane(e);
 }
 
+/* (8b) Pages moved in pieces (ssd_pipe.c): a byte flipped in a later piece
+ * than the first, or in the last, is caught by the joined checksum; the
+ * other pages, read in pieces too, are exact. */
+extern size_t kvt_test_piece_bytes;
+
+static void test_bit_flip_in_pieces(void **state)
+{
+    struct fx *f = *state;
+    kvt_test_piece_bytes = 4096; /* read by each open below */
+    kvt_engine *e = fx_open(f, 4, 8, 64, 1);
+    enum { N = 16 };
+    for (uint32_t i = 0; i < N; i++)
+        put_ok(e, t_key(62, 0, i), 1);
+    fx_close(f);
+
+    const uint32_t bad[2] = { 3, 9 };
+    struct ixlist l = index_read(f->dir);
+    assert_int_equal(l.n, N);
+    for (int j = 0; j < 2; j++) {
+        const struct ixent *x = ix_find(&l, t_key(62, 0, bad[j]));
+        assert_non_null(x);
+        assert_true(x->v.stored_len > 4096 + 100);
+        /* page 3: in its second piece; page 9: its last stored byte */
+        uint64_t at = j ? x->v.stored_len - 1 : 4096 + 77;
+        flip_byte(f->dir, x->v.segment, x->v.offset + at);
+    }
+    free(l.a);
+
+    e = fx_open_cfg(f, &f->c);
+    kvt_test_piece_bytes = 0;
+    void *dst[1] = { buf_at(0) };
+    for (int j = 0; j < 2; j++) {
+        kvt_key k = t_key(62, 0, bad[j]);
+        int found = -1;
+        assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
+        assert_int_equal(found, 0);
+        expect_missing(e, k);
+    }
+    assert_int_equal(t_stats(e).errors_corrupt, 2);
+    for (uint32_t i = 0; i < N; i++)
+        if (i != bad[0] && i != bad[1])
+            expect_get(e, t_key(62, 0, i), 1);
+    assert_int_equal(t_stats(e).errors_corrupt, 2);
+    assert_int_equal(t_stats(e).errors_io, 0);
+}
+
 /* (8) One byte flipped in the stored bytes of three pages: exactly those are
  * lost (KVT_ECORRUPT from acquire, a miss from get with found, KVT_ECORRUPT
  * from get without), counted, and gone afterwards, also after reopen; every
@@ -1826,6 +1872,7 @@ int main(void)
         T2(test_other_fingerprint),
         T2(test_capacity_full),
         T6(test_bit_flip_detected),
+        T6(test_bit_flip_in_pieces),
         T6(test_truncated_segment),
         T2(test_garbage_index),
         T2(test_truncated_index),

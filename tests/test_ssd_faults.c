@@ -695,6 +695,44 @@ static void test_sweep_submit(void **state)
     assert_int_equal(t.lost, 0); /* a refused submit says nothing about the disk */
 }
 
+/* The same faults with each page moved in two I/O requests (the pieces of
+ * a large page, ssd_pipe.c): a fault in one piece fails or retries the
+ * whole page, never serves half of it, and a refused piece beside a sent
+ * one still leaves the page as it was. */
+extern size_t kvt_test_piece_bytes;
+
+static void sweep_in_pieces(enum kvt_io_fault_op op, int err, const char *what)
+{
+    struct sweep_totals t;
+    kvt_test_piece_bytes = PB / 2;
+    sweep(op, err, false, &t);
+    kvt_test_piece_bytes = 0;
+    report(what, &t);
+    assert_int_equal(t.violating, 0);
+    assert_true(t.fired >= 10);
+    assert_int_equal(t.lost, 0);
+}
+
+static void test_sweep_pieces_read_eio(void **state)
+{
+    sweep_in_pieces(KVT_IOF_READ, -EIO, "ssd read -EIO, pages in 2 pieces");
+}
+
+static void test_sweep_pieces_short_read(void **state)
+{
+    sweep_in_pieces(KVT_IOF_SHORT_READ, -EIO, "ssd short read, pages in 2 pieces");
+}
+
+static void test_sweep_pieces_submit(void **state)
+{
+    sweep_in_pieces(KVT_IOF_SUBMIT, -EIO, "ssd submit -EIO, pages in 2 pieces");
+}
+
+static void test_sweep_pieces_write_eio(void **state)
+{
+    sweep_in_pieces(KVT_IOF_WRITE, -EIO, "ssd write -EIO, pages in 2 pieces");
+}
+
 /* ====================================================== targeted faults */
 
 /* kvt_flush with persist promises durability on return: a write that fails
@@ -1540,8 +1578,17 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sweep_read_eio),
         cmocka_unit_test(test_sweep_short_read),
         cmocka_unit_test(test_sweep_submit),
+        cmocka_unit_test(test_sweep_pieces_read_eio),
+        cmocka_unit_test(test_sweep_pieces_short_read),
+        cmocka_unit_test(test_sweep_pieces_submit),
+        cmocka_unit_test(test_sweep_pieces_write_eio),
         cmocka_unit_test(test_crash_kill),
     };
+    /* Pages in pieces run in a process of their own (ctest
+     * test_ssd_faults_pieces), so each stays well inside the alarm under the
+     * sanitizers. */
+    if (argc == 1)
+        cmocka_set_skip_filter("test_sweep_pieces_*");
     alarm(280); /* a hang ends the program instead of CI */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

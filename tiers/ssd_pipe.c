@@ -43,6 +43,18 @@
 /* Bytes of pages the pipeline holds at least (kvt_ssd_pipe_init). */
 #define PIPE_BYTES ((uint64_t)256 << 20)
 
+/* A page larger than this moves in pieces of it, each its own I/O request,
+ * and each piece read is checksummed as it lands while the rest are still
+ * on the disk (a piece written, before it goes). A 32 MiB page moved whole
+ * kept the disk idle while its checksum ran: 3 ms of CRC after a 10 ms read,
+ * 0.7x the raw disk (docs/performance.md#pieces). The pieces' CRCs are
+ * joined with kvt_crc32c_combine. A multiple of 4096. */
+#define PIECE_BYTES ((size_t)4 << 20)
+
+/* Tests set this (a multiple of 4096) to cut small pages in pieces too;
+ * 0 = PIECE_BYTES. Read when an engine opens. */
+size_t kvt_test_piece_bytes;
+
 /* ------------------------------------------------------------- set-up */
 
 /* pipe_take's scratch for order_write_slots() (below). */
@@ -76,15 +88,18 @@ int kvt_ssd_pipe_init(kvt_engine *e)
         return kvt_fail(-ENOMEM, "out of memory for the SSD tier");
     }
     (void)madvise(P->bounce, bb, MADV_HUGEPAGE); /* DMA targets: see device_host.c */
+    P->piece_bytes = kvt_test_piece_bytes ? kvt_test_piece_bytes : PIECE_BYTES;
+    P->max_pieces = (uint32_t)((e->page_bytes + P->piece_bytes - 1) / P->piece_bytes);
     P->jobs = calloc(n, sizeof(*P->jobs));
-    P->reqs = calloc(n, sizeof(*P->reqs));
+    P->reqs = calloc((size_t)n * P->max_pieces, sizeof(*P->reqs));
+    P->piece_crc = calloc((size_t)n * P->max_pieces, sizeof(*P->piece_crc));
     P->job_free = malloc(n * sizeof(uint32_t));
     P->uncommitted = malloc(n * sizeof(uint32_t));
     P->finished = malloc(n * sizeof(uint32_t));
     P->order = malloc(n * sizeof(*P->order));
     P->order_slot = malloc(n * sizeof(uint32_t));
     P->retry = malloc(n * sizeof(uint32_t));
-    if (!P->jobs || !P->reqs || !P->job_free || !P->uncommitted || !P->finished || !P->order ||
+    if (!P->jobs || !P->reqs || !P->piece_crc || !P->job_free || !P->uncommitted || !P->finished || !P->order ||
         !P->order_slot || !P->retry)
         return kvt_fail(-ENOMEM, "out of memory for the SSD pipeline");
     for (uint32_t i = 0; i < n; i++)
@@ -104,6 +119,7 @@ void kvt_ssd_pipe_fini(kvt_engine *e)
     kvt_codec_free(P->codec);
     free(P->jobs);
     free(P->reqs);
+    free(P->piece_crc);
     free(P->job_free);
     free(P->uncommitted);
     free(P->finished);
@@ -195,28 +211,46 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
 }
 
 /* Step 1: takes queued requests into free jobs and resolves where each
- * goes. Locked. Returns how many, their numbers in got[]. */
+ * goes. Locked. Returns how many, their numbers in got[].
+ *
+ * Reads first, and writes never take the last queue_depth jobs: a read has
+ * a caller waiting on it, while a write is the engine's own work ahead of
+ * need (an eviction, a flush the caller waits for as a whole). In FIFO order
+ * a kvt_get of a prefix cache queued behind a put's evictions waited for
+ * every one of them (docs/performance.md#read-priority). Writes are not
+ * starved: the reads in a step are bounded by what callers wait on. */
 static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
 {
     struct kvt_ssd_tier *t = &e->ssd_tier;
-    uint32_t n = 0, k = 0;
-    for (; k < t->queued && e->pipe.njob_free; k++) {
-        uint32_t ji = e->pipe.job_free[--e->pipe.njob_free];
-        job_fill(e, ji, &t->queue[k]);
-        got[n++] = ji;
+    struct kvt_ssd_pipe *P = &e->pipe;
+    uint32_t n = 0, kept = 0;
+    uint32_t reserve = e->cfg.queue_depth < P->max_jobs ? e->cfg.queue_depth : 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t k = 0; k < t->queued; k++) {
+            const struct kvt_ssd_req *q = &t->queue[k];
+            if (q->pg == KVT_NONE || q->write != (pass == 1))
+                continue;
+            if (!P->njob_free || (q->write && P->njob_free <= reserve))
+                break;
+            uint32_t ji = P->job_free[--P->njob_free];
+            job_fill(e, ji, q);
+            got[n++] = ji;
+            t->queue[k].pg = KVT_NONE; /* taken */
+        }
     }
     order_write_slots(e, got, n);
     for (uint32_t i = 0; i < n; i++) {
-        struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
+        struct kvt_ssd_job *j = &P->jobs[got[i]];
         int r = kvt_ssd_locate(e->ssd, j->slot, j->write, &j->fd, &j->off);
         if (r < 0) {
             j->fd = -1;
             j->res = r;
         }
     }
-    if (k) /* (the queue may not be allocated yet: memmove(NULL, ...) is undefined) */
-        memmove(t->queue, t->queue + k, (t->queued - k) * sizeof(*t->queue));
-    t->queued -= k;
+    for (uint32_t k = 0; k < t->queued; k++) /* the rest, in their order */
+        if (t->queue[k].pg != KVT_NONE)
+            t->queue[kept++] = t->queue[k];
+    t->queued = kept;
     return n;
 }
 
@@ -239,16 +273,52 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     j->codec = (uint8_t)used;
     memset((uint8_t *)j->buf + out, 0, ALIGN4K(out) - out);
     j->generation = e->pipe.generation++;
-    j->crc = kvt_crc32c(kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation), j->buf, out);
 }
 
-/* Verifies and decodes a page read (unlocked). */
+/* Piece k of job j: where its I/O starts and how long it is (the stored
+ * bytes rounded up to 4 KiB, cut in PIECE_BYTES), and how many of those
+ * bytes the checksum covers (the stored ones). */
+static size_t piece_at(const kvt_engine *e, const struct kvt_ssd_job *j, uint32_t k,
+                       size_t *io_len, size_t *crc_len)
+{
+    size_t pb = e->pipe.piece_bytes;
+    size_t at = (size_t)k * pb, io_end = ALIGN4K(j->stored_len);
+    size_t end = io_end - at > pb ? at + pb : io_end;
+    *io_len = end - at;
+    *crc_len = (end < j->stored_len ? end : j->stored_len) - at;
+    return at;
+}
+
+/* CRC32C of piece k, the page's binding as the first piece's seed (unlocked). */
+static uint32_t piece_crc(kvt_engine *e, const struct kvt_ssd_job *j, uint32_t k)
+{
+    size_t io_len, crc_len, at = piece_at(e, j, k, &io_len, &crc_len);
+    uint32_t seed = k ? 0 : kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation);
+    return kvt_crc32c(seed, (const uint8_t *)j->buf + at, crc_len);
+}
+
+/* The page's CRC32C from its pieces' (piece_crc[] of job ji). */
+static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j, const uint32_t *crc)
+{
+    uint32_t c = crc[0];
+    for (uint32_t k = 1; k < j->pieces; k++) {
+        size_t io_len, crc_len;
+        piece_at(e, j, k, &io_len, &crc_len);
+        c = kvt_crc32c_combine(c, crc[k], crc_len);
+    }
+    return c;
+}
+
+/* Verifies and decodes a page read (unlocked): a page in pieces was
+ * checksummed piece by piece as they came back (piece_back). */
 static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
 {
     if (j->res < 0)
         return;
-    uint32_t seed = kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation);
-    if (kvt_crc32c(seed, j->buf, j->stored_len) != j->crc)
+    uint32_t ji = (uint32_t)(j - e->pipe.jobs);
+    uint32_t crc = j->pieces == 1 ? piece_crc(e, j, 0)
+                                  : pieces_join(e, j, e->pipe.piece_crc + (size_t)ji * e->pipe.max_pieces);
+    if (crc != j->crc)
         j->res = KVT_ECORRUPT;
     else if (j->bounce >= 0 &&
              kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
@@ -271,83 +341,130 @@ static void job_failed(kvt_engine *e, struct kvt_ssd_job *j, int res, bool unsen
     }
 }
 
+/* The job's I/O is over (every piece back or refused): reads are verified
+ * and finished, writes wait for the group commit, failures are tried again
+ * or finished (job_failed). Unlocked. */
+static void job_back(kvt_engine *e, struct kvt_ssd_job *j)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    uint32_t ji = (uint32_t)(j - P->jobs);
+    if (j->res < 0 && (!j->write || j->unsent)) {
+        job_failed(e, j, j->res, j->unsent);
+    } else if (!j->write) {
+        job_verify(e, j);
+        P->finished[P->nfinished++] = ji;
+    } else if (j->res < 0) {
+        P->finished[P->nfinished++] = ji;
+    } else {
+        /* Dirty once complete, not when taken: a sync covers only the
+         * writes completed before it, so one still in flight during a
+         * group's sync must leave its segment dirty for its own group's
+         * (a power-loss test caught a commit naming unsynced data). */
+        kvt_ssd_dirty(e->ssd, j->slot);
+        P->uncommitted[P->nuncommitted++] = ji;
+    }
+}
+
+/* Piece k of job j came back with res, or was refused by the back-end
+ * (unsent). A failure on the medium outranks a refusal: it says something
+ * about the data. A piece read is checksummed here, while the job's other
+ * pieces are still on the disk. Unlocked. */
+static void piece_back(kvt_engine *e, struct kvt_ssd_job *j, uint32_t k, int res, bool unsent)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    P->inflight--;
+    j->pending--;
+    if (res < 0 && (j->res == 0 || j->unsent)) {
+        j->res = res;
+        j->unsent = unsent;
+    } else if (res == 0 && !j->write && j->pieces > 1 && j->res == 0) {
+        uint32_t ji = (uint32_t)(j - P->jobs);
+        P->piece_crc[(size_t)ji * P->max_pieces + k] = piece_crc(e, j, k);
+    }
+    if (!j->pending)
+        job_back(e, j);
+}
+
 static void submit_group(kvt_engine *e, struct kvt_io_req **rp, uint32_t k)
 {
+    struct kvt_ssd_pipe *P = &e->pipe;
     int r = e->io->submit(e->io_priv, rp, k);
+    if (r >= 0)
+        return;
     for (uint32_t q = 0; q < k; q++) {
-        struct kvt_ssd_job *qj = rp[q]->user;
-        if (r < 0) {
-            job_failed(e, qj, r, true);
-        } else {
-            qj->submitted = true;
-            e->pipe.inflight++;
-        }
+        size_t at = (size_t)(rp[q] - P->reqs);
+        piece_back(e, rp[q]->user, (uint32_t)(at % P->max_pieces), r, true);
     }
 }
 
 /* Encodes (first tries only) and submits the jobs of got[] (unlocked). The
  * back-end blocks submit() only while `depth` requests are in the kernel,
  * so the pipeline holds more jobs than the disk does and refills it as
- * requests complete. */
+ * requests complete. A write is checksummed piece by piece as it goes. */
 static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
 {
+    struct kvt_ssd_pipe *P = &e->pipe;
     struct kvt_io_req *rp[64];
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
-        if (j->write && !j->tries)
+        struct kvt_ssd_job *j = &P->jobs[got[i]];
+        bool first = !j->tries;
+        if (j->write && first)
             job_encode(e, j); /* a retry sends the same bytes, generation and crc */
         if (j->fd < 0) { /* its segment could not be opened: j->res says why */
-            e->pipe.finished[e->pipe.nfinished++] = got[i];
+            P->finished[P->nfinished++] = got[i];
             continue;
         }
         j->tries++;
         j->res = 0;
         j->unsent = false;
-        e->pipe.reqs[got[i]] = (struct kvt_io_req){ .fd = j->fd, .write = j->write, .buf = j->buf,
-                                               .len = ALIGN4K(j->stored_len), .off = j->off,
-                                               .user = j };
-        rp[k++] = &e->pipe.reqs[got[i]];
-        /* Small groups: the first requests reach the disk while later pages
-         * are still being encoded. */
-        if (k == 64 || (k == 8 && i + 1 < n) || i + 1 == n) {
-            submit_group(e, rp, k);
-            k = 0;
+        j->pieces = (uint32_t)((ALIGN4K(j->stored_len) + P->piece_bytes - 1) / P->piece_bytes);
+        if (!j->pieces)
+            j->pieces = 1;
+        /* Counted in flight before any is submitted: a refused group
+         * answers its pieces at once (piece_back), and the job is over
+         * only when every piece is. */
+        j->pending = j->pieces;
+        P->inflight += j->pieces;
+        uint32_t crc = 0;
+        for (uint32_t c = 0; c < j->pieces; c++) {
+            size_t io_len, crc_len, at = piece_at(e, j, c, &io_len, &crc_len);
+            if (j->write && first) {
+                uint32_t pc = piece_crc(e, j, c);
+                crc = c ? kvt_crc32c_combine(crc, pc, crc_len) : pc;
+            }
+            struct kvt_io_req *q = &P->reqs[(size_t)got[i] * P->max_pieces + c];
+            *q = (struct kvt_io_req){ .fd = j->fd, .write = j->write, .buf = (uint8_t *)j->buf + at,
+                                      .len = io_len, .off = j->off + at, .user = j };
+            rp[k++] = q;
+            /* Small groups: the first requests reach the disk while later
+             * pages are still being encoded; a page in pieces sends each
+             * piece once its checksum is done. */
+            bool last = i + 1 == n && c + 1 == j->pieces;
+            if (k == 64 || (k >= 8 && !last) || (j->write && j->pieces > 1) || last) {
+                submit_group(e, rp, k);
+                k = 0;
+            }
         }
+        if (j->write && first)
+            j->crc = crc;
     }
     if (k) /* the last job's segment could not be opened */
         submit_group(e, rp, k);
 }
 
-/* Reaps completions: reads are verified and finished, writes wait for the
- * group commit. Waits for one completion when asked to. */
+/* Reaps completions into their jobs (piece_back). Waits for one completion
+ * when asked to. */
 static int pipe_reap(kvt_engine *e, bool wait)
 {
+    struct kvt_ssd_pipe *P = &e->pipe;
     struct kvt_io_req *done[64];
-    int m = e->io->reap(e->io_priv, done, 64, wait && e->pipe.inflight ? 1 : 0);
+    int m = e->io->reap(e->io_priv, done, 64, wait && P->inflight ? 1 : 0);
     if (m < 0)
         return m;
     for (int i = 0; i < m; i++) {
-        struct kvt_ssd_job *j = done[i]->user;
-        uint32_t ji = (uint32_t)(j - e->pipe.jobs);
-        j->res = done[i]->res;
-        j->submitted = false;
-        e->pipe.inflight--;
-        if (!j->write && j->res < 0) {
-            job_failed(e, j, j->res, false);
-        } else if (!j->write) {
-            job_verify(e, j);
-            e->pipe.finished[e->pipe.nfinished++] = ji;
-        } else if (j->res < 0) {
-            e->pipe.finished[e->pipe.nfinished++] = ji;
-        } else {
-            /* Dirty once complete, not when taken: a sync covers only the
-             * writes completed before it, so one still in flight during a
-             * group's sync must leave its segment dirty for its own group's
-             * (a power-loss test caught a commit naming unsynced data). */
-            kvt_ssd_dirty(e->ssd, j->slot);
-            e->pipe.uncommitted[e->pipe.nuncommitted++] = ji;
-        }
+        size_t at = (size_t)(done[i] - P->reqs);
+        piece_back(e, done[i]->user, (uint32_t)(at % P->max_pieces), done[i]->res, false);
     }
     return m;
 }
@@ -549,13 +666,9 @@ static void deletes_done(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n, in
 static void pipe_abandon(kvt_engine *e)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
-    for (uint32_t i = 0; i < P->max_jobs; i++) {
-        if (!P->jobs[i].submitted)
-            continue;
-        P->jobs[i].submitted = false;
-        job_failed(e, &P->jobs[i], -EIO, true);
-    }
-    P->inflight = 0;
+    for (uint32_t i = 0; i < P->max_jobs; i++)
+        while (P->jobs[i].pending)
+            piece_back(e, &P->jobs[i], 0, -EIO, true);
 }
 
 bool kvt_ssd_pipe_step(kvt_engine *e)

@@ -236,7 +236,8 @@ struct kvt_ssd_job {
     kvt_key key;
     int fd;
     uint64_t off;
-    bool submitted;         /* in the I/O back-end now */
+    uint32_t pieces;        /* I/O requests it moves in (ssd_pipe.c: PIECE_BYTES) */
+    uint32_t pending;       /* of them, submitted and not yet reaped */
     uint64_t t_ns;          /* when taken into the pipeline (with cfg.on_transfer) */
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
     uint8_t tries;          /* submissions made of this job (ssd_pipe.c: SSD_TRIES) */
@@ -250,20 +251,26 @@ struct kvt_ssd_job {
 struct kvt_ssd_pipe {
     uint32_t max_jobs;              /* jobs in the pipeline at most */
     struct kvt_ssd_job *jobs;       /* max_jobs */
-    struct kvt_io_req *reqs;        /* max_jobs, one per job */
+    size_t piece_bytes;             /* a page moves in I/O requests of this many bytes */
+    uint32_t max_pieces;            /* I/O requests of one page at most */
+    struct kvt_io_req *reqs;        /* max_jobs x max_pieces: job j's are from j x max_pieces */
+    uint32_t *piece_crc;            /* the same shape: CRC32C of each piece read (> 1 piece) */
     uint8_t *bounce;                /* max_jobs buffers of page_bytes, one per job */
     uint32_t *job_free, njob_free;  /* free job numbers */
     uint32_t *uncommitted, nuncommitted; /* written, waiting for the group commit */
     uint32_t *finished, nfinished;  /* done (read verified / write committed) */
     struct kvt_slot_order *order;   /* max_jobs: scratch of the write slots' ordering */
     uint32_t *order_slot;           /* max_jobs: its slots, sorted */
-    uint32_t inflight;              /* jobs submitted and not yet reaped */
+    uint32_t inflight;              /* I/O requests submitted and not yet reaped */
     uint32_t *retry, nretry;        /* failed jobs to submit again on the next step */
     uint64_t retried_errors;        /* errors seen by jobs then retried, not yet counted
                                        in e->st.errors_io */
     struct kvt_codec *codec;
     uint64_t generation;            /* of the next SSD write */
 };
+
+/* Tests only: the piece size of engines opened from now on (ssd_pipe.c). */
+extern size_t kvt_test_piece_bytes;
 
 /* ------------------------------------------------------------- mover, pace */
 
