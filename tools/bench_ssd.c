@@ -391,18 +391,19 @@ static bool page_ok(const uint8_t *dst, uint64_t i, size_t pb)
 }
 
 /* The timed loop of a get measurement: chains of pages [0, cold), each
- * copied out and checked. */
+ * copied out to a buffer of its own (page i to bufs + i x pb, as the raw
+ * side reads each block of its span into its own) and checked. */
 static int get_chains(const struct ssd_opts *o, kvt_engine *e, uint64_t cold, size_t pb,
                       uint8_t *bufs)
 {
     kvt_key keys[o->chain];
     void *dst[o->chain];
     int found[o->chain];
-    for (unsigned j = 0; j < o->chain; j++)
-        dst[j] = bufs + (size_t)j * pb;
     for (uint64_t i = 0; i + o->chain <= cold; i += o->chain) {
-        for (unsigned j = 0; j < o->chain; j++)
+        for (unsigned j = 0; j < o->chain; j++) {
             keys[j] = (kvt_key){ 1, 0, (uint32_t)(i + j) };
+            dst[j] = bufs + (size_t)(i + j) * pb;
+        }
         int r = kvt_get(e, keys, o->chain, dst, 0, found);
         if (r < 0)
             return r;
@@ -427,15 +428,19 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     int r = kvt_open(&c, &e);
     if (r < 0)
         return r;
-    size_t span = (size_t)o->chain * pb;
-    uint8_t *bufs = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (bufs == MAP_FAILED) {
-        bufs = NULL;
+    /* In 2 MiB pages, as the raw side's (docs/performance.md#huge-pages):
+     * 2 MiB-aligned, or a span under 2 MiB would get none. */
+    const size_t huge = (size_t)2 << 20;
+    size_t span = (size_t)n * pb + huge;
+    uint8_t *map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+        map = NULL;
         r = -ENOMEM;
         goto out;
     }
-    (void)madvise(bufs, span, MADV_HUGEPAGE); /* as the raw side's (docs/performance.md#huge-pages) */
-    memset(bufs, 0x5a, span);
+    uint8_t *bufs = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
+    (void)madvise(bufs, (size_t)n * pb, MADV_HUGEPAGE);
+    memset(bufs, 0x5a, (size_t)n * pb);
     if ((r = fill_pages(e, n, pb)) < 0 || (r = kvt_flush(e)) < 0)
         goto out;
     /* The oldest pages went down first: all but the newest DRAM's worth. */
@@ -456,8 +461,8 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     fig[0] = rb / (t1 - t0);
     fig[1] = (c1 - c0) / rb;
 out:
-    if (bufs)
-        munmap(bufs, span);
+    if (map)
+        munmap(map, span);
     kvt_close(e);
     return r;
 }

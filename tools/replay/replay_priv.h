@@ -43,7 +43,9 @@ struct replay_ctx {
     int *cfound;
     kvt_tier *cwhere;
     void **ptrs;              /* chunk buffers, then the ones one call uses */
-    unsigned char *buf;       /* chunk blocks of bb bytes, 4096-aligned */
+    unsigned char *buf;       /* chunk blocks of bb bytes, in huge pages (exec.c, buf_alloc) */
+    void *buf_map;            /* the mapping buf lies in, and its length */
+    size_t buf_map_len;
     uint32_t chunk;           /* blocks buf holds */
     float *ttft_load, *ttft_recompute; /* per request, seconds */
     struct replay_lru lru;
