@@ -391,8 +391,8 @@ static bool page_ok(const uint8_t *dst, uint64_t i, size_t pb)
 }
 
 /* The timed loop of a get measurement: chains of pages [0, cold), each
- * copied out to a buffer of its own (page i to bufs + i x pb, as the raw
- * side reads each block of its span into its own) and checked. */
+ * copied out to the same chain of buffers, as an engine loads into its
+ * staging pool again and again, and checked. */
 static int get_chains(const struct ssd_opts *o, kvt_engine *e, uint64_t cold, size_t pb,
                       uint8_t *bufs)
 {
@@ -402,7 +402,7 @@ static int get_chains(const struct ssd_opts *o, kvt_engine *e, uint64_t cold, si
     for (uint64_t i = 0; i + o->chain <= cold; i += o->chain) {
         for (unsigned j = 0; j < o->chain; j++) {
             keys[j] = (kvt_key){ 1, 0, (uint32_t)(i + j) };
-            dst[j] = bufs + (size_t)(i + j) * pb;
+            dst[j] = bufs + (size_t)j * pb;
         }
         int r = kvt_get(e, keys, o->chain, dst, 0, found);
         if (r < 0)
@@ -431,7 +431,8 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     /* In 2 MiB pages, as the raw side's (docs/performance.md#huge-pages):
      * 2 MiB-aligned, or a span under 2 MiB would get none. */
     const size_t huge = (size_t)2 << 20;
-    size_t span = (size_t)n * pb + huge;
+    size_t used = ((size_t)o->chain * pb + huge - 1) / huge * huge;
+    size_t span = used + huge;
     uint8_t *map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) {
         map = NULL;
@@ -439,8 +440,8 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
         goto out;
     }
     uint8_t *bufs = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
-    (void)madvise(bufs, (size_t)n * pb, MADV_HUGEPAGE);
-    memset(bufs, 0x5a, (size_t)n * pb);
+    (void)madvise(bufs, used, MADV_HUGEPAGE);
+    memset(bufs, 0x5a, used);
     if ((r = fill_pages(e, n, pb)) < 0 || (r = kvt_flush(e)) < 0)
         goto out;
     /* The oldest pages went down first: all but the newest DRAM's worth. */

@@ -126,6 +126,12 @@ class Chunks:
     def __init__(self, n, size, seed=17):
         self.n, self.size = n, size
         self.map = mmap.mmap(-1, n * size)
+        # In 2 MiB pages where the kernel allows, as kvtier's own DMA buffers
+        # and `kvtier bench ssd`'s raw side are: on a virtual disk, reads
+        # into 4 KiB pages are served several times slower
+        # (docs/performance.md#huge-pages). Every subject's buffers here.
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            self.map.madvise(mmap.MADV_HUGEPAGE)
         self.view = memoryview(self.map)
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
         rnd = random.Random(seed)
@@ -746,9 +752,11 @@ def parse_args(argv):
                     help="kvtier DRAM tier (default 256M, under the data so the store goes to "
                          "disk; at least 8 pages)")
     ap.add_argument("--kvtier-depth", type=int, default=32, help="kvtier queue depth (default 32)")
-    ap.add_argument("--kvtier-batch", type=int, default=1,
-                    help="chunks per kvt_put / kvt_get call (default 1, as an engine's "
-                         "get_blocking asks for one chunk)")
+    ap.add_argument("--kvtier-batch", type=int, default=8,
+                    help="chunks per kvt_put / kvt_get call (default 8: the plug-ins "
+                         "serve an engine's batched get, LMCache's batched_get_blocking "
+                         "or a vLLM load job, with one kvt_get; 1 = one chunk a call, "
+                         "as a lone get_blocking asks)")
     ap.add_argument("--kvtier-callers", type=int, default=1,
                     help="threads calling kvt_get at once, a batch each (default 1)")
     ap.add_argument("--drop-caches", action="store_true",
