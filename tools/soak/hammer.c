@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "include/kvtier.h"
@@ -50,7 +51,7 @@
 #define LAYERS 2
 #define MAX_THREADS 64
 #define BATCH 4          /* keys per call at most */
-#define BUSY_TRIES 100000
+#define BUSY_SECONDS 60 /* a page of the thread's own keys busy longer is a failure */
 
 struct opts {
     unsigned threads, keys, report_s;
@@ -299,6 +300,24 @@ static void end(struct hammer *h, unsigned tid, const unsigned *j, unsigned n, b
     }
 }
 
+/* Whether to try a call that said -EBUSY again: a thread's own keys are
+ * busy only while the engine moves them (an SSD write, a copy), which under
+ * the sanitizers and a slow disk can take far longer than a fixed number of
+ * yields; so the bound is time. Counts the retry. */
+static bool busy_again(struct hammer *h, const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0->tv_sec >= BUSY_SECONDS)
+        return false;
+    atomic_fetch_add(&h->busy, 1);
+    if (atomic_load(&h->busy) % 64)
+        sched_yield();
+    else
+        nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
+    return true;
+}
+
 static void op_put_own(struct worker *w)
 {
     struct hammer *h = w->h;
@@ -311,11 +330,11 @@ static void op_put_own(struct worker *w)
         src[i] = w->bufs[i];
     }
     begin(h, w->tid, j, n, false);
-    int r, tries = 0;
-    while ((r = kvt_put(h->e, k, n, src, 0)) == -EBUSY && ++tries < BUSY_TRIES) {
-        atomic_fetch_add(&h->busy, 1);
-        sched_yield();
-    }
+    int r;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while ((r = kvt_put(h->e, k, n, src, 0)) == -EBUSY && busy_again(h, &t0))
+        ;
     end(h, w->tid, j, n, r == 0, false);
     if (r)
         fail_at(h, "t%u put of %u own keys: %s (%s)", w->tid, n, kvt_strerror(r), kvt_last_error());
@@ -329,11 +348,11 @@ static void op_drop_own(struct worker *w)
     for (unsigned i = 0; i < n; i++)
         k[i] = key_of(h, w->tid, j[i]);
     begin(h, w->tid, j, n, true);
-    int r, tries = 0;
-    while ((r = kvt_drop(h->e, k, n)) == -EBUSY && ++tries < BUSY_TRIES) {
-        atomic_fetch_add(&h->busy, 1);
-        sched_yield();
-    }
+    int r;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while ((r = kvt_drop(h->e, k, n)) == -EBUSY && busy_again(h, &t0))
+        ;
     end(h, w->tid, j, n, r == 0, true);
     if (r)
         fail_at(h, "t%u drop: %s (%s)", w->tid, kvt_strerror(r), kvt_last_error());
@@ -348,11 +367,11 @@ static void op_drop_id(struct worker *w)
     for (unsigned i = 0; i < per_id; i++)
         j[i] = id * per_id + i;
     begin(h, w->tid, j, per_id, true);
-    int r, tries = 0;
-    while ((r = kvt_drop_id(h->e, key_of(h, w->tid, j[0]).id)) == -EBUSY && ++tries < BUSY_TRIES) {
-        atomic_fetch_add(&h->busy, 1);
-        sched_yield();
-    }
+    int r;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while ((r = kvt_drop_id(h->e, key_of(h, w->tid, j[0]).id)) == -EBUSY && busy_again(h, &t0))
+        ;
     end(h, w->tid, j, per_id, r == 0, true);
     if (r)
         fail_at(h, "t%u drop_id: %s (%s)", w->tid, kvt_strerror(r), kvt_last_error());
