@@ -193,28 +193,36 @@ static void test_roundtrip(void **state)
     f->ops->close(io);
 }
 
+/* Writes n requests of len bytes (pages of version v) in one submit, reads
+ * them back into the arena's second half in another, and checks every byte. */
+static void t_write_read_back(const struct fx *f, void *io, size_t n, size_t len, uint32_t v)
+{
+    struct kvt_io_req *r = calloc(n, sizeof(*r));
+    assert_non_null(r);
+    for (size_t i = 0; i < n; i++) {
+        t_fill_at(f->arena + i * len, len, i * len, v);
+        r[i] = t_req(f->fd, true, f->arena + i * len, len, i * len);
+    }
+    t_run(f->ops, io, r, n);
+    char *back = f->arena + ARENA_BYTES / 2;
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(r[i].res, 0);
+        r[i] = t_req(f->fd, false, back + i * len, len, i * len);
+    }
+    t_run(f->ops, io, r, n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(r[i].res, 0);
+    assert_true(t_check_at(back, n * len, 0, v));
+    free(r);
+}
+
 /* 100 requests at depth 8 in one submit(): psync blocks for room, uring queues them for
  * its reaper; neither reaps. */
 static void test_batch_over_depth(void **state)
 {
     struct fx *f = *state;
     void *io = t_open(f, f->ops, 8, f->arena, ARENA_BYTES);
-    enum { N = 100, LEN = 2 * T_PAGE };
-    struct kvt_io_req r[N];
-    for (size_t i = 0; i < N; i++) {
-        t_fill_at(f->arena + i * LEN, LEN, i * LEN, 3);
-        r[i] = t_req(f->fd, true, f->arena + i * LEN, LEN, i * LEN);
-    }
-    t_run(f->ops, io, r, N);
-    char *back = f->arena + ARENA_BYTES / 2;
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(r[i].res, 0);
-        r[i] = t_req(f->fd, false, back + i * LEN, LEN, i * LEN);
-    }
-    t_run(f->ops, io, r, N);
-    for (size_t i = 0; i < N; i++)
-        assert_int_equal(r[i].res, 0);
-    assert_true(t_check_at(back, N * LEN, 0, 3));
+    t_write_read_back(f, io, 100, 2 * T_PAGE, 3);
     f->ops->close(io);
 }
 
@@ -697,22 +705,7 @@ static void test_max_bytes(void **state)
 {
     struct fx *f = *state;
     void *io = t_open_capped(f, 8, T_PAGE);
-    enum { N = 6, LEN = 3 * T_PAGE };
-    struct kvt_io_req r[N];
-    for (size_t i = 0; i < N; i++) {
-        t_fill_at(f->arena + i * LEN, LEN, i * LEN, 5);
-        r[i] = t_req(f->fd, true, f->arena + i * LEN, LEN, i * LEN);
-    }
-    t_run(f->ops, io, r, N);
-    char *back = f->arena + ARENA_BYTES / 2;
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(r[i].res, 0);
-        r[i] = t_req(f->fd, false, back + i * LEN, LEN, i * LEN);
-    }
-    t_run(f->ops, io, r, N);
-    for (size_t i = 0; i < N; i++)
-        assert_int_equal(r[i].res, 0);
-    assert_true(t_check_at(back, N * LEN, 0, 5));
+    t_write_read_back(f, io, 6, 3 * T_PAGE, 5);
     f->ops->close(io);
 }
 
