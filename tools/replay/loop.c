@@ -83,6 +83,7 @@ static int get_blocks(struct replay_ctx *x, uint64_t req, uint32_t m, int tier, 
             return call_failed(x, "kvt_get", req, rc);
         *spent += t1 - t0;
         r->get_s[tier] += t1 - t0;
+        r->get_calls[tier]++;
         if (x->o->trace_out)
             replay_trace_span(x, tier == KVT_TIER_SSD ? "get ssd" : "get dram", t0, t1, req, k, m);
         for (uint32_t i = 0; i < k; i++) {

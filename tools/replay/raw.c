@@ -98,6 +98,20 @@ void replay_raw_after(struct replay_ctx *x)
     int n = 0;
     passes(dfd, name, span, x->bb, false, 2, v, &n);
     r->raw_spill_read_gbps = median(v, n);
+    /* The disk at the replay's own batch size: a get's reads go out
+     * together and the call waits for the last, which a stream at depth 32
+     * never does. */
+    uint64_t calls = r->get_calls[KVT_TIER_SSD], blocks = r->get_bytes[KVT_TIER_SSD] / x->bb;
+    if (calls && blocks) {
+        uint32_t batch = (uint32_t)((blocks + calls / 2) / calls);
+        double g = 0;
+        batch = batch ? batch : 1;
+        if (kvt_tool_ssd_raw_batched(dfd, name, span, x->bb, RAW_DEPTH, span / x->bb, batch, false,
+                                     &g) == 0) {
+            r->raw_batched_gbps = g;
+            r->raw_batch = batch;
+        }
+    }
     close(dfd);
     kvt_clear_error();
 }

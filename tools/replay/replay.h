@@ -76,6 +76,7 @@ struct replay_result {
     /* time */
     double wall_s, exists_s, put_s, get_s[KVT_TIERS]; /* get_s: calls serving that tier */
     uint64_t get_bytes[KVT_TIERS];
+    uint64_t get_calls[KVT_TIERS];   /* kvt_get calls serving that tier */
     double cpu_s, client_cpu_s;      /* process CPU; of it, generating and checking bytes */
     uint64_t late_requests;          /* --speed: started behind the trace's time */
     double max_late_s;
@@ -84,6 +85,10 @@ struct replay_result {
     kvt_stats end;
     /* the raw disk, same block size, same run (GB/s; 0 = not measured) */
     double raw_read_gbps, raw_write_gbps, raw_spill_read_gbps;
+    /* reads of the engine's segment in batches of raw_batch blocks (the mean
+     * SSD-served get), each batch waited for, as a get waits */
+    double raw_batched_gbps;
+    uint32_t raw_batch;
     /* the caller's evictions: the engine refused a put when full */
     uint64_t client_evicted, client_evict_calls;
     /* the modeled time to first token */
