@@ -73,7 +73,8 @@ expect("${out}" "slots;dram" 24)
 expect("${out}" "slots;ssd" 72)
 expect("${out}" "slots;hbm" 1)
 # string(JSON GET) fails on a missing key: the issue's keys are all there.
-foreach(key policy capacity_blocks hit_fraction verified ssd_bytes_written load_gbps raw_gbps)
+foreach(key policy capacity_blocks hit_fraction verified ssd_bytes_written load_gbps raw_gbps
+            raw_batched_gbps raw_batch)
   string(JSON got GET "${out}" ${key})
 endforeach()
 expect_positive("${out}" ssd_bytes_written)
