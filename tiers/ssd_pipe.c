@@ -297,9 +297,21 @@ static uint32_t piece_crc(kvt_engine *e, const struct kvt_ssd_job *j, uint32_t k
     return kvt_crc32c(seed, (const uint8_t *)j->buf + at, crc_len);
 }
 
-/* The page's CRC32C from its pieces' (piece_crc[] of job ji). */
-static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j, const uint32_t *crc)
+/* Job j's row of piece_crc[], and the piece a request of P->reqs moves. */
+static uint32_t *piece_crcs(const kvt_engine *e, const struct kvt_ssd_job *j)
 {
+    return e->pipe.piece_crc + (size_t)(j - e->pipe.jobs) * e->pipe.max_pieces;
+}
+
+static uint32_t piece_of(const struct kvt_ssd_pipe *P, const struct kvt_io_req *q)
+{
+    return (uint32_t)((size_t)(q - P->reqs) % P->max_pieces);
+}
+
+/* The page's CRC32C from its pieces' (piece_crcs). */
+static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j)
+{
+    const uint32_t *crc = piece_crcs(e, j);
     uint32_t c = crc[0];
     for (uint32_t k = 1; k < j->pieces; k++) {
         size_t io_len, crc_len;
@@ -309,16 +321,13 @@ static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j, co
     return c;
 }
 
-/* Verifies and decodes a page read (unlocked): a page in pieces was
- * checksummed piece by piece as they came back (piece_back). */
+/* Verifies and decodes a page read (unlocked): its pieces were checksummed
+ * as they came back (piece_back). */
 static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
 {
     if (j->res < 0)
         return;
-    uint32_t ji = (uint32_t)(j - e->pipe.jobs);
-    uint32_t crc = j->pieces == 1 ? piece_crc(e, j, 0)
-                                  : pieces_join(e, j, e->pipe.piece_crc + (size_t)ji * e->pipe.max_pieces);
-    if (crc != j->crc)
+    if (pieces_join(e, j) != j->crc)
         j->res = KVT_ECORRUPT;
     else if (j->bounce >= 0 &&
              kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
@@ -377,9 +386,8 @@ static void piece_back(kvt_engine *e, struct kvt_ssd_job *j, uint32_t k, int res
     if (res < 0 && (j->res == 0 || j->unsent)) {
         j->res = res;
         j->unsent = unsent;
-    } else if (res == 0 && !j->write && j->pieces > 1 && j->res == 0) {
-        uint32_t ji = (uint32_t)(j - P->jobs);
-        P->piece_crc[(size_t)ji * P->max_pieces + k] = piece_crc(e, j, k);
+    } else if (res == 0 && !j->write && j->res == 0) {
+        piece_crcs(e, j)[k] = piece_crc(e, j, k);
     }
     if (!j->pending)
         job_back(e, j);
@@ -391,10 +399,8 @@ static void submit_group(kvt_engine *e, struct kvt_io_req **rp, uint32_t k)
     int r = e->io->submit(e->io_priv, rp, k);
     if (r >= 0)
         return;
-    for (uint32_t q = 0; q < k; q++) {
-        size_t at = (size_t)(rp[q] - P->reqs);
-        piece_back(e, rp[q]->user, (uint32_t)(at % P->max_pieces), r, true);
-    }
+    for (uint32_t q = 0; q < k; q++)
+        piece_back(e, rp[q]->user, piece_of(P, rp[q]), r, true);
 }
 
 /* Encodes (first tries only) and submits the jobs of got[] (unlocked). The
@@ -426,13 +432,10 @@ static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
          * only when every piece is. */
         j->pending = j->pieces;
         P->inflight += j->pieces;
-        uint32_t crc = 0;
         for (uint32_t c = 0; c < j->pieces; c++) {
             size_t io_len, crc_len, at = piece_at(e, j, c, &io_len, &crc_len);
-            if (j->write && first) {
-                uint32_t pc = piece_crc(e, j, c);
-                crc = c ? kvt_crc32c_combine(crc, pc, crc_len) : pc;
-            }
+            if (j->write && first)
+                piece_crcs(e, j)[c] = piece_crc(e, j, c);
             struct kvt_io_req *q = &P->reqs[(size_t)got[i] * P->max_pieces + c];
             *q = (struct kvt_io_req){ .fd = j->fd, .write = j->write, .buf = (uint8_t *)j->buf + at,
                                       .len = io_len, .off = j->off + at, .user = j };
@@ -447,7 +450,7 @@ static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
             }
         }
         if (j->write && first)
-            j->crc = crc;
+            j->crc = pieces_join(e, j);
     }
     if (k) /* the last job's segment could not be opened */
         submit_group(e, rp, k);
@@ -462,10 +465,8 @@ static int pipe_reap(kvt_engine *e, bool wait)
     int m = e->io->reap(e->io_priv, done, 64, wait && P->inflight ? 1 : 0);
     if (m < 0)
         return m;
-    for (int i = 0; i < m; i++) {
-        size_t at = (size_t)(done[i] - P->reqs);
-        piece_back(e, done[i]->user, (uint32_t)(at % P->max_pieces), done[i]->res, false);
-    }
+    for (int i = 0; i < m; i++)
+        piece_back(e, done[i]->user, piece_of(P, done[i]), done[i]->res, false);
     return m;
 }
 

@@ -254,7 +254,7 @@ struct kvt_ssd_pipe {
     size_t piece_bytes;             /* a page moves in I/O requests of this many bytes */
     uint32_t max_pieces;            /* I/O requests of one page at most */
     struct kvt_io_req *reqs;        /* max_jobs x max_pieces: job j's are from j x max_pieces */
-    uint32_t *piece_crc;            /* the same shape: CRC32C of each piece read (> 1 piece) */
+    uint32_t *piece_crc;            /* the same shape: CRC32C of each piece read or written */
     uint8_t *bounce;                /* max_jobs buffers of page_bytes, one per job */
     uint32_t *job_free, njob_free;  /* free job numbers */
     uint32_t *uncommitted, nuncommitted; /* written, waiting for the group commit */
