@@ -232,13 +232,19 @@ static bool uring_queued(const struct uring *u)
     return u->q[0].head < u->q[0].tail || u->q[1].head < u->q[1].tail;
 }
 
-/* The next request for a free slot: reads before writes, each oldest first.
- * A read has a caller waiting on it; writes are the owner's work ahead of
- * need, and a read queued behind a burst of them would wait for all of
- * them (io.h, submit). Reaper, locked; a request is queued. */
+/* The queue the next request comes from: reads before writes, each oldest
+ * first. A read has a caller waiting on it; writes are the owner's work
+ * ahead of need, and a read queued behind a burst of them would wait for
+ * all of them (io.h, submit). Reaper, locked; a request is queued. */
+static struct uring_fifo *uring_front(struct uring *u)
+{
+    return &u->q[u->q[0].head == u->q[0].tail];
+}
+
+/* Takes the next request for a free slot. */
 static struct kvt_io_req *uring_next(struct uring *u)
 {
-    struct uring_fifo *f = &u->q[u->q[0].head == u->q[0].tail];
+    struct uring_fifo *f = uring_front(u);
     struct kvt_io_req *r = f->v[f->head++];
     if (f->head == f->tail)
         f->head = f->tail = 0;
@@ -250,13 +256,13 @@ static struct kvt_io_req *uring_next(struct uring *u)
  * keeps the disk busy only make requests finish together: the owner's
  * checksums of large pages would then all run after the disk went idle,
  * instead of each while the next request is read. Reaper, locked. */
-static bool uring_may_start(const struct uring *u)
+static bool uring_may_start(struct uring *u)
 {
     if (!u->free_ops || !uring_queued(u))
         return false;
     if (!u->max_bytes || !u->nbusy)
         return true;
-    const struct uring_fifo *f = &u->q[u->q[0].head == u->q[0].tail];
+    const struct uring_fifo *f = uring_front(u);
     return u->busy_bytes + f->v[f->head]->len <= u->max_bytes;
 }
 
@@ -497,10 +503,11 @@ static int uring_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
         goto out;
     for (size_t i = 0; i < n; i++) {
         u->unreaped++;
+        struct uring_fifo *f = &u->q[reqs[i]->write];
         if (!reqs[i]->len)
             uring_complete(u, reqs[i], 0);
         else
-            u->q[reqs[i]->write].v[u->q[reqs[i]->write].tail++] = reqs[i];
+            f->v[f->tail++] = reqs[i];
     }
     if (uring_queued(u))
         uring_ring_bell(u);

@@ -310,8 +310,7 @@ static bool busy_again(struct hammer *h, const struct timespec *t0)
     clock_gettime(CLOCK_MONOTONIC, &now);
     if (now.tv_sec - t0->tv_sec >= BUSY_SECONDS)
         return false;
-    atomic_fetch_add(&h->busy, 1);
-    if (atomic_load(&h->busy) % 64)
+    if ((atomic_fetch_add(&h->busy, 1) + 1) % 64)
         sched_yield();
     else
         nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
