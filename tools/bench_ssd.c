@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "include/kvtier.h"
@@ -428,20 +427,15 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     int r = kvt_open(&c, &e);
     if (r < 0)
         return r;
-    /* In 2 MiB pages, as the raw side's (docs/performance.md#huge-pages):
-     * 2 MiB-aligned, or a span under 2 MiB would get none. */
-    const size_t huge = (size_t)2 << 20;
-    size_t used = ((size_t)o->chain * pb + huge - 1) / huge * huge;
-    size_t span = used + huge;
-    uint8_t *map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) {
-        map = NULL;
+    /* In huge pages, as the raw side's, even for a chain under 2 MiB. */
+    struct cli_huge map;
+    size_t span = (size_t)o->chain * pb;
+    uint8_t *bufs = cli_huge_alloc(span, &map);
+    if (!bufs) {
         r = -ENOMEM;
         goto out;
     }
-    uint8_t *bufs = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
-    (void)madvise(bufs, used, MADV_HUGEPAGE);
-    memset(bufs, 0x5a, used);
+    memset(bufs, 0x5a, span);
     if ((r = fill_pages(e, n, pb)) < 0 || (r = kvt_flush(e)) < 0)
         goto out;
     /* The oldest pages went down first: all but the newest DRAM's worth. */
@@ -462,8 +456,7 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     fig[0] = rb / (t1 - t0);
     fig[1] = (c1 - c0) / rb;
 out:
-    if (map)
-        munmap(map, span);
+    cli_huge_free(&map);
     kvt_close(e);
     return r;
 }

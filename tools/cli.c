@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "include/kvtier.h"
@@ -256,4 +257,25 @@ int cli_config_check(const char *cmd, const struct kvt_config *c, const struct c
     else
         cli_error(cmd, 2, "these settings cannot run: %s", msg);
     return -EINVAL;
+}
+
+unsigned char *cli_huge_alloc(size_t len, struct cli_huge *h)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t used = (len + huge - 1) / huge * huge;
+    *h = (struct cli_huge){ 0 };
+    void *m = mmap(NULL, used + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    *h = (struct cli_huge){ m, used + huge };
+    unsigned char *at = (unsigned char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+    (void)madvise(at, used, MADV_HUGEPAGE);
+    return at;
+}
+
+void cli_huge_free(struct cli_huge *h)
+{
+    if (h->map)
+        munmap(h->map, h->map_len);
+    *h = (struct cli_huge){ 0 };
 }

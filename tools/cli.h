@@ -64,6 +64,18 @@ struct cli_field {
  * message. */
 int cli_config_check(const char *cmd, const struct kvt_config *c, const struct cli_field *map);
 
+/* Memory for the disk to read into as an engine's host buffers are: in
+ * 2 MiB pages (2 MiB-aligned, MADV_HUGEPAGE; docs/performance.md#huge-pages:
+ * a virtual disk fills 4 KiB pages several times slower). cli_huge_alloc
+ * returns len bytes, or NULL; cli_huge_free unmaps them (h zeroed: NULL is
+ * fine). */
+struct cli_huge {
+    void *map;
+    size_t map_len;
+};
+unsigned char *cli_huge_alloc(size_t len, struct cli_huge *h);
+void cli_huge_free(struct cli_huge *h);
+
 /* Prints "kvtier <cmd>: <msg>" to stderr and returns 2 (usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tiers/spill_dir.h"
@@ -77,24 +76,6 @@ static int index_blocks(struct replay_ctx *x)
     return 0;
 }
 
-/* The blocks' buffer, as an engine's host buffers for the disk are: in 2 MiB
- * pages (2 MiB-aligned, MADV_HUGEPAGE), like the raw baseline's. On a
- * virtual disk a read into 4 KiB pages is served several times slower
- * (docs/performance.md#huge-pages): a malloc'd buffer had the replay's SSD
- * loads at 0.2x a raw baseline read into huge pages. NULL if out of memory. */
-static unsigned char *buf_alloc(struct replay_ctx *x, size_t len)
-{
-    const size_t huge = (size_t)2 << 20;
-    size_t map_len = (len + huge - 1) / huge * huge + huge;
-    void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
-        return NULL;
-    x->buf_map = m;
-    x->buf_map_len = map_len;
-    unsigned char *at = (unsigned char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
-    (void)madvise(at, map_len - (size_t)(at - (unsigned char *)m), MADV_HUGEPAGE);
-    return at;
-}
 
 static int ctx_alloc(struct replay_ctx *x)
 {
@@ -115,7 +96,9 @@ static int ctx_alloc(struct replay_ctx *x)
     x->ptrs = malloc(x->chunk * sizeof(void *));
     x->ttft_load = calloc(x->r->requests, sizeof(float));
     x->ttft_recompute = calloc(x->r->requests, sizeof(float));
-    x->buf = buf_alloc(x, (size_t)x->chunk * x->bb);
+    /* In huge pages, as the raw baseline's: a malloc'd buffer had the
+     * replay's SSD loads at 0.2x raw on a virtual disk. */
+    x->buf = cli_huge_alloc((size_t)x->chunk * x->bb, &x->buf_map);
     if (!x->keys || !x->where || !x->found || !x->sel || !x->ckeys || !x->cfound || !x->cwhere ||
         !x->ptrs || !x->ttft_load || !x->ttft_recompute || !x->buf)
         return -ENOMEM;
@@ -139,8 +122,7 @@ static void ctx_free(struct replay_ctx *x)
     free(x->ptrs);
     free(x->ttft_load);
     free(x->ttft_recompute);
-    if (x->buf_map)
-        munmap(x->buf_map, x->buf_map_len);
+    cli_huge_free(&x->buf_map);
     replay_lru_free(&x->lru);
     trace_free(&x->trace);
     /* The engine's files by name and the directory, never a recursive

@@ -8,6 +8,7 @@
 #define KVT_REPLAY_PRIV_H
 
 #include "tiers/tool.h"
+#include "tools/cli.h"
 #include "tools/prefix/trace.h"
 #include "tools/replay/replay.h"
 #include "tools/run/trace_json.h"
@@ -43,9 +44,8 @@ struct replay_ctx {
     int *cfound;
     kvt_tier *cwhere;
     void **ptrs;              /* chunk buffers, then the ones one call uses */
-    unsigned char *buf;       /* chunk blocks of bb bytes, in huge pages (exec.c, buf_alloc) */
-    void *buf_map;            /* the mapping buf lies in, and its length */
-    size_t buf_map_len;
+    unsigned char *buf;       /* chunk blocks of bb bytes, in huge pages */
+    struct cli_huge buf_map;  /* the mapping buf lies in */
     uint32_t chunk;           /* blocks buf holds */
     float *ttft_load, *ttft_recompute; /* per request, seconds */
     struct replay_lru lru;
