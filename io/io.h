@@ -45,6 +45,11 @@ struct kvt_io_params {
     struct kvt_io_faulty *faulty; /* the faulty back-end's plan (required there); others ignore it */
     size_t max_bytes;    /* bytes in flight at most, though always one request (0 = no
                             cap): a back-end that queues holds the rest back (uring) */
+    bool owner_reaps;    /* no thread of the back-end's between the owner and the kernel:
+                            submit() hands requests to the kernel and reap() waits there,
+                            both in the owner's thread (uring; others ignore it). For an
+                            owner that waits for its own requests, as a kvt_get does: a
+                            reaper would add two thread wake-ups to every request. */
 };
 
 struct kvt_io_ops {
@@ -108,8 +113,10 @@ struct kvt_io_fault {
 };
 /* A fault plan for the faulty back-end (tests), given at open in
  * kvt_io_params.faulty (an engine's: kvt_open_with_hooks). The caller owns
- * it and keeps it until the context that uses it is closed; one context at a
- * time per plan, so two engines in one process fail independently. The
+ * it and keeps it until the contexts that use it are closed. An engine's
+ * contexts (its mover's, and those its callers read with: tiers/ssd_caller.c)
+ * share its plan and count in it together; a plan per engine makes two
+ * engines in one process fail independently. The
  * back-end counts the requests it sees in it, so the counts stay readable
  * after close. Holds no resources unless power loss is armed (then
  * kvt_io_faulty_powerloss(plan, NULL) or _apply frees them). Fields are the
@@ -118,6 +125,8 @@ struct kvt_io_pl_write;
 struct kvt_io_pl_file;
 struct kvt_io_faulty {
     const struct kvt_io_ops *inner; /* the wrapped back-end */
+    pthread_mutex_t submit_mu;      /* held across a whole submit(): the contexts sharing
+                                       the plan judge their requests one call after another */
     pthread_mutex_t mu;             /* guards what follows (the owner's thread and the caller's) */
     struct kvt_io_fault fault;
     uint64_t reads, writes, submits;

@@ -86,6 +86,7 @@ void kvt_io_faulty_init(struct kvt_io_faulty *plan, const struct kvt_io_ops *inn
 {
     *plan = (struct kvt_io_faulty){ .inner = inner ? inner : &kvt_io_psync_ops };
     pthread_mutex_init(&plan->mu, NULL);
+    pthread_mutex_init(&plan->submit_mu, NULL);
     kvt_io_faulty_set(plan, f);
 }
 
@@ -217,7 +218,7 @@ static int faulty_route(struct kvt_io_req *const *reqs, const enum verdict *v, s
 
 /* Judges each request by its running count; counts stay untouched until the
  * call succeeds, so a refused submit is not counted as I/O seen. The plan is
- * read under its lock; only this context's owner moves its counts. */
+ * read under its lock and moved only under submit_mu (faulty_submit). */
 struct judged {
     uint64_t nr, nw, npl;       /* the plan's counts once the call succeeds */
     bool cut;                   /* the power goes after the writes of this call that pass */
@@ -385,9 +386,21 @@ static void pl_reaped(struct kvt_io_faulty *plan, struct kvt_io_req *const *done
     pthread_mutex_unlock(&plan->mu);
 }
 
+static int faulty_submit_locked(struct faulty *f, struct kvt_io_req *const *reqs, size_t n);
+
+/* One submit at a time per plan: judge_all reads the plan's counts and the
+ * call writes them back once the inner back-end took the requests. */
 static int faulty_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
 {
     struct faulty *f = priv;
+    pthread_mutex_lock(&f->plan->submit_mu);
+    int rc = faulty_submit_locked(f, reqs, n);
+    pthread_mutex_unlock(&f->plan->submit_mu);
+    return rc;
+}
+
+static int faulty_submit_locked(struct faulty *f, struct kvt_io_req *const *reqs, size_t n)
+{
     int rc = faulty_submit_hit(f->plan);
     if (rc)
         return rc;

@@ -23,6 +23,12 @@
  * READ_FIXED/WRITE_FIXED, which skips pinning the pages on every I/O. When
  * registration is refused (RLIMIT_MEMLOCK, a file-backed mapping) the
  * context runs with plain reads and writes and describe() says why.
+ *
+ * With kvt_io_params.owner_reaps there is no reaper: the owner's submit()
+ * and reap() do its work (fill, enter, harvest) in the owner's thread, as a
+ * plain single-threaded io_uring user does. A kvt_get reading its own pages
+ * waits for them anyway; going through a reaper would add a wake-up on each
+ * side of every request (docs/performance.md#caller-reads).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,6 +91,7 @@ struct uring {
     size_t want;             /* the owner waits in reap() for this many done; 0 = not */
     bool wake_armed;         /* the eventfd poll is in the kernel */
     bool idle;               /* the reaper waits in the kernel with free slots */
+    bool owner_reaps;        /* no reaper: the owner's calls drive the ring */
     bool stop;
     int broken;              /* a ring error that cannot be retried; 0 = healthy */
 };
@@ -271,7 +278,7 @@ static bool uring_may_start(struct uring *u)
  * take the free slots (uring_next says in which order). */
 static void uring_fill(struct uring *u)
 {
-    if (!u->wake_armed) {
+    if (!u->wake_armed && !u->owner_reaps) {
         uint64_t v;
         while (read(u->wake_fd, &v, sizeof(v)) == sizeof(v))
             ;
@@ -323,6 +330,36 @@ static void uring_break(struct uring *u, int rc)
     while (uring_queued(u))
         uring_complete(u, uring_next(u), rc);
     pthread_cond_broadcast(&u->done_cv);
+}
+
+/* Owner-reaps mode, locked: the reaper's step in the owner's thread.
+ * Queued requests take the free slots and go to the kernel; with wait, the
+ * call also waits there for a completion and harvests. Returns 0, or the
+ * ring's error (the context is broken: uring_break answered everything). */
+static int owner_push(struct uring *u, bool wait)
+{
+    uring_fill(u);
+    int rc;
+    if (wait) {
+        rc = uring_enter(u); /* the lock is ours alone: no reaper to exclude */
+    } else {
+        rc = io_uring_submit(&u->ring);
+        rc = rc == -EAGAIN || rc == -EBUSY || rc == -EINTR || rc >= 0 ? 0 : rc;
+    }
+    if (rc) {
+        uring_break(u, rc);
+        return rc;
+    }
+    uring_harvest(u);
+    return 0;
+}
+
+/* Owner-reaps mode, at close: every request sent is seen through (the
+ * kernel writes into the owner's buffers until its CQE). Locked. */
+static void owner_drain(struct uring *u)
+{
+    while (!u->broken && (u->nbusy || uring_queued(u)))
+        (void)owner_push(u, true);
 }
 
 static void *uring_reaper(void *arg)
@@ -449,7 +486,8 @@ static int uring_open(const struct kvt_io_params *p, void **priv)
     uring_setup_fixed(u, p);
     pthread_mutex_init(&u->m, NULL);
     pthread_cond_init(&u->done_cv, NULL);
-    rc = -pthread_create(&u->reaper, NULL, uring_reaper, u);
+    u->owner_reaps = p->owner_reaps;
+    rc = u->owner_reaps ? 0 : -pthread_create(&u->reaper, NULL, uring_reaper, u);
     if (rc)
         goto out_sync;
     *priv = u;
@@ -475,9 +513,13 @@ static void uring_close(void *priv)
         return;
     pthread_mutex_lock(&u->m);
     u->stop = true;
-    uring_ring_bell(u);
+    if (u->owner_reaps)
+        owner_drain(u);
+    else
+        uring_ring_bell(u);
     pthread_mutex_unlock(&u->m);
-    pthread_join(u->reaper, NULL);
+    if (!u->owner_reaps)
+        pthread_join(u->reaper, NULL);
     io_uring_queue_exit(&u->ring); /* also cancels the doorbell's poll, unregisters buffers */
     close(u->wake_fd);
     pthread_cond_destroy(&u->done_cv);
@@ -509,7 +551,11 @@ static int uring_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
         else
             f->v[f->tail++] = reqs[i];
     }
-    if (uring_queued(u))
+    /* A ring that breaks here has taken the requests all the same: reap()
+     * answers them (uring_break), as it does for the reaper's. */
+    if (uring_queued(u) && u->owner_reaps)
+        (void)owner_push(u, false);
+    else if (uring_queued(u))
         uring_ring_bell(u);
 out:
     pthread_mutex_unlock(&u->m);
@@ -531,7 +577,18 @@ static int uring_reap(void *priv, struct kvt_io_req **done, size_t max, size_t m
         min_wait = max;
     if (min_wait > u->unreaped)
         min_wait = u->unreaped;
+    if (u->owner_reaps) {
+        /* Completions waiting in the CQ are taken even when not asked to
+         * wait: they free slots for the queued requests. */
+        uring_harvest(u);
+        if (uring_queued(u))
+            (void)owner_push(u, false);
+    }
     while (u->ndone < min_wait && !u->broken) {
+        if (u->owner_reaps) {
+            (void)owner_push(u, true);
+            continue;
+        }
         u->want = min_wait;
         pthread_cond_wait(&u->done_cv, &u->m);
     }

@@ -24,6 +24,7 @@
 struct fx {
     const struct kvt_io_ops *ops; /* the back-end under test (the inner one for faulty) */
     bool have;                    /* built into this library */
+    bool owner;                   /* "owner": uring with owner_reaps (no reaper thread) */
     char dir[PATH_MAX - 16];
     char path[PATH_MAX];
     int fd;
@@ -56,9 +57,12 @@ static int fx_setup(void **state)
     f->ops = &kvt_io_psync_ops;
     f->have = strcmp(which, "uring") != 0 || KVT_HAVE_URING;
 #if KVT_HAVE_URING
-    if (strcmp(which, "uring") == 0)
+    if (strcmp(which, "uring") == 0 || strcmp(which, "owner") == 0)
         f->ops = &kvt_io_uring_ops;
 #endif
+    f->owner = strcmp(which, "owner") == 0;
+    if (f->owner)
+        f->have = KVT_HAVE_URING;
     const char *tmp = getenv("TMPDIR");
     snprintf(f->dir, sizeof(f->dir), "%s/kvt_io_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     const char *env = getenv("KVT_IO_URING_DISABLE");
@@ -101,7 +105,7 @@ static void *t_open(const struct fx *f, const struct kvt_io_ops *ops, unsigned d
     if (!f->have)
         skip();
     struct kvt_io_params p = { .depth = depth, .fixed_base = fixed, .fixed_len = fixed_len,
-                               .faulty = &t_plan };
+                               .faulty = &t_plan, .owner_reaps = f->owner };
     void *priv = NULL;
     int rc = ops->open(&p, &priv);
     if (rc == -EPERM || rc == -ENOSYS)
@@ -666,7 +670,7 @@ static void *t_open_capped(const struct fx *f, unsigned depth, size_t max_bytes)
 {
     if (!f->have)
         skip();
-    struct kvt_io_params p = { .depth = depth, .max_bytes = max_bytes };
+    struct kvt_io_params p = { .depth = depth, .max_bytes = max_bytes, .owner_reaps = f->owner };
     void *priv = NULL;
     int rc = f->ops->open(&p, &priv);
     if (rc == -EPERM || rc == -ENOSYS)
@@ -709,9 +713,71 @@ static void test_max_bytes(void **state)
     f->ops->close(io);
 }
 
-/* Each back-end test twice, named for the back-end it runs on. */
+/* Two faulty contexts over one plan, as an engine's mover and a caller
+ * read at once (tiers/ssd_caller.c): each from its own thread, 64 reads in
+ * submits of 4. The plan counts every read once and fails exactly its 50th,
+ * whichever context sent it. */
+struct shared_run {
+    const struct fx *f;
+    void *io;
+    char *buf;
+    struct kvt_io_req r[64];
+};
+
+static void *shared_reader(void *arg)
+{
+    struct shared_run *s = arg;
+    for (size_t i = 0; i < 64; i += 4) {
+        for (size_t k = i; k < i + 4; k++) {
+            s->r[k] = t_req(s->f->fd, false, s->buf + (k % 8) * T_PAGE, T_PAGE, (k % 8) * T_PAGE);
+            s->r[k].res = 1;
+        }
+        struct kvt_io_req *in[4] = { &s->r[i], &s->r[i + 1], &s->r[i + 2], &s->r[i + 3] }, *out[4];
+        if (kvt_io_faulty_ops.submit(s->io, in, 4) != 0)
+            return NULL;
+        for (int got = 0; got < 4;) {
+            int k = kvt_io_faulty_ops.reap(s->io, out + got, (size_t)(4 - got), 1);
+            if (k <= 0)
+                return NULL;
+            got += k;
+        }
+    }
+    return s;
+}
+
+static void test_faulty_shared_plan(void **state)
+{
+    struct fx *f = *state;
+    t_write_pages(f, 0, 8, 4);
+    struct kvt_io_fault fault = { .op = KVT_IOF_READ, .nth = 50, .err = -EIO };
+    kvt_io_faulty_init(&t_plan, f->ops, &fault);
+    struct shared_run run[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        run[t].f = f;
+        run[t].io = t_open(f, &kvt_io_faulty_ops, 4, NULL, 0);
+        run[t].buf = f->arena + (size_t)t * (ARENA_BYTES / 2);
+        assert_int_equal(pthread_create(&th[t], NULL, shared_reader, &run[t]), 0);
+    }
+    int failed = 0;
+    for (int t = 0; t < 2; t++) {
+        void *ok = NULL;
+        assert_int_equal(pthread_join(th[t], &ok), 0);
+        assert_ptr_equal(ok, &run[t]);
+        for (int i = 0; i < 64; i++) {
+            assert_true(run[t].r[i].res == 0 || run[t].r[i].res == -EIO);
+            failed += run[t].r[i].res == -EIO;
+        }
+        kvt_io_faulty_ops.close(run[t].io);
+    }
+    assert_int_equal(failed, 1);
+    assert_int_equal(kvt_io_faulty_count(&t_plan, KVT_IOF_READ), 128);
+}
+
+/* Each back-end test on every back-end, named for the one it runs on:
+ * "owner" is uring driven from the owner's thread (owner_reaps). */
 #define ON(t, which) { #t "/" which, t, fx_setup, fx_teardown, (void *)which }
-#define BOTH(t) ON(t, "uring"), ON(t, "psync")
+#define BOTH(t) ON(t, "uring"), ON(t, "psync"), ON(t, "owner")
 
 int main(void)
 {
@@ -735,7 +801,10 @@ int main(void)
         ON(test_raw_bench, "uring"),
         ON(test_raw_bench_no_link, "uring"),
         ON(test_reads_before_writes, "uring"),
+        ON(test_reads_before_writes, "owner"),
         ON(test_max_bytes, "uring"),
+        ON(test_max_bytes, "owner"),
+        BOTH(test_faulty_shared_plan),
         cmocka_unit_test(test_short_slice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
