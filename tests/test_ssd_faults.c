@@ -928,6 +928,66 @@ static int ssd_only(kvt_engine *e, const kvt_key *ks, int not)
     return -1;
 }
 
+/* kvt_get reads a page that lives only on SSD itself, into the caller's
+ * aligned buffer (tiers/ssd_caller.c), under the mover's rules: one failed
+ * read there is tried again by the mover (served exact, one error counted,
+ * two reads in all); a read that keeps failing is tried SSD_TRIES times in
+ * all (the caller's try and the mover's two), and the page is lost: a miss,
+ * never bytes. */
+static void test_get_read_fault_retried_then_lost(void **state)
+{
+    char *dir = dir_new();
+    struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
+    struct kvt_io_faulty plan;
+    kvt_io_faulty_init(&plan, NULL, &none);
+    t_force_faulty(&plan);
+    kvt_config c = ssd_config(dir, 4, 8, 64);
+    void *b = aligned_alloc(4096, PB);
+    assert_non_null(b);
+    kvt_key ks[16];
+    kvt_engine *e = sixteen_pages(&c, ks, b);
+    void *dst[1] = { b };
+
+    int t = ssd_only(e, ks, -1);
+    assert_true(t >= 0);
+    struct kvt_io_fault once = { KVT_IOF_READ, 1, -EIO, false };
+    kvt_io_faulty_set(&plan, &once);
+    memset(b, 0xCD, PB);
+    int found = -1;
+    assert_int_equal(kvt_get(e, &ks[t], 1, dst, 0, &found), 0);
+    assert_int_equal(found, 1);
+    assert_true(t_check(b, PB, ks[t], 1));
+    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 2);
+    kvt_stats s = t_stats(e);
+    assert_int_equal(s.errors_io, 1);
+    assert_int_equal(s.pages, 16);
+
+    int a = ssd_only(e, ks, -1); /* a direct read leaves the page on SSD only */
+    assert_int_equal(a, t);
+    struct kvt_io_fault always = { KVT_IOF_READ, 1, -EIO, true };
+    kvt_io_faulty_set(&plan, &always);
+    memset(b, 0xCD, PB);
+    found = -1;
+    assert_int_equal(kvt_get(e, &ks[a], 1, dst, 0, &found), 0);
+    assert_int_equal(found, 0);
+    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 3); /* SSD_TRIES */
+    kvt_io_faulty_set(&plan, &none);
+    s = t_stats(e);
+    assert_int_equal(s.errors_io, 1 + 3);
+    assert_int_equal(s.pages, 15);
+    for (int i = 0; i < 16; i++) {
+        found = -1;
+        assert_int_equal(kvt_get(e, &ks[i], 1, dst, 0, &found), 0);
+        assert_int_equal(found, i != a);
+        if (i != a)
+            assert_true(t_check(b, PB, ks[i], 1));
+    }
+    kvt_close(e);
+    t_force_faulty(NULL);
+    free(b);
+    dir_free(dir);
+}
+
 /* One failed read of a page that lives only on SSD is tried again: the
  * page is served exact, the error counted, no slot retired. A read that
  * keeps failing (SSD_TRIES tries) loses the page: acquire reports -EIO,
@@ -1565,6 +1625,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uring_disabled),
         cmocka_unit_test(test_read_fault_retried_then_lost),
+        cmocka_unit_test(test_get_read_fault_retried_then_lost),
         cmocka_unit_test(test_submit_fault_keeps_pages),
         cmocka_unit_test(test_flush_write_fault_durable),
         cmocka_unit_test(test_put_overwrite_crash),

@@ -435,6 +435,43 @@ static bool direct_ok(const kvt_engine *e, const void *dst, int dst_on_device)
     return !dst_on_device && ((uintptr_t)dst & 4095) == 0 && (e->page_bytes & 4095) == 0;
 }
 
+/* The chunk's pages that are only on SSD and bound for buffers direct I/O
+ * can fill, read by this thread itself (ssd_caller.c). A page read is done
+ * (transient, straight into dst); one whose read failed is handed to the
+ * mover with that try counted; one gone (a checksum mismatch) is a miss.
+ * Locked. 0, or -ENOMEM. */
+static int get_own_reads(kvt_engine *e, struct get_src *g, size_t n, void *const *dst,
+                         int dst_on_device)
+{
+    size_t m = 0;
+    struct kvt_caller_read *rd = malloc((n ? n : 1) * sizeof(*rd));
+    if (!rd)
+        return 0; /* the mover reads them all */
+    for (size_t i = 0; i < n; i++)
+        if (g[i].pg != KVT_NONE && direct_ok(e, dst[i], dst_on_device))
+            rd[m++] = (struct kvt_caller_read){ .pg = g[i].pg, .dst = dst[i], .from = i };
+    if (m)
+        kvt_ssd_caller_read(e, rd, m);
+    int r = 0;
+    for (size_t k = 0; k < m && r == 0; k++) {
+        struct get_src *gi = &g[rd[k].from];
+        if (rd[k].res == KVT_CALLER_SKIP)
+            continue;
+        gi->direct = rd[k].dst;
+        if (rd[k].res == 0 || rd[k].res == KVT_ECORRUPT) {
+            gi->tstate = 2;
+            gi->tres = rd[k].res;
+        } else if (kvt_ssd_caller_retry(e, gi->pg, rd[k].dst) == 0) {
+            gi->tstate = 1;
+        } else {
+            gi->direct = NULL;
+            r = kvt_fail(-ENOMEM, "out of memory for a read");
+        }
+    }
+    free(rd);
+    return r;
+}
+
 /* Loads the chunk's busy pages and copies each out as soon as it has a
  * copy in HBM or DRAM: the SSD reads of the whole chunk are queued in the
  * first pass, so the disk has them all at once, and each page read is
@@ -446,6 +483,8 @@ static int get_load(kvt_engine *e, struct get_src *g, size_t n, void *const *dst
                     int dst_on_device, int *found, bool *lost, int *cr)
 {
     int err = 0;
+    if (e->ssd && (err = get_own_reads(e, g, n, dst, dst_on_device)) < 0)
+        return err;
     for (;;) {
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         bool pending = false, ready = false;

@@ -73,6 +73,7 @@ static int open_io(kvt_engine *e, struct kvt_io_faulty *faulty)
                                .fixed_len = e->dram.alloc_bytes,
                                .faulty = faulty,
                                .max_bytes = SSD_INFLIGHT_BYTES };
+    kvt_callers_init(e, &p);
     if (faulty) {
         e->io = &kvt_io_faulty_ops;
         int fr = e->io->open(&p, &e->io_priv);
@@ -123,6 +124,7 @@ int kvt_ssd_tier_open(kvt_engine *e, struct kvt_io_faulty *io)
 
 void kvt_ssd_tier_close(kvt_engine *e)
 {
+    kvt_callers_close(e);
     if (e->io)
         e->io->close(e->io_priv);
     kvt_ssd_close(e->ssd);
@@ -141,7 +143,7 @@ void kvt_ssd_tier_close(kvt_engine *e)
 
 bool kvt_ssd_waiting(const kvt_engine *e)
 {
-    return e->ssd_tier.busy || e->ssd_tier.ndels;
+    return e->ssd_tier.busy || e->ssd_tier.ndels || e->ssd_tier.caller_reads;
 }
 
 static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
@@ -166,7 +168,7 @@ static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg)
 {
     kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, NULL }) < 0)
+    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, NULL, 0 }) < 0)
         kvt_page_xfer_cancel(e, pg); /* the caller sees no progress and fails with EFULL */
 }
 
@@ -180,7 +182,7 @@ struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg, void *buf
     return NULL;
 }
 
-int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
+static int queue_transient(kvt_engine *e, uint32_t pg, void *buf, uint8_t tries)
 {
     struct kvt_ssd_tier *t = &e->ssd_tier;
     if (t->ntrans == t->trans_cap) {
@@ -193,12 +195,22 @@ int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
     }
     t->trans[t->ntrans++] = (struct kvt_transient){ pg, buf, 1, false };
     kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, buf }) < 0) {
+    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, buf, tries }) < 0) {
         kvt_page_xfer_cancel(e, pg);
         t->ntrans--;
         return -ENOMEM;
     }
     return 0;
+}
+
+int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf)
+{
+    return queue_transient(e, pg, buf, 0);
+}
+
+int kvt_ssd_caller_retry(kvt_engine *e, uint32_t pg, void *buf)
+{
+    return queue_transient(e, pg, buf, 1);
 }
 
 int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf, bool *kept)
@@ -252,7 +264,7 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
         return err;
     }
     kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, slot, true, evict, NULL }) < 0) {
+    if (queue_push(e, (struct kvt_ssd_req){ pg, slot, true, evict, NULL, 0 }) < 0) {
         kvt_page_xfer_cancel(e, pg);
         kvt_ssd_free(e->ssd, slot);
         return -ENOMEM;

@@ -184,7 +184,7 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
     const struct kvt_page *p = kvt_pg(&e->pt, q->pg);
     struct kvt_ssd_job *j = &e->pipe.jobs[ji];
     *j = (struct kvt_ssd_job){ .pg = q->pg, .key = p->key, .write = q->write,
-                               .evict = q->evict };
+                               .evict = q->evict, .tries = q->tries };
     if (e->cfg.on_transfer)
         j->t_ns = kvt_now_ns();
     if (!q->write && q->buf) {
@@ -278,15 +278,39 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
 /* Piece k of job j: where its I/O starts and how long it is (the stored
  * bytes rounded up to 4 KiB, cut in PIECE_BYTES), and how many of those
  * bytes the checksum covers (the stored ones). */
+size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint32_t k, size_t *io_len,
+                     size_t *crc_len)
+{
+    size_t pb = e->pipe.piece_bytes;
+    size_t at = (size_t)k * pb, io_end = ALIGN4K(stored_len);
+    size_t end = io_end - at > pb ? at + pb : io_end;
+    *io_len = end - at;
+    *crc_len = (end < stored_len ? end : stored_len) - at;
+    return at;
+}
+
+uint32_t kvt_ssd_pieces(const kvt_engine *e, size_t stored_len)
+{
+    uint32_t n = (uint32_t)((ALIGN4K(stored_len) + e->pipe.piece_bytes - 1) / e->pipe.piece_bytes);
+    return n ? n : 1;
+}
+
+uint32_t kvt_ssd_crc_join(const kvt_engine *e, const uint32_t *crc, uint32_t pieces,
+                          size_t stored_len)
+{
+    uint32_t c = crc[0];
+    for (uint32_t k = 1; k < pieces; k++) {
+        size_t io_len, crc_len;
+        kvt_ssd_piece(e, stored_len, k, &io_len, &crc_len);
+        c = kvt_crc32c_combine(c, crc[k], crc_len);
+    }
+    return c;
+}
+
 static size_t piece_at(const kvt_engine *e, const struct kvt_ssd_job *j, uint32_t k,
                        size_t *io_len, size_t *crc_len)
 {
-    size_t pb = e->pipe.piece_bytes;
-    size_t at = (size_t)k * pb, io_end = ALIGN4K(j->stored_len);
-    size_t end = io_end - at > pb ? at + pb : io_end;
-    *io_len = end - at;
-    *crc_len = (end < j->stored_len ? end : j->stored_len) - at;
-    return at;
+    return kvt_ssd_piece(e, j->stored_len, k, io_len, crc_len);
 }
 
 /* CRC32C of piece k, the page's binding as the first piece's seed (unlocked). */
@@ -311,14 +335,7 @@ static uint32_t piece_of(const struct kvt_ssd_pipe *P, const struct kvt_io_req *
 /* The page's CRC32C from its pieces' (piece_crcs). */
 static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j)
 {
-    const uint32_t *crc = piece_crcs(e, j);
-    uint32_t c = crc[0];
-    for (uint32_t k = 1; k < j->pieces; k++) {
-        size_t io_len, crc_len;
-        piece_at(e, j, k, &io_len, &crc_len);
-        c = kvt_crc32c_combine(c, crc[k], crc_len);
-    }
-    return c;
+    return kvt_ssd_crc_join(e, piece_crcs(e, j), j->pieces, j->stored_len);
 }
 
 /* Verifies and decodes a page read (unlocked): its pieces were checksummed
@@ -424,9 +441,7 @@ static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
         j->tries++;
         j->res = 0;
         j->unsent = false;
-        j->pieces = (uint32_t)((ALIGN4K(j->stored_len) + P->piece_bytes - 1) / P->piece_bytes);
-        if (!j->pieces)
-            j->pieces = 1;
+        j->pieces = kvt_ssd_pieces(e, j->stored_len);
         /* Counted in flight before any is submitted: a refused group
          * answers its pieces at once (piece_back), and the job is over
          * only when every piece is. */
@@ -549,17 +564,22 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         if (!j->transient)
             kvt_page_read_failed(e, j->pg);
     } else {
-        /* The only copy is unreadable: the page is lost, never served. */
-        if (j->res == KVT_ECORRUPT)
-            e->st.errors_corrupt++;
-        else
-            e->st.errors_io++;
-        if (j->res != KVT_ECORRUPT)
-            kvt_ssd_mark_bad(e->ssd, j->slot);
-        kvt_page_lost(e, j->pg, j->res != KVT_ECORRUPT);
-        kvt_ssd_forget(e, j->pg);
+        kvt_ssd_read_gone(e, j->pg, j->slot, j->res);
     }
     kvt_page_settle(e, j->pg);
+}
+
+void kvt_ssd_read_gone(kvt_engine *e, uint32_t pg, uint32_t slot, int res)
+{
+    /* The only copy is unreadable: the page is lost, never served. */
+    if (res == KVT_ECORRUPT)
+        e->st.errors_corrupt++;
+    else
+        e->st.errors_io++;
+    if (res != KVT_ECORRUPT)
+        kvt_ssd_mark_bad(e->ssd, slot);
+    kvt_page_lost(e, pg, res != KVT_ECORRUPT);
+    kvt_ssd_forget(e, pg);
 }
 
 /* A write that failed: the page stays where it was. Only a slot whose write

@@ -186,6 +186,7 @@ struct kvt_ssd_req {
     uint32_t slot;          /* writes: the new slot */
     bool write, evict;
     void *buf;              /* a transient read: the caller's buffer (else NULL) */
+    uint8_t tries;          /* tries already made (a caller's own read that failed) */
 };
 
 /* A read of an SSD page into a buffer of a kvt_get, when no DRAM slot can
@@ -212,6 +213,8 @@ struct kvt_ssd_tier {
     struct kvt_transient *trans;    /* transient reads in progress */
     uint32_t ntrans, trans_cap;
     uint64_t busy;                  /* requests queued or in the pipe */
+    uint64_t caller_reads;          /* pages kvt_get callers read themselves (ssd_caller.c):
+                                       SSD waiters wait for these too */
     uint64_t progress;              /* pipe steps that finished jobs or freed slots:
                                        what SSD waiters watch */
     int read_err;                   /* the last read error that kept its page (PG_READ_ERR) */
@@ -219,6 +222,34 @@ struct kvt_ssd_tier {
     int evict_err;                  /* an eviction's write failed: the next room maker says so */
     pthread_cond_t cv;              /* broadcast when progress moves */
 };
+
+/* I/O contexts that kvt_get callers read SSD pages with, in their own
+ * threads (ssd_caller.c); under the lock. */
+#define KVT_CALLER_IOS 8
+struct kvt_callers {
+    void *idle[KVT_CALLER_IOS];     /* open and free */
+    uint32_t nidle;
+    uint32_t nopen;                 /* open in all (idle or in a caller's hands) */
+    struct kvt_io_params params;    /* the mover's, with owner_reaps */
+};
+
+/* A page a kvt_get reads itself (ssd_caller.c): the caller fills pg and
+ * dst; the rest is kvt_ssd_caller_read's. */
+struct kvt_caller_read {
+    uint32_t pg;
+    void *dst;              /* 4 KiB-aligned host memory of page_bytes */
+    size_t from;            /* the caller's, untouched */
+    int res;                /* KVT_CALLER_SKIP: not read here (the mover's, as before);
+                               0: read and verified into dst; KVT_ECORRUPT: its copy on
+                               SSD failed the checksum, the page is gone; another error:
+                               the page is as it was, one try made (kvt_ssd_caller_retry) */
+    uint32_t slot, crc;
+    int fd;
+    uint64_t off, generation;
+    kvt_key key;
+    uint32_t pending;       /* pieces not back yet */
+};
+#define KVT_CALLER_SKIP 1
 
 /* ------------------------------------------------------------- SSD pipe (ssd_pipe.c) */
 
@@ -304,6 +335,7 @@ struct kvt_engine {
     const struct kvt_io_ops *io;
     void *io_priv;
     char io_note[192];
+    struct kvt_callers callers;     /* more contexts of io's, for kvt_get's own reads */
 
     struct kvt_ptable pt;
 
@@ -507,6 +539,8 @@ void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
 /* Queues an SSD read of pg into buf (4096-aligned, page_bytes), leaving the
  * page's tiers as they are; kvt_ssd_transient_result() says when it is done. */
 int kvt_ssd_queue_read_transient(kvt_engine *e, uint32_t pg, void *buf);
+/* The same for a read its caller tried once already (ssd_caller.c). */
+int kvt_ssd_caller_retry(kvt_engine *e, uint32_t pg, void *buf);
 /* 1 while pending; then 0 or the error, and the entry is gone. */
 int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf, bool *kept);
 struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg, void *buf);
@@ -540,6 +574,29 @@ bool kvt_ssd_pipe_pending(const kvt_engine *e);
  * a group of writes, finish. Called locked; unlocks around the I/O. Returns
  * true while there was SSD work. */
 bool kvt_ssd_pipe_step(kvt_engine *e);
+/* How a page stored in stored_len bytes moves: kvt_ssd_pieces() I/O requests
+ * (PIECE_BYTES each, the last shorter); piece k's offset, I/O length and
+ * checksummed length; and the page's CRC32C from its pieces' CRCs. The
+ * piece size is fixed at open: any thread may ask. */
+uint32_t kvt_ssd_pieces(const kvt_engine *e, size_t stored_len);
+size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint32_t k, size_t *io_len,
+                     size_t *crc_len);
+uint32_t kvt_ssd_crc_join(const kvt_engine *e, const uint32_t *crc, uint32_t pieces,
+                          size_t stored_len);
+/* A read proved the only copy of pg (in slot) bad (KVT_ECORRUPT) or
+ * unreadable (res): the page is lost, never served (locked). */
+void kvt_ssd_read_gone(kvt_engine *e, uint32_t pg, uint32_t slot, int res);
+
+/* ------------------------------------------------------------- ssd_caller.c */
+
+/* Sets up the pool of caller contexts like the mover's (p); opens none. */
+void kvt_callers_init(kvt_engine *e, const struct kvt_io_params *p);
+/* Closes them (no caller holds one: the engine is closing). */
+void kvt_callers_close(kvt_engine *e);
+/* Reads the pages of rd[0..n) that a caller can read itself, in its own
+ * thread (struct kvt_caller_read says which, and what came of each). Its
+ * pages are the caller's busy ones. Locked; unlocks while reading. */
+void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n);
 
 /* ------------------------------------------------------------- prefetch.c, mover.c */
 

@@ -1,0 +1,257 @@
+/*
+ * ssd_caller.c — SSD reads that a kvt_get runs in its own thread.
+ *
+ * A page that is only on SSD, stored raw, and bound for a caller's buffer
+ * that direct I/O can fill is read there by the calling thread, through an
+ * I/O context of its own that has no reaper (io.h: owner_reaps), and each
+ * piece is checksummed as it lands while the later ones are still on the
+ * disk. The mover never sees these reads. Through the mover, a read costs
+ * four thread wake-ups besides the disk's time (caller to mover, mover to
+ * reaper, reaper to mover, mover to caller); on a machine with few cores
+ * those wake-ups, not the disk, set the pace of a prefix cache's loads
+ * (docs/performance.md#caller-reads).
+ *
+ * The rules stay the mover's (ssd_pipe.c): a checksum mismatch loses the
+ * page at once (kvt_ssd_read_gone); any other failure leaves the page as it
+ * was and hands it to the mover as a transient read with this try counted
+ * (kvt_ssd_caller_retry), whose retries and error rules then decide. A page
+ * read here is XFER_SSD_READ while the read runs, as one the mover reads.
+ *
+ * Contexts are pooled per engine (e->callers, under the lock): opened on
+ * first use, given back after each call, closed with the SSD tier. A caller
+ * that finds none free and may not open another leaves its pages to the
+ * mover.
+ */
+#include <stdlib.h>
+
+#include "io/codec.h"
+#include "tiers/ssd_index.h"
+#include "tiers/ssd_store.h"
+#include "tiers/tiers.h"
+
+/* Requests reaped per call. */
+#define CALLER_REAP 64
+
+void kvt_callers_init(kvt_engine *e, const struct kvt_io_params *p)
+{
+    e->callers.params = *p;
+    e->callers.params.owner_reaps = true;
+    /* The DRAM arena is the mover's to read into; a caller reads into its
+     * own buffers, and registering the arena again would pin it again. */
+    e->callers.params.fixed_base = NULL;
+    e->callers.params.fixed_len = 0;
+}
+
+void kvt_callers_close(kvt_engine *e)
+{
+    struct kvt_callers *c = &e->callers;
+    while (c->nidle)
+        e->io->close(c->idle[--c->nidle]);
+    c->nopen = 0;
+}
+
+/* A context for this caller, or NULL (locked). Opening one takes a few
+ * system calls under the lock, once per context for the engine's life. */
+static void *context_take(kvt_engine *e)
+{
+    struct kvt_callers *c = &e->callers;
+    if (c->nidle)
+        return c->idle[--c->nidle];
+    void *io = NULL;
+    if (!e->io || c->nopen == KVT_CALLER_IOS || e->io->open(&c->params, &io) < 0)
+        return NULL;
+    c->nopen++;
+    return io;
+}
+
+/* Gives io back (locked); a context that failed is closed, not pooled: a
+ * broken ring answers nothing more. */
+static void context_give(kvt_engine *e, void *io, bool failed)
+{
+    struct kvt_callers *c = &e->callers;
+    if (failed) {
+        e->io->close(io);
+        c->nopen--;
+        return;
+    }
+    c->idle[c->nidle++] = io;
+}
+
+/* Whether rd's page can be read by its caller, and where it is (locked):
+ * only on SSD, no transfer of it running, stored raw (a compressed page is
+ * decoded from a bounce buffer, which is the mover's), its segment open or
+ * opened here (segments open under the lock, as the mover's reads open
+ * them: after a restart the first get opens what it reads). */
+static bool prepare(kvt_engine *e, struct kvt_caller_read *rd)
+{
+    const struct kvt_page *p = kvt_pg(&e->pt, rd->pg);
+    if (!(p->flags & PG_VALID_SSD) || p->xfer != XFER_NONE || p->ssd_slot == KVT_NONE ||
+        (p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST | PG_READ_ERR)))
+        return false;
+    const struct kvt_ssd_meta *m = &e->ssd_tier.meta[p->ssd_slot];
+    if (m->codec != KVT_CODEC_NONE || m->stored_len != e->page_bytes)
+        return false;
+    if (kvt_ssd_locate(e->ssd, p->ssd_slot, false, &rd->fd, &rd->off) < 0)
+        return false; /* the mover's read will say what is wrong */
+    rd->slot = p->ssd_slot;
+    rd->crc = m->crc;
+    rd->generation = m->generation;
+    rd->key = p->key;
+    return true;
+}
+
+/* Piece k of a read came back with res: checksummed here, while the rest
+ * are still on the disk; the read's result once its last piece is back
+ * (unlocked). */
+static void piece_back(kvt_engine *e, struct kvt_caller_read *rd, uint32_t *crc, uint32_t k,
+                       int res)
+{
+    size_t pb = e->page_bytes;
+    if (res < 0 && (rd->res == 0 || rd->res == KVT_CALLER_SKIP))
+        rd->res = res;
+    if (res == 0 && rd->res == KVT_CALLER_SKIP) {
+        size_t io_len, crc_len, at = kvt_ssd_piece(e, pb, k, &io_len, &crc_len);
+        uint32_t seed = k ? 0 : kvt_ssd_bind(&rd->key, e->cfg.fingerprint, rd->generation);
+        crc[k] = kvt_crc32c(seed, (const uint8_t *)rd->dst + at, crc_len);
+    }
+    if (--rd->pending)
+        return;
+    if (rd->res == KVT_CALLER_SKIP) /* every piece read */
+        rd->res = kvt_ssd_crc_join(e, crc, kvt_ssd_pieces(e, pb), pb) == rd->crc ? 0
+                                                                                : KVT_ECORRUPT;
+}
+
+/* Rounds a call's reads go to the disk in: about the square root of its
+ * MiB. A virtual disk answers the requests it holds together, at the end
+ * (docs/performance.md#caller-reads): sent at once, a call's checksums all
+ * run after its last byte arrived, about a fifth of its time; sent in k
+ * rounds, each round's checksums run while the next round is on the disk,
+ * and only the last round's (1/k of them) are left over, at the cost of a
+ * round trip per round. k = sqrt(MiB) balances the two (1 MiB: one round;
+ * 5 MiB: two; 64 MiB: eight). */
+static size_t rounds_for(size_t bytes)
+{
+    size_t mib = bytes >> 20, k = 1;
+    while ((k + 1) * (k + 1) <= mib)
+        k++;
+    return k;
+}
+
+/* Sends rp[*sent..) up to the next round's end. 0 or submit's error. */
+static int send_round(kvt_engine *e, void *io, struct kvt_io_req **rp, size_t nreq, size_t round,
+                      size_t *sent)
+{
+    size_t k = nreq - *sent < round ? nreq - *sent : round;
+    int r = e->io->submit(io, rp + *sent, k);
+    if (r == 0)
+        *sent += k;
+    return r;
+}
+
+/* Runs the reads of rd[0..n) on io (unlocked), in rounds (rounds_for): the
+ * next round goes out as soon as the last one is back, before its pieces
+ * are checksummed. While running, a read's res is KVT_CALLER_SKIP until a
+ * piece fails or its last piece is back. Returns 0, or the first error of
+ * a submit refused (nothing of that round sent) or of a context that broke;
+ * the reads not back whole then fail with it (the caller's). A broken ring
+ * may still land what it had sent into dst later: the same bytes the
+ * mover's retry reads there (the page is busy, its slot holds still); the
+ * uring back-end breaks only on errors other than the ones a working ring
+ * returns (io/io_uring.c, uring_enter). */
+static int run_reads(kvt_engine *e, void *io, struct kvt_caller_read *rd, size_t n,
+                     struct kvt_io_req *reqs, struct kvt_io_req **rp, uint32_t *crc)
+{
+    uint32_t per = kvt_ssd_pieces(e, e->page_bytes);
+    size_t nreq = n * per, nr = rounds_for(n * e->page_bytes);
+    size_t round = (nreq + nr - 1) / nr, sent = 0, back = 0;
+    for (size_t i = 0; i < n; i++) {
+        rd[i].pending = per;
+        for (uint32_t k = 0; k < per; k++) {
+            size_t io_len, crc_len, at = kvt_ssd_piece(e, e->page_bytes, k, &io_len, &crc_len);
+            struct kvt_io_req *q = &reqs[i * per + k];
+            *q = (struct kvt_io_req){ .fd = rd[i].fd, .buf = (uint8_t *)rd[i].dst + at,
+                                      .len = io_len, .off = rd[i].off + at, .user = &rd[i] };
+            rp[i * per + k] = q;
+        }
+    }
+    int r = send_round(e, io, rp, nreq, round, &sent);
+    while (back < sent) {
+        struct kvt_io_req *done[CALLER_REAP];
+        int m = e->io->reap(io, done, CALLER_REAP, 1);
+        if (m < 0)
+            return m;
+        back += (size_t)m;
+        if (back == sent && sent < nreq && r == 0)
+            r = send_round(e, io, rp, nreq, round, &sent);
+        for (int i = 0; i < m; i++) {
+            size_t at = (size_t)(done[i] - reqs);
+            piece_back(e, done[i]->user, crc + at / per * per, (uint32_t)(at % per), done[i]->res);
+        }
+    }
+    return r;
+}
+
+/* The outcome of a read into its page (locked). */
+static void finish(kvt_engine *e, struct kvt_caller_read *rd)
+{
+    kvt_page_xfer_end(e, rd->pg);
+    if (rd->res == 0)
+        e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes; /* counted as the mover counts it */
+    else if (rd->res == KVT_ECORRUPT)
+        kvt_ssd_read_gone(e, rd->pg, rd->slot, rd->res);
+    else
+        e->st.errors_io++; /* a try that failed, as the mover counts one it retries */
+    kvt_page_settle(e, rd->pg);
+}
+
+void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n)
+{
+    uint32_t per = kvt_ssd_pieces(e, e->page_bytes);
+    size_t m = 0;
+    void *io = NULL;
+    int r = 0;
+    for (size_t i = 0; i < n; i++)
+        rd[i].res = KVT_CALLER_SKIP;
+    /* The reads taken, packed (from[]: where each is in rd[]). */
+    struct kvt_caller_read *mine = malloc((n ? n : 1) * sizeof(*mine));
+    size_t *from = malloc((n ? n : 1) * sizeof(*from));
+    struct kvt_io_req *reqs = malloc((n ? n : 1) * per * sizeof(*reqs));
+    struct kvt_io_req **rp = malloc((n ? n : 1) * per * sizeof(*rp));
+    uint32_t *crc = malloc((n ? n : 1) * per * sizeof(*crc));
+    if (!mine || !from || !reqs || !rp || !crc)
+        goto out_free; /* all left to the mover */
+    for (size_t i = 0; i < n; i++) {
+        if (!prepare(e, &rd[i]))
+            continue;
+        if (!io && !(io = context_take(e)))
+            break;
+        kvt_page_xfer_begin(e, rd[i].pg, XFER_SSD_READ, false);
+        from[m] = i;
+        mine[m++] = rd[i];
+    }
+    if (!m)
+        goto out_give;
+    e->ssd_tier.caller_reads += m;
+    kvt_unlock(e);
+    r = run_reads(e, io, mine, m, reqs, rp, crc);
+    kvt_lock(e);
+    for (size_t i = 0; i < m; i++) {
+        if (r < 0 && mine[i].pending)
+            mine[i].res = r; /* not read whole: the page is as it was */
+        finish(e, &mine[i]);
+        rd[from[i]].res = mine[i].res;
+    }
+    /* Others waiting on these pages look again (as after the mover's). */
+    e->ssd_tier.caller_reads -= m;
+    e->ssd_tier.progress++;
+    pthread_cond_broadcast(&e->ssd_tier.cv);
+out_give:
+    if (io)
+        context_give(e, io, r < 0);
+out_free:
+    free(crc);
+    free(rp);
+    free(reqs);
+    free(from);
+    free(mine);
+}
