@@ -447,12 +447,13 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     r = get_chains(o, e, cold, pb, bufs);
     double t1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);
     kvt_get_stats(e, &s1);
-    double rb = (double)(s1.bytes_up[1] - s0.bytes_up[1]) / 1e9;
+    uint64_t read = s1.bytes_up[1] - s0.bytes_up[1];
+    double rb = (double)read / 1e9;
     if (r == 0 && (s1.errors_io || s1.errors_corrupt))
         r = -EIO;
-    if (r == 0 && rb * 1e9 < (double)cold * (double)pb) /* some came from DRAM: not measured */
-        r = kvt_fail(-EIO, "only %.0f of %llu pages were read from SSD", rb * 1e9 / (double)pb,
-                     (unsigned long long)cold);
+    if (r == 0 && read < cold * pb) /* some came from DRAM: not measured */
+        r = kvt_fail(-EIO, "only %llu of %llu pages were read from SSD",
+                     (unsigned long long)(read / pb), (unsigned long long)cold);
     fig[0] = rb / (t1 - t0);
     fig[1] = (c1 - c0) / rb;
 out:
