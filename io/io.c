@@ -128,6 +128,13 @@ int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t bl
     (void)batch;
     return kvt_io_raw_bench(dfd, name, span, block, depth, n, write, gbps);
 }
+
+int kvt_io_raw_list(int dfd, const char *name, size_t block, unsigned depth, const uint64_t *offs,
+                    const uint32_t *sizes, size_t nsizes, double *gbps)
+{
+    (void)dfd, (void)name, (void)block, (void)depth, (void)offs, (void)sizes, (void)nsizes, (void)gbps;
+    return -ENOSYS;
+}
 #endif
 
 int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)

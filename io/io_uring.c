@@ -644,6 +644,9 @@ struct bench {
     uint64_t nblocks, issued, completed, bytes;
     uint64_t batch_end;      /* requests issued stop here until all complete */
     unsigned batch;          /* requests per batch (0: one stream) */
+    const uint64_t *offs;    /* a list of blocks to read (kvt_io_raw_list), or NULL */
+    const uint32_t *sizes;   /* its batches' sizes, nsizes of them */
+    size_t nsizes, next_size;
     int err;
 };
 
@@ -653,7 +656,7 @@ static void bench_issue(struct bench *b, unsigned s)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&b->ring);
     uint64_t blk = b->issued++ % b->nblocks;
     char *buf = b->bufs + (size_t)blk * b->block;
-    uint64_t off = blk * b->block;
+    uint64_t off = b->offs ? b->offs[b->issued - 1] : blk * b->block;
     int bi = (int)(((size_t)blk * b->block) / URING_CHUNK);
     if (b->fixed && b->write)
         io_uring_prep_write_fixed(sqe, b->fd, buf, (unsigned)b->block, off, bi);
@@ -664,6 +667,16 @@ static void bench_issue(struct bench *b, unsigned s)
     else
         io_uring_prep_read(sqe, b->fd, buf, (unsigned)b->block, off);
     io_uring_sqe_set_data(sqe, (void *)(uintptr_t)s);
+}
+
+/* The end of the batch after the one ending at b->batch_end. */
+static uint64_t bench_next_end(struct bench *b)
+{
+    if (!b->sizes)
+        return b->batch_end + b->batch;
+    while (b->next_size < b->nsizes && !b->sizes[b->next_size])
+        b->next_size++; /* an empty batch waits for nothing */
+    return b->batch_end + (b->next_size < b->nsizes ? b->sizes[b->next_size++] : 0);
 }
 
 /* Where issuing stops now: n, or the end of the current batch. */
@@ -680,7 +693,8 @@ static uint64_t bench_limit(const struct bench *b, uint64_t n)
 static void bench_loop(struct bench *b, unsigned depth, uint64_t n)
 {
     struct io_uring_cqe *cqes[URING_BATCH];
-    b->batch_end = b->batch;
+    b->batch_end = 0;
+    b->batch_end = bench_next_end(b);
     for (unsigned s = 0; s < depth && b->issued < bench_limit(b, n); s++)
         bench_issue(b, s);
     while (b->completed < b->issued) {
@@ -703,7 +717,7 @@ static void bench_loop(struct bench *b, unsigned depth, uint64_t n)
         }
         io_uring_cq_advance(&b->ring, k);
         if (b->batch && !b->err && b->completed == b->issued && b->issued < n) {
-            b->batch_end += b->batch; /* the batch is done: the next one */
+            b->batch_end = bench_next_end(b); /* the batch is done: the next one */
             for (unsigned s = 0; s < depth && b->issued < bench_limit(b, n); s++)
                 bench_issue(b, s);
         }
@@ -723,6 +737,9 @@ int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, uns
     return kvt_io_raw_bench_batched(dfd, name, span, block, depth, n, 0, write, gbps);
 }
 
+static int bench_run(int dfd, const char *name, struct bench b, unsigned depth, uint64_t n,
+                     double *gbps);
+
 int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t block,
                              unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps)
 {
@@ -730,6 +747,35 @@ int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t bl
         span < block)
         return -EINVAL;
     struct bench b = { .write = write, .block = block, .nblocks = span / block, .batch = batch };
+    return bench_run(dfd, name, b, depth, n, gbps);
+}
+
+int kvt_io_raw_list(int dfd, const char *name, size_t block, unsigned depth, const uint64_t *offs,
+                    const uint32_t *sizes, size_t nsizes, double *gbps)
+{
+    uint64_t n = 0, most = 0;
+    for (size_t i = 0; i < nsizes; i++) {
+        n += sizes ? sizes[i] : 0;
+        most = sizes && sizes[i] > most ? sizes[i] : most;
+    }
+    if (!name || !gbps || !offs || !sizes || !block || block % 4096 || block > URING_CHUNK ||
+        !depth || !n)
+        return -EINVAL;
+    for (uint64_t i = 0; i < n; i++)
+        if (offs[i] % 4096)
+            return -EINVAL;
+    /* A buffer per request of the largest batch: batch i's request k reads
+     * into buffer (its number) mod `most`, no two in flight at once. */
+    struct bench b = { .block = block, .nblocks = most, .batch = 1, .offs = offs,
+                       .sizes = sizes, .nsizes = nsizes };
+    return bench_run(dfd, name, b, depth, n, gbps);
+}
+
+static int bench_run(int dfd, const char *name, struct bench b, unsigned depth, uint64_t n,
+                     double *gbps)
+{
+    bool write = b.write;
+    size_t block = b.block;
     /* O_NONBLOCK: a FIFO in the file's place must not hang the open (it
      * changes nothing for a regular file). */
     b.fd = openat(dfd, name,

@@ -28,4 +28,11 @@ int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, uns
 int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t block,
                              unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps);
 
+/* A recorded pattern of reads, replayed raw: the blocks at offs[] of name
+ * (4096-aligned), in nsizes batches of sizes[i] requests each (in offs'
+ * order), each batch issued at up to `depth` in flight and waited for whole
+ * before the next, as the calls that made the pattern were. */
+int kvt_io_raw_list(int dfd, const char *name, size_t block, unsigned depth, const uint64_t *offs,
+                    const uint32_t *sizes, size_t nsizes, double *gbps);
+
 #endif /* KVT_RAW_BENCH_H */

@@ -74,10 +74,16 @@ expect("${out}" "slots;ssd" 72)
 expect("${out}" "slots;hbm" 1)
 # string(JSON GET) fails on a missing key: the issue's keys are all there.
 foreach(key policy capacity_blocks hit_fraction verified ssd_bytes_written load_gbps raw_gbps
-            raw_batched_gbps raw_batch)
+            raw_batched_gbps raw_batch raw_same_gbps raw_same_blocks)
   string(JSON got GET "${out}" ${key})
 endforeach()
 expect_positive("${out}" ssd_bytes_written)
+# The SSD-served gets' own reads, replayed raw: at most one per SSD hit.
+string(JSON same GET "${out}" raw_same_blocks)
+string(JSON ssd_hits GET "${out}" hits_by_tier ssd)
+if(same GREATER ssd_hits OR (ssd_hits GREATER 0 AND same EQUAL 0))
+  message(FATAL_ERROR "raw_same_blocks ${same} against ${ssd_hits} SSD-served blocks\n${out}")
+endif()
 expect_positive("${out}" load_gbps)
 expect_positive("${out}" "hits_by_tier;dram")
 expect_positive("${out}" "ttft;requests_with_hit")

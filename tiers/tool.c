@@ -118,6 +118,26 @@ int kvt_tool_ssd_raw_batched(int dfd, const char *name, uint64_t span, size_t bl
     return kvt_io_raw_bench_batched(dfd, name, span, block, depth, n, batch, write, gbps);
 }
 
+int kvt_tool_ssd_raw_list(int dfd, const char *name, size_t block, unsigned depth,
+                          const uint64_t *offs, const uint32_t *sizes, size_t nsizes, double *gbps)
+{
+    return kvt_io_raw_list(dfd, name, block, depth, offs, sizes, nsizes, gbps);
+}
+
+int kvt_tool_ssd_where(kvt_engine *e, const kvt_key *key, uint32_t *segment, uint64_t *offset)
+{
+    int r = -ENOENT;
+    pthread_mutex_lock(&e->lock);
+    uint32_t pg = e->ssd ? kvt_ptable_find(&e->pt, key) : KVT_NONE;
+    const struct kvt_page *p = pg == KVT_NONE ? NULL : kvt_pg(&e->pt, pg);
+    if (p && (p->flags & PG_VALID_SSD) && p->ssd_slot != KVT_NONE) {
+        kvt_ssd_where(e->ssd, p->ssd_slot, segment, offset);
+        r = 0;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
 /* Keeps `depth` requests in flight, each with its own buffer, reissuing a
  * request for the next block as soon as it is reaped. */
 static int psync_pass(const struct kvt_io_ops *ops, void *io, struct kvt_io_req *req,

@@ -92,6 +92,15 @@ int kvt_tool_ssd_raw(int dfd, const char *name, uint64_t span, size_t block, uns
  * next is issued (0: one stream): what a synchronous caller can get. */
 int kvt_tool_ssd_raw_batched(int dfd, const char *name, uint64_t span, size_t block,
                              unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps);
+/* A recorded pattern of reads replayed raw (io/raw_bench.h, kvt_io_raw_list):
+ * the blocks at offs[] of name, in nsizes batches of sizes[i], each waited
+ * for whole. 0 and *gbps, or -errno (-ENOSYS without io_uring). */
+int kvt_tool_ssd_raw_list(int dfd, const char *name, size_t block, unsigned depth,
+                          const uint64_t *offs, const uint32_t *sizes, size_t nsizes, double *gbps);
+/* Where key's page has its SSD copy now: its segment number and byte offset
+ * (name the file with kvt_spill_segment_name). 0, or -ENOENT when it has
+ * none (or the engine has no SSD tier). */
+int kvt_tool_ssd_where(kvt_engine *e, const kvt_key *key, uint32_t *segment, uint64_t *offset);
 
 /* The same measurement through the pread/pwrite pool the engine falls back
  * to without io_uring (io/io_psync.c: a few threads, `depth` requests in

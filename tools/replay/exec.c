@@ -125,6 +125,8 @@ static void ctx_free(struct replay_ctx *x)
     cli_huge_free(&x->buf_map);
     replay_lru_free(&x->lru);
     trace_free(&x->trace);
+    free(x->same_offs);
+    free(x->same_sizes);
     /* The engine's files by name and the directory, never a recursive
      * removal: anything else found there stays. */
     if (x->tmpdir[0] && kvt_spill_remove(x->tmpdir) < 0)

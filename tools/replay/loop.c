@@ -67,6 +67,43 @@ static void check_blocks(struct replay_ctx *x, const uint32_t *pos, uint32_t k)
 
 /* kvt_get of the hit blocks at chain positions sel[0..m), served from
  * `tier` (SSD, or DRAM for DRAM and HBM); found[] set by position. */
+/* Room for n more in *v (elements of size sz, *cap of them). */
+static bool grow(void **v, size_t *cap, size_t need, size_t sz)
+{
+    if (need <= *cap)
+        return true;
+    size_t nc = *cap ? *cap * 2 : 1024;
+    while (nc < need)
+        nc *= 2;
+    void *p = realloc(*v, nc * sz);
+    if (!p)
+        return false;
+    *v = p;
+    *cap = nc;
+    return true;
+}
+
+/* Notes where the k blocks of an SSD-served call lie now (untimed), for the
+ * raw replay of the same reads (raw.c). Blocks in other segments than the
+ * first are left out; without memory the record just stops growing. */
+static void note_same_reads(struct replay_ctx *x, uint32_t k)
+{
+    if (!grow((void **)&x->same_offs, &x->same_offs_cap, x->nsame_offs + k, sizeof(uint64_t)) ||
+        !grow((void **)&x->same_sizes, &x->same_sizes_cap, x->nsame_sizes + 1, sizeof(uint32_t)))
+        return;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t seg;
+        uint64_t off;
+        if (kvt_tool_ssd_where(x->e, &x->ckeys[i], &seg, &off) == 0 && seg == 0)
+            x->same_offs[x->nsame_offs + n++] = off;
+    }
+    if (!n)
+        return;
+    x->nsame_offs += n;
+    x->same_sizes[x->nsame_sizes++] = n;
+}
+
 static int get_blocks(struct replay_ctx *x, uint64_t req, uint32_t m, int tier, double *spent)
 {
     struct replay_result *r = x->r;
@@ -76,6 +113,8 @@ static int get_blocks(struct replay_ctx *x, uint64_t req, uint32_t m, int tier, 
             x->ckeys[i] = x->keys[x->sel[at + i]];
             x->ptrs[i] = x->buf + (size_t)i * x->bb;
         }
+        if (tier == KVT_TIER_SSD)
+            note_same_reads(x, k);
         double t0 = cli_now();
         int rc = kvt_get(x->e, x->ckeys, k, x->ptrs, 0, x->cfound);
         double t1 = cli_now();

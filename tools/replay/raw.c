@@ -9,7 +9,9 @@
  * tier (at most 256 MiB); after the replay: two
  * read passes over the engine's own first segment, where its blocks are (a
  * virtual disk's speed depends on where a file landed). The read baseline
- * is the median of the read passes.
+ * is the median of the read passes. Then the SSD-served gets' own reads
+ * (their blocks where they lay when read, the same calls, each waited for)
+ * replayed raw: the same reads with no engine.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -111,6 +113,15 @@ void replay_raw_after(struct replay_ctx *x)
             r->raw_batched_gbps = g;
             r->raw_batch = batch;
         }
+    }
+    /* The gets' own reads, where their blocks lay, in the same calls: the
+     * stream above reads the segment in order, while a prefix cache's hits
+     * lie where the eviction order put them. */
+    double g = 0;
+    if (x->nsame_sizes && kvt_tool_ssd_raw_list(dfd, name, x->bb, RAW_DEPTH, x->same_offs,
+                                                x->same_sizes, x->nsame_sizes, &g) == 0) {
+        r->raw_same_gbps = g;
+        r->raw_same_blocks = x->nsame_offs;
     }
     close(dfd);
     kvt_clear_error();

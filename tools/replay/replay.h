@@ -89,6 +89,10 @@ struct replay_result {
      * SSD-served get), each batch waited for, as a get waits */
     double raw_batched_gbps;
     uint32_t raw_batch;
+    /* the SSD-served gets' own reads (where their blocks lay, the same
+     * calls), replayed raw after the run: raw_same_blocks of them */
+    double raw_same_gbps;
+    uint64_t raw_same_blocks;
     /* the caller's evictions: the engine refused a put when full */
     uint64_t client_evicted, client_evict_calls;
     /* the modeled time to first token */

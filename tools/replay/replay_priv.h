@@ -50,6 +50,11 @@ struct replay_ctx {
     float *ttft_load, *ttft_recompute; /* per request, seconds */
     struct replay_lru lru;
     struct trace_json trace;
+    /* The SSD-served gets' blocks as they lay (first segment), per call:
+     * replayed raw after the run (raw.c, the same reads). */
+    uint64_t *same_offs;
+    uint32_t *same_sizes;
+    size_t nsame_offs, same_offs_cap, nsame_sizes, same_sizes_cap;
     bool said;                /* an error message has been printed */
 };
 

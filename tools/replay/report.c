@@ -141,6 +141,10 @@ static void text_speed(FILE *f, const struct replay_opts *o, const struct replay
         fprintf(f, "  raw reads in batches of %u blocks (the mean SSD-served get), each waited for: "
                    "%.2f GB/s; the SSD loads are %.2fx that\n",
                 r->raw_batch, r->raw_batched_gbps, ssd / r->raw_batched_gbps);
+    if (r->raw_same_gbps > 0)
+        fprintf(f, "  the SSD-served gets' own reads replayed raw (the same %llu blocks where they lay, "
+                   "the same calls): %.2f GB/s; the SSD loads are %.2fx that\n",
+                (unsigned long long)r->raw_same_blocks, r->raw_same_gbps, ssd / r->raw_same_gbps);
     fprintf(f, "  puts: %s in %.2f s = %.2f GB/s; exists %.2f s\n",
             cli_bytes(b[2], 32, (double)r->delta.bytes_put), r->put_s,
             gbps((double)r->delta.bytes_put, r->put_s), r->exists_s);
@@ -259,6 +263,8 @@ static void json_speed(const struct replay_result *r)
     json_dbl("raw_spill_read_gbps", r->raw_spill_read_gbps, true);
     json_dbl("raw_batched_gbps", r->raw_batched_gbps, true);
     json_u64("raw_batch", r->raw_batch, true);
+    json_dbl("raw_same_gbps", r->raw_same_gbps, true);
+    json_u64("raw_same_blocks", r->raw_same_blocks, true);
     json_dbl("raw_write_gbps", r->raw_write_gbps, true);
     json_dbl("put_gbps", gbps((double)r->delta.bytes_put, r->put_s), true);
     json_dbl("wall_s", r->wall_s, true);
