@@ -53,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
+HUGE_PAGE = 2 * MiB
 
 
 # ----------------------------------------------------------------- helpers
@@ -125,15 +126,23 @@ class Chunks:
 
     def __init__(self, n, size, seed=17):
         self.n, self.size = n, size
-        self.map = mmap.mmap(-1, n * size)
         # In 2 MiB pages where the kernel allows, as kvtier's own DMA buffers
         # and `kvtier bench ssd`'s raw side are: on a virtual disk, reads
         # into 4 KiB pages are served several times slower
-        # (docs/performance.md#huge-pages). Every subject's buffers here.
+        # (docs/performance.md#huge-pages). Private anonymous memory, from a
+        # 2 MiB boundary: mmap.mmap(-1, n) alone is a shared mapping (shmem),
+        # which kernels back with huge pages only where
+        # transparent_hugepage/shmem_enabled allows (never, by default).
+        flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+        extra = HUGE_PAGE
+        self.map = (mmap.mmap(-1, n * size + extra, flags=flags) if flags
+                    else mmap.mmap(-1, n * size + extra))
         if hasattr(mmap, "MADV_HUGEPAGE"):
             self.map.madvise(mmap.MADV_HUGEPAGE)
-        self.view = memoryview(self.map)
-        self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        off = -base % HUGE_PAGE
+        self.view = memoryview(self.map)[off:off + n * size]
+        self.addr = base + off
         rnd = random.Random(seed)
         base = b"".join(rnd.randbytes(min(size, 8 * MiB)) for _ in range(-(-size // (8 * MiB))))
         base = base[:size]
@@ -382,7 +391,7 @@ TOKEN_BYTES = 128 << 10
 def _tensor(buf, i):
     """A torch uint8 tensor over chunk i of buf (no copy)."""
     import torch
-    return torch.frombuffer(buf.map, dtype=torch.uint8, count=buf.size, offset=i * buf.size)
+    return torch.frombuffer(buf.view, dtype=torch.uint8, count=buf.size, offset=i * buf.size)
 
 
 class LMCacheDisk(Subject):
@@ -511,7 +520,7 @@ class VllmFs(Subject):
 
     def _manager(self, buf):
         from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
-        view = memoryview(buf.map).cast("B", [buf.n, buf.size])
+        view = buf.view.cast("B", [buf.n, buf.size])
         return FileSystemTierManager(_vllm_spec(self.chunk), view, "fs",
                                      root_dir=os.path.join(self.dir, "vllm"))
 
