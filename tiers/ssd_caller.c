@@ -25,7 +25,6 @@
 #include <stdlib.h>
 
 #include "io/codec.h"
-#include "tiers/ssd_index.h"
 #include "tiers/ssd_store.h"
 #include "tiers/tiers.h"
 
@@ -111,11 +110,8 @@ static void piece_back(kvt_engine *e, struct kvt_caller_read *rd, uint32_t *crc,
     size_t pb = e->page_bytes;
     if (res < 0 && (rd->res == 0 || rd->res == KVT_CALLER_SKIP))
         rd->res = res;
-    if (res == 0 && rd->res == KVT_CALLER_SKIP) {
-        size_t io_len, crc_len, at = kvt_ssd_piece(e, pb, k, &io_len, &crc_len);
-        uint32_t seed = k ? 0 : kvt_ssd_bind(&rd->key, e->cfg.fingerprint, rd->generation);
-        crc[k] = kvt_crc32c(seed, (const uint8_t *)rd->dst + at, crc_len);
-    }
+    if (res == 0 && rd->res == KVT_CALLER_SKIP)
+        crc[k] = kvt_ssd_piece_crc(e, &rd->key, rd->generation, rd->dst, pb, k);
     if (--rd->pending)
         return;
     if (rd->res == KVT_CALLER_SKIP) /* every piece read */
@@ -219,34 +215,32 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n)
     int r = 0;
     for (size_t i = 0; i < n; i++)
         rd[i].res = KVT_CALLER_SKIP;
-    /* The reads taken, packed (from[]: where each is in rd[]). */
-    struct kvt_caller_read *mine = malloc((n ? n : 1) * sizeof(*mine));
-    size_t *from = malloc((n ? n : 1) * sizeof(*from));
     struct kvt_io_req *reqs = malloc((n ? n : 1) * per * sizeof(*reqs));
     struct kvt_io_req **rp = malloc((n ? n : 1) * per * sizeof(*rp));
     uint32_t *crc = malloc((n ? n : 1) * per * sizeof(*crc));
-    if (!mine || !from || !reqs || !rp || !crc)
+    if (!reqs || !rp || !crc)
         goto out_free; /* all left to the mover */
+    /* The reads taken move to rd[0..m). */
     for (size_t i = 0; i < n; i++) {
         if (!prepare(e, &rd[i]))
             continue;
         if (!io && !(io = context_take(e)))
             break;
         kvt_page_xfer_begin(e, rd[i].pg, XFER_SSD_READ, false);
-        from[m] = i;
-        mine[m++] = rd[i];
+        struct kvt_caller_read t = rd[m];
+        rd[m++] = rd[i];
+        rd[i] = t;
     }
     if (!m)
         goto out_give;
     e->ssd_tier.caller_reads += m;
     kvt_unlock(e);
-    r = run_reads(e, io, mine, m, reqs, rp, crc);
+    r = run_reads(e, io, rd, m, reqs, rp, crc);
     kvt_lock(e);
     for (size_t i = 0; i < m; i++) {
-        if (r < 0 && mine[i].pending)
-            mine[i].res = r; /* not read whole: the page is as it was */
-        finish(e, &mine[i]);
-        rd[from[i]].res = mine[i].res;
+        if (r < 0 && rd[i].pending)
+            rd[i].res = r; /* not read whole: the page is as it was */
+        finish(e, &rd[i]);
     }
     /* Others waiting on these pages look again (as after the mover's). */
     e->ssd_tier.caller_reads -= m;
@@ -259,6 +253,4 @@ out_free:
     free(crc);
     free(rp);
     free(reqs);
-    free(from);
-    free(mine);
 }

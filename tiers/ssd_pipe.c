@@ -313,12 +313,18 @@ static size_t piece_at(const kvt_engine *e, const struct kvt_ssd_job *j, uint32_
     return kvt_ssd_piece(e, j->stored_len, k, io_len, crc_len);
 }
 
-/* CRC32C of piece k, the page's binding as the first piece's seed (unlocked). */
-static uint32_t piece_crc(kvt_engine *e, const struct kvt_ssd_job *j, uint32_t k)
+uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t generation,
+                           const void *page, size_t stored_len, uint32_t k)
 {
-    size_t io_len, crc_len, at = piece_at(e, j, k, &io_len, &crc_len);
-    uint32_t seed = k ? 0 : kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation);
-    return kvt_crc32c(seed, (const uint8_t *)j->buf + at, crc_len);
+    size_t io_len, crc_len, at = kvt_ssd_piece(e, stored_len, k, &io_len, &crc_len);
+    uint32_t seed = k ? 0 : kvt_ssd_bind(key, e->cfg.fingerprint, generation);
+    return kvt_crc32c(seed, (const uint8_t *)page + at, crc_len);
+}
+
+/* CRC32C of job j's piece k (unlocked). */
+static uint32_t piece_crc(const kvt_engine *e, const struct kvt_ssd_job *j, uint32_t k)
+{
+    return kvt_ssd_piece_crc(e, &j->key, j->generation, j->buf, j->stored_len, k);
 }
 
 /* Job j's row of piece_crc[], and the piece a request of P->reqs moves. */

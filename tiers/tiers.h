@@ -583,6 +583,10 @@ size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint32_t k, size_t 
                      size_t *crc_len);
 uint32_t kvt_ssd_crc_join(const kvt_engine *e, const uint32_t *crc, uint32_t pieces,
                           size_t stored_len);
+/* CRC32C of piece k of a page stored in stored_len bytes at `page`, the
+ * binding of key and generation as the first piece's seed (ssd_index.h). */
+uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t generation,
+                           const void *page, size_t stored_len, uint32_t k);
 /* A read proved the only copy of pg (in slot) bad (KVT_ECORRUPT) or
  * unreadable (res): the page is lost, never served (locked). */
 void kvt_ssd_read_gone(kvt_engine *e, uint32_t pg, uint32_t slot, int res);
@@ -594,8 +598,9 @@ void kvt_callers_init(kvt_engine *e, const struct kvt_io_params *p);
 /* Closes them (no caller holds one: the engine is closing). */
 void kvt_callers_close(kvt_engine *e);
 /* Reads the pages of rd[0..n) that a caller can read itself, in its own
- * thread (struct kvt_caller_read says which, and what came of each). Its
- * pages are the caller's busy ones. Locked; unlocks while reading. */
+ * thread (struct kvt_caller_read says which, and what came of each; rd[] is
+ * reordered, the reads taken first). Its pages are the caller's busy ones.
+ * Locked; unlocks while reading. */
 void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n);
 
 /* ------------------------------------------------------------- prefetch.c, mover.c */
