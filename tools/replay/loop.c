@@ -65,21 +65,25 @@ static void check_blocks(struct replay_ctx *x, const uint32_t *pos, uint32_t k)
     r->client_cpu_s += replay_thread_cpu() - c0;
 }
 
-/* kvt_get of the hit blocks at chain positions sel[0..m), served from
- * `tier` (SSD, or DRAM for DRAM and HBM); found[] set by position. */
-/* Room for n more in *v (elements of size sz, *cap of them). */
-static bool grow(void **v, size_t *cap, size_t need, size_t sz)
+/* Room in the record of note_same_reads for a call of k more blocks. */
+static bool same_reads_room(struct replay_ctx *x, uint32_t k)
 {
-    if (need <= *cap)
-        return true;
-    size_t nc = *cap ? *cap * 2 : 1024;
-    while (nc < need)
-        nc *= 2;
-    void *p = realloc(*v, nc * sz);
-    if (!p)
-        return false;
-    *v = p;
-    *cap = nc;
+    if (x->nsame_offs + k > x->same_offs_cap) {
+        size_t nc = (x->nsame_offs + k) * 2;
+        uint64_t *no = realloc(x->same_offs, nc * sizeof(*no));
+        if (!no)
+            return false;
+        x->same_offs = no;
+        x->same_offs_cap = nc;
+    }
+    if (x->nsame_sizes == x->same_sizes_cap) {
+        size_t nc = x->same_sizes_cap ? x->same_sizes_cap * 2 : 1024;
+        uint32_t *ns = realloc(x->same_sizes, nc * sizeof(*ns));
+        if (!ns)
+            return false;
+        x->same_sizes = ns;
+        x->same_sizes_cap = nc;
+    }
     return true;
 }
 
@@ -88,8 +92,7 @@ static bool grow(void **v, size_t *cap, size_t need, size_t sz)
  * first are left out; without memory the record just stops growing. */
 static void note_same_reads(struct replay_ctx *x, uint32_t k)
 {
-    if (!grow((void **)&x->same_offs, &x->same_offs_cap, x->nsame_offs + k, sizeof(uint64_t)) ||
-        !grow((void **)&x->same_sizes, &x->same_sizes_cap, x->nsame_sizes + 1, sizeof(uint32_t)))
+    if (!same_reads_room(x, k))
         return;
     uint32_t n = 0;
     for (uint32_t i = 0; i < k; i++) {
@@ -104,6 +107,8 @@ static void note_same_reads(struct replay_ctx *x, uint32_t k)
     x->same_sizes[x->nsame_sizes++] = n;
 }
 
+/* kvt_get of the hit blocks at chain positions sel[0..m), served from
+ * `tier` (SSD, or DRAM for DRAM and HBM); found[] set by position. */
 static int get_blocks(struct replay_ctx *x, uint64_t req, uint32_t m, int tier, double *spent)
 {
     struct replay_result *r = x->r;
