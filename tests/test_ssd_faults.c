@@ -916,6 +916,36 @@ static kvt_engine *sixteen_pages(const kvt_config *c, kvt_key *ks, void *b)
     return e;
 }
 
+/* The start and end of the fault tests below: a fresh directory, a fault
+ * plan installed that fails nothing yet, and a persisted engine holding
+ * sixteen_pages, with its page buffer b (PB bytes, 4 KiB-aligned). */
+struct sixteen {
+    char *dir;
+    struct kvt_io_faulty plan;
+    kvt_config c;
+    void *b;
+    kvt_key ks[16];
+};
+
+static kvt_engine *sixteen_open(struct sixteen *f)
+{
+    f->dir = dir_new();
+    kvt_io_faulty_init(&f->plan, NULL, NULL);
+    t_force_faulty(&f->plan);
+    f->c = ssd_config(f->dir, 4, 8, 64);
+    f->b = aligned_alloc(4096, PB);
+    assert_non_null(f->b);
+    return sixteen_pages(&f->c, f->ks, f->b);
+}
+
+/* After the engine is closed. */
+static void sixteen_close(struct sixteen *f)
+{
+    t_force_faulty(NULL);
+    free(f->b);
+    dir_free(f->dir);
+}
+
 /* The index of a page of ks that lives on SSD only, other than not (-1:
  * none), or -1 when there is none. */
 static int ssd_only(kvt_engine *e, const kvt_key *ks, int not)
@@ -936,28 +966,23 @@ static int ssd_only(kvt_engine *e, const kvt_key *ks, int not)
  * never bytes. */
 static void test_get_read_fault_retried_then_lost(void **state)
 {
-    char *dir = dir_new();
     struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
-    struct kvt_io_faulty plan;
-    kvt_io_faulty_init(&plan, NULL, &none);
-    t_force_faulty(&plan);
-    kvt_config c = ssd_config(dir, 4, 8, 64);
-    void *b = aligned_alloc(4096, PB);
-    assert_non_null(b);
-    kvt_key ks[16];
-    kvt_engine *e = sixteen_pages(&c, ks, b);
+    struct sixteen f;
+    kvt_engine *e = sixteen_open(&f);
+    void *b = f.b;
+    kvt_key *ks = f.ks;
     void *dst[1] = { b };
 
     int t = ssd_only(e, ks, -1);
     assert_true(t >= 0);
     struct kvt_io_fault once = { KVT_IOF_READ, 1, -EIO, false };
-    kvt_io_faulty_set(&plan, &once);
+    kvt_io_faulty_set(&f.plan, &once);
     memset(b, 0xCD, PB);
     int found = -1;
     assert_int_equal(kvt_get(e, &ks[t], 1, dst, 0, &found), 0);
     assert_int_equal(found, 1);
     assert_true(t_check(b, PB, ks[t], 1));
-    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 2);
+    assert_int_equal(kvt_io_faulty_count(&f.plan, KVT_IOF_READ), 2);
     kvt_stats s = t_stats(e);
     assert_int_equal(s.errors_io, 1);
     assert_int_equal(s.pages, 16);
@@ -965,13 +990,13 @@ static void test_get_read_fault_retried_then_lost(void **state)
     int a = ssd_only(e, ks, -1); /* a direct read leaves the page on SSD only */
     assert_int_equal(a, t);
     struct kvt_io_fault always = { KVT_IOF_READ, 1, -EIO, true };
-    kvt_io_faulty_set(&plan, &always);
+    kvt_io_faulty_set(&f.plan, &always);
     memset(b, 0xCD, PB);
     found = -1;
     assert_int_equal(kvt_get(e, &ks[a], 1, dst, 0, &found), 0);
     assert_int_equal(found, 0);
-    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 3); /* SSD_TRIES */
-    kvt_io_faulty_set(&plan, &none);
+    assert_int_equal(kvt_io_faulty_count(&f.plan, KVT_IOF_READ), 3); /* SSD_TRIES */
+    kvt_io_faulty_set(&f.plan, &none);
     s = t_stats(e);
     assert_int_equal(s.errors_io, 1 + 3);
     assert_int_equal(s.pages, 15);
@@ -983,9 +1008,7 @@ static void test_get_read_fault_retried_then_lost(void **state)
             assert_true(t_check(b, PB, ks[i], 1));
     }
     kvt_close(e);
-    t_force_faulty(NULL);
-    free(b);
-    dir_free(dir);
+    sixteen_close(&f);
 }
 
 /* One failed read of a page that lives only on SSD is tried again: the
@@ -995,27 +1018,22 @@ static void test_get_read_fault_retried_then_lost(void **state)
  * and every other page is intact. */
 static void test_read_fault_retried_then_lost(void **state)
 {
-    char *dir = dir_new();
     struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
-    struct kvt_io_faulty plan;
-    kvt_io_faulty_init(&plan, NULL, &none);
-    t_force_faulty(&plan);
-    kvt_config c = ssd_config(dir, 4, 8, 64);
-    void *b = aligned_alloc(4096, PB);
-    assert_non_null(b);
-    kvt_key ks[16];
-    kvt_engine *e = sixteen_pages(&c, ks, b);
+    struct sixteen f;
+    kvt_engine *e = sixteen_open(&f);
+    void *b = f.b;
+    kvt_key *ks = f.ks;
 
     /* one failure: retried, served */
     int t = ssd_only(e, ks, -1);
     assert_true(t >= 0);
     struct kvt_io_fault once = { KVT_IOF_READ, 1, -EIO, false };
-    kvt_io_faulty_set(&plan, &once);
+    kvt_io_faulty_set(&f.plan, &once);
     void *d = NULL;
     assert_int_equal(kvt_acquire(e, &ks[t], 1, &d), 0);
     assert_true(t_check(d, PB, ks[t], 1));
     assert_int_equal(kvt_release(e, &ks[t], 1, 0), 0);
-    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 2);
+    assert_int_equal(kvt_io_faulty_count(&f.plan, KVT_IOF_READ), 2);
     kvt_stats s = t_stats(e);
     assert_int_equal(s.errors_io, 1);
     assert_int_equal(s.ssd_bad_slots, 0);
@@ -1026,10 +1044,10 @@ static void test_read_fault_retried_then_lost(void **state)
     int a = ssd_only(e, ks, -1);
     assert_true(a >= 0);
     struct kvt_io_fault always = { KVT_IOF_READ, 1, -EIO, true };
-    kvt_io_faulty_set(&plan, &always);
+    kvt_io_faulty_set(&f.plan, &always);
     assert_int_equal(kvt_acquire(e, &ks[a], 1, &d), -EIO);
-    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 3); /* SSD_TRIES */
-    kvt_io_faulty_set(&plan, &none);
+    assert_int_equal(kvt_io_faulty_count(&f.plan, KVT_IOF_READ), 3); /* SSD_TRIES */
+    kvt_io_faulty_set(&f.plan, &none);
     s = t_stats(e);
     assert_int_equal(s.errors_io, 1 + 3);
     assert_int_equal(s.errors_corrupt, 0);
@@ -1046,20 +1064,20 @@ static void test_read_fault_retried_then_lost(void **state)
     int other = ssd_only(e, ks, a);
     if (other < 0) { /* every SSD-only page was read up: send one back down */
         kvt_close(e);
-        e = open_ok(&c);
+        e = open_ok(&f.c);
         other = ssd_only(e, ks, a);
     }
     assert_true(other >= 0);
-    kvt_io_faulty_set(&plan, &always);
+    kvt_io_faulty_set(&f.plan, &always);
     memset(b, 0xCD, PB);
     int r = kvt_get(e, &ks[other], 1, dst, 0, NULL);
     assert_true(r == -EIO || r == KVT_ECORRUPT);
-    assert_int_equal(kvt_io_faulty_count(&plan, KVT_IOF_READ), 3);
-    kvt_io_faulty_set(&plan, &none);
+    assert_int_equal(kvt_io_faulty_count(&f.plan, KVT_IOF_READ), 3);
+    kvt_io_faulty_set(&f.plan, &none);
     assert_int_equal(t_stats(e).pages, 14);
     kvt_close(e);
 
-    e = open_ok(&c);
+    e = open_ok(&f.c);
     unsigned present = 0;
     for (int i = 0; i < 16; i++) {
         found = -1;
@@ -1075,9 +1093,7 @@ static void test_read_fault_retried_then_lost(void **state)
     assert_int_equal(present, 14);
     assert_int_equal(t_stats(e).errors_io, 0);
     kvt_close(e);
-    t_force_faulty(NULL);
-    free(b);
-    dir_free(dir);
+    sixteen_close(&f);
 }
 
 /* A submit() that fails says nothing about the disk: the reads of that
@@ -1086,18 +1102,12 @@ static void test_read_fault_retried_then_lost(void **state)
  * served once the back-end takes requests again. */
 static void test_submit_fault_keeps_pages(void **state)
 {
-    char *dir = dir_new();
     struct kvt_io_fault none = { KVT_IOF_NONE, 0, 0, false };
-    struct kvt_io_faulty plan;
-    kvt_io_faulty_init(&plan, NULL, &none);
-    t_force_faulty(&plan);
-    kvt_config c = ssd_config(dir, 4, 8, 64);
-    void *b = aligned_alloc(4096, PB);
-    assert_non_null(b);
-    kvt_key ks[16];
-    kvt_engine *e = sixteen_pages(&c, ks, b);
+    struct sixteen f;
+    kvt_engine *e = sixteen_open(&f);
+    kvt_key *ks = f.ks;
     kvt_close(e); /* persist: every page on SSD only after the reopen */
-    e = open_ok(&c);
+    e = open_ok(&f.c);
     void *bufs = aligned_alloc(4096, 16 * PB);
     assert_non_null(bufs);
     void *dst[16];
@@ -1106,9 +1116,9 @@ static void test_submit_fault_keeps_pages(void **state)
         dst[i] = (uint8_t *)bufs + i * PB;
 
     struct kvt_io_fault once = { KVT_IOF_SUBMIT, 1, -EIO, false };
-    kvt_io_faulty_set(&plan, &once);
+    kvt_io_faulty_set(&f.plan, &once);
     assert_int_equal(kvt_get(e, ks, 4, dst, 0, found), 0);
-    assert_true(kvt_io_faulty_count(&plan, KVT_IOF_SUBMIT) >= 2);
+    assert_true(kvt_io_faulty_count(&f.plan, KVT_IOF_SUBMIT) >= 2);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(found[i], 1);
         assert_true(t_check(dst[i], PB, ks[i], 1));
@@ -1119,12 +1129,12 @@ static void test_submit_fault_keeps_pages(void **state)
     assert_true(s.errors_io >= 1);
 
     struct kvt_io_fault always = { KVT_IOF_SUBMIT, 1, -EIO, true };
-    kvt_io_faulty_set(&plan, &always);
+    kvt_io_faulty_set(&f.plan, &always);
     int r = kvt_get(e, ks + 4, 4, dst + 4, 0, found + 4);
     assert_true(r < 0);
     for (int i = 4; i < 8; i++)
         assert_int_equal(found[i], 0);
-    kvt_io_faulty_set(&plan, &none);
+    kvt_io_faulty_set(&f.plan, &none);
     s = t_stats(e);
     assert_int_equal(s.pages, 16);
     assert_int_equal(s.ssd_bad_slots, 0);
@@ -1135,10 +1145,8 @@ static void test_submit_fault_keeps_pages(void **state)
         assert_true(t_check(dst[i], PB, ks[i], 1));
     }
     kvt_close(e);
-    t_force_faulty(NULL);
     free(bufs);
-    free(b);
-    dir_free(dir);
+    sixteen_close(&f);
 }
 
 /* A reopened engine whose first SSD work is a deletion (a drop of a page
