@@ -26,6 +26,8 @@ bool kvt_policy_ops_ok(const struct kvt_policy_ops *o)
         ok = ok && o->next_use && o->group_of && o->prefetch && o->working_set && o->use_at;
     if (o->version >= KVT_POLICY_OPS_V4)
         ok = ok && o->batch;
+    if (o->version >= KVT_POLICY_OPS_V5)
+        ok = ok && o->leaves_first;
     return ok;
 }
 

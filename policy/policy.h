@@ -30,7 +30,8 @@
 #define KVT_POLICY_OPS_V2 2 /* follows the decode position: schedule, advance, page_new, page_gone */
 #define KVT_POLICY_OPS_V3 3 /* plans ahead: next_use, group_of, prefetch, working_set, use_at */
 #define KVT_POLICY_OPS_V4 4 /* sees calls: batch */
-#define KVT_POLICY_OPS_VERSION KVT_POLICY_OPS_V4
+#define KVT_POLICY_OPS_V5 5 /* ranks across tiers: leaves_first */
+#define KVT_POLICY_OPS_VERSION KVT_POLICY_OPS_V5
 
 /* What batch() reports: the pages of one kvt_get or one kvt_put call. */
 #define KVT_BATCH_GET 1
@@ -121,6 +122,14 @@ struct kvt_policy_ops {
      * chain order: a put's keys are the blocks after the prefix it hit.
      * An entry may be KVT_NONE (a page that left meanwhile): skip it. */
     void (*batch)(void *priv, int kind, const uint32_t *pgs, size_t n);
+
+    /* --- version 5: one order over every tier --- */
+    /* Whether page a should leave the engine before page b, candidates of
+     * any tiers (victim() answers within one tier). A cache that must drop
+     * a page compares the bottom tier's victim with the one above it: the
+     * lower-ranked goes, so a block about to be dropped anyway is not
+     * written to SSD first (tiers/buffers.c, evict_one). */
+    bool (*leaves_first)(void *priv, uint32_t a, uint32_t b);
 };
 
 extern const struct kvt_policy_ops kvt_policy_lru_ops;

@@ -288,6 +288,11 @@ static double odds(const struct prefix *p, int c)
  * earlier: where the classes' odds differ widely a block of the likelier
  * class outlives a whole turnover of the cache, and where they are close
  * (a chat's new turn is the next turn's prefix) recency decides, as LRU. */
+static double score(const struct prefix *p, uint32_t pg)
+{
+    return (double)p->st[pg].last + p->T * log(odds(p, p->st[pg].cls));
+}
+
 static uint32_t prefix_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx)
 {
     struct prefix *p = priv;
@@ -299,10 +304,10 @@ static uint32_t prefix_victim(void *priv, int tier, kvt_usable_fn usable, void *
             pg = DL_PREV(p->link, tier, pg);
         if (pg == KVT_NONE)
             continue;
-        double score = (double)p->st[pg].last + p->T * log(odds(p, c));
-        if (best == KVT_NONE || score < best_score) {
+        double sc = score(p, pg);
+        if (best == KVT_NONE || sc < best_score) {
             best = pg;
-            best_score = score;
+            best_score = sc;
         }
     }
     return best;
@@ -370,6 +375,14 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
             use_one(p, pgs[i], kind, i, n, cont, now);
 }
 
+/* The victims' order (prefix_victim) across tiers: a block's class-shifted
+ * last use. */
+static bool prefix_leaves_first(void *priv, uint32_t a, uint32_t b)
+{
+    const struct prefix *p = priv;
+    return score(p, a) < score(p, b);
+}
+
 /* V2/V3 ops: the prefix policy follows no decode position. */
 static void prefix_schedule(void *priv, const kvt_schedule *s) {}
 static void prefix_advance(void *priv, uint64_t id, uint32_t layer) {}
@@ -391,7 +404,7 @@ static uint64_t prefix_use_at(void *priv, uint64_t ahead, uint64_t *group)
 
 const struct kvt_policy_ops kvt_policy_prefix_ops = {
     .name = "prefix",
-    .version = KVT_POLICY_OPS_V4,
+    .version = KVT_POLICY_OPS_V5,
     .create = prefix_create,
     .destroy = prefix_destroy,
     .reserve = prefix_reserve,
@@ -409,4 +422,5 @@ const struct kvt_policy_ops kvt_policy_prefix_ops = {
     .working_set = prefix_working_set,
     .use_at = prefix_use_at,
     .batch = prefix_batch,
+    .leaves_first = prefix_leaves_first,
 };

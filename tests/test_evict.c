@@ -95,6 +95,57 @@ static void test_a_full_cache_evicts_prefix(void **state) { run_cache("prefix");
 static void test_a_full_cache_evicts_arc(void **state) { run_cache("arc"); }
 static void test_a_full_cache_evicts_default(void **state) { run_cache(NULL); }
 
+/* SSD admission (tiers/buffers.c, evict_one): with a policy that ranks
+ * across tiers, a full cache drops the DRAM page the policy values less
+ * than the SSD's victim instead of writing it to SSD over that victim.
+ * Blocks that two requests used (prefix: shared) fill the SSD; then blocks
+ * stored once, alone (a request's partial tail: the class least likely to
+ * come back) pass through DRAM. Each of them leaves from DRAM unwritten;
+ * every shared block stays. */
+static void test_a_cache_writes_to_ssd_only_what_outranks_its_victim(void **state)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "prefix");
+    c.persist = 1; /* kvt_flush then writes every page to SSD */
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    enum { SHARED = 8, TAILS = 20 };
+    /* Aligned: kvt_get reads SSD-only pages straight into them and puts no
+     * copy in DRAM, which a tail could then push to SSD for free. */
+    static _Alignas(4096) uint64_t bufs[SHARED][PB / 8];
+    kvt_key keys[SHARED];
+    void *dst[SHARED];
+    for (uint32_t i = 0; i < SHARED; i++) {
+        keys[i] = t_key(1, KVT_ALL_LAYERS, i);
+        dst[i] = bufs[i];
+        put_one(e, 1, i);
+    }
+    /* Reopened: every block on SSD only, which is then full. */
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_close(e);
+    assert_int_equal(kvt_open(&c, &e), 0);
+    int found[SHARED];
+    for (int req = 0; req < 2; req++) /* two requests use them: shared */
+        assert_int_equal(kvt_get(e, keys, SHARED, dst, 0, found), 0);
+    kvt_stats st0, st;
+    assert_int_equal(kvt_get_stats(e, &st0), 0);
+    assert_int_equal(st0.resident_pages[KVT_TIER_SSD], SHARED);
+
+    for (uint64_t j = 0; j < TAILS; j++)
+        put_one(e, 100 + j, 0);
+
+    assert_int_equal(kvt_get_stats(e, &st), 0);
+    assert_int_equal(st.bytes_down[KVT_TIER_DRAM], st0.bytes_down[KVT_TIER_DRAM]);
+    assert_true(st.evicted_pages > 0);
+    memset(found, 0, sizeof(found));
+    assert_int_equal(kvt_get(e, keys, SHARED, dst, 0, found), 0);
+    for (uint32_t i = 0; i < SHARED; i++) {
+        assert_true(found[i]);
+        assert_true(t_check(bufs[i], PB, keys[i], 0));
+    }
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 /* A pinned page is never dropped: with it held, the others make room. */
 static void test_pinned_pages_stay(void **state)
 {
@@ -131,6 +182,7 @@ int main(void)
         cmocka_unit_test(test_a_full_cache_evicts_prefix),
         cmocka_unit_test(test_a_full_cache_evicts_arc),
         cmocka_unit_test(test_a_full_cache_evicts_default),
+        cmocka_unit_test(test_a_cache_writes_to_ssd_only_what_outranks_its_victim),
         cmocka_unit_test(test_pinned_pages_stay),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };

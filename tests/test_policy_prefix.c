@@ -131,6 +131,31 @@ static void test_page_reuse_is_a_new_page(void **state)
     P->destroy(p);
 }
 
+/* leaves_first is victim()'s order, across tiers: a shared chain on SSD
+ * outranks a fresh one in DRAM stored after it, whose tail ranks lowest;
+ * it is a strict order (never both ways). */
+static void test_leaves_first_orders_across_tiers(void **state)
+{
+    void *p = mk(P, 64, 16);
+    put_chain(p, 0, 100, 0, 4);      /* on SSD (T) */
+    get_chain(p, 0, 4);              /* shared */
+    uint32_t pgs[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        kvt_key k = t_key(200 + i, KVT_ALL_LAYERS, i);
+        P->insert(p, KVT_TIER_DRAM, 10 + i, &k);
+        pgs[i] = 10 + i;
+    }
+    P->batch(p, KVT_BATCH_PUT, pgs, 4); /* fresh, in DRAM, newer */
+    uint32_t d = P->victim(p, KVT_TIER_DRAM, NULL, NULL), s = P->victim(p, T, NULL, NULL);
+    assert_int_equal(d, 13);         /* the fresh chain's tail */
+    assert_int_equal(s, 3);          /* the shared chain's deep end */
+    assert_true(P->leaves_first(p, d, s));
+    assert_false(P->leaves_first(p, s, d));
+    assert_false(P->leaves_first(p, d, d));
+    assert_true(P->leaves_first(p, 13, 12)); /* the tail before its own chain */
+    P->destroy(p);
+}
+
 /* ------------------------------------------------------------- arc */
 
 static const struct kvt_policy_ops *A = &kvt_policy_arc_ops;
@@ -183,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_ghost_remembers_evicted_chain),
         cmocka_unit_test(test_odds_overturn_the_prior),
         cmocka_unit_test(test_page_reuse_is_a_new_page),
+        cmocka_unit_test(test_leaves_first_orders_across_tiers),
         cmocka_unit_test(test_arc_frequency_protects),
         cmocka_unit_test(test_arc_many_ghosts),
     };

@@ -1649,9 +1649,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sweep_pieces_write_eio),
         cmocka_unit_test(test_crash_kill),
     };
-    /* Pages in pieces run in a process of their own (ctest
-     * test_ssd_faults_pieces), so each stays well inside the alarm under the
-     * sanitizers. */
+    /* Pages in pieces run in processes of their own (ctest
+     * test_ssd_faults_pieces_*), so each stays well inside the alarm under
+     * the sanitizers. */
     if (argc == 1)
         cmocka_set_skip_filter("test_sweep_pieces_*");
     alarm(280); /* a hang ends the program instead of CI */

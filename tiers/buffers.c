@@ -31,20 +31,30 @@ static bool droppable(void *ctx, uint32_t pg)
 /* KVT_FLAG_EVICT: room for one page by dropping a whole page, the policy's
  * victim from the bottom tier up (a page on SSD costs nothing but its slot
  * to lose; one only in DRAM or HBM is still the policy's choice when no SSD
- * page can go). 0, or KVT_EFULL when the flag is off or every page is held. */
+ * page can go). A policy that ranks across tiers (version 5) also weighs
+ * the DRAM tier's victim against the SSD's and the lower goes: otherwise
+ * the SSD's victim leaves and the DRAM page, which the policy values less,
+ * is written to SSD in its place to make room in DRAM, a write for a block
+ * that leaves next (SSD admission: docs/sim.md#ssd-admission). 0, or
+ * KVT_EFULL when the flag is off or every page is held. */
 static int evict_one(kvt_engine *e)
 {
     if (!(e->cfg.flags & KVT_FLAG_EVICT))
         return KVT_EFULL;
-    for (int t = KVT_TIERS - 1; t >= 0; t--) {
-        uint32_t v = e->pol->victim(e->pol_priv, t, droppable, e);
-        if (v != KVT_NONE) {
-            kvt_page_destroy(e, v);
-            e->st.evicted_pages++;
-            return 0;
-        }
+    uint32_t v = KVT_NONE;
+    int t = KVT_TIERS - 1;
+    for (; t >= 0 && v == KVT_NONE; t--)
+        v = e->pol->victim(e->pol_priv, t, droppable, e);
+    if (v == KVT_NONE)
+        return KVT_EFULL;
+    if (t + 1 == KVT_TIER_SSD && e->pol->version >= KVT_POLICY_OPS_V5) {
+        uint32_t d = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, droppable, e);
+        if (d != KVT_NONE && d != v && e->pol->leaves_first(e->pol_priv, d, v))
+            v = d;
     }
-    return KVT_EFULL;
+    kvt_page_destroy(e, v);
+    e->st.evicted_pages++;
+    return 0;
 }
 
 /* Whether the policy sees calls (version 4): only then do kvt_put and

@@ -442,7 +442,7 @@ static void print_table(FILE *f, const struct popts *o, const struct presult *re
         }
         fprintf(f, "   (%llu blocks)\n", (unsigned long long)res[c * o->n_pols].cap_blocks);
     }
-    fprintf(f, "blocks stored (writes below DRAM: the SSD's wear), thousands\n");
+    fprintf(f, "blocks stored, thousands (the engine writes to SSD at most these: see kvtier replay)\n");
     for (int c = 0; c < o->n_caps; c++) {
         char lab[32];
         snprintf(lab, sizeof lab, "%g", o->caps[c]);
