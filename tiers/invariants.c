@@ -28,7 +28,7 @@ static bool record_live(const struct kvt_page *p)
 }
 
 struct tally {
-    uint64_t resident[3], dirty, pinned, live, owned[KVT_ARENAS], redundant;
+    uint64_t resident[3], dirty, pinned, live, owned[KVT_ARENAS], redundant, second_copies;
 };
 
 static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
@@ -65,6 +65,7 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
     t->dirty += (p->flags & PG_VALID_HBM) && !(p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
     t->pinned += p->pins > 0;
     t->redundant += (p->flags & PG_VALID_DRAM) && (p->flags & PG_VALID_HBM);
+    t->second_copies += (p->flags & PG_VALID_SSD) && (p->flags & (PG_VALID_DRAM | PG_VALID_HBM));
 }
 
 void kvt_check_invariants(kvt_engine *e)
@@ -91,6 +92,7 @@ void kvt_check_invariants(kvt_engine *e)
     CHECK(t.pinned == e->st.pinned_pages, KVT_NONE, "pinned count drifted");
     CHECK(t.live == e->pt.live, KVT_NONE, "live record count drifted");
     CHECK(t.redundant == red, KVT_NONE, "redundant DRAM copy list misses a page");
+    CHECK(t.second_copies == e->ssd_tier.second_copies, KVT_NONE, "second-copy count drifted");
     for (int a = 0; a < KVT_ARENAS; a++)
         CHECK(t.owned[a] == kvt_arena_of(e, a)->nslots - kvt_arena_of(e, a)->nfree, KVT_NONE,
               "slots owned by no page (leak)");

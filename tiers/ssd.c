@@ -228,11 +228,13 @@ int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf, bool *kept)
 
 /* Every SSD slot is taken: give up the SSD copy of a page that is current in
  * DRAM or HBM too. Its index entry is deleted by the mover, which frees the
- * slot; the caller waits for that (-EAGAIN). Costs a scan: only a full
- * engine comes here. */
+ * slot; the caller waits for that (-EAGAIN). Costs a scan of the pages, so
+ * only when some page has such a copy (second_copies): a full cache comes
+ * here for about every page it stores, and mostly there is none
+ * (docs/replay.md#measurements). */
 static int release_redundant_ssd(kvt_engine *e, uint32_t except)
 {
-    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+    for (uint32_t pg = 0; e->ssd_tier.second_copies && pg < e->pt.used; pg++) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
         if (pg == except || !(p->flags & PG_HASHED) || !kvt_page_idle(p) ||
             !(p->flags & PG_VALID_SSD) || !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM)))

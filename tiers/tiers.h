@@ -215,6 +215,8 @@ struct kvt_ssd_tier {
     uint64_t busy;                  /* requests queued or in the pipe */
     uint64_t caller_reads;          /* pages kvt_get callers read themselves (ssd_caller.c):
                                        SSD waiters wait for these too */
+    uint32_t second_copies;         /* pages valid on SSD and in DRAM or HBM too (page.c):
+                                       none, and a full SSD has no copy to give up */
     uint64_t progress;              /* pipe steps that finished jobs or freed slots:
                                        what SSD waiters watch */
     int read_err;                   /* the last read error that kept its page (PG_READ_ERR) */
