@@ -300,7 +300,7 @@ static int ct_verify(const struct ct_opts *o, uint64_t cycle, struct ct_check *c
         kvt_key k = ct_key(i);
         void *dst[1] = { b };
         int found = -1;
-        bool dropped;
+        bool dropped = false;
         char hist[200];
         r = kvt_get(e, &k, 1, dst, 0, &found);
         uint32_t got = r == 0 && found == 1 ? ct_allowed(c, i, b, &dropped) : 0;

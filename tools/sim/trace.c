@@ -158,7 +158,7 @@ static int rd_schedule(struct reader *r, char **tok, int ntok)
             return rd_err(r, "schedule field '%s' is not key=value", tok[i]);
         *eq = '\0';
         const char *k = tok[i], *v = eq + 1;
-        uint64_t x;
+        uint64_t x = 0;
         int e = 0;
         if (!strcmp(k, "order")) {
             if (!strcmp(v, "layer"))
@@ -263,7 +263,7 @@ static int rd_line(struct reader *r, char *s)
             return rd_schedule(r, tok, ntok);
         if (r->t->page_bytes)
             return rd_err(r, "a second page_bytes line");
-        uint64_t pb;
+        uint64_t pb = 0;
         if (ntok != 2)
             return rd_err(r, "'page_bytes' takes one number");
         int e = rd_number(r, tok[1], 1ull << 40, "page_bytes", &pb);
