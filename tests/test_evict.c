@@ -146,6 +146,55 @@ static void test_a_cache_writes_to_ssd_only_what_outranks_its_victim(void **stat
     t_rmtree(dir);
 }
 
+struct writes {
+    uint32_t events, pages;
+};
+
+static void count_writes(void *arg, const kvt_transfer_event *ev)
+{
+    struct writes *w = arg;
+    if (ev->kind == KVT_XFER_DRAM_TO_SSD) {
+        w->events++;
+        w->pages += ev->pages;
+    }
+}
+
+/* A full cache storing several pages in one kvt_put makes their room at
+ * once (tiers/buffers.c, room_ahead): the DRAM victims' writes reach the
+ * disk together, not one write and one wait per page. Counted in the
+ * engine's transfer reports: each report is one batch the disk finished. */
+static void test_a_full_cache_writes_a_puts_room_together(void **state)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "lru");
+    enum { BATCH = 8 };
+    c.dram_bytes = (2 * BATCH + 2) * PB;  /* a put of BATCH pages is one batch */
+    c.ssd_bytes = 32 * PB;
+    struct writes w = { 0, 0 };
+    c.on_transfer = count_writes;
+    c.on_transfer_arg = &w;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    for (uint64_t id = 0; id < 80; id++)   /* full, every tier */
+        put_one(e, id, 0);
+    static uint64_t bufs[BATCH][PB / 8];
+    kvt_key keys[BATCH];
+    const void *src[BATCH];
+    for (int round = 0; round < 4; round++) {
+        struct writes before = w;
+        for (uint32_t i = 0; i < BATCH; i++) {
+            keys[i] = t_key(1000 + round * BATCH + i, KVT_ALL_LAYERS, 0);
+            t_fill(bufs[i], PB, keys[i], 0);
+            src[i] = bufs[i];
+        }
+        assert_int_equal(kvt_put(e, keys, BATCH, src, 0), 0);
+        uint32_t events = w.events - before.events, pages = w.pages - before.pages;
+        assert_true(pages >= BATCH / 2);   /* DRAM was full of DRAM-only pages */
+        assert_true(events * 2 <= pages);  /* page by page: one report each */
+    }
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 /* A pinned page is never dropped: with it held, the others make room. */
 static void test_pinned_pages_stay(void **state)
 {
@@ -183,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_a_full_cache_evicts_arc),
         cmocka_unit_test(test_a_full_cache_evicts_default),
         cmocka_unit_test(test_a_cache_writes_to_ssd_only_what_outranks_its_victim),
+        cmocka_unit_test(test_a_full_cache_writes_a_puts_room_together),
         cmocka_unit_test(test_pinned_pages_stay),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };

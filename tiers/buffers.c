@@ -76,17 +76,68 @@ static void report_batch(kvt_engine *e, int kind, uint32_t *pgs, size_t n)
     e->pol->batch(e->pol_priv, kind, pgs, n);
 }
 
+/* Free DRAM slots, less the spare that only evictions may take. */
+static uint32_t dram_free(const kvt_engine *e)
+{
+    uint32_t n = e->dram.arena.nfree;
+    return n ? n - 1 : 0;
+}
+
+/* A full cache storing n pages makes room for all of them before the first
+ * (locked; may wait unlocked): the pages that must leave are dropped at once
+ * (their SSD slots come back in one deletion of the mover), then the DRAM
+ * victims' writes go to the disk together. Page by page, each page waited
+ * for its own deletion and its own write: two round trips through the
+ * mover per page, most of a prefix cache's put time
+ * (docs/replay.md#measurements). Returns the DRAM slots on their way: while
+ * the SSD is busy with them, the pages wait instead of queueing writes of
+ * their own (reserve_slot). 0 when there is nothing to do or it cannot be
+ * done: each page then makes its own room, and says what stops it. */
+static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n)
+{
+    if (!(e->cfg.flags & KVT_FLAG_EVICT) || !e->ssd || n < 2)
+        return 0;
+    size_t fresh = 0; /* pages this put adds; an overwrite gives its old page up */
+    for (size_t i = 0; i < n; i++)
+        fresh += kvt_ptable_find(&e->pt, &keys[i]) == KVT_NONE;
+    while (kvt_room(e) < fresh && evict_one(e) == 0)
+        ;
+    while (e->ssd_tier.ndels && !e->failed) {
+        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+        kvt_wait_on(e, &w, false);
+    }
+    uint32_t usable = e->dram.arena.nslots > 1 ? e->dram.arena.nslots - 1 : 0;
+    uint32_t want = n < usable ? (uint32_t)n : usable;
+    /* A failed eviction write is told once, by the page that meets it. */
+    if (e->failed || e->ssd_tier.evict_err || dram_free(e) >= want)
+        return 0;
+    struct kvt_wait w = { KVT_WAIT_NONE, 0 };
+    return kvt_make_room_dram(e, want, &w) == -EAGAIN ? want - dram_free(e) : 0;
+}
+
 /* A slot for a new page: DRAM first (that is what storage is for), else HBM.
- * May wait (unlocked) for write-backs that make room. */
-static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier)
+ * May wait (unlocked) for write-backs that make room; *coming counts the
+ * slots room_ahead set on their way. */
+static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming)
 {
     for (;;) {
         if (kvt_dram_slot(e, pg, KVT_SLOT_STEAL) != KVT_NONE) {
+            *coming -= *coming > 0;
             *tier = KVT_TIER_DRAM;
             return 0;
         }
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
-        int r = e->ssd ? kvt_make_room_dram(e, 1, &w) : KVT_EFULL;
+        int r;
+        if (*coming && kvt_ssd_waiting(e)) {
+            /* At most one wait per slot on its way: the SSD may stay busy
+             * with other work while other callers take the slots. */
+            (*coming)--;
+            w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_tier.progress };
+            r = -EAGAIN;
+        } else {
+            *coming = 0;
+            r = e->ssd ? kvt_make_room_dram(e, 1, &w) : KVT_EFULL;
+        }
         if (r == 0)
             continue; /* DRAM has room now */
         if (r == -EAGAIN) {
@@ -179,6 +230,7 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
 {
     size_t k = 0;
     int r = 0;
+    uint32_t coming = room_ahead(e, keys, n);
     for (; k < n && r == 0; k++) {
         if (kvt_admit(e) < 0) {
             /* Full: an overwrite may give up the old page to make room. If the
@@ -199,7 +251,7 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         kvt_pg(&e->pt, pg)->key = keys[k];
         (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
         res[k].pg = pg;
-        if ((r = reserve_slot(e, pg, &res[k].tier)) < 0) {
+        if ((r = reserve_slot(e, pg, &res[k].tier, &coming)) < 0) {
             kvt_page_abandon(e, pg);
             break;
         }

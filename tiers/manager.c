@@ -21,10 +21,21 @@
  * somewhere, and a second copy is a cache that can always be given up.
  * Records in use (keys, put reservations, dropped pages still being read)
  * may not exceed the configured HBM + DRAM pages. */
+static uint64_t capacity(const kvt_engine *e)
+{
+    return (uint64_t)e->hbm.arena.nslots + e->dram.arena.nslots - 1 +
+           (e->ssd ? kvt_ssd_nslots(e->ssd) : 0);
+}
+
+uint64_t kvt_room(const kvt_engine *e)
+{
+    uint64_t cap = capacity(e);
+    return e->pt.live < cap ? cap - e->pt.live : 0;
+}
+
 int kvt_admit(kvt_engine *e)
 {
-    uint64_t cap = (uint64_t)e->hbm.arena.nslots + e->dram.arena.nslots - 1 +
-                   (e->ssd ? kvt_ssd_nslots(e->ssd) : 0);
+    uint64_t cap = capacity(e);
     if (e->pt.live < cap)
         return 0;
     return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (HBM + "

@@ -622,6 +622,9 @@ bool kvt_mover_is_self(const kvt_engine *e);
 
 /* 0 when one more page fits in the engine's capacity, else KVT_EFULL. */
 int kvt_admit(kvt_engine *e);
+/* How many more pages fit in the engine's capacity (HBM + DRAM + SSD slots,
+ * less DRAM's spare). */
+uint64_t kvt_room(const kvt_engine *e);
 
 #if KVT_DEBUG
 void kvt_check_invariants(kvt_engine *e);
