@@ -195,6 +195,71 @@ static void test_a_full_cache_writes_a_puts_room_together(void **state)
     t_rmtree(dir);
 }
 
+/* A full cache's put that overwrites a key before storing new ones drops
+ * one page per new key, no more: the overwritten page gives its place up. */
+static void test_an_overwrite_in_a_full_put_costs_no_page(void **state)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "lru");
+    c.dram_bytes = 18 * PB;
+    c.ssd_bytes = 32 * PB;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    for (uint64_t id = 0; id < 80; id++)   /* full, every tier */
+        put_one(e, id, 0);
+    static uint64_t bufs[3][PB / 8];
+    kvt_key keys[3] = { t_key(79, KVT_ALL_LAYERS, 0), t_key(1000, KVT_ALL_LAYERS, 0),
+                        t_key(1001, KVT_ALL_LAYERS, 0) };
+    const void *src[3];
+    for (int i = 0; i < 3; i++) {
+        t_fill(bufs[i], PB, keys[i], 1);
+        src[i] = bufs[i];
+    }
+    kvt_stats st0, st;
+    assert_int_equal(kvt_get_stats(e, &st0), 0);
+    assert_int_equal(kvt_put(e, keys, 3, src, 0), 0);
+    assert_int_equal(kvt_get_stats(e, &st), 0);
+    assert_int_equal(st.evicted_pages - st0.evicted_pages, 2);
+    int found[3];
+    void *dst[3] = { bufs[0], bufs[1], bufs[2] };
+    memset(bufs, 0, sizeof(bufs));
+    assert_int_equal(kvt_get(e, keys, 3, dst, 0, found), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_true(found[i]);
+        assert_true(t_check(bufs[i], PB, keys[i], 1));
+    }
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
+/* A chain stored with one kvt_put is one chain to the policy however many
+ * batches the engine cuts it into (here DRAM takes one page a batch): only
+ * its last block is the request's tail, which a full cache drops before
+ * blocks stored alone, newer as they are; its other blocks stay. */
+static void test_a_put_in_batches_is_one_chain_to_the_policy(void **state)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "prefix"); /* 2 + 3 + 8 pages */
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    enum { CHAIN = 6 };
+    static uint64_t bufs[CHAIN][PB / 8];
+    kvt_key keys[CHAIN];
+    const void *src[CHAIN];
+    for (uint32_t i = 0; i < CHAIN; i++) {
+        keys[i] = t_key(1, KVT_ALL_LAYERS, i);
+        t_fill(bufs[i], PB, keys[i], 0);
+        src[i] = bufs[i];
+    }
+    assert_int_equal(kvt_put(e, keys, CHAIN, src, 0), 0);
+    for (uint64_t j = 0; j < 10; j++)      /* fill the engine, then make it drop */
+        put_one(e, 100 + j, 0);
+    kvt_stats st;
+    assert_int_equal(kvt_get_stats(e, &st), 0);
+    assert_true(st.evicted_pages >= 2);
+    assert_true(kvt_exists(e, keys, CHAIN, NULL) >= CHAIN - 1); /* the hit prefix */
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 /* A pinned page is never dropped: with it held, the others make room. */
 static void test_pinned_pages_stay(void **state)
 {
@@ -233,6 +298,8 @@ int main(void)
         cmocka_unit_test(test_a_full_cache_evicts_default),
         cmocka_unit_test(test_a_cache_writes_to_ssd_only_what_outranks_its_victim),
         cmocka_unit_test(test_a_full_cache_writes_a_puts_room_together),
+        cmocka_unit_test(test_an_overwrite_in_a_full_put_costs_no_page),
+        cmocka_unit_test(test_a_put_in_batches_is_one_chain_to_the_policy),
         cmocka_unit_test(test_pinned_pages_stay),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };

@@ -65,14 +65,19 @@ static bool policy_sees_calls(const kvt_engine *e)
 }
 
 /* Tells such a policy which pages one call used, in the caller's order; a
- * page gone meanwhile is KVT_NONE. pgs is scratch. */
-static void report_batch(kvt_engine *e, int kind, uint32_t *pgs, size_t n)
+ * page gone meanwhile is KVT_NONE, and so is one whose record now holds
+ * another key (keys[i] is pgs[i]'s; NULL: not checked). pgs is scratch. */
+static void report_batch(kvt_engine *e, int kind, uint32_t *pgs, const kvt_key *keys, size_t n)
 {
     if (!n)
         return;
-    for (size_t i = 0; i < n; i++)
-        if (pgs[i] != KVT_NONE && !(kvt_pg(&e->pt, pgs[i])->flags & PG_HASHED))
+    for (size_t i = 0; i < n; i++) {
+        if (pgs[i] == KVT_NONE)
+            continue;
+        const struct kvt_page *p = kvt_pg(&e->pt, pgs[i]);
+        if (!(p->flags & PG_HASHED) || (keys && !kvt_key_eq(&p->key, &keys[i])))
             pgs[i] = KVT_NONE;
+    }
     e->pol->batch(e->pol_priv, kind, pgs, n);
 }
 
@@ -89,26 +94,38 @@ static uint32_t dram_free(const kvt_engine *e)
  * victims' writes go to the disk together. Page by page, each page waited
  * for its own deletion and its own write: two round trips through the
  * mover per page, most of a prefix cache's put time
- * (docs/replay.md#measurements). Returns the DRAM slots on their way: while
- * the SSD is busy with them, the pages wait instead of queueing writes of
- * their own (reserve_slot). 0 when there is nothing to do or it cannot be
- * done: each page then makes its own room, and says what stops it. */
-static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n)
+ * (docs/replay.md#measurements). Returns the DRAM slots still short once
+ * those writes are queued (at most that many are on their way): while the
+ * SSD is busy, the pages wait for them instead of queueing writes of their
+ * own (reserve_slot). 0 when there is nothing to do or it cannot be done:
+ * each page then makes its own room, and says what stops it. *tight: the
+ * engine has room for the new keys only, so an overwrite in the batch gives
+ * its old page up before its own record is made (put_batch). */
+static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n, bool *tight)
 {
-    if (!(e->cfg.flags & KVT_FLAG_EVICT) || !e->ssd || n < 2)
+    *tight = false;
+    /* A failed eviction write is told once, by the page that meets it;
+     * nothing is dropped for a put that then fails with it. */
+    if (!(e->cfg.flags & KVT_FLAG_EVICT) || !e->ssd || n < 2 || e->failed ||
+        e->ssd_tier.evict_err)
         return 0;
-    size_t fresh = 0; /* pages this put adds; an overwrite gives its old page up */
+    size_t fresh = 0; /* keys not present: the records this put adds */
     for (size_t i = 0; i < n; i++)
         fresh += kvt_ptable_find(&e->pt, &keys[i]) == KVT_NONE;
+    uint32_t usable = e->dram.arena.nslots > 1 ? e->dram.arena.nslots - 1 : 0;
+    uint32_t want = n < usable ? (uint32_t)n : usable;
+    if (kvt_room(e) >= n && dram_free(e) >= want)
+        return 0;
+    bool dropped = false;
     while (kvt_room(e) < fresh && evict_one(e) == 0)
-        ;
-    while (e->ssd_tier.ndels && !e->failed) {
+        dropped = true;
+    *tight = kvt_room(e) < n;
+    /* The dropped pages' SSD slots, freed by the mover's deletion. A few
+     * waits at most: other callers' deletions may keep coming. */
+    for (int i = 0; dropped && e->ssd_tier.ndels && !e->failed && i < 4; i++) {
         struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
         kvt_wait_on(e, &w, false);
     }
-    uint32_t usable = e->dram.arena.nslots > 1 ? e->dram.arena.nslots - 1 : 0;
-    uint32_t want = n < usable ? (uint32_t)n : usable;
-    /* A failed eviction write is told once, by the page that meets it. */
     if (e->failed || e->ssd_tier.evict_err || dram_free(e) >= want)
         return 0;
     struct kvt_wait w = { KVT_WAIT_NONE, 0 };
@@ -226,12 +243,20 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
 /* One batch of a put (locked; unlocks to copy): reserves a slot for every
  * page, copies, then makes them visible. All or nothing for the batch. */
 static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
-                     int src_on_device, struct reservation *res)
+                     int src_on_device, struct reservation *res, uint32_t *pgs)
 {
     size_t k = 0;
     int r = 0;
-    uint32_t coming = room_ahead(e, keys, n);
+    bool tight;
+    uint32_t coming = room_ahead(e, keys, n, &tight);
     for (; k < n && r == 0; k++) {
+        if (tight) {
+            /* The room made is the new keys': an overwrite gives its old page
+             * up first, as below. */
+            uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
+            if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
+                kvt_page_destroy(e, old);
+        }
         if (kvt_admit(e) < 0) {
             /* Full: an overwrite may give up the old page to make room. If the
              * copy then fails the key is absent, never half-written. */
@@ -284,14 +309,9 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         }
     }
     r = put_commit(e, keys, res, n);
-    /* Without memory the policy misses one hint, nothing else. */
-    uint32_t *pgs = policy_sees_calls(e) ? malloc(n * sizeof(*pgs)) : NULL;
-    if (pgs) {
+    if (pgs)
         for (size_t i = 0; i < n; i++)
             pgs[i] = res[i].pg;
-        report_batch(e, KVT_BATCH_PUT, pgs, n);
-        free(pgs);
-    }
     kvt_mover_kick(e);
     return r;
 
@@ -330,11 +350,20 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
     struct reservation *res = r == 0 ? malloc((batch ? batch : 1) * sizeof(*res)) : NULL;
     if (r == 0 && !res)
         r = kvt_fail(-ENOMEM, "out of memory");
+    /* The policy hears of the call once, after its last batch: a chain
+     * stored in several batches is one chain to it (a batch's last block
+     * is not the request's tail). Without memory it misses one hint. */
+    uint32_t *pgs = r == 0 && policy_sees_calls(e) ? malloc((n ? n : 1) * sizeof(*pgs)) : NULL;
+    for (size_t i = 0; pgs && i < n; i++)
+        pgs[i] = KVT_NONE; /* a batch that fails before its commit stores nothing */
     for (size_t i = 0; i < n && r == 0; i += batch) {
         size_t m = n - i < batch ? n - i : batch;
-        r = put_batch(e, keys + i, m, src + i, src_on_device, res);
+        r = put_batch(e, keys + i, m, src + i, src_on_device, res, pgs ? pgs + i : NULL);
     }
+    if (pgs)
+        report_batch(e, KVT_BATCH_PUT, pgs, keys, n);
     kvt_unlock(e);
+    free(pgs);
     free(res);
     return r;
 }
@@ -675,7 +704,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
                 pgs[served++] = g[i].pg;
         }
     if (pgs)
-        report_batch(e, KVT_BATCH_GET, pgs, served);
+        report_batch(e, KVT_BATCH_GET, pgs, NULL, served);
     free(pgs);
     if (cr < 0)
         r = kvt_fail(cr, "copying a page out failed: %s", kvt_strerror(cr));
