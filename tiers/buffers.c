@@ -81,13 +81,6 @@ static void report_batch(kvt_engine *e, int kind, uint32_t *pgs, const kvt_key *
     e->pol->batch(e->pol_priv, kind, pgs, n);
 }
 
-/* Free DRAM slots, less the spare that only evictions may take. */
-static uint32_t dram_free(const kvt_engine *e)
-{
-    uint32_t n = e->dram.arena.nfree;
-    return n ? n - 1 : 0;
-}
-
 /* A full cache storing n pages makes room for all of them before the first
  * (locked; may wait unlocked): the pages that must leave are dropped at once
  * (their SSD slots come back in one deletion of the mover), then the DRAM
@@ -114,7 +107,7 @@ static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n, bool *t
         fresh += kvt_ptable_find(&e->pt, &keys[i]) == KVT_NONE;
     uint32_t usable = e->dram.arena.nslots > 1 ? e->dram.arena.nslots - 1 : 0;
     uint32_t want = n < usable ? (uint32_t)n : usable;
-    if (kvt_room(e) >= n && dram_free(e) >= want)
+    if (kvt_room(e) >= n && kvt_dram_room(e) >= want)
         return 0;
     bool dropped = false;
     while (kvt_room(e) < fresh && evict_one(e) == 0)
@@ -126,10 +119,10 @@ static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n, bool *t
         struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
         kvt_wait_on(e, &w, false);
     }
-    if (e->failed || e->ssd_tier.evict_err || dram_free(e) >= want)
+    if (e->failed || e->ssd_tier.evict_err || kvt_dram_room(e) >= want)
         return 0;
     struct kvt_wait w = { KVT_WAIT_NONE, 0 };
-    return kvt_make_room_dram(e, want, &w) == -EAGAIN ? want - dram_free(e) : 0;
+    return kvt_make_room_dram(e, want, &w) == -EAGAIN ? want - kvt_dram_room(e) : 0;
 }
 
 /* A slot for a new page: DRAM first (that is what storage is for), else HBM.
@@ -250,16 +243,10 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
     bool tight;
     uint32_t coming = room_ahead(e, keys, n, &tight);
     for (; k < n && r == 0; k++) {
-        if (tight) {
-            /* The room made is the new keys': an overwrite gives its old page
-             * up first, as below. */
-            uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
-            if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
-                kvt_page_destroy(e, old);
-        }
-        if (kvt_admit(e) < 0) {
-            /* Full: an overwrite may give up the old page to make room. If the
-             * copy then fails the key is absent, never half-written. */
+        if (tight || kvt_admit(e) < 0) {
+            /* Full (or room_ahead's room is the new keys'): an overwrite may
+             * give up the old page to make room. If the copy then fails the
+             * key is absent, never half-written. */
             uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
             if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
                 kvt_page_destroy(e, old);

@@ -171,8 +171,7 @@ static bool usable_dram_write(void *ctx, uint32_t pg)
     return can_leave(ctx, pg, KVT_LEAVE_WRITE);
 }
 
-/* Free DRAM slots, less the spare (only evictions may take it). */
-static uint32_t dram_room(const kvt_engine *e)
+uint32_t kvt_dram_room(const kvt_engine *e)
 {
     uint32_t n = e->dram.arena.nfree;
     return n ? n - 1 : 0;
@@ -183,7 +182,7 @@ static uint32_t dram_room(const kvt_engine *e)
  * on their way; returns the error that stopped it (KVT_EFULL: none). */
 static int evict_in_order(kvt_engine *e, uint32_t need, uint32_t *coming)
 {
-    while (dram_room(e) + *coming < need) {
+    while (kvt_dram_room(e) + *coming < need) {
         if (kvt_dram_drop_third_copy(e, KVT_NONE))
             continue;
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_evict, e);
@@ -221,7 +220,7 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
     int err = evict_in_order(e, need, &coming);
     /* The SSD cannot take the policy's choice: pages with a copy elsewhere
      * can still go, even if used sooner. */
-    while (dram_room(e) + coming < need) {
+    while (kvt_dram_room(e) + coming < need) {
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_free, e);
         if (v == KVT_NONE)
             break;
@@ -238,7 +237,7 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
         if (v == KVT_NONE || kvt_ssd_queue_write(e, v, false) < 0)
             break;
     }
-    if (dram_room(e) >= need)
+    if (kvt_dram_room(e) >= need)
         return 0;
     if (kvt_ssd_waiting(e)) {
         *w = (struct kvt_wait){ KVT_WAIT_SSD, e->ssd_tier.progress };

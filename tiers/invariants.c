@@ -65,7 +65,7 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
     t->dirty += (p->flags & PG_VALID_HBM) && !(p->flags & (PG_VALID_DRAM | PG_VALID_SSD));
     t->pinned += p->pins > 0;
     t->redundant += (p->flags & PG_VALID_DRAM) && (p->flags & PG_VALID_HBM);
-    t->second_copies += (p->flags & PG_VALID_SSD) && (p->flags & (PG_VALID_DRAM | PG_VALID_HBM));
+    t->second_copies += kvt_page_second_copy(p->flags);
 }
 
 void kvt_check_invariants(kvt_engine *e)

@@ -47,11 +47,6 @@ static void red_unlink(kvt_engine *e, uint32_t pg)
         e->dram.red_tail = p->red_prev;
 }
 
-static bool ssd_second_copy(uint16_t f)
-{
-    return (f & PG_VALID_SSD) && (f & (PG_VALID_DRAM | PG_VALID_HBM));
-}
-
 /* Sets and clears flags, keeping the resident, dirty and second-copy
  * counters and the redundant-copy list. Every flag change goes through
  * here. */
@@ -73,7 +68,7 @@ static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
             e->st.resident_pages[t]--;
     }
     e->hbm.dirty += (uint64_t)kvt_page_dirty_flags(nf) - (uint64_t)kvt_page_dirty_flags(old);
-    e->ssd_tier.second_copies += (uint32_t)ssd_second_copy(nf) - (uint32_t)ssd_second_copy(old);
+    e->ssd_tier.second_copies += (uint32_t)kvt_page_second_copy(nf) - (uint32_t)kvt_page_second_copy(old);
     p->flags = nf;
     if (redundant_dram(nf) && !redundant_dram(old))
         red_link(e, pg);

@@ -93,6 +93,13 @@ static inline bool kvt_page_dirty_flags(uint16_t f)
     return (f & PG_VALID_HBM) && !(f & (PG_VALID_DRAM | PG_VALID_SSD));
 }
 
+/* Valid on SSD and in DRAM or HBM too: an SSD copy a full SSD may give up
+ * (kvt_ssd_tier.second_copies counts them). */
+static inline bool kvt_page_second_copy(uint16_t f)
+{
+    return (f & PG_VALID_SSD) && (f & (PG_VALID_DRAM | PG_VALID_HBM));
+}
+
 /* The valid bit of tier t (KVT_TIER_HBM, _DRAM or _SSD). */
 static inline uint16_t kvt_page_valid_bit(int t)
 {

@@ -237,7 +237,7 @@ static int release_redundant_ssd(kvt_engine *e, uint32_t except)
     for (uint32_t pg = 0; e->ssd_tier.second_copies && pg < e->pt.used; pg++) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
         if (pg == except || !(p->flags & PG_HASHED) || !kvt_page_idle(p) ||
-            !(p->flags & PG_VALID_SSD) || !(p->flags & (PG_VALID_DRAM | PG_VALID_HBM)))
+            !kvt_page_second_copy(p->flags))
             continue;
         kvt_page_drop_copy(e, pg, KVT_TIER_SSD);
         kvt_ssd_forget(e, pg);

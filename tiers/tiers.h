@@ -522,6 +522,8 @@ uint32_t kvt_dram_slot(kvt_engine *e, uint32_t pg, int how);
  * make room for page x: for x KVT_NONE (a page needed now) any such copy,
  * else only one used later than x. false when none goes. */
 bool kvt_dram_drop_third_copy(kvt_engine *e, uint32_t x);
+/* Free DRAM slots, less the spare (only evictions may take it). */
+uint32_t kvt_dram_room(const kvt_engine *e);
 /* Frees DRAM slots (beyond the spare) for need pages: drops redundant
  * copies, queues SSD write-backs of DRAM-only pages. 0, -EAGAIN with *w,
  * or KVT_EFULL. */
