@@ -314,12 +314,15 @@ int kvt_wait_stream(kvt_engine *e, kvt_ticket t, void *cuda_stream);
  * released), KVT_ENOTFOUND. */
 int kvt_release(kvt_engine *e, const kvt_key *keys, size_t n, int dirty);
 
-/* Removes n pages from every tier. Keys that do not exist are ignored.
- * Errors: -EBUSY (a page is pinned or being copied; nothing is dropped). */
+/* Removes n pages from every tier. Keys that do not exist are ignored. A
+ * page being read up from SSD ahead of use is dropped once that read ends
+ * (the call waits for it). Errors: -EBUSY (a page is pinned or being read
+ * by another call; nothing is dropped). */
 int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n);
 
 /* Removes every page whose key.id is id (a finished sequence). O(pages held).
- * Errors: -EBUSY (one of them is pinned; nothing is dropped). */
+ * Waits for reads ahead as kvt_drop does. Errors: -EBUSY (one of them is
+ * pinned or being read by another call; nothing is dropped). */
 int kvt_drop_id(kvt_engine *e, uint64_t id);
 
 /* ------------------------------ engine-owned buffers (storage back-ends) */

@@ -45,6 +45,7 @@
 #include "kvt_build.h"
 #include "io/io.h"
 #include "tiers/tiers.h"
+#include "tiers/tool.h"
 
 #define PB ((size_t)16384)
 #define FP 0x5EED5EED0001ull
@@ -1011,6 +1012,89 @@ static void test_get_read_fault_retried_then_lost(void **state)
     sixteen_close(&f);
 }
 
+/* The mover's read of a page up from SSD, held at the back-end's submit
+ * (the plan's submit_mu) while another thread drops the page. */
+struct drop_race {
+    kvt_engine *e;
+    const kvt_key *key;
+    int cycle, drop;
+};
+
+static void *race_cycle(void *arg)
+{
+    struct drop_race *d = arg;
+    struct kvt_tool_ssd_times t;
+    uint64_t got;
+    d->cycle = kvt_tool_ssd_cycle(d->e, &t, &got);
+    return NULL;
+}
+
+static void *race_drop(void *arg)
+{
+    struct drop_race *d = arg;
+    d->drop = kvt_drop(d->e, d->key, 1);
+    return NULL;
+}
+
+/* A page whose SSD read into DRAM is in flight, dropped. */
+static int page_reading(kvt_engine *e, const kvt_key *ks)
+{
+    int at = -1;
+    kvt_lock(e);
+    for (int i = 0; i < 16 && at < 0; i++) {
+        uint32_t pg = kvt_ptable_find(&e->pt, &ks[i]);
+        if (pg != KVT_NONE && kvt_pg(&e->pt, pg)->xfer == XFER_SSD_READ)
+            at = i;
+    }
+    kvt_unlock(e);
+    return at;
+}
+
+/* kvt_drop of a page while the mover reads it up from SSD: the drop waits
+ * for the read (as a put of a new version does), so the read's end neither
+ * makes the dropped record valid in DRAM again (a DRAM slot and a record
+ * nothing freed) nor reads a slot the drop had freed. Afterwards every
+ * other page is exact, and with them all dropped nothing is left resident. */
+static void test_drop_during_read(void **state)
+{
+    struct sixteen f;
+    kvt_engine *e = sixteen_open(&f);
+    assert_int_equal(kvt_flush(e), 0); /* every page on SSD: the cycle writes nothing */
+    pthread_mutex_lock(&f.plan.submit_mu);
+    struct drop_race d = { .e = e, .cycle = 1, .drop = 1 };
+    pthread_t cy, dr;
+    assert_int_equal(pthread_create(&cy, NULL, race_cycle, &d), 0);
+    int t;
+    while ((t = page_reading(e, f.ks)) < 0)
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    d.key = &f.ks[t];
+    assert_int_equal(pthread_create(&dr, NULL, race_drop, &d), 0);
+    nanosleep(&(struct timespec){ 0, 50000000 }, NULL); /* the drop waits, or (before) is done */
+    pthread_mutex_unlock(&f.plan.submit_mu);
+    pthread_join(dr, NULL);
+    pthread_join(cy, NULL);
+    assert_int_equal(d.drop, 0);
+    assert_int_equal(d.cycle, 0);
+    kvt_stats s = t_stats(e);
+    assert_int_equal(s.pages, 15);
+    assert_int_equal(s.errors_io + s.errors_corrupt, 0);
+    void *dst[1] = { f.b };
+    for (int i = 0; i < 16; i++) {
+        int found = -1;
+        assert_int_equal(kvt_get(e, &f.ks[i], 1, dst, 0, &found), 0);
+        assert_int_equal(found, i != t);
+        if (i != t)
+            assert_true(t_check(f.b, PB, f.ks[i], 1));
+    }
+    assert_int_equal(kvt_drop_id(e, 5), 0);
+    s = t_stats(e);
+    assert_int_equal(s.pages, 0);
+    for (int v = 0; v < KVT_TIERS; v++)
+        assert_int_equal(s.resident_pages[v], 0);
+    kvt_close(e);
+    sixteen_close(&f);
+}
+
 /* One failed read of a page that lives only on SSD is tried again: the
  * page is served exact, the error counted, no slot retired. A read that
  * keeps failing (SSD_TRIES tries) loses the page: acquire reports -EIO,
@@ -1634,6 +1718,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_uring_disabled),
         cmocka_unit_test(test_read_fault_retried_then_lost),
         cmocka_unit_test(test_get_read_fault_retried_then_lost),
+        cmocka_unit_test(test_drop_during_read),
         cmocka_unit_test(test_submit_fault_keeps_pages),
         cmocka_unit_test(test_flush_write_fault_durable),
         cmocka_unit_test(test_put_overwrite_crash),

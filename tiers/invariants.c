@@ -60,6 +60,7 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
               "D2H in flight without its slots");
     if (p->flags & PG_HASHED)
         CHECK(kvt_ptable_find(&e->pt, &p->key) == pg, pg, "index does not find the page");
+    CHECK(!zombie || !(p->flags & PG_VALID_ALL), pg, "a dropped page holds a valid copy");
     for (int v = 0; v < 3; v++)
         t->resident[v] += !!(p->flags & (PG_VALID_HBM << v));
     t->dirty += (p->flags & PG_VALID_HBM) && !(p->flags & (PG_VALID_DRAM | PG_VALID_SSD));

@@ -492,12 +492,48 @@ out:
 
 /* ------------------------------------------------------------- drop */
 
+/* Whether one of the pages to drop (keys[0..n), or with keys NULL every page
+ * of id) is being read up from SSD. Locked. */
+static bool drop_reading(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t id)
+{
+    if (keys) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
+            if (pg != KVT_NONE && kvt_pg(&e->pt, pg)->xfer == XFER_SSD_READ)
+                return true;
+        }
+        return false;
+    }
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        const struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if ((p->flags & PG_HASHED) && p->key.id == id && p->xfer == XFER_SSD_READ)
+            return true;
+    }
+    return false;
+}
+
+/* A page being read up from SSD (a prefetch; a reader's own read keeps the
+ * page busy) is dropped only once the read is over, as a put waits for an
+ * old version's: dropped at once, its SSD slot would be freed, and could be
+ * written again, while the disk still reads it, and the read's end would
+ * make the dropped record valid in DRAM again, a slot and a record that
+ * nothing frees. Waits with the lock released; a page that a reader takes
+ * meanwhile is then refused as busy. */
+static void drop_wait_reads(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t id)
+{
+    while (!e->failed && drop_reading(e, keys, n, id)) {
+        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+        kvt_wait_on(e, &w, false);
+    }
+}
+
 KVT_API int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n)
 {
     if (n && !keys)
         return kvt_fail(-EINVAL, "keys is NULL");
     KVT_ENTER(e);
     int r = 0;
+    drop_wait_reads(e, keys, n, 0);
     for (size_t i = 0; i < n; i++) {
         uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
         if (pg != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, pg))) {
@@ -520,6 +556,7 @@ KVT_API int kvt_drop_id(kvt_engine *e, uint64_t id)
 {
     KVT_ENTER(e);
     int r = 0;
+    drop_wait_reads(e, NULL, 0, id);
     for (uint32_t pg = 0; pg < e->pt.used; pg++) {
         struct kvt_page *p = kvt_pg(&e->pt, pg);
         if ((p->flags & PG_HASHED) && p->key.id == id && kvt_page_in_use(p)) {

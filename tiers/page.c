@@ -306,7 +306,10 @@ bool kvt_page_down_done(kvt_engine *e, uint32_t pg, bool ok)
 
 void kvt_page_read_ok(kvt_engine *e, uint32_t pg)
 {
-    page_flags(e, pg, PG_VALID_DRAM, PG_READ_ERR);
+    /* A record dropped meanwhile (only when the engine failed while a drop
+     * waited: kvt_drop waits for reads) stays invalid, so that it goes. */
+    bool zombie = kvt_pg(&e->pt, pg)->flags & PG_ZOMBIE;
+    page_flags(e, pg, zombie ? 0 : PG_VALID_DRAM, PG_READ_ERR);
 }
 
 void kvt_page_read_failed(kvt_engine *e, uint32_t pg)
