@@ -1095,6 +1095,83 @@ static void test_drop_during_read(void **state)
     sixteen_close(&f);
 }
 
+/* Under the lock: queues an SSD read of page i of ks into a DRAM slot, as
+ * the mover's prefetch does. */
+static uint32_t queue_read_of(kvt_engine *e, const kvt_key *ks, int i)
+{
+    uint32_t pg = kvt_ptable_find(&e->pt, &ks[i]);
+    assert_true(pg != KVT_NONE);
+    assert_true(kvt_dram_slot(e, pg, 0) != KVT_NONE);
+    kvt_ssd_queue_read(e, pg);
+    return pg;
+}
+
+static void wait_ssd_idle(kvt_engine *e)
+{
+    for (;;) {
+        kvt_lock(e);
+        bool busy = e->ssd_tier.busy != 0;
+        kvt_unlock(e);
+        if (!busy)
+            return;
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    }
+}
+
+/* A page destroyed while its SSD read is queued (a full put gives an old
+ * version up; a drop on a failed engine): the read still finds the slot
+ * it reads, which is freed only once the read is over. Before, the
+ * destroy forgot the slot at once and the mover, taking the read, looked
+ * up the metadata of slot KVT_NONE (a crash), or read a slot already freed
+ * and written again (a false checksum error). */
+static void test_destroy_during_queued_read(void **state)
+{
+    struct sixteen f;
+    kvt_engine *e = sixteen_open(&f);
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_lock(e);
+    kvt_dram_drop_redundant(e);
+    kvt_unlock(e);
+    int a = ssd_only(e, f.ks, -1), b = ssd_only(e, f.ks, a);
+    assert_true(a >= 0 && b >= 0);
+    /* a's read taken by the mover and held at submit; b's queued behind */
+    pthread_mutex_lock(&f.plan.submit_mu);
+    kvt_lock(e);
+    queue_read_of(e, f.ks, a);
+    kvt_unlock(e);
+    for (bool queued = true; queued;) {
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+        kvt_lock(e);
+        queued = e->ssd_tier.queued != 0;
+        kvt_unlock(e);
+    }
+    kvt_lock(e);
+    uint32_t pb = queue_read_of(e, f.ks, b);
+    uint32_t free0 = kvt_ssd_nfree(e->ssd);
+    kvt_page_destroy(e, pb);
+    assert_int_equal(kvt_ssd_nfree(e->ssd), free0); /* still the read's */
+    kvt_unlock(e);
+    pthread_mutex_unlock(&f.plan.submit_mu);
+    wait_ssd_idle(e);
+    assert_int_equal(kvt_flush(e), 0); /* the deletion committed, its slot free */
+    kvt_lock(e);
+    assert_int_equal(kvt_ssd_nfree(e->ssd), free0 + 1);
+    kvt_unlock(e);
+    kvt_stats s = t_stats(e);
+    assert_int_equal(s.errors_io + s.errors_corrupt, 0);
+    assert_int_equal(s.pages, 15);
+    void *dst[1] = { f.b };
+    for (int i = 0; i < 16; i++) {
+        int found = -1;
+        assert_int_equal(kvt_get(e, &f.ks[i], 1, dst, 0, &found), 0);
+        assert_int_equal(found, i != b);
+        if (i != b)
+            assert_true(t_check(f.b, PB, f.ks[i], 1));
+    }
+    kvt_close(e);
+    sixteen_close(&f);
+}
+
 /* One failed read of a page that lives only on SSD is tried again: the
  * page is served exact, the error counted, no slot retired. A read that
  * keeps failing (SSD_TRIES tries) loses the page: acquire reports -EIO,
@@ -1719,6 +1796,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_read_fault_retried_then_lost),
         cmocka_unit_test(test_get_read_fault_retried_then_lost),
         cmocka_unit_test(test_drop_during_read),
+        cmocka_unit_test(test_destroy_during_queued_read),
         cmocka_unit_test(test_submit_fault_keeps_pages),
         cmocka_unit_test(test_flush_write_fault_durable),
         cmocka_unit_test(test_put_overwrite_crash),

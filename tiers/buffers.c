@@ -233,6 +233,19 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
     return r;
 }
 
+/* Whether the page under one of keys[0..n) is being written to or read
+ * from SSD. Locked. */
+static bool old_on_the_move(kvt_engine *e, const kvt_key *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
+        uint8_t x = old == KVT_NONE ? XFER_NONE : kvt_pg(&e->pt, old)->xfer;
+        if (x == XFER_SSD_WRITE || x == XFER_SSD_READ)
+            return true;
+    }
+    return false;
+}
+
 /* One batch of a put (locked; unlocks to copy): reserves a slot for every
  * page, copies, then makes them visible. All or nothing for the batch. */
 static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
@@ -285,16 +298,15 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         goto out_unreserve;
     }
     /* An old version being written to or read from SSD finishes first: its
-     * slot and index entry pass to the new page only when they are settled. */
-    for (size_t i = 0; i < n && !e->failed; i++) {
-        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
-        while (old != KVT_NONE && !e->failed && (kvt_pg(&e->pt, old)->xfer == XFER_SSD_WRITE ||
-                                                 kvt_pg(&e->pt, old)->xfer == XFER_SSD_READ)) {
-            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
-            kvt_wait_on(e, &w, false);
-            old = kvt_ptable_find(&e->pt, &keys[i]);
-        }
+     * slot and index entry pass to the new page only when they are settled.
+     * Every key is looked at again after each wait: while the lock was let
+     * go, the mover may have started a read of one already passed. */
+    while (!e->failed && old_on_the_move(e, keys, n)) {
+        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+        kvt_wait_on(e, &w, false);
     }
+    if ((r = kvt_check_failed(e)) < 0)
+        goto out_unreserve; /* the engine failed while the put waited */
     r = put_commit(e, keys, res, n);
     if (pgs)
         for (size_t i = 0; i < n; i++)

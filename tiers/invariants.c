@@ -61,6 +61,8 @@ static void check_page(kvt_engine *e, uint32_t pg, struct tally *t)
     if (p->flags & PG_HASHED)
         CHECK(kvt_ptable_find(&e->pt, &p->key) == pg, pg, "index does not find the page");
     CHECK(!zombie || !(p->flags & PG_VALID_ALL), pg, "a dropped page holds a valid copy");
+    if (p->xfer == XFER_SSD_READ)
+        CHECK(p->ssd_slot != KVT_NONE, pg, "SSD read in flight without its slot");
     for (int v = 0; v < 3; v++)
         t->resident[v] += !!(p->flags & (PG_VALID_HBM << v));
     t->dirty += (p->flags & PG_VALID_HBM) && !(p->flags & (PG_VALID_DRAM | PG_VALID_SSD));

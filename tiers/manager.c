@@ -492,39 +492,43 @@ out:
 
 /* ------------------------------------------------------------- drop */
 
-/* Whether one of the pages to drop (keys[0..n), or with keys NULL every page
- * of id) is being read up from SSD. Locked. */
-static bool drop_reading(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t id)
+/* Whether the pages to drop (keys[0..n), or with keys NULL every page of
+ * id) may go now: 0; -EBUSY (its message set) when one is pinned or being
+ * read by another call; 1 when one is being read up from SSD ahead of use,
+ * which the drop waits for. Locked. */
+static int drop_state(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t id)
 {
-    if (keys) {
-        for (size_t i = 0; i < n; i++) {
-            uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
-            if (pg != KVT_NONE && kvt_pg(&e->pt, pg)->xfer == XFER_SSD_READ)
-                return true;
-        }
-        return false;
-    }
-    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+    int st = 0;
+    size_t count = keys ? n : e->pt.used;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t pg = keys ? kvt_ptable_find(&e->pt, &keys[i]) : (uint32_t)i;
+        if (pg == KVT_NONE)
+            continue;
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
-        if ((p->flags & PG_HASHED) && p->key.id == id && p->xfer == XFER_SSD_READ)
-            return true;
+        if (!keys && !((p->flags & PG_HASHED) && p->key.id == id))
+            continue;
+        if (kvt_page_in_use(p))
+            return kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being read",
+                            (unsigned long long)p->key.id, p->key.layer, p->key.index);
+        st |= p->xfer == XFER_SSD_READ;
     }
-    return false;
+    return st;
 }
 
-/* A page being read up from SSD (a prefetch; a reader's own read keeps the
- * page busy) is dropped only once the read is over, as a put waits for an
- * old version's: dropped at once, its SSD slot would be freed, and could be
- * written again, while the disk still reads it, and the read's end would
- * make the dropped record valid in DRAM again, a slot and a record that
- * nothing frees. Waits with the lock released; a page that a reader takes
- * meanwhile is then refused as busy. */
-static void drop_wait_reads(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t id)
+/* A page being read up from SSD ahead of use (a prefetch) is dropped once
+ * the read is over, as a put waits for an old version's: the read's end
+ * then finds a live page, and the drop a settled one. (A page dropped
+ * while read anyway, on a failed engine or by a full put giving an old
+ * version up, keeps its SSD slot until the read ends: kvt_page_destroy.)
+ * Waits with the lock released. 0, or -EBUSY as drop_state. */
+static int drop_wait(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t id)
 {
-    while (!e->failed && drop_reading(e, keys, n, id)) {
+    int st;
+    while ((st = drop_state(e, keys, n, id)) == 1 && !e->failed) {
         struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
         kvt_wait_on(e, &w, false);
     }
+    return st < 0 ? st : 0;
 }
 
 KVT_API int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n)
@@ -532,22 +536,12 @@ KVT_API int kvt_drop(kvt_engine *e, const kvt_key *keys, size_t n)
     if (n && !keys)
         return kvt_fail(-EINVAL, "keys is NULL");
     KVT_ENTER(e);
-    int r = 0;
-    drop_wait_reads(e, keys, n, 0);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
-        if (pg != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, pg))) {
-            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
-                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
+    int r = drop_wait(e, keys, n, 0);
+    for (size_t i = 0; i < n && r == 0; i++) {
         uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
         if (pg != KVT_NONE)
             kvt_page_destroy(e, pg);
     }
-out:
     kvt_unlock(e);
     return r;
 }
@@ -555,22 +549,12 @@ out:
 KVT_API int kvt_drop_id(kvt_engine *e, uint64_t id)
 {
     KVT_ENTER(e);
-    int r = 0;
-    drop_wait_reads(e, NULL, 0, id);
-    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
-        struct kvt_page *p = kvt_pg(&e->pt, pg);
-        if ((p->flags & PG_HASHED) && p->key.id == id && kvt_page_in_use(p)) {
-            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
-                         (unsigned long long)id, p->key.layer, p->key.index);
-            goto out;
-        }
-    }
-    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+    int r = drop_wait(e, NULL, 0, id);
+    for (uint32_t pg = 0; pg < e->pt.used && r == 0; pg++) {
         struct kvt_page *p = kvt_pg(&e->pt, pg);
         if ((p->flags & PG_HASHED) && p->key.id == id)
             kvt_page_destroy(e, pg);
     }
-out:
     kvt_unlock(e);
     return r;
 }

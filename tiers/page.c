@@ -163,7 +163,11 @@ void kvt_page_destroy(kvt_engine *e, uint32_t pg)
 {
     if (e->pol->version >= KVT_POLICY_OPS_V2)
         e->pol->page_gone(e->pol_priv, pg);
-    kvt_ssd_forget(e, pg);
+    /* A read in flight (queued or on the disk) keeps the SSD slot it reads
+     * until it ends (kvt_page_read_end): forgotten now, the slot would be
+     * freed, and written again, under it. */
+    if (kvt_pg(&e->pt, pg)->xfer != XFER_SSD_READ)
+        kvt_ssd_forget(e, pg);
     kvt_ptable_remove(&e->pt, pg);
     page_flags(e, pg, PG_ZOMBIE, PG_VALID_ALL);
     kvt_page_settle(e, pg);
@@ -306,10 +310,15 @@ bool kvt_page_down_done(kvt_engine *e, uint32_t pg, bool ok)
 
 void kvt_page_read_ok(kvt_engine *e, uint32_t pg)
 {
-    /* A record dropped meanwhile (only when the engine failed while a drop
-     * waited: kvt_drop waits for reads) stays invalid, so that it goes. */
+    /* A record dropped during the read stays invalid, so that it goes. */
     bool zombie = kvt_pg(&e->pt, pg)->flags & PG_ZOMBIE;
     page_flags(e, pg, zombie ? 0 : PG_VALID_DRAM, PG_READ_ERR);
+}
+
+void kvt_page_read_end(kvt_engine *e, uint32_t pg)
+{
+    if (kvt_pg(&e->pt, pg)->flags & PG_ZOMBIE)
+        kvt_ssd_forget(e, pg); /* the slot kvt_page_destroy left for the read */
 }
 
 void kvt_page_read_failed(kvt_engine *e, uint32_t pg)

@@ -204,6 +204,7 @@ static void finish(kvt_engine *e, struct kvt_caller_read *rd)
         kvt_ssd_read_gone(e, rd->pg, rd->slot, rd->res);
     else
         e->st.errors_io++; /* a try that failed, as the mover counts one it retries */
+    kvt_page_read_end(e, rd->pg);
     kvt_page_settle(e, rd->pg);
 }
 

@@ -572,6 +572,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
     } else {
         kvt_ssd_read_gone(e, j->pg, j->slot, j->res);
     }
+    kvt_page_read_end(e, j->pg);
     kvt_page_settle(e, j->pg);
 }
 

@@ -469,6 +469,9 @@ bool kvt_page_down_done(kvt_engine *e, uint32_t pg, bool ok);
 /* SSD reads: the DRAM copy is current; a read failed but the copy stays
  * (PG_READ_ERR), and that was reported; the only copy is unreadable. */
 void kvt_page_read_ok(kvt_engine *e, uint32_t pg);
+/* Any SSD read's end, after its result: a record dropped during the read
+ * lets go of the SSD slot kvt_page_destroy left it. */
+void kvt_page_read_end(kvt_engine *e, uint32_t pg);
 void kvt_page_read_failed(kvt_engine *e, uint32_t pg);
 void kvt_page_read_failure_told(kvt_engine *e, uint32_t pg);
 void kvt_page_lost(kvt_engine *e, uint32_t pg, bool io);
