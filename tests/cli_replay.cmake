@@ -121,6 +121,17 @@ expect("${out}" distinct_blocks 19)
 expect("${out}" capacity_blocks 19)
 expect("${out}" hit_blocks 10)
 
+# --concurrency: the requests served by 3 threads at once, every byte
+# verified, every reference counted, no more hits than one at a time.
+replay_json(out "${WORK}/t.jsonl" --block-bytes 64K --capacity 1 --concurrency 3 --no-progress)
+expect("${out}" verified ON)
+expect("${out}" concurrency 3)
+expect("${out}" block_refs 384)
+string(JSON hb GET "${out}" hit_blocks)
+if(hb GREATER 287 OR hb LESS 144)
+  message(FATAL_ERROR "--concurrency 3: hit_blocks ${hb}, want 144..287\n${out}")
+endif()
+
 # Bad arguments: exit 2, and the message names the option.
 function(expect_usage_error opt)
   execute_process(COMMAND ${KVTIER} replay ${ARGN} OUTPUT_VARIABLE out ERROR_VARIABLE err
@@ -136,6 +147,8 @@ expect_usage_error("--capacity" ${T} --capacity 2x)
 expect_usage_error("--dram" ${T} --dram -1)
 expect_usage_error("--block-bytes" ${T} --block-bytes 5000)
 expect_usage_error("--speed" ${T} --speed 0)
+expect_usage_error("--concurrency" ${T} --concurrency 0)
+expect_usage_error("--concurrency" ${T} --concurrency 65)
 expect_usage_error("--model" ${T} --model nosuch)
 expect_usage_error("--policy" ${T} --capacity 1 --policy nosuch)
 expect_usage_error("--bogus" ${T} --bogus)

@@ -163,7 +163,7 @@ static uint64_t reference_lru(uint32_t cap)
     return hits;
 }
 
-static void replay(const char *policy, double cap, struct replay_result *r)
+static void replay_n(const char *policy, double cap, unsigned concurrency, struct replay_result *r)
 {
     char dir[] = "/tmp/kvt-test-replay-XXXXXX", path[64];
     assert_non_null(mkdtemp(dir));
@@ -177,9 +177,15 @@ static void replay(const char *policy, double cap, struct replay_result *r)
     o.capacity = (struct replay_cap){ CAP_FRACTION, cap, 0 };
     o.policy = policy;
     o.progress = 0;
+    o.concurrency = concurrency;
     assert_int_equal(replay_exec(&o, r), 0);
     unlink(path);
     rmdir(dir);
+}
+
+static void replay(const char *policy, double cap, struct replay_result *r)
+{
+    replay_n(policy, cap, 1, r);
 }
 
 /* Checks that hold for any replay of the trace. */
@@ -201,20 +207,43 @@ static void common_checks(const struct replay_result *r)
     assert_true(r->end.pages <= r->capacity_blocks);
 }
 
+/* Hits of test_replay_fits: 7 on the first turn; (1 + 2t) for each
+ * conversation's later turns. */
+static uint64_t hits_when_fits(void)
+{
+    uint64_t want = CONVS - 1;
+    for (uint32_t t = 1; t < TURNS; t++)
+        want += CONVS * (1 + 2 * t);
+    return want;
+}
+
 static void test_replay_fits(void **state)
 {
     struct replay_result r;
     replay(NULL, 1.0, &r);
     common_checks(&r);
-    /* 7 on the first turn; (1 + 2t) for each conversation's later turns */
-    uint64_t want = CONVS - 1;
-    for (uint32_t t = 1; t < TURNS; t++)
-        want += CONVS * (1 + 2 * t);
-    assert_int_equal(r.hit_blocks, want);
+    assert_int_equal(r.hit_blocks, hits_when_fits());
     assert_int_equal(r.capacity_blocks, r.distinct);
     assert_int_equal(r.client_evicted, 0);
     assert_int_equal(r.unstored, 0);
     assert_true(r.hits_by_tier[KVT_TIER_SSD] > 0); /* DRAM holds a quarter: SSD serves */
+}
+
+/* Four requests served at once: every byte still verified, every counter
+ * of every request merged, and no more hits than one at a time finds (a
+ * request may miss the blocks of one still being served). A conversation's
+ * next turn comes eight requests later, so most of them still hit. */
+static void test_replay_concurrent(void **state)
+{
+    struct replay_result r;
+    replay_n(NULL, 1.0, 4, &r);
+    common_checks(&r);
+    assert_true(r.hit_blocks <= hits_when_fits());
+    assert_true(r.hit_blocks >= hits_when_fits() / 2);
+    assert_int_equal(r.get_bytes[KVT_TIER_DRAM] + r.get_bytes[KVT_TIER_SSD],
+                     r.hit_blocks * (64 << 10));
+    assert_true(r.get_s[KVT_TIER_SSD] > 0 && r.put_s > 0);
+    assert_true(r.put_s <= r.wall_s); /* overlapping puts counted once */
 }
 
 static void test_replay_evicts(void **state)
@@ -240,6 +269,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lru),
         cmocka_unit_test(test_replay_fits),
         cmocka_unit_test(test_replay_evicts),
+        cmocka_unit_test(test_replay_concurrent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,32 +76,60 @@ static int index_blocks(struct replay_ctx *x)
     return 0;
 }
 
+/* A worker's buffers: per request, sized for the longest chain; per call,
+ * for the chunk. */
+static int worker_alloc(struct replay_ctx *x, struct replay_worker *w)
+{
+    uint32_t longest = x->longest;
+    w->keys = malloc(longest * sizeof(kvt_key));
+    w->where = malloc(longest * sizeof(kvt_tier));
+    w->found = malloc(longest * sizeof(int));
+    w->sel = malloc(longest * sizeof(uint32_t));
+    w->ckeys = malloc(x->chunk * sizeof(kvt_key));
+    w->cfound = malloc(x->chunk * sizeof(int));
+    w->cwhere = malloc(x->chunk * sizeof(kvt_tier));
+    w->ptrs = malloc(x->chunk * sizeof(void *));
+    /* In huge pages, as the raw baseline's: a malloc'd buffer had the
+     * replay's SSD loads at 0.2x raw on a virtual disk. */
+    w->buf = cli_huge_alloc((size_t)x->chunk * x->bb, &w->buf_map);
+    if (!w->keys || !w->where || !w->found || !w->sel || !w->ckeys || !w->cfound || !w->cwhere ||
+        !w->ptrs || !w->buf)
+        return -ENOMEM;
+    return 0;
+}
+
+static void worker_free(struct replay_worker *w)
+{
+    free(w->keys);
+    free(w->where);
+    free(w->found);
+    free(w->sel);
+    free(w->ckeys);
+    free(w->cfound);
+    free(w->cwhere);
+    free(w->ptrs);
+    cli_huge_free(&w->buf_map);
+}
 
 static int ctx_alloc(struct replay_ctx *x)
 {
     uint32_t longest = 1;
     for (uint64_t i = 0; i < x->r->requests; i++)
         longest = x->tr.req[i].n > longest ? x->tr.req[i].n : longest;
+    x->longest = longest;
     uint64_t chunk = REPLAY_CHUNK_BYTES / x->bb;
     chunk = chunk < longest ? chunk : longest;
     chunk = chunk < REPLAY_CHUNK_MAX ? chunk : REPLAY_CHUNK_MAX;
     x->chunk = chunk ? (uint32_t)chunk : 1;
-    x->keys = malloc(longest * sizeof(kvt_key));
-    x->where = malloc(longest * sizeof(kvt_tier));
-    x->found = malloc(longest * sizeof(int));
-    x->sel = malloc(longest * sizeof(uint32_t));
-    x->ckeys = malloc(x->chunk * sizeof(kvt_key));
-    x->cfound = malloc(x->chunk * sizeof(int));
-    x->cwhere = malloc(x->chunk * sizeof(kvt_tier));
-    x->ptrs = malloc(x->chunk * sizeof(void *));
     x->ttft_load = calloc(x->r->requests, sizeof(float));
     x->ttft_recompute = calloc(x->r->requests, sizeof(float));
-    /* In huge pages, as the raw baseline's: a malloc'd buffer had the
-     * replay's SSD loads at 0.2x raw on a virtual disk. */
-    x->buf = cli_huge_alloc((size_t)x->chunk * x->bb, &x->buf_map);
-    if (!x->keys || !x->where || !x->found || !x->sel || !x->ckeys || !x->cfound || !x->cwhere ||
-        !x->ptrs || !x->ttft_load || !x->ttft_recompute || !x->buf)
+    unsigned nw = x->o->concurrency ? x->o->concurrency : 1;
+    x->w = calloc(nw, sizeof(*x->w));
+    if (!x->ttft_load || !x->ttft_recompute || !x->w)
         return -ENOMEM;
+    for (unsigned i = 0; i < nw; i++)
+        if (worker_alloc(x, &x->w[i]) < 0)
+            return -ENOMEM;
     return replay_lru_init(&x->lru, x->tr.distinct);
 }
 
@@ -112,21 +140,16 @@ static void ctx_free(struct replay_ctx *x)
     pfx_trace_free(&x->tr);
     free(x->hash_of);
     free(x->depth);
-    free(x->keys);
-    free(x->where);
-    free(x->found);
-    free(x->sel);
-    free(x->ckeys);
-    free(x->cfound);
-    free(x->cwhere);
-    free(x->ptrs);
+    for (unsigned i = 0; x->w && i < (x->o->concurrency ? x->o->concurrency : 1); i++)
+        worker_free(&x->w[i]);
+    free(x->w);
     free(x->ttft_load);
     free(x->ttft_recompute);
-    cli_huge_free(&x->buf_map);
     replay_lru_free(&x->lru);
     trace_free(&x->trace);
     free(x->same_offs);
     free(x->same_sizes);
+    pthread_mutex_destroy(&x->mu);
     /* The engine's files by name and the directory, never a recursive
      * removal: anything else found there stays. */
     if (x->tmpdir[0] && kvt_spill_remove(x->tmpdir) < 0)
@@ -203,6 +226,7 @@ int replay_exec(const struct replay_opts *o, struct replay_result *r)
 {
     struct replay_ctx x = { .o = o, .r = r, .bb = o->block_bytes };
     memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&x.mu, NULL);
     trace_init(&x.trace, cli_now());
     int rc = read_trace(&x);
     if (rc == 0 && (rc = index_blocks(&x)) == 0 && (rc = replay_size(&x)) == 0)

@@ -38,24 +38,60 @@ static double process_cpu(void)
 
 static int call_failed(struct replay_ctx *x, const char *call, uint64_t req, int rc)
 {
-    cli_error("replay", 1, "request %llu (line %u): %s: %s (%s)", (unsigned long long)req + 1,
-              x->tr.req[req].line, call, kvt_strerror(rc), kvt_last_error());
+    pthread_mutex_lock(&x->mu);
+    if (!x->said)
+        cli_error("replay", 1, "request %llu (line %u): %s: %s (%s)", (unsigned long long)req + 1,
+                  x->tr.req[req].line, call, kvt_strerror(rc), kvt_last_error());
     x->said = true;
+    pthread_mutex_unlock(&x->mu);
     return rc;
+}
+
+/* A call of kind k starts and ends: the kind's clock runs while one does
+ * (struct replay_busy). */
+static double span_begin(struct replay_ctx *x, enum replay_span k)
+{
+    pthread_mutex_lock(&x->mu);
+    double t = cli_now();
+    if (x->busy.running[k]++ == 0)
+        x->busy.since[k] = t;
+    pthread_mutex_unlock(&x->mu);
+    return t;
+}
+
+static double *span_clock(struct replay_result *r, enum replay_span k)
+{
+    switch (k) {
+    case SPAN_EXISTS: return &r->exists_s;
+    case SPAN_GET_DRAM: return &r->get_s[KVT_TIER_DRAM];
+    case SPAN_GET_SSD: return &r->get_s[KVT_TIER_SSD];
+    default: return &r->put_s;
+    }
+}
+
+static double span_end(struct replay_ctx *x, enum replay_span k)
+{
+    pthread_mutex_lock(&x->mu);
+    double t = cli_now();
+    if (--x->busy.running[k] == 0)
+        *span_clock(x->r, k) += t - x->busy.since[k];
+    pthread_mutex_unlock(&x->mu);
+    return t;
 }
 
 /* Checks the k blocks just read into the chunk buffers (chain positions
  * pos[0..k)), those found. */
-static void check_blocks(struct replay_ctx *x, const uint32_t *pos, uint32_t k)
+static void check_blocks(struct replay_ctx *x, struct replay_worker *w, const uint32_t *pos,
+                         uint32_t k)
 {
-    struct replay_result *r = x->r;
+    struct replay_result *r = &w->part;
     double c0 = replay_thread_cpu();
     for (uint32_t i = 0; i < k; i++) {
         size_t off;
-        if (!x->cfound[i])
+        if (!w->cfound[i])
             continue;
-        const kvt_key *key = &x->keys[pos[i]];
-        if (!replay_check(key, x->ptrs[i], x->bb, &off) && r->bad_blocks++ == 0) {
+        const kvt_key *key = &w->keys[pos[i]];
+        if (!replay_check(key, w->ptrs[i], x->bb, &off) && r->bad_blocks++ == 0) {
             r->bad_id = key->id;
             r->bad_index = key->index;
             r->bad_offset = off;
@@ -90,51 +126,54 @@ static bool same_reads_room(struct replay_ctx *x, uint32_t k)
 /* Notes where the k blocks of an SSD-served call lie now (untimed), for the
  * raw replay of the same reads (raw.c). Blocks in other segments than the
  * first are left out; without memory the record just stops growing. */
-static void note_same_reads(struct replay_ctx *x, uint32_t k)
+static void note_same_reads(struct replay_ctx *x, struct replay_worker *w, uint32_t k)
 {
-    if (!same_reads_room(x, k))
-        return;
+    pthread_mutex_lock(&x->mu);
     uint32_t n = 0;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t seg;
-        uint64_t off;
-        if (kvt_tool_ssd_where(x->e, &x->ckeys[i], &seg, &off) == 0 && seg == 0)
-            x->same_offs[x->nsame_offs + n++] = off;
+    if (same_reads_room(x, k)) {
+        for (uint32_t i = 0; i < k; i++) {
+            uint32_t seg;
+            uint64_t off;
+            if (kvt_tool_ssd_where(x->e, &w->ckeys[i], &seg, &off) == 0 && seg == 0)
+                x->same_offs[x->nsame_offs + n++] = off;
+        }
     }
-    if (!n)
-        return;
-    x->nsame_offs += n;
-    x->same_sizes[x->nsame_sizes++] = n;
+    if (n) {
+        x->nsame_offs += n;
+        x->same_sizes[x->nsame_sizes++] = n;
+    }
+    pthread_mutex_unlock(&x->mu);
 }
 
 /* kvt_get of the hit blocks at chain positions sel[0..m), served from
  * `tier` (SSD, or DRAM for DRAM and HBM); found[] set by position. */
-static int get_blocks(struct replay_ctx *x, uint64_t req, uint32_t m, int tier, double *spent)
+static int get_blocks(struct replay_ctx *x, struct replay_worker *w, uint64_t req, uint32_t m,
+                      int tier, double *spent)
 {
-    struct replay_result *r = x->r;
+    struct replay_result *r = &w->part;
+    enum replay_span k_span = tier == KVT_TIER_SSD ? SPAN_GET_SSD : SPAN_GET_DRAM;
     for (uint32_t at = 0; at < m; at += x->chunk) {
         uint32_t k = m - at < x->chunk ? m - at : x->chunk;
         for (uint32_t i = 0; i < k; i++) {
-            x->ckeys[i] = x->keys[x->sel[at + i]];
-            x->ptrs[i] = x->buf + (size_t)i * x->bb;
+            w->ckeys[i] = w->keys[w->sel[at + i]];
+            w->ptrs[i] = w->buf + (size_t)i * x->bb;
         }
         if (tier == KVT_TIER_SSD)
-            note_same_reads(x, k);
-        double t0 = cli_now();
-        int rc = kvt_get(x->e, x->ckeys, k, x->ptrs, 0, x->cfound);
-        double t1 = cli_now();
+            note_same_reads(x, w, k);
+        double t0 = span_begin(x, k_span);
+        int rc = kvt_get(x->e, w->ckeys, k, w->ptrs, 0, w->cfound);
+        double t1 = span_end(x, k_span);
         if (rc < 0 && rc != KVT_ECORRUPT)
             return call_failed(x, "kvt_get", req, rc);
         *spent += t1 - t0;
-        r->get_s[tier] += t1 - t0;
         r->get_calls[tier]++;
         if (x->o->trace_out)
             replay_trace_span(x, tier == KVT_TIER_SSD ? "get ssd" : "get dram", t0, t1, req, k, m);
         for (uint32_t i = 0; i < k; i++) {
-            x->found[x->sel[at + i]] = x->cfound[i];
-            r->get_bytes[tier] += x->cfound[i] ? x->bb : 0;
+            w->found[w->sel[at + i]] = w->cfound[i];
+            r->get_bytes[tier] += w->cfound[i] ? x->bb : 0;
         }
-        check_blocks(x, x->sel + at, k);
+        check_blocks(x, w, w->sel + at, k);
     }
     return 0;
 }
@@ -142,63 +181,87 @@ static int get_blocks(struct replay_ctx *x, uint64_t req, uint32_t m, int tier, 
 /* The hit prefix of h blocks, fetched and checked; returns the blocks of it
  * that came back (a block kvt_exists named but kvt_get did not find ends the
  * usable prefix there), or a negative error. */
-static int load_prefix(struct replay_ctx *x, uint64_t req, uint32_t h, double *spent)
+static int load_prefix(struct replay_ctx *x, struct replay_worker *w, uint64_t req, uint32_t h,
+                       double *spent)
 {
     static const int classes[2] = { KVT_TIER_DRAM, KVT_TIER_SSD };
     for (int c = 0; c < 2; c++) {
         uint32_t m = 0;
         for (uint32_t j = 0; j < h; j++)
-            if ((x->where[j] == KVT_TIER_SSD) == (classes[c] == KVT_TIER_SSD))
-                x->sel[m++] = j;
-        int rc = m ? get_blocks(x, req, m, classes[c], spent) : 0;
+            if ((w->where[j] == KVT_TIER_SSD) == (classes[c] == KVT_TIER_SSD))
+                w->sel[m++] = j;
+        int rc = m ? get_blocks(x, w, req, m, classes[c], spent) : 0;
         if (rc < 0)
             return rc;
     }
     uint32_t got = 0;
-    while (got < h && x->found[got])
+    while (got < h && w->found[got])
         got++;
-    x->r->lost_hits += h - got;
+    w->part.lost_hits += h - got;
     return (int)got;
 }
 
+/* Blocks blk[0..k) were used by request req and are stored. */
+static void lru_touch_all(struct replay_ctx *x, const uint32_t *blk, uint32_t k, uint64_t req)
+{
+    pthread_mutex_lock(&x->mu);
+    for (uint32_t i = 0; i < k; i++)
+        replay_lru_touch(&x->lru, blk[i], req);
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* Tries of a put that another request's get keeps busy (--concurrency). */
+#define PUT_BUSY_TRIES 64
+
 /* Puts the k blocks at ptrs[0..k) under ckeys[0..k); on KVT_EFULL the
  * caller's eviction makes room (evict.c) and the blocks not stored go
- * again. Returns 0, 1 when no room could be made (the rest stays out), or
- * an error. */
-static int put_chunk(struct replay_ctx *x, uint64_t req, uint32_t k, const uint32_t *blk)
+ * again. With requests served at once, a block this one missed may have
+ * been stored meanwhile by another, which may be reading it (-EBUSY: the
+ * put stored nothing of the batch that met it): the blocks present are
+ * kept, the others put again. Returns 0, 1 when no room could be made (the
+ * rest stays out), or an error. */
+static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req, uint32_t k,
+                     const uint32_t *blk)
 {
-    struct replay_result *r = x->r;
     uint32_t cb[4096];
     const uint32_t *b = blk;
-    for (;;) {
-        double t0 = cli_now();
-        int rc = kvt_put(x->e, x->ckeys, k, (const void *const *)x->ptrs, 0);
-        double t1 = cli_now();
-        r->put_s += t1 - t0;
+    for (unsigned busy = 0;;) {
+        double t0 = span_begin(x, SPAN_PUT);
+        int rc = kvt_put(x->e, w->ckeys, k, (const void *const *)w->ptrs, 0);
+        double t1 = span_end(x, SPAN_PUT);
         if (x->o->trace_out)
             replay_trace_span(x, "put", t0, t1, req, 0, k);
         if (rc == 0) {
-            for (uint32_t i = 0; i < k; i++)
-                replay_lru_touch(&x->lru, b[i], req);
+            lru_touch_all(x, b, k, req);
             return 0;
         }
-        if (rc != KVT_EFULL)
+        if (rc != KVT_EFULL && (rc != -EBUSY || x->o->concurrency < 2))
             return call_failed(x, "kvt_put", req, rc);
-        /* The batches before the full one are stored: keep those, put the
-         * others again once room is made. */
-        int e = kvt_exists(x->e, x->ckeys, k, x->cwhere);
+        /* The batches before the full or busy one are stored: keep those,
+         * put the others again (once room is made). */
+        int e = kvt_exists(x->e, w->ckeys, k, w->cwhere);
         if (e < 0)
             return call_failed(x, "kvt_exists", req, e);
         uint32_t miss = 0;
+        pthread_mutex_lock(&x->mu);
         for (uint32_t i = 0; i < k; i++) {
-            if (x->cwhere[i] != KVT_TIER_NONE) {
+            if (w->cwhere[i] != KVT_TIER_NONE) {
                 replay_lru_touch(&x->lru, b[i], req);
                 continue;
             }
-            x->ckeys[miss] = x->ckeys[i];
-            x->ptrs[miss] = x->ptrs[i];
+            w->ckeys[miss] = w->ckeys[i];
+            w->ptrs[miss] = w->ptrs[i];
             cb[miss++] = b[i];
         }
+        pthread_mutex_unlock(&x->mu);
+        if (rc == -EBUSY && (!miss || ++busy == PUT_BUSY_TRIES)) {
+            w->part.unstored += miss;
+            return miss ? 1 : 0;
+        }
+        k = miss;
+        b = cb;
+        if (rc == -EBUSY)
+            continue;
         /* Room for exactly the blocks left out, as a cache that evicts
          * on insert would make: the engine holds HBM + DRAM + SSD pages. */
         kvt_stats st;
@@ -206,20 +269,21 @@ static int put_chunk(struct replay_ctx *x, uint64_t req, uint32_t k, const uint3
         uint64_t cap = st.capacity_pages[0] + st.capacity_pages[1] + st.capacity_pages[2];
         uint64_t room = cap > st.pages ? cap - st.pages : 0;
         uint32_t need = miss > room ? (uint32_t)(miss - room) : 1;
+        pthread_mutex_lock(&x->mu);
         int d = replay_evict(x, need, req);
+        pthread_mutex_unlock(&x->mu);
         if (d < 0)
             return d;
         if (d == 0) {
-            r->unstored += miss;
+            w->part.unstored += miss;
             return 1;
         }
-        k = miss;
-        b = cb;
     }
 }
 
 /* The blocks at chain positions [from, n) of request req, made and put. */
-static int store_rest(struct replay_ctx *x, uint64_t req, uint32_t from, uint32_t n)
+static int store_rest(struct replay_ctx *x, struct replay_worker *w, uint64_t req, uint32_t from,
+                      uint32_t n)
 {
     const struct pfx_req *q = &x->tr.req[req];
     uint32_t blk[4096];
@@ -227,13 +291,13 @@ static int store_rest(struct replay_ctx *x, uint64_t req, uint32_t from, uint32_
         uint32_t k = n - at < x->chunk ? n - at : x->chunk;
         double c0 = replay_thread_cpu();
         for (uint32_t i = 0; i < k; i++) {
-            x->ckeys[i] = x->keys[at + i];
-            x->ptrs[i] = x->buf + (size_t)i * x->bb;
+            w->ckeys[i] = w->keys[at + i];
+            w->ptrs[i] = w->buf + (size_t)i * x->bb;
             blk[i] = x->tr.block[q->first + at + i];
-            replay_fill(&x->ckeys[i], x->ptrs[i], x->bb);
+            replay_fill(&w->ckeys[i], w->ptrs[i], x->bb);
         }
-        x->r->client_cpu_s += replay_thread_cpu() - c0;
-        int rc = put_chunk(x, req, k, blk);
+        w->part.client_cpu_s += replay_thread_cpu() - c0;
+        int rc = put_chunk(x, w, req, k, blk);
         if (rc)
             return rc < 0 ? rc : 0;
     }
@@ -242,14 +306,15 @@ static int store_rest(struct replay_ctx *x, uint64_t req, uint32_t from, uint32_
 
 /* The modeled time to first token of a request whose hit prefix of hit
  * blocks loaded in load_s (at the replay's block size). */
-static void model_ttft(struct replay_ctx *x, uint64_t req, uint32_t hit, double load_s)
+static void model_ttft(struct replay_ctx *x, struct replay_worker *w, uint64_t req, uint32_t hit,
+                       double load_s)
 {
-    struct replay_result *r = x->r;
+    struct replay_result *r = &w->part;
     const struct pfx_req *q = &x->tr.req[req];
     double rate = x->o->prefill_tps;
     uint64_t in = q->in_tokens, ht = (uint64_t)hit * x->tr.block_tokens;
     ht = ht < in ? ht : in;
-    double load = load_s * r->scale; /* the model's blocks move at the speed measured */
+    double load = load_s * x->r->scale; /* the model's blocks move at the speed measured */
     double t_load = load + (double)(in - ht) / rate, t_re = (double)in / rate;
     x->ttft_load[req] = (float)t_load;
     x->ttft_recompute[req] = (float)t_re;
@@ -265,43 +330,45 @@ static void model_ttft(struct replay_ctx *x, uint64_t req, uint32_t hit, double 
     }
 }
 
-/* One request. */
-static int serve(struct replay_ctx *x, uint64_t req)
+/* One request, by worker w. */
+static int serve(struct replay_ctx *x, struct replay_worker *w, uint64_t req)
 {
-    struct replay_result *r = x->r;
+    struct replay_result *r = &w->part;
     const struct pfx_req *q = &x->tr.req[req];
+    pthread_mutex_lock(&x->mu);
     for (uint32_t j = 0; j < q->n; j++) {
         uint32_t b = x->tr.block[q->first + j];
-        x->keys[j] = replay_key(x->hash_of[b], x->depth[b]);
-        x->found[j] = 0;
+        w->keys[j] = replay_key(x->hash_of[b], x->depth[b]);
+        w->found[j] = 0;
         x->lru.stamp[b] = (uint32_t)(req + 1); /* this request's: never evicted for it */
     }
-    double t0 = cli_now();
-    int h = kvt_exists(x->e, x->keys, q->n, x->where);
-    double t1 = cli_now();
+    pthread_mutex_unlock(&x->mu);
+    double t0 = span_begin(x, SPAN_EXISTS);
+    int h = kvt_exists(x->e, w->keys, q->n, w->where);
+    double t1 = span_end(x, SPAN_EXISTS);
     if (h < 0)
         return call_failed(x, "kvt_exists", req, h);
-    r->exists_s += t1 - t0;
     if (x->o->trace_out)
         replay_trace_span(x, "exists", t0, t1, req, (uint32_t)h, q->n);
+    pthread_mutex_lock(&x->mu);
     for (uint32_t j = 0; j < q->n; j++) {
-        if (x->where[j] == KVT_TIER_NONE)
+        if (w->where[j] == KVT_TIER_NONE)
             replay_lru_forget(&x->lru, x->tr.block[q->first + j]);
         else if (j > (uint32_t)h)
             r->rewritten++; /* stored, but past a missing block: put again */
     }
+    pthread_mutex_unlock(&x->mu);
     double load_s = 0;
-    int got = load_prefix(x, req, (uint32_t)h, &load_s);
+    int got = load_prefix(x, w, req, (uint32_t)h, &load_s);
     if (got < 0)
         return got;
-    for (int j = 0; j < got; j++) {
-        replay_lru_touch(&x->lru, x->tr.block[q->first + j], req);
-        r->hits_by_tier[x->where[j]]++;
-    }
+    lru_touch_all(x, x->tr.block + q->first, (uint32_t)got, req);
+    for (int j = 0; j < got; j++)
+        r->hits_by_tier[w->where[j]]++;
     r->hit_blocks += (uint64_t)got;
     r->refs += q->n;
-    model_ttft(x, req, (uint32_t)got, load_s);
-    return store_rest(x, req, (uint32_t)got, q->n);
+    model_ttft(x, w, req, (uint32_t)got, load_s);
+    return store_rest(x, w, req, (uint32_t)got, q->n);
 }
 
 static bool progress_on(const struct replay_opts *o)
@@ -328,7 +395,7 @@ static void progress(struct replay_ctx *x, uint64_t done, uint64_t n, double ela
 }
 
 /* --speed S: request req starts at its timestamp / S after the first's. */
-static void pace(struct replay_ctx *x, uint64_t req, double start)
+static void pace(struct replay_ctx *x, struct replay_worker *w, uint64_t req, double start)
 {
     double s = x->o->speed;
     if (s <= 0)
@@ -336,12 +403,12 @@ static void pace(struct replay_ctx *x, uint64_t req, double start)
     double at = start + (double)(x->tr.req[req].t_ms - x->tr.req[0].t_ms) / 1000.0 / s;
     double late = cli_now() - at;
     if (late < 0) {
-        double w = -late;
-        struct timespec ts = { (time_t)w, (long)((w - floor(w)) * 1e9) };
+        double ahead = -late;
+        struct timespec ts = { (time_t)ahead, (long)((ahead - floor(ahead)) * 1e9) };
         nanosleep(&ts, NULL);
     } else if (late > 1e-3) {
-        x->r->late_requests++;
-        x->r->max_late_s = late > x->r->max_late_s ? late : x->r->max_late_s;
+        w->part.late_requests++;
+        w->part.max_late_s = late;
     }
 }
 
@@ -369,35 +436,120 @@ static void ttft_percentiles(struct replay_ctx *x, uint64_t n)
     r->ttft_recompute_p90 = pct(x->ttft_recompute, n, 0.9);
 }
 
+/* A served request's counters into the result (under x->mu). */
+static void merge(struct replay_result *r, const struct replay_result *p)
+{
+    if (p->bad_blocks && !r->bad_blocks) {
+        r->bad_id = p->bad_id;
+        r->bad_index = p->bad_index;
+        r->bad_offset = p->bad_offset;
+    }
+    r->bad_blocks += p->bad_blocks;
+    r->bytes_verified += p->bytes_verified;
+    r->hit_blocks += p->hit_blocks;
+    r->hit_tokens += p->hit_tokens;
+    r->lost_hits += p->lost_hits;
+    r->refs += p->refs;
+    r->in_tokens += p->in_tokens;
+    r->rewritten += p->rewritten;
+    r->unstored += p->unstored;
+    for (int t = 0; t < KVT_TIERS; t++) {
+        r->hits_by_tier[t] += p->hits_by_tier[t];
+        r->get_bytes[t] += p->get_bytes[t];
+        r->get_calls[t] += p->get_calls[t];
+    }
+    r->client_cpu_s += p->client_cpu_s;
+    r->late_requests += p->late_requests;
+    r->max_late_s = p->max_late_s > r->max_late_s ? p->max_late_s : r->max_late_s;
+    r->ttft_requests += p->ttft_requests;
+    r->load_won += p->load_won;
+    r->ttft_load_s += p->ttft_load_s;
+    r->ttft_recompute_s += p->ttft_recompute_s;
+    r->load_model_s += p->load_model_s;
+    r->recompute_hit_s += p->recompute_hit_s;
+}
+
+/* After request req: its counters in, progress shown (under x->mu). */
+static void request_done(struct replay_ctx *x, struct replay_worker *w)
+{
+    struct replay_result *r = x->r;
+    merge(r, &w->part);
+    memset(&w->part, 0, sizeof(w->part));
+    uint64_t done = ++x->done, n = r->requests;
+    double t = cli_now();
+    if (x->o->trace_out && (done % 64 == 0 || done == n))
+        trace_counter(&x->trace, "prefix hits", t, "hit_fraction",
+                      r->refs ? (double)r->hit_blocks / (double)r->refs : 0);
+    if (progress_on(x->o) && (t - x->shown >= (isatty(2) ? 0.25 : 10) || done == n)) {
+        progress(x, done, n, t - x->start);
+        x->shown = t;
+    }
+}
+
+/* A worker: the next request in trace order, until none is left or one
+ * failed. */
+static void *worker_main(void *arg)
+{
+    struct replay_worker *w = arg;
+    struct replay_ctx *x = w->x;
+    for (;;) {
+        pthread_mutex_lock(&x->mu);
+        uint64_t i = x->next;
+        bool go = x->rc == 0 && i < x->r->requests;
+        x->next += go;
+        pthread_mutex_unlock(&x->mu);
+        if (!go)
+            break;
+        pace(x, w, i, x->start);
+        int rc = serve(x, w, i);
+        pthread_mutex_lock(&x->mu);
+        if (rc && !x->rc)
+            x->rc = rc;
+        request_done(x, w);
+        pthread_mutex_unlock(&x->mu);
+    }
+    return NULL;
+}
+
+/* Serves every request with o->concurrency workers: one in this thread,
+ * the others in threads of their own. */
+static int run_workers(struct replay_ctx *x)
+{
+    unsigned n = x->o->concurrency ? x->o->concurrency : 1, started = 1;
+    for (unsigned i = 0; i < n; i++)
+        x->w[i].x = x;
+    for (; started < n; started++) {
+        if (pthread_create(&x->w[started].thread, NULL, worker_main, &x->w[started])) {
+            cli_error("replay", 1, "cannot start worker thread %u of %u", started + 1, n);
+            pthread_mutex_lock(&x->mu);
+            x->rc = x->rc ? x->rc : -EAGAIN;
+            x->said = true;
+            pthread_mutex_unlock(&x->mu);
+            break;
+        }
+    }
+    worker_main(&x->w[0]);
+    for (unsigned i = 1; i < started; i++)
+        pthread_join(x->w[i].thread, NULL);
+    return x->rc;
+}
+
 int replay_requests(struct replay_ctx *x)
 {
     struct replay_result *r = x->r;
-    uint64_t n = r->requests;
-    bool prog = progress_on(x->o);
     kvt_stats s0;
     kvt_get_stats(x->e, &s0);
-    double cpu0 = process_cpu(), start = cli_now(), shown = start;
-    int rc = 0;
-    for (uint64_t i = 0; i < n && rc == 0; i++) {
-        pace(x, i, start);
-        rc = serve(x, i);
-        double t = cli_now();
-        if (x->o->trace_out && (i % 64 == 63 || i + 1 == n))
-            trace_counter(&x->trace, "prefix hits", t, "hit_fraction",
-                          r->refs ? (double)r->hit_blocks / (double)r->refs : 0);
-        if (prog && (t - shown >= (isatty(2) ? 0.25 : 10) || i + 1 == n)) {
-            progress(x, i + 1, n, t - start);
-            shown = t;
-        }
-    }
-    r->wall_s = cli_now() - start;
+    double cpu0 = process_cpu();
+    x->start = x->shown = cli_now();
+    int rc = run_workers(x);
+    r->wall_s = cli_now() - x->start;
     r->cpu_s = process_cpu() - cpu0;
     kvt_get_stats(x->e, &r->end);
     uint64_t *d = (uint64_t *)&r->delta;
     const uint64_t *a = (const uint64_t *)&r->end, *b = (const uint64_t *)&s0;
     for (size_t i = 0; i < sizeof(kvt_stats) / sizeof(uint64_t); i++)
         d[i] = a[i] - b[i]; /* counters; the report reads levels from end */
-    ttft_percentiles(x, n);
+    ttft_percentiles(x, r->requests);
     r->verified = rc == 0 && r->bad_blocks == 0;
     return rc;
 }

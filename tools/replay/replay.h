@@ -37,6 +37,7 @@ struct replay_cap {
  * minutes on two busy cores (docs/replay.md has the times). */
 #define REPLAY_DEFAULT_BLOCK (128u << 10)
 #define REPLAY_DEFAULT_CAPACITY 0.1
+#define REPLAY_MAX_CONCURRENCY 64u
 #define REPLAY_DEFAULT_PREFILL 10000.0    /* tokens/s: an assumption, stated in --help */
 
 struct replay_opts {
@@ -51,6 +52,7 @@ struct replay_opts {
     double speed;                    /* 0: as fast as possible; else trace time / speed */
     double prefill_tps;              /* tokens/s of the modeled recompute */
     uint64_t requests;               /* replay the first N requests; 0 = all */
+    unsigned concurrency;            /* requests served at once, a thread each */
     int progress;                    /* -1: on a tty; 0 off; 1 on */
     bool json;
 };
@@ -74,7 +76,9 @@ struct replay_result {
     size_t bad_offset;
     bool verified;
     /* time */
-    double wall_s, exists_s, put_s, get_s[KVT_TIERS]; /* get_s: calls serving that tier */
+    /* exists_s, put_s, get_s (calls serving that tier): time while at least
+     * one such call ran, so that concurrent requests' calls count once */
+    double wall_s, exists_s, put_s, get_s[KVT_TIERS];
     uint64_t get_bytes[KVT_TIERS];
     uint64_t get_calls[KVT_TIERS];   /* kvt_get calls serving that tier */
     double cpu_s, client_cpu_s;      /* process CPU; of it, generating and checking bytes */

@@ -1,11 +1,15 @@
 /*
  * replay_priv.h — what the files of tools/replay/ share (internal).
  *
- * Threads: the caller's thread owns struct replay_ctx; kvtier's threads
+ * Threads: --concurrency worker threads serve the requests (loop.c), each
+ * with a struct replay_worker of its own; what they share of struct
+ * replay_ctx is under its mu, or read-only while they run. kvtier's threads
  * reach only the trace (trace_json's own lock) through on_transfer.
  */
 #ifndef KVT_REPLAY_PRIV_H
 #define KVT_REPLAY_PRIV_H
+
+#include <pthread.h>
 
 #include "tiers/tool.h"
 #include "tools/cli.h"
@@ -24,18 +28,11 @@ struct replay_lru {
     uint64_t n;
 };
 
-struct replay_ctx {
-    const struct replay_opts *o;
-    struct replay_result *r;
-    struct pfx_trace tr;
-    uint64_t *hash_of;        /* per dense block: its hash id */
-    uint32_t *depth;          /* per dense block: the index of its key (first position seen) */
-    uint32_t *line_of;        /* per dense block: the line it was first seen on */
-    size_t bb;                /* block bytes */
-    kvt_engine *e;
-    const char *ssd_dir;
-    char tmpdir[4096];        /* the temporary spill directory we made, or "" */
-    /* per request, sized for the longest chain */
+/* What one request's service needs of its own, sized for the longest chain
+ * (keys, where, found, sel) or the chunk (the rest): one per worker thread
+ * (--concurrency). part collects the request's counters, added to the
+ * shared result under replay_ctx.mu once the request is served. */
+struct replay_worker {
     kvt_key *keys;
     kvt_tier *where;
     int *found;
@@ -46,10 +43,46 @@ struct replay_ctx {
     void **ptrs;              /* chunk buffers, then the ones one call uses */
     unsigned char *buf;       /* chunk blocks of bb bytes, in huge pages */
     struct cli_huge buf_map;  /* the mapping buf lies in */
-    uint32_t chunk;           /* blocks buf holds */
+    struct replay_result part;
+    struct replay_ctx *x;
+    pthread_t thread;
+};
+
+/* Calls of one kind (enum replay_span) running at once: its clock in the
+ * result counts the time while at least one runs, so that overlapping
+ * requests' calls are timed once (bytes / that time is what the engine
+ * delivered). */
+enum replay_span { SPAN_EXISTS, SPAN_GET_DRAM, SPAN_GET_SSD, SPAN_PUT, SPANS };
+struct replay_busy {
+    unsigned running[SPANS];
+    double since[SPANS];
+};
+
+struct replay_ctx {
+    const struct replay_opts *o;
+    struct replay_result *r;  /* under mu while the workers run */
+    struct pfx_trace tr;
+    uint64_t *hash_of;        /* per dense block: its hash id */
+    uint32_t *depth;          /* per dense block: the index of its key (first position seen) */
+    uint32_t *line_of;        /* per dense block: the line it was first seen on */
+    size_t bb;                /* block bytes */
+    kvt_engine *e;
+    const char *ssd_dir;
+    char tmpdir[4096];        /* the temporary spill directory we made, or "" */
+    uint32_t longest;         /* blocks in the longest chain */
+    uint32_t chunk;           /* blocks a worker's buf holds */
+    struct replay_worker *w;  /* o->concurrency of them */
     float *ttft_load, *ttft_recompute; /* per request, seconds */
+    /* Shared by the workers, under mu: the requests handed out, the first
+     * error, the clocks of running calls, the caller's recency list, the
+     * raw replay's record, the result. */
+    pthread_mutex_t mu;
+    uint64_t next, done;      /* the next request to serve; requests served */
+    double start, shown;      /* when the requests began; the last progress line */
+    int rc;                   /* the first error; no request starts after it */
+    struct replay_busy busy;
     struct replay_lru lru;
-    struct trace_json trace;
+    struct trace_json trace;  /* its own lock */
     /* The SSD-served gets' blocks as they lay (first segment), per call:
      * replayed raw after the run (raw.c, the same reads). */
     uint64_t *same_offs;
@@ -79,7 +112,7 @@ void replay_lru_touch(struct replay_lru *l, uint32_t b, uint64_t req);
 /* Block b is not stored (the engine let it go, or the caller dropped it). */
 void replay_lru_forget(struct replay_lru *l, uint32_t b);
 /* The engine refused a put: drops up to need blocks from it, least recently
- * used first, never one request req uses. Returns how many it dropped (0:
+ * used first, never one request req uses (under x->mu). Returns how many it dropped (0:
  * none could go), or a negative error after its message. */
 int replay_evict(struct replay_ctx *x, uint32_t need, uint64_t req);
 

@@ -76,6 +76,9 @@ static void text_config(FILE *f, const struct replay_opts *o, const struct repla
             cli_bytes(b[3], 32, (double)(r->slots[KVT_TIER_SSD] * bb)),
             (unsigned long long)r->slots[KVT_TIER_HBM], r->policy,
             r->policy_default ? " (the engine's default)" : "");
+    if (o->concurrency > 1)
+        fprintf(f, "  %u requests served at once (--concurrency): a call's time counts once while "
+                   "others of its kind overlap it\n", o->concurrency);
     if (r->depth_conflicts)
         fprintf(f, "  %llu references name a hash at another position than its first: keyed by "
                    "the first\n", (unsigned long long)r->depth_conflicts);
@@ -209,6 +212,7 @@ static void json_config(const struct replay_opts *o, const struct replay_result 
     json_u64("model_block_bytes", r->model_block_bytes, true);
     json_dbl("scale", r->scale, true);
     json_u64("requests", r->requests, true);
+    json_u64("concurrency", o->concurrency, true);
     json_u64("block_refs", r->refs, true);
     json_u64("distinct_blocks", r->distinct, true);
     json_u64("capacity_blocks", r->capacity_blocks, true);
