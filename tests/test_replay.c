@@ -67,10 +67,10 @@ static void test_lru(void **state)
 {
     struct replay_lru l;
     assert_int_equal(replay_lru_init(&l, 5), 0);
-    replay_lru_touch(&l, 0, 0);
-    replay_lru_touch(&l, 1, 0);
-    replay_lru_touch(&l, 2, 0);
-    replay_lru_touch(&l, 0, 1); /* 0 used again: 1 is now the oldest */
+    replay_lru_touch(&l, 0);
+    replay_lru_touch(&l, 1);
+    replay_lru_touch(&l, 2);
+    replay_lru_touch(&l, 0); /* 0 used again: 1 is now the oldest */
     assert_int_equal(l.n, 3);
     assert_int_equal(l.tail, 1);
     assert_int_equal(l.head, 0);
@@ -198,7 +198,13 @@ static void common_checks(const struct replay_result *r)
     assert_int_equal(r->refs, refs);
     assert_int_equal(r->distinct, 1 + CONVS * 2 * TURNS);
     assert_int_equal(r->hits_by_tier[0] + r->hits_by_tier[1] + r->hits_by_tier[2], r->hit_blocks);
-    assert_int_equal(r->bytes_verified, r->hit_blocks * (64 << 10));
+    /* Every block a get found is checked; with a hit lost (present to
+     * kvt_exists, evicted before kvt_get: only when requests overlap) the
+     * blocks found after it are checked but are not in the hit prefix. */
+    assert_true(r->bytes_verified >= r->hit_blocks * (64 << 10));
+    if (!r->lost_hits)
+        assert_int_equal(r->bytes_verified, r->hit_blocks * (64 << 10));
+    assert_int_equal(r->get_bytes[KVT_TIER_DRAM] + r->get_bytes[KVT_TIER_SSD], r->bytes_verified);
     /* a quarter in DRAM, the rest on SSD: the SSD is written */
     assert_int_equal(r->slots[KVT_TIER_DRAM], r->capacity_blocks / 4);
     assert_int_equal(r->slots[KVT_TIER_HBM], 1);
@@ -229,21 +235,31 @@ static void test_replay_fits(void **state)
     assert_true(r.hits_by_tier[KVT_TIER_SSD] > 0); /* DRAM holds a quarter: SSD serves */
 }
 
-/* Four requests served at once: every byte still verified, every counter
- * of every request merged, and no more hits than one at a time finds (a
- * request may miss the blocks of one still being served). A conversation's
- * next turn comes eight requests later, so most of them still hit. */
+/* Four requests served at once: every byte still verified and every
+ * counter of every request merged. A request may miss the blocks of one
+ * still being served; a conversation's next turn comes eight requests
+ * later, so most of them still hit. */
 static void test_replay_concurrent(void **state)
 {
     struct replay_result r;
     replay_n(NULL, 1.0, 4, &r);
     common_checks(&r);
-    assert_true(r.hit_blocks <= hits_when_fits());
     assert_true(r.hit_blocks >= hits_when_fits() / 2);
-    assert_int_equal(r.get_bytes[KVT_TIER_DRAM] + r.get_bytes[KVT_TIER_SSD],
-                     r.hit_blocks * (64 << 10));
     assert_true(r.get_s[KVT_TIER_SSD] > 0 && r.put_s > 0);
-    assert_true(r.put_s <= r.wall_s); /* overlapping puts counted once */
+}
+
+/* Four requests at once in a cache of half the blocks: the engine evicts,
+ * as it does for one request at a time, and the caller never has to. A put
+ * that finds every staging slot held by the other requests' calls
+ * (KVT_EFULL with pages to spare) waits for one of them to end; it had
+ * dropped the caller's blocks one by one instead. */
+static void test_replay_concurrent_full(void **state)
+{
+    struct replay_result r;
+    replay_n("lru", 0.5, 4, &r);
+    common_checks(&r);
+    assert_int_equal(r.client_evicted, 0);
+    assert_int_equal(r.unstored, 0);
 }
 
 static void test_replay_evicts(void **state)
@@ -270,6 +286,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_replay_fits),
         cmocka_unit_test(test_replay_evicts),
         cmocka_unit_test(test_replay_concurrent),
+        cmocka_unit_test(test_replay_concurrent_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

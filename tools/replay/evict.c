@@ -11,8 +11,9 @@
  *
  * The list is the caller's view of what is stored: kvt_exists corrects it on
  * every request (a block the engine let go is forgotten), and a block is
- * never dropped for the request that uses it. Cost: O(1) per touch, O(blocks
- * skipped) per eviction.
+ * never dropped while a request that uses it is being served (users[]:
+ * with --concurrency, another request's blocks too). Cost: O(1) per touch,
+ * O(blocks skipped) per eviction.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -28,9 +29,9 @@ int replay_lru_init(struct replay_lru *l, uint32_t blocks)
     *l = (struct replay_lru){ .head = KVT_NONE, .tail = KVT_NONE };
     l->prev = malloc(n * sizeof(uint32_t));
     l->next = malloc(n * sizeof(uint32_t));
-    l->stamp = calloc(n, sizeof(uint32_t));
+    l->users = calloc(n, sizeof(uint32_t));
     l->held = calloc(n, 1);
-    if (!l->prev || !l->next || !l->stamp || !l->held) {
+    if (!l->prev || !l->next || !l->users || !l->held) {
         replay_lru_free(l);
         return -ENOMEM;
     }
@@ -41,7 +42,7 @@ void replay_lru_free(struct replay_lru *l)
 {
     free(l->prev);
     free(l->next);
-    free(l->stamp);
+    free(l->users);
     free(l->held);
     *l = (struct replay_lru){ .head = KVT_NONE, .tail = KVT_NONE };
 }
@@ -58,14 +59,13 @@ static void unlink_block(struct replay_lru *l, uint32_t b)
         l->tail = l->prev[b];
 }
 
-void replay_lru_touch(struct replay_lru *l, uint32_t b, uint64_t req)
+void replay_lru_touch(struct replay_lru *l, uint32_t b)
 {
     if (l->held[b])
         unlink_block(l, b);
     else
         l->n++;
     l->held[b] = 1;
-    l->stamp[b] = (uint32_t)(req + 1);
     l->prev[b] = KVT_NONE;
     l->next[b] = l->head;
     if (l->head != KVT_NONE)
@@ -97,14 +97,14 @@ static int drop_block(struct replay_ctx *x, uint32_t b)
     }
 }
 
-int replay_evict(struct replay_ctx *x, uint32_t need, uint64_t req)
+int replay_evict(struct replay_ctx *x, uint32_t need)
 {
     struct replay_lru *l = &x->lru;
     uint32_t dropped = 0, b = l->tail;
     x->r->client_evict_calls++;
     while (dropped < need && b != KVT_NONE) {
         uint32_t prev = l->prev[b];
-        if (l->stamp[b] != (uint32_t)(req + 1)) {
+        if (!l->users[b]) {
             int rc = drop_block(x, b);
             if (rc == 0) {
                 replay_lru_forget(l, b);

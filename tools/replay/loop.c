@@ -69,12 +69,15 @@ static double *span_clock(struct replay_result *r, enum replay_span k)
     }
 }
 
+/* The call's end is read before the lock: a wait for it is not the call's. */
 static double span_end(struct replay_ctx *x, enum replay_span k)
 {
-    pthread_mutex_lock(&x->mu);
     double t = cli_now();
+    pthread_mutex_lock(&x->mu);
     if (--x->busy.running[k] == 0)
         *span_clock(x->r, k) += t - x->busy.since[k];
+    if (k != SPAN_EXISTS)
+        pthread_cond_broadcast(&x->call_ended);
     pthread_mutex_unlock(&x->mu);
     return t;
 }
@@ -168,7 +171,8 @@ static int get_blocks(struct replay_ctx *x, struct replay_worker *w, uint64_t re
         *spent += t1 - t0;
         r->get_calls[tier]++;
         if (x->o->trace_out)
-            replay_trace_span(x, tier == KVT_TIER_SSD ? "get ssd" : "get dram", t0, t1, req, k, m);
+            replay_trace_span(x, w, tier == KVT_TIER_SSD ? "get ssd" : "get dram", t0, t1, req, k,
+                              m);
         for (uint32_t i = 0; i < k; i++) {
             w->found[w->sel[at + i]] = w->cfound[i];
             r->get_bytes[tier] += w->cfound[i] ? x->bb : 0;
@@ -201,17 +205,33 @@ static int load_prefix(struct replay_ctx *x, struct replay_worker *w, uint64_t r
     return (int)got;
 }
 
-/* Blocks blk[0..k) were used by request req and are stored. */
-static void lru_touch_all(struct replay_ctx *x, const uint32_t *blk, uint32_t k, uint64_t req)
+/* Blocks blk[0..k) were used and are stored. */
+static void lru_touch_all(struct replay_ctx *x, const uint32_t *blk, uint32_t k)
 {
     pthread_mutex_lock(&x->mu);
     for (uint32_t i = 0; i < k; i++)
-        replay_lru_touch(&x->lru, blk[i], req);
+        replay_lru_touch(&x->lru, blk[i]);
     pthread_mutex_unlock(&x->mu);
 }
 
-/* Tries of a put that another request's get keeps busy (--concurrency). */
+/* Tries of a put that other requests' calls keep from storing
+ * (--concurrency): a get reading a block it missed (-EBUSY), or the staging
+ * slots held (KVT_EFULL with pages to spare). */
 #define PUT_BUSY_TRIES 64
+
+/* Waits (under x->mu) until another request's get or put ends, 10 ms at
+ * most. */
+static void wait_for_call(struct replay_ctx *x)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    (void)pthread_cond_timedwait(&x->call_ended, &x->mu, &ts);
+}
 
 /* Puts the k blocks at ptrs[0..k) under ckeys[0..k); on KVT_EFULL the
  * caller's eviction makes room (evict.c) and the blocks not stored go
@@ -230,9 +250,9 @@ static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req
         int rc = kvt_put(x->e, w->ckeys, k, (const void *const *)w->ptrs, 0);
         double t1 = span_end(x, SPAN_PUT);
         if (x->o->trace_out)
-            replay_trace_span(x, "put", t0, t1, req, 0, k);
+            replay_trace_span(x, w, "put", t0, t1, req, 0, k);
         if (rc == 0) {
-            lru_touch_all(x, b, k, req);
+            lru_touch_all(x, b, k);
             return 0;
         }
         if (rc != KVT_EFULL && (rc != -EBUSY || x->o->concurrency < 2))
@@ -246,7 +266,7 @@ static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req
         pthread_mutex_lock(&x->mu);
         for (uint32_t i = 0; i < k; i++) {
             if (w->cwhere[i] != KVT_TIER_NONE) {
-                replay_lru_touch(&x->lru, b[i], req);
+                replay_lru_touch(&x->lru, b[i]);
                 continue;
             }
             w->ckeys[miss] = w->ckeys[i];
@@ -254,9 +274,11 @@ static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req
             cb[miss++] = b[i];
         }
         pthread_mutex_unlock(&x->mu);
-        if (rc == -EBUSY && (!miss || ++busy == PUT_BUSY_TRIES)) {
+        if (!miss)
+            return 0; /* stored meanwhile by another request */
+        if (rc == -EBUSY && ++busy == PUT_BUSY_TRIES) {
             w->part.unstored += miss;
-            return miss ? 1 : 0;
+            return 1;
         }
         k = miss;
         b = cb;
@@ -270,7 +292,15 @@ static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req
         uint64_t room = cap > st.pages ? cap - st.pages : 0;
         uint32_t need = miss > room ? (uint32_t)(miss - room) : 1;
         pthread_mutex_lock(&x->mu);
-        int d = replay_evict(x, need, req);
+        if (room >= miss && x->o->concurrency > 1 && busy++ < PUT_BUSY_TRIES) {
+            /* Pages to spare, but the slots to stage them are held by
+             * other requests' calls: wait for one to end (a while at
+             * most: the others may be between calls). */
+            wait_for_call(x);
+            pthread_mutex_unlock(&x->mu);
+            continue;
+        }
+        int d = replay_evict(x, need);
         pthread_mutex_unlock(&x->mu);
         if (d < 0)
             return d;
@@ -331,25 +361,22 @@ static void model_ttft(struct replay_ctx *x, struct replay_worker *w, uint64_t r
 }
 
 /* One request, by worker w. */
-static int serve(struct replay_ctx *x, struct replay_worker *w, uint64_t req)
+static int serve_blocks(struct replay_ctx *x, struct replay_worker *w, uint64_t req)
 {
     struct replay_result *r = &w->part;
     const struct pfx_req *q = &x->tr.req[req];
-    pthread_mutex_lock(&x->mu);
     for (uint32_t j = 0; j < q->n; j++) {
         uint32_t b = x->tr.block[q->first + j];
         w->keys[j] = replay_key(x->hash_of[b], x->depth[b]);
         w->found[j] = 0;
-        x->lru.stamp[b] = (uint32_t)(req + 1); /* this request's: never evicted for it */
     }
-    pthread_mutex_unlock(&x->mu);
     double t0 = span_begin(x, SPAN_EXISTS);
     int h = kvt_exists(x->e, w->keys, q->n, w->where);
     double t1 = span_end(x, SPAN_EXISTS);
     if (h < 0)
         return call_failed(x, "kvt_exists", req, h);
     if (x->o->trace_out)
-        replay_trace_span(x, "exists", t0, t1, req, (uint32_t)h, q->n);
+        replay_trace_span(x, w, "exists", t0, t1, req, (uint32_t)h, q->n);
     pthread_mutex_lock(&x->mu);
     for (uint32_t j = 0; j < q->n; j++) {
         if (w->where[j] == KVT_TIER_NONE)
@@ -362,13 +389,32 @@ static int serve(struct replay_ctx *x, struct replay_worker *w, uint64_t req)
     int got = load_prefix(x, w, req, (uint32_t)h, &load_s);
     if (got < 0)
         return got;
-    lru_touch_all(x, x->tr.block + q->first, (uint32_t)got, req);
+    lru_touch_all(x, x->tr.block + q->first, (uint32_t)got);
     for (int j = 0; j < got; j++)
         r->hits_by_tier[w->where[j]]++;
     r->hit_blocks += (uint64_t)got;
     r->refs += q->n;
     model_ttft(x, w, req, (uint32_t)got, load_s);
     return store_rest(x, w, req, (uint32_t)got, q->n);
+}
+
+/* The request's blocks are in use while it is served: the caller's
+ * eviction leaves them (evict.c). */
+static void mark_users(struct replay_ctx *x, const struct pfx_req *q, int d)
+{
+    pthread_mutex_lock(&x->mu);
+    for (uint32_t j = 0; j < q->n; j++)
+        x->lru.users[x->tr.block[q->first + j]] += (uint32_t)d;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static int serve(struct replay_ctx *x, struct replay_worker *w, uint64_t req)
+{
+    const struct pfx_req *q = &x->tr.req[req];
+    mark_users(x, q, 1);
+    int rc = serve_blocks(x, w, req);
+    mark_users(x, q, -1);
+    return rc;
 }
 
 static bool progress_on(const struct replay_opts *o)
@@ -516,8 +562,10 @@ static void *worker_main(void *arg)
 static int run_workers(struct replay_ctx *x)
 {
     unsigned n = x->o->concurrency ? x->o->concurrency : 1, started = 1;
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
         x->w[i].x = x;
+        x->w[i].tid = i ? TRACE_ATTN_TID + i : 1; /* the first on the caller's track */
+    }
     for (; started < n; started++) {
         if (pthread_create(&x->w[started].thread, NULL, worker_main, &x->w[started])) {
             cli_error("replay", 1, "cannot start worker thread %u of %u", started + 1, n);

@@ -22,7 +22,7 @@
  * the trace's dense block ids. */
 struct replay_lru {
     uint32_t *prev, *next;   /* KVT_NONE ends; head = most recent */
-    uint32_t *stamp;         /* the last request that uses the block, + 1 */
+    uint32_t *users;         /* requests being served that use the block */
     uint8_t *held;           /* stored, as far as the caller knows */
     uint32_t head, tail;
     uint64_t n;
@@ -44,6 +44,7 @@ struct replay_worker {
     unsigned char *buf;       /* chunk blocks of bb bytes, in huge pages */
     struct cli_huge buf_map;  /* the mapping buf lies in */
     struct replay_result part;
+    uint32_t tid;             /* its track in --trace */
     struct replay_ctx *x;
     pthread_t thread;
 };
@@ -77,6 +78,7 @@ struct replay_ctx {
      * error, the clocks of running calls, the caller's recency list, the
      * raw replay's record, the result. */
     pthread_mutex_t mu;
+    pthread_cond_t call_ended; /* a get or put ended: room held by calls may be free */
     uint64_t next, done;      /* the next request to serve; requests served */
     double start, shown;      /* when the requests began; the last progress line */
     int rc;                   /* the first error; no request starts after it */
@@ -107,18 +109,19 @@ int replay_requests(struct replay_ctx *x);
 /* evict.c */
 int replay_lru_init(struct replay_lru *l, uint32_t blocks);
 void replay_lru_free(struct replay_lru *l);
-/* Block b was used by request req (0-based) and is stored. */
-void replay_lru_touch(struct replay_lru *l, uint32_t b, uint64_t req);
+/* Block b was used and is stored. */
+void replay_lru_touch(struct replay_lru *l, uint32_t b);
 /* Block b is not stored (the engine let it go, or the caller dropped it). */
 void replay_lru_forget(struct replay_lru *l, uint32_t b);
 /* The engine refused a put: drops up to need blocks from it, least recently
- * used first, never one request req uses (under x->mu). Returns how many it dropped (0:
- * none could go), or a negative error after its message. */
-int replay_evict(struct replay_ctx *x, uint32_t need, uint64_t req);
+ * used first, never one a request being served uses (under x->mu). Returns
+ * how many it dropped (0: none could go), or a negative error after its
+ * message. */
+int replay_evict(struct replay_ctx *x, uint32_t need);
 
 /* trace_out.c */
-void replay_trace_span(struct replay_ctx *x, const char *name, double t0, double t1,
-                       uint64_t req, uint32_t hit, uint32_t blocks);
+void replay_trace_span(struct replay_ctx *x, const struct replay_worker *w, const char *name,
+                       double t0, double t1, uint64_t req, uint32_t hit, uint32_t blocks);
 int replay_trace_write(const struct replay_ctx *x, const char *path);
 
 /* Seconds of CPU this thread has used. */
