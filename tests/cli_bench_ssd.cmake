@@ -39,6 +39,16 @@ string(JSON cpu GET "${out}" links 1 cpu_s_per_gb)
 if(NOT cpu GREATER 0)
   message(FATAL_ERROR "ssd->dram cpu_s_per_gb is '${cpu}', want > 0: ${out}")
 endif()
+# ssd->dram also against raw reads of the engine's own segment, right after
+string(JSON sbase GET "${out}" links 1 segment_baseline_gbps)
+string(JSON sratio GET "${out}" links 1 segment_ratio)
+if(NOT sbase GREATER 0 OR NOT sratio GREATER 0)
+  message(FATAL_ERROR "ssd->dram segment baseline '${sbase}', ratio '${sratio}', want > 0: ${out}")
+endif()
+string(JSON wseg ERROR_VARIABLE none GET "${out}" links 0 segment_ratio)
+if(none STREQUAL "NOTFOUND")
+  message(FATAL_ERROR "dram->ssd has a segment_ratio '${wseg}': only reads are measured so: ${out}")
+endif()
 
 # --api get: kvt_get of SSD-only pages, one link per page size, every page
 # checked by the bench (it exits 1 on a wrong or missing one).

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "include/kvtier.h"
@@ -53,6 +54,8 @@ struct ssd_link {
     unsigned n;                         /* reps measured */
     double gbps[MAX_REPS], base[MAX_REPS];
     double bbase[MAX_REPS];             /* --api get: raw in the same batches (--chain) */
+    double sbase[MAX_REPS];             /* ssd->dram: raw over the engine's own segment, right
+                                           after its read (0: not measured) */
     double cpu[MAX_REPS];               /* through kvtier: CPU seconds per GB moved */
 };
 
@@ -482,13 +485,43 @@ static int bench_raw(const struct ssd_opts *o, struct scratch *sc, size_t pb, ui
     return 0;
 }
 
+/* Raw reads over the first segment the engine just wrote and read (its
+ * pages' own file and blocks, the n pages' bytes or the segment, whichever
+ * is less), at the same block size and depth: GB/s, or 0 when there is
+ * none to read. The disk serves one file, or one moment, faster than
+ * another (docs/performance.md#bench-ssd): this says how fast it served
+ * the engine's. */
+static double segment_raw(const struct ssd_opts *o, const struct scratch *sc, size_t pb,
+                          uint64_t n)
+{
+    char name[32];
+    kvt_spill_segment_name(0, name, sizeof name);
+    int dfd = open(sc->spill, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return 0;
+    struct stat st;
+    double g = 0;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+        uint64_t span = n * pb < (uint64_t)st.st_size ? n * pb : (uint64_t)st.st_size;
+        span -= span % pb;
+        if (span && kvt_tool_ssd_raw(dfd, name, span, pb, o->depth, n, false, &g) < 0)
+            g = 0;
+    }
+    close(dfd);
+    return g;
+}
+
+/* One kvtier side of one rep: fig as kvtier_cycle's (or --api get's read
+ * at fig[2]), then raw over the engine's segment at fig[4]. */
 static int bench_kvtier(const struct ssd_opts *o, struct scratch *sc, size_t pb, uint64_t n,
-                        double fig[4])
+                        double fig[5])
 {
     int rc = o->get ? kvtier_get(o, sc->spill, pb, n, fig + 2) : kvtier_cycle(o, sc->spill, pb, n, fig);
     if (rc < 0)
         return cli_error("bench ssd", 1, "through kvtier: %s (%s)", kvt_strerror(rc),
                          kvt_last_error());
+    if (!o->get)
+        fig[4] = segment_raw(o, sc, pb, n);
     /* Each run starts from an empty directory: nothing of the last one,
      * of another page size, is left for the engine to wipe. */
     if ((rc = scratch_spill_remove(sc)) < 0)
@@ -504,7 +537,7 @@ static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, s
     *w = (struct ssd_link){ .link = "dram->ssd", .block = pb };
     *r = (struct ssd_link){ .link = o->get ? "ssd->get" : "ssd->dram", .block = pb };
     for (unsigned i = 0; i < o->reps; i++) {
-        double raw[5] = { 0 }, kv[4] = { 0 };
+        double raw[5] = { 0 }, kv[5] = { 0 };
         /* Alternate which side goes first: a virtual disk's speed drifts
          * with what its host cached a moment ago. */
         for (int side = 0; side < 2; side++) {
@@ -515,6 +548,7 @@ static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, s
         }
         w->gbps[i] = kv[0], w->cpu[i] = kv[1], w->base[i] = raw[0];
         r->gbps[i] = kv[2], r->cpu[i] = kv[3], r->base[i] = raw[2], r->bbase[i] = raw[4];
+        r->sbase[i] = kv[4];
         w->n = r->n = i + 1;
         if (!o->json && isatty(2))
             fprintf(stderr, "\r  %zu KiB pages: run %u/%u", pb >> 10, i + 1, o->reps);
@@ -659,18 +693,22 @@ static int crc_bench(bool quick, unsigned reps, struct crc_fig *f)
 struct link_sum {
     double gbps, base, ratio, rlo, rhi, cpu;
     double bbase, bratio, brlo, brhi;   /* --api get: against raw in the same batches */
+    double sbase, sratio, srlo, srhi;   /* ssd->dram: against raw over its own segment */
 };
 
 static struct link_sum summarize(const struct ssd_link *l)
 {
-    double ratio[MAX_REPS], bratio[MAX_REPS];
+    double ratio[MAX_REPS], bratio[MAX_REPS], sratio[MAX_REPS];
     for (unsigned i = 0; i < l->n; i++) {
         ratio[i] = l->base[i] > 0 ? l->gbps[i] / l->base[i] : 0;
         bratio[i] = l->bbase[i] > 0 ? l->gbps[i] / l->bbase[i] : 0;
+        sratio[i] = l->sbase[i] > 0 ? l->gbps[i] / l->sbase[i] : 0;
     }
     struct link_sum s;
     s.bbase = median(l->bbase, l->n, NULL, NULL);
     s.bratio = median(bratio, l->n, &s.brlo, &s.brhi);
+    s.sbase = median(l->sbase, l->n, NULL, NULL);
+    s.sratio = median(sratio, l->n, &s.srlo, &s.srhi);
     s.gbps = median(l->gbps, l->n, NULL, NULL);
     s.base = median(l->base, l->n, NULL, NULL);
     s.ratio = median(ratio, l->n, &s.rlo, &s.rhi);
@@ -692,6 +730,10 @@ static void report_json(const struct ssd_opts *o, const struct ssd_link *l, int 
             printf("\"chain\": %u, \"batched_baseline_gbps\": %.4f, \"batched_ratio\": %.4f, "
                    "\"batched_ratio_min\": %.4f, \"batched_ratio_max\": %.4f, ",
                    o->chain, s.bbase, s.bratio, s.brlo, s.brhi);
+        if (s.sbase > 0)
+            printf("\"segment_baseline_gbps\": %.4f, \"segment_ratio\": %.4f, "
+                   "\"segment_ratio_min\": %.4f, \"segment_ratio_max\": %.4f, ",
+                   s.sbase, s.sratio, s.srlo, s.srhi);
         printf("\"gbps\": %.4f, \"baseline\": \"io_uring O_DIRECT\", \"baseline_gbps\": %.4f, "
                "\"ratio\": %.4f, \"ratio_min\": %.4f, \"ratio_max\": %.4f, "
                "\"cpu_s_per_gb\": %.4f}",
@@ -734,8 +776,12 @@ static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
         if (o->get)
             fprintf(t, "  %-10s %6s %7s %9.2f %7.3f  %5.3f-%5.3f  (raw in batches of %u, each "
                        "waited for)\n", "", "", "", s.bbase, s.bratio, s.brlo, s.brhi, o->chain);
+        if (s.sbase > 0)
+            fprintf(t, "  %-10s %6s %7s %9.2f %7.3f  %5.3f-%5.3f  (raw over the engine's own "
+                       "segment)\n", "", "", "", s.sbase, s.sratio, s.srlo, s.srhi);
     }
-    fprintf(t, "  (raw: io_uring O_DIRECT at the same block size and depth, same file system;\n"
+    fprintf(t, "  (raw: io_uring O_DIRECT at the same block size and depth, same file system, a\n"
+               "   file of its own; then over the file kvtier just read, right after it;\n"
                "   CPU s/GB: through kvtier, every thread of the process, per GB moved)\n");
     if (nc)
         fprintf(t, "  codecs on a 256 KiB bf16 page (Gaussian values), one core:\n");
