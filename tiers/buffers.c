@@ -342,7 +342,7 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
     for (size_t i = 0; i < n && r == 0; i++) {
         uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
         if (old != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, old)))
-            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being copied",
+            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being read by another call",
                          (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
     }
     size_t batch = n < put_batch_pages(e) ? n : put_batch_pages(e);
