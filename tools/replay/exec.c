@@ -127,6 +127,7 @@ static int ctx_alloc(struct replay_ctx *x)
     x->w = calloc(nw, sizeof(*x->w));
     if (!x->ttft_load || !x->ttft_recompute || !x->w)
         return -ENOMEM;
+    x->nw = nw;
     for (unsigned i = 0; i < nw; i++)
         if (worker_alloc(x, &x->w[i]) < 0)
             return -ENOMEM;
@@ -140,7 +141,7 @@ static void ctx_free(struct replay_ctx *x)
     pfx_trace_free(&x->tr);
     free(x->hash_of);
     free(x->depth);
-    for (unsigned i = 0; x->w && i < (x->o->concurrency ? x->o->concurrency : 1); i++)
+    for (unsigned i = 0; i < x->nw; i++)
         worker_free(&x->w[i]);
     free(x->w);
     free(x->ttft_load);

@@ -236,9 +236,9 @@ static void wait_for_call(struct replay_ctx *x)
 /* Puts the k blocks at ptrs[0..k) under ckeys[0..k); on KVT_EFULL the
  * caller's eviction makes room (evict.c) and the blocks not stored go
  * again. With requests served at once, a block this one missed may have
- * been stored meanwhile by another, which may be reading it (-EBUSY: the
- * put stored nothing of the batch that met it): the blocks present are
- * kept, the others put again. Returns 0, 1 when no room could be made (the
+ * been stored meanwhile by another, which may be reading it (-EBUSY; the
+ * put may have stored some of the others, docs/replay.md): the blocks
+ * present are kept, the others put again. Returns 0, 1 when no room could be made (the
  * rest stays out), or an error. */
 static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req, uint32_t k,
                      const uint32_t *blk)
@@ -561,7 +561,7 @@ static void *worker_main(void *arg)
  * the others in threads of their own. */
 static int run_workers(struct replay_ctx *x)
 {
-    unsigned n = x->o->concurrency ? x->o->concurrency : 1, started = 1;
+    unsigned n = x->nw, started = 1;
     for (unsigned i = 0; i < n; i++) {
         x->w[i].x = x;
         x->w[i].tid = i ? TRACE_ATTN_TID + i : 1; /* the first on the caller's track */

@@ -72,7 +72,8 @@ struct replay_ctx {
     char tmpdir[4096];        /* the temporary spill directory we made, or "" */
     uint32_t longest;         /* blocks in the longest chain */
     uint32_t chunk;           /* blocks a worker's buf holds */
-    struct replay_worker *w;  /* o->concurrency of them */
+    struct replay_worker *w;  /* nw of them */
+    unsigned nw;              /* o->concurrency, at least 1; 0 until w is allocated */
     float *ttft_load, *ttft_recompute; /* per request, seconds */
     /* Shared by the workers, under mu: the requests handed out, the first
      * error, the clocks of running calls, the caller's recency list, the
