@@ -336,9 +336,12 @@ int kvt_drop_id(kvt_engine *e, uint64_t id);
  * one call may store more pages than HBM and DRAM hold. Each batch is all or
  * nothing; on an error the batches before the failing one stay stored
  * (kvt_exists says which), and with n up to half of DRAM that means none.
- * Errors: KVT_EFULL (no tier can hold them), -EBUSY (an existing page with
- * that key is pinned, or being read by a concurrent kvt_get: retry; checked
- * for every key before anything is stored). When the engine is full, an
+ * A batch whose HBM and DRAM slots are all held by concurrent calls (pages
+ * they read or store) waits for those calls to let one go.
+ * Errors: KVT_EFULL (no tier can hold them, or kvt_acquire pins every slot),
+ * -EBUSY (an existing page with that key is pinned, or being read by a
+ * concurrent kvt_get: retry; checked for every key before anything is
+ * stored). When the engine is full, an
  * overwrite may free the old page first: if the call then fails, that key is
  * absent (never half-written). */
 int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,

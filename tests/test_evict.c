@@ -3,7 +3,13 @@
  * the policy's victims when every tier is full, never a page someone holds,
  * and what stays is exact.
  */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <unistd.h>
+
 #include "tests/helpers.h"
+#include "tiers/tiers.h"
 
 #define PB 4096
 
@@ -279,6 +285,135 @@ static void test_pinned_pages_stay(void **state)
     t_rmtree(dir);
 }
 
+/* How other calls hold a page: busy (a get reading it, a put copying into
+ * it) or pinned (kvt_acquire). */
+enum hold_kind { HOLD_BUSY, HOLD_PIN };
+
+/* Holds (or, with end, lets go of) every page that has an HBM or DRAM
+ * slot, as other calls would. Returns how many. */
+static int hold_every_slot(kvt_engine *e, enum hold_kind how, bool end)
+{
+    int n = 0;
+    kvt_lock(e);
+    for (uint32_t pg = 0; pg < e->pt.used; pg++) {
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (!(p->flags & PG_HASHED) ||
+            (p->slot[KVT_TIER_HBM] == KVT_NONE && p->slot[KVT_TIER_DRAM] == KVT_NONE))
+            continue;
+        if (how == HOLD_BUSY && end)
+            kvt_page_busy_end(e, pg);
+        else if (how == HOLD_BUSY)
+            (void)kvt_page_busy_begin(e, pg);
+        else if (end)
+            kvt_page_unpin(e, pg);
+        else
+            kvt_page_pin(e, pg);
+        n++;
+    }
+    kvt_unlock(e);
+    return n;
+}
+
+/* A cache of 41 pages, most on SSD only, whose HBM and DRAM slots are all
+ * held the way `how` says. */
+static kvt_engine *held_cache(enum hold_kind how)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "lru");
+    c.hbm_bytes = PB;
+    c.dram_bytes = 8 * PB;
+    c.ssd_bytes = 64 * PB;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    for (uint64_t id = 0; id < 40; id++)
+        put_one(e, id, 0);
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_key k0 = t_key(0, KVT_ALL_LAYERS, 0); /* into HBM's one slot */
+    void *ptr = NULL;
+    assert_int_equal(kvt_acquire(e, &k0, 1, &ptr), 0);
+    assert_int_equal(kvt_release(e, &k0, 1, 0), 0);
+    /* Only HBM holds it: a DRAM copy beside one in HBM goes for free, even
+     * pinned (kvt_page_can_leave). */
+    kvt_lock(e);
+    uint32_t pg0 = kvt_ptable_find(&e->pt, &k0);
+    if (kvt_pg(&e->pt, pg0)->flags & PG_VALID_DRAM)
+        kvt_page_drop_copy(e, pg0, KVT_TIER_DRAM);
+    kvt_unlock(e);
+    put_one(e, 40, 0); /* into the slot that copy left */
+    assert_true(hold_every_slot(e, how, false) >= 8);
+    return e;
+}
+
+struct held_put {
+    kvt_engine *e;
+    atomic_int r, done;
+};
+
+static void *held_put_run(void *arg)
+{
+    struct held_put *h = arg;
+    static uint64_t buf[PB / 8];
+    kvt_key k = t_key(500, KVT_ALL_LAYERS, 0);
+    t_fill(buf, PB, k, 0);
+    const void *src = buf;
+    atomic_store(&h->r, kvt_put(h->e, &k, 1, &src, 0));
+    atomic_store(&h->done, 1);
+    return NULL;
+}
+
+/* A put that finds every HBM and DRAM slot held by other calls' pages
+ * waits for them to let go, then stores its page; it drops nothing for it
+ * (dropping pages that live on SSD frees no slot in DRAM: before, the put
+ * emptied the SSD tier and then failed with KVT_EFULL). */
+static void test_a_put_waits_for_slots_other_calls_hold(void **state)
+{
+    kvt_engine *e = held_cache(HOLD_BUSY);
+    struct held_put h = { .e = e };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_put_run, &h), 0);
+    bool waiting = false;
+    for (int i = 0; i < 5000 && !waiting; i++) {
+        kvt_lock(e);
+        waiting = e->slots.waiters == 1;
+        kvt_unlock(e);
+        if (!waiting)
+            usleep(1000);
+    }
+    assert_true(waiting);
+    assert_int_equal(atomic_load(&h.done), 0);
+    hold_every_slot(e, HOLD_BUSY, true);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&h.r), 0);
+    kvt_stats st;
+    assert_int_equal(kvt_get_stats(e, &st), 0);
+    assert_int_equal(st.evicted_pages, 0);
+    assert_int_equal(check_present(e, 41), 41);
+    kvt_key k = t_key(500, KVT_ALL_LAYERS, 0);
+    assert_int_equal(kvt_exists(e, &k, 1, NULL), 1);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
+/* Slots pinned by kvt_acquire free only when their holder lets go: the put
+ * fails at once with KVT_EFULL, and drops nothing for it. */
+static void test_a_put_drops_nothing_for_pinned_slots(void **state)
+{
+    kvt_engine *e = held_cache(HOLD_PIN);
+    static uint64_t buf[PB / 8];
+    kvt_key k = t_key(500, KVT_ALL_LAYERS, 0);
+    t_fill(buf, PB, k, 0);
+    const void *src = buf;
+    assert_int_equal(kvt_put(e, &k, 1, &src, 0), KVT_EFULL);
+    assert_non_null(strstr(kvt_last_error(), "slots are all in use"));
+    kvt_stats st;
+    assert_int_equal(kvt_get_stats(e, &st), 0);
+    assert_int_equal(st.evicted_pages, 0);
+    hold_every_slot(e, HOLD_PIN, true);
+    assert_int_equal(check_present(e, 41), 41);
+    assert_int_equal(kvt_put(e, &k, 1, &src, 0), 0);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 static void test_unknown_flags_are_refused(void **state)
 {
     kvt_config c = t_config(PB, 2, 4);
@@ -301,6 +436,8 @@ int main(void)
         cmocka_unit_test(test_an_overwrite_in_a_full_put_costs_no_page),
         cmocka_unit_test(test_a_put_in_batches_is_one_chain_to_the_policy),
         cmocka_unit_test(test_pinned_pages_stay),
+        cmocka_unit_test(test_a_put_waits_for_slots_other_calls_hold),
+        cmocka_unit_test(test_a_put_drops_nothing_for_pinned_slots),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tiers/tiers.h"
 
@@ -125,10 +126,47 @@ static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n, bool *t
     return kvt_make_room_dram(e, want, &w) == -EAGAIN ? want - kvt_dram_room(e) : 0;
 }
 
+/* Why no HBM or DRAM slot can be had for a put, once reserve_slot's other
+ * ways (a free slot, one stolen, a write-back, HBM) failed. */
+enum slot_hold {
+    SLOTS_FREEABLE, /* a cache's idle page holds one: dropping pages frees it */
+    SLOTS_CALLS,    /* none idle, some held by calls for their own time (read
+                       or copied, a put's reservation, an SSD copy in flight):
+                       one frees when such a call ends */
+    SLOTS_HELD,     /* held until someone lets go (pinned by kvt_acquire; in an
+                       engine without KVT_FLAG_EVICT, stored) */
+};
+
+/* Looks at every HBM and DRAM slot's page (locked; on the way to KVT_EFULL
+ * only, and it stops at the first droppable page, which a full cache that
+ * evicts finds near the start). */
+static enum slot_hold slots_held(kvt_engine *e)
+{
+    bool evicts = e->cfg.flags & KVT_FLAG_EVICT, calls = false;
+    for (int t = KVT_TIER_HBM; t <= KVT_TIER_DRAM; t++) {
+        const struct kvt_arena *a = kvt_arena_of(e, t);
+        for (uint32_t s = 0; s < a->nslots; s++) {
+            uint32_t pg = a->owner[s];
+            if (pg == KVT_NONE)
+                continue;
+            const struct kvt_page *p = kvt_pg(&e->pt, pg);
+            if (evicts && droppable(e, pg))
+                return SLOTS_FREEABLE;
+            calls |= !p->pins && !kvt_page_idle(p);
+        }
+    }
+    return calls ? SLOTS_CALLS : SLOTS_HELD;
+}
+
 /* A slot for a new page: DRAM first (that is what storage is for), else HBM.
  * May wait (unlocked) for write-backs that make room; *coming counts the
- * slots room_ahead set on their way. */
-static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming)
+ * slots room_ahead set on their way. A cache drops the policy's victims
+ * only while an idle page holds an HBM or DRAM slot: when every slot is
+ * held by calls or pins, dropping pages that live on SSD frees none, and
+ * emptied the SSD tier before the put failed anyway. KVT_EFULL then, with
+ * *hold saying why (put_batch may wait for those calls). */
+static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming,
+                        enum slot_hold *hold)
 {
     for (;;) {
         if (kvt_dram_slot(e, pg, KVT_SLOT_STEAL) != KVT_NONE) {
@@ -164,16 +202,58 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming)
             *tier = KVT_TIER_HBM;
             return 0;
         }
-        if (r != -EAGAIN && evict_one(e) == 0)
-            continue; /* a page dropped: its slots are free, or free once written */
-        if (r != -EAGAIN)
-            return kvt_fail(KVT_EFULL, "no tier can hold another page (HBM %u and DRAM %u slots "
-                                       "are all in use)", e->hbm.arena.nslots, e->dram.arena.nslots);
+        if (r != -EAGAIN) {
+            *hold = slots_held(e);
+            if (*hold == SLOTS_FREEABLE && evict_one(e) == 0)
+                continue; /* a page dropped: its slots are free, or free once written */
+            return kvt_fail(KVT_EFULL, "no tier can hold another page: the HBM %u and DRAM %u "
+                            "slots are all %s", e->hbm.arena.nslots, e->dram.arena.nslots,
+                            *hold == SLOTS_CALLS ? "in use, some by other calls"
+                                                 : "in use");
+        }
         if ((r = kvt_wait_on(e, &w, false)) < 0)
             return r;
         if (e->failed)
             return kvt_check_failed(e);
     }
+}
+
+/* Tries of a put batch that found the slots it needs held by other calls
+ * and gave its own back: each waits for a page to be let go, then the batch
+ * starts again. Bounded, so that calls that keep taking what is freed cost
+ * a put KVT_EFULL after a while instead of a hang. */
+#define PUT_SLOT_TRIES 1000
+
+/* How long one wait of put_wait_slots lasts at most: a page let go wakes it
+ * at once; the bound also catches a slot freed by an SSD write-back, which
+ * moves no page's busy count. */
+#define PUT_SLOT_WAIT_NS 20000000ull
+
+/* A put batch that found no slot gave back what it reserved (locked):
+ * whether to start the batch again, after waiting (unlocked) for another
+ * call to let a page go when that is what holds the slots. Never while
+ * holding a reservation: two puts each holding half of DRAM and waiting
+ * for the other's would wait for ever. */
+static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, unsigned *tries)
+{
+    if (hold == SLOTS_HELD || e->failed || ++*tries > PUT_SLOT_TRIES)
+        return false;
+    hold = slots_held(e); /* again: our own reservations are gone */
+    if (hold != SLOTS_CALLS)
+        return hold == SLOTS_FREEABLE || kvt_dram_room(e) || e->hbm.arena.nfree;
+    uint64_t epoch = e->slots.epoch;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + PUT_SLOT_WAIT_NS;
+    until.tv_sec += (time_t)(ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    e->slots.waiters++;
+    while (e->slots.epoch == epoch && !e->failed &&
+           pthread_cond_timedwait(&e->slots.cv, &e->lock, &until) != ETIMEDOUT)
+        ;
+    e->slots.waiters--;
+    kvt_settle(e);
+    return !e->failed;
 }
 
 static void unreserve(kvt_engine *e, struct reservation *res, size_t n)
@@ -251,9 +331,14 @@ static bool old_on_the_move(kvt_engine *e, const kvt_key *keys, size_t n)
 static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
                      int src_on_device, struct reservation *res, uint32_t *pgs)
 {
-    size_t k = 0;
-    int r = 0;
+    size_t k;
+    int r;
+    unsigned tries = 0;
+again:
+    k = 0;
+    r = 0;
     bool tight;
+    enum slot_hold hold = SLOTS_HELD;
     uint32_t coming = room_ahead(e, keys, n, &tight);
     for (; k < n && r == 0; k++) {
         if (tight || kvt_admit(e) < 0) {
@@ -276,13 +361,19 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
         kvt_pg(&e->pt, pg)->key = keys[k];
         (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
         res[k].pg = pg;
-        if ((r = reserve_slot(e, pg, &res[k].tier, &coming)) < 0) {
+        if ((r = reserve_slot(e, pg, &res[k].tier, &coming, &hold)) < 0) {
             kvt_page_abandon(e, pg);
             break;
         }
     }
-    if (r < 0)
-        goto out_unreserve;
+    if (r < 0) {
+        unreserve(e, res, k);
+        if (r == KVT_EFULL && put_wait_slots(e, hold, &tries)) {
+            kvt_clear_error();
+            goto again;
+        }
+        return r;
+    }
 
     for (size_t i = 0; i < n; i++)
         res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);

@@ -219,6 +219,7 @@ static void engine_free(kvt_engine *e)
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->mover.cv);
     pthread_cond_destroy(&e->ssd_tier.cv);
+    pthread_cond_destroy(&e->slots.cv);
     free(e);
 }
 
@@ -237,6 +238,11 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&e->mover.cv, NULL);
     pthread_cond_init(&e->ssd_tier.cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* put_wait_slots' timed waits */
+    pthread_cond_init(&e->slots.cv, &ca);
+    pthread_condattr_destroy(&ca);
     e->cfg = *cfg;
     e->dram.red_head = e->dram.red_tail = KVT_NONE;
     e->page_bytes = cfg->page_bytes;

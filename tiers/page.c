@@ -173,10 +173,20 @@ void kvt_page_destroy(kvt_engine *e, uint32_t pg)
     kvt_page_settle(e, pg);
 }
 
+/* A page stopped being busy or pinned: a slot it holds may be had now, by
+ * dropping or writing it down. Wakes the puts that wait for one. */
+static void page_let_go(kvt_engine *e)
+{
+    e->slots.epoch++;
+    if (e->slots.waiters)
+        pthread_cond_broadcast(&e->slots.cv);
+}
+
 void kvt_page_abandon(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     p->busy = 0;
+    page_let_go(e);
     page_flags(e, pg, PG_ZOMBIE, 0);
     kvt_page_trim(e, pg);
 }
@@ -224,7 +234,8 @@ bool kvt_page_busy_begin(kvt_engine *e, uint32_t pg)
 
 void kvt_page_busy_end(kvt_engine *e, uint32_t pg)
 {
-    kvt_pg(&e->pt, pg)->busy--;
+    if (--kvt_pg(&e->pt, pg)->busy == 0)
+        page_let_go(e);
 }
 
 void kvt_page_pin(kvt_engine *e, uint32_t pg)
@@ -239,8 +250,10 @@ void kvt_page_pin(kvt_engine *e, uint32_t pg)
 void kvt_page_unpin(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
-    if (--p->pins == 0)
+    if (--p->pins == 0) {
         e->st.pinned_pages--;
+        page_let_go(e);
+    }
     kvt_page_sync(e, pg, true);
     kvt_page_trim(e, pg);
 }

@@ -313,6 +313,15 @@ struct kvt_mover {
     bool started, stop, kick;
 };
 
+/* Puts short of an HBM or DRAM slot that other calls hold wait here for
+ * them to give one up (buffers.c, put_wait_slots): page.c moves the epoch
+ * whenever a page stops being busy or pinned. cv runs on CLOCK_MONOTONIC. */
+struct kvt_slot_wait {
+    pthread_cond_t cv;
+    uint64_t epoch;
+    uint32_t waiters;
+};
+
 /* How long the caller computes between acquires, and how long the disk takes
  * per page, both measured as they happen (prefetch.c sizes its depth by them). */
 struct kvt_pace {
@@ -355,6 +364,7 @@ struct kvt_engine {
     struct kvt_ssd_tier ssd_tier;
     struct kvt_ssd_pipe pipe;
     struct kvt_mover mover;
+    struct kvt_slot_wait slots;
     struct kvt_pace pace;
 };
 
