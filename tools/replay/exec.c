@@ -150,7 +150,6 @@ static void ctx_free(struct replay_ctx *x)
     trace_free(&x->trace);
     free(x->same_offs);
     free(x->same_sizes);
-    pthread_cond_destroy(&x->call_ended);
     pthread_mutex_destroy(&x->mu);
     /* The engine's files by name and the directory, never a recursive
      * removal: anything else found there stays. */
@@ -229,7 +228,6 @@ int replay_exec(const struct replay_opts *o, struct replay_result *r)
     struct replay_ctx x = { .o = o, .r = r, .bb = o->block_bytes };
     memset(r, 0, sizeof(*r));
     pthread_mutex_init(&x.mu, NULL);
-    pthread_cond_init(&x.call_ended, NULL);
     trace_init(&x.trace, cli_now());
     int rc = read_trace(&x);
     if (rc == 0 && (rc = index_blocks(&x)) == 0 && (rc = replay_size(&x)) == 0)

@@ -76,8 +76,6 @@ static double span_end(struct replay_ctx *x, enum replay_span k)
     pthread_mutex_lock(&x->mu);
     if (--x->busy.running[k] == 0)
         *span_clock(x->r, k) += t - x->busy.since[k];
-    if (k != SPAN_EXISTS)
-        pthread_cond_broadcast(&x->call_ended);
     pthread_mutex_unlock(&x->mu);
     return t;
 }
@@ -215,23 +213,9 @@ static void lru_touch_all(struct replay_ctx *x, const uint32_t *blk, uint32_t k)
 }
 
 /* Tries of a put that other requests' calls keep from storing
- * (--concurrency): a get reading a block it missed (-EBUSY), or the staging
- * slots held (KVT_EFULL with pages to spare). */
+ * (--concurrency): a get reading a block it missed (-EBUSY). A put whose
+ * slots other calls hold waits for them in the engine (tiers/buffers.c). */
 #define PUT_BUSY_TRIES 64
-
-/* Waits (under x->mu) until another request's get or put ends, 10 ms at
- * most. */
-static void wait_for_call(struct replay_ctx *x)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 10 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    (void)pthread_cond_timedwait(&x->call_ended, &x->mu, &ts);
-}
 
 /* Puts the k blocks at ptrs[0..k) under ckeys[0..k); on KVT_EFULL the
  * caller's eviction makes room (evict.c) and the blocks not stored go
@@ -292,14 +276,6 @@ static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req
         uint64_t room = cap > st.pages ? cap - st.pages : 0;
         uint32_t need = miss > room ? (uint32_t)(miss - room) : 1;
         pthread_mutex_lock(&x->mu);
-        if (room >= miss && x->o->concurrency > 1 && busy++ < PUT_BUSY_TRIES) {
-            /* Pages to spare, but the slots to stage them are held by
-             * other requests' calls: wait for one to end (a while at
-             * most: the others may be between calls). */
-            wait_for_call(x);
-            pthread_mutex_unlock(&x->mu);
-            continue;
-        }
         int d = replay_evict(x, need);
         pthread_mutex_unlock(&x->mu);
         if (d < 0)

@@ -79,7 +79,6 @@ struct replay_ctx {
      * error, the clocks of running calls, the caller's recency list, the
      * raw replay's record, the result. */
     pthread_mutex_t mu;
-    pthread_cond_t call_ended; /* a get or put ended: room held by calls may be free */
     uint64_t next, done;      /* the next request to serve; requests served */
     double start, shown;      /* when the requests began; the last progress line */
     int rc;                   /* the first error; no request starts after it */
