@@ -414,6 +414,99 @@ static void test_a_put_drops_nothing_for_pinned_slots(void **state)
     t_rmtree(dir);
 }
 
+/* Every DRAM slot held by other calls' pages (gets reading them or staging
+ * SSD pages in the spare slot) and HBM's one slot held by an idle dirty
+ * page, valid only there: that page cannot go down (DRAM has no slot for
+ * it), so a put drops it for its slot, not the pages that live on SSD
+ * (dropping those frees nothing; the put dropped 31 of them first). */
+static void test_an_idle_hbm_page_goes_before_ssd_pages(void **state)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "lru");
+    c.hbm_bytes = PB;
+    c.dram_bytes = 8 * PB;
+    c.ssd_bytes = 64 * PB;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    for (uint64_t id = 0; id < 40; id++)
+        put_one(e, id, 0);
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_key k0 = t_key(0, KVT_ALL_LAYERS, 0);
+    void *ptr = NULL;
+    assert_int_equal(kvt_acquire(e, &k0, 1, &ptr), 0);
+    kvt_lock(e);
+    uint32_t pg0 = kvt_ptable_find(&e->pt, &k0);
+    if (kvt_pg(&e->pt, pg0)->flags & PG_VALID_DRAM)
+        kvt_page_drop_copy(e, pg0, KVT_TIER_DRAM);
+    for (uint32_t s = 0; s < e->dram.arena.nslots; s++) {
+        uint32_t pg = e->dram.arena.owner[s];
+        if (pg != KVT_NONE)
+            (void)kvt_page_busy_begin(e, pg);
+    }
+    /* The free DRAM slots, the spare too: SSD pages a get staged, busy. */
+    for (uint64_t id = 1; id < 40 && e->dram.arena.nfree; id++) {
+        kvt_key k = t_key(id, KVT_ALL_LAYERS, 0);
+        uint32_t pg = kvt_ptable_find(&e->pt, &k);
+        struct kvt_page *p = kvt_pg(&e->pt, pg);
+        if (p->slot[KVT_TIER_DRAM] != KVT_NONE || p->slot[KVT_TIER_HBM] != KVT_NONE || p->xfer)
+            continue;
+        (void)kvt_page_busy_begin(e, pg);
+        uint32_t slot = kvt_page_take_slot(e, pg, KVT_TIER_DRAM);
+        t_fill(kvt_arena_ptr(&e->dram.arena, slot), PB, k, 0); /* as a read would */
+        kvt_page_now_valid(e, pg, KVT_TIER_DRAM);
+        kvt_page_sync(e, pg, false);
+    }
+    kvt_unlock(e);
+    assert_int_equal(kvt_release(e, &k0, 1, 1), 0); /* dirty: only HBM holds it */
+    static uint64_t buf[PB / 8];
+    const void *src = buf;
+    for (uint64_t id = 500; id < 502; id++) { /* the second drops the first from HBM */
+        kvt_stats st0, st;
+        assert_int_equal(kvt_get_stats(e, &st0), 0);
+        kvt_key k = t_key(id, KVT_ALL_LAYERS, 0);
+        t_fill(buf, PB, k, 0);
+        assert_int_equal(kvt_put(e, &k, 1, &src, 0), 0);
+        assert_int_equal(kvt_get_stats(e, &st), 0);
+        assert_int_equal(st.evicted_pages - st0.evicted_pages, 1);
+    }
+    hold_every_slot(e, HOLD_BUSY, true);
+    assert_int_equal(check_present(e, 40), 39); /* page 0 went for the first */
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
+/* A batch of two in a cache whose slots are all pinned but one: the first
+ * page takes that one, the second finds none. Its own reservation is not
+ * another call's: the put fails at once, without waiting or trying again
+ * (it once started over a thousand times, the lock held: each try let a
+ * page go, moving the epoch). */
+static void test_a_batch_is_not_held_up_by_its_own_slots(void **state)
+{
+    kvt_engine *e = held_cache(HOLD_PIN);
+    kvt_lock(e);
+    for (uint32_t s = 0; s < e->dram.arena.nslots; s++) {
+        uint32_t pg = e->dram.arena.owner[s];
+        if (pg != KVT_NONE && kvt_pg(&e->pt, pg)->pins) {
+            kvt_page_unpin(e, pg); /* its DRAM copy can go: SSD holds it */
+            break;
+        }
+    }
+    uint64_t epoch = e->slots.epoch;
+    kvt_unlock(e);
+    static uint64_t buf[2][PB / 8];
+    kvt_key k[2] = { t_key(500, KVT_ALL_LAYERS, 0), t_key(501, KVT_ALL_LAYERS, 0) };
+    const void *src[2] = { buf[0], buf[1] };
+    assert_int_equal(kvt_put(e, k, 2, src, 0), KVT_EFULL);
+    assert_non_null(strstr(kvt_last_error(), "slots are all in use"));
+    assert_null(strstr(kvt_last_error(), "other calls"));
+    kvt_lock(e);
+    assert_true(e->slots.epoch - epoch < 16); /* one try */
+    kvt_unlock(e);
+    hold_every_slot(e, HOLD_PIN, true);
+    assert_int_equal(kvt_put(e, k, 2, src, 0), 0);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 static void test_unknown_flags_are_refused(void **state)
 {
     kvt_config c = t_config(PB, 2, 4);
@@ -438,6 +531,8 @@ int main(void)
         cmocka_unit_test(test_pinned_pages_stay),
         cmocka_unit_test(test_a_put_waits_for_slots_other_calls_hold),
         cmocka_unit_test(test_a_put_drops_nothing_for_pinned_slots),
+        cmocka_unit_test(test_an_idle_hbm_page_goes_before_ssd_pages),
+        cmocka_unit_test(test_a_batch_is_not_held_up_by_its_own_slots),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -130,42 +130,61 @@ static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n, bool *t
  * ways (a free slot, one stolen, a write-back, HBM) failed. */
 enum slot_hold {
     SLOTS_FREEABLE, /* a cache's idle page holds one: dropping pages frees it */
-    SLOTS_CALLS,    /* none idle, some held by calls for their own time (read
-                       or copied, a put's reservation, an SSD copy in flight):
-                       one frees when such a call ends */
+    SLOTS_CALLS,    /* none idle, some held by other calls for their own time
+                       (read or staged, another put's reservation, a copy in
+                       flight): one frees when such a call ends */
     SLOTS_HELD,     /* held until someone lets go (pinned by kvt_acquire; in an
                        engine without KVT_FLAG_EVICT, stored) */
 };
 
-/* Looks at every HBM and DRAM slot's page (locked; on the way to KVT_EFULL
- * only, and it stops at the first droppable page, which a full cache that
- * evicts finds near the start). */
-static enum slot_hold slots_held(kvt_engine *e)
+/* Looks at the pages holding DRAM slots, then HBM slots (locked; on the way
+ * to KVT_EFULL only: a full cache that evicts finds a droppable page early).
+ * own: slots the calling put's batch reserved itself, which are not other
+ * calls'. *tier: the tier of the droppable page found (FREEABLE). */
+static enum slot_hold slots_held(kvt_engine *e, size_t own, int *tier)
 {
-    bool evicts = e->cfg.flags & KVT_FLAG_EVICT, calls = false;
-    for (int t = KVT_TIER_HBM; t <= KVT_TIER_DRAM; t++) {
+    bool evicts = e->cfg.flags & KVT_FLAG_EVICT;
+    size_t transient = 0;
+    for (int t = KVT_TIER_DRAM; t >= KVT_TIER_HBM; t--) {
         const struct kvt_arena *a = kvt_arena_of(e, t);
         for (uint32_t s = 0; s < a->nslots; s++) {
             uint32_t pg = a->owner[s];
             if (pg == KVT_NONE)
                 continue;
             const struct kvt_page *p = kvt_pg(&e->pt, pg);
-            if (evicts && droppable(e, pg))
+            if (evicts && droppable(e, pg)) {
+                *tier = t;
                 return SLOTS_FREEABLE;
-            calls |= !p->pins && !kvt_page_idle(p);
+            }
+            transient += !p->pins && !kvt_page_idle(p);
         }
     }
-    return calls ? SLOTS_CALLS : SLOTS_HELD;
+    return transient > own ? SLOTS_CALLS : SLOTS_HELD;
+}
+
+/* Drops the policy's victim among the pages that hold a slot of tier t. */
+static int evict_holder(kvt_engine *e, int t)
+{
+    uint32_t v = e->pol->victim(e->pol_priv, t, droppable, e);
+    if (v == KVT_NONE)
+        return KVT_EFULL;
+    kvt_page_destroy(e, v);
+    e->st.evicted_pages++;
+    return 0;
 }
 
 /* A slot for a new page: DRAM first (that is what storage is for), else HBM.
  * May wait (unlocked) for write-backs that make room; *coming counts the
- * slots room_ahead set on their way. A cache drops the policy's victims
- * only while an idle page holds an HBM or DRAM slot: when every slot is
- * held by calls or pins, dropping pages that live on SSD frees none, and
- * emptied the SSD tier before the put failed anyway. KVT_EFULL then, with
- * *hold saying why (put_batch may wait for those calls). */
-static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming,
+ * slots room_ahead set on their way; own is how many slots the batch holds.
+ *
+ * A cache drops pages for a slot only while an idle page holds one. An idle
+ * page in DRAM can go down once the SSD has room: the policy's victims go
+ * from the bottom tier up (evict_one), so the SSD's own victim makes that
+ * room. An idle page only in HBM cannot (DRAM is what it would go to): it
+ * goes itself. When every slot is held by calls or pins, dropping pages that
+ * live on SSD frees none: a put that did so emptied the SSD tier and then
+ * failed anyway. KVT_EFULL then, *hold saying why (put_batch may wait). */
+static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming, size_t own,
                         enum slot_hold *hold)
 {
     for (;;) {
@@ -203,8 +222,10 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming,
             return 0;
         }
         if (r != -EAGAIN) {
-            *hold = slots_held(e);
-            if (*hold == SLOTS_FREEABLE && evict_one(e) == 0)
+            int t = KVT_TIER_DRAM;
+            *hold = slots_held(e, own, &t);
+            if (*hold == SLOTS_FREEABLE &&
+                (t == KVT_TIER_DRAM ? evict_one(e) : evict_holder(e, t)) == 0)
                 continue; /* a page dropped: its slots are free, or free once written */
             return kvt_fail(KVT_EFULL, "no tier can hold another page: the HBM %u and DRAM %u "
                             "slots are all %s", e->hbm.arena.nslots, e->dram.arena.nslots,
@@ -218,35 +239,43 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming,
     }
 }
 
-/* Tries of a put batch that found the slots it needs held by other calls
- * and gave its own back: each waits for a page to be let go, then the batch
- * starts again. Bounded, so that calls that keep taking what is freed cost
- * a put KVT_EFULL after a while instead of a hang. */
-#define PUT_SLOT_TRIES 1000
+/* How long a put batch whose slots other calls hold waits in all before it
+ * answers KVT_EFULL: those calls normally end within milliseconds; one that
+ * does not (a disk that stopped answering) must not hang the put for ever. */
+#define PUT_SLOT_WAIT_MAX_NS 10000000000ull
 
-/* How long one wait of put_wait_slots lasts at most: a page let go wakes it
- * at once; the bound also catches a slot freed by an SSD write-back, which
- * moves no page's busy count. */
+/* How long one wait lasts at most: a page let go wakes it at once (page.c,
+ * page_let_go); the bound is for a slot freed some other way. */
 #define PUT_SLOT_WAIT_NS 20000000ull
 
-/* A put batch that found no slot gave back what it reserved (locked):
- * whether to start the batch again, after waiting (unlocked) for another
- * call to let a page go when that is what holds the slots. Never while
- * holding a reservation: two puts each holding half of DRAM and waiting
- * for the other's would wait for ever. */
-static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, unsigned *tries)
+static struct timespec mono_after(uint64_t ns)
 {
-    if (hold == SLOTS_HELD || e->failed || ++*tries > PUT_SLOT_TRIES)
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    ns += (uint64_t)t.tv_nsec;
+    t.tv_sec += (time_t)(ns / 1000000000ull);
+    t.tv_nsec = (long)(ns % 1000000000ull);
+    return t;
+}
+
+/* A put batch found the slots it needs held by other calls (SLOTS_CALLS,
+ * judged with its own reservations set apart) and has given its own back
+ * (locked): waits, unlocked, until a slot may be had (page_let_go) or a
+ * while has passed, and says whether to start the batch again. It never
+ * waits holding a reservation: two puts each holding half of DRAM and
+ * waiting for the other's would wait for ever. *since: when the batch's
+ * first wait began (0 before it). */
+static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, uint64_t *since)
+{
+    uint64_t now = kvt_now_ns();
+    if (hold != SLOTS_CALLS || e->failed)
         return false;
-    hold = slots_held(e); /* again: our own reservations are gone */
-    if (hold != SLOTS_CALLS)
-        return hold == SLOTS_FREEABLE || kvt_dram_room(e) || e->hbm.arena.nfree;
+    if (!*since)
+        *since = now;
+    else if (now - *since > PUT_SLOT_WAIT_MAX_NS)
+        return false;
     uint64_t epoch = e->slots.epoch;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + PUT_SLOT_WAIT_NS;
-    until.tv_sec += (time_t)(ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec until = mono_after(PUT_SLOT_WAIT_NS);
     e->slots.waiters++;
     while (e->slots.epoch == epoch && !e->failed &&
            pthread_cond_timedwait(&e->slots.cv, &e->lock, &until) != ETIMEDOUT)
@@ -333,7 +362,7 @@ static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *c
 {
     size_t k;
     int r;
-    unsigned tries = 0;
+    uint64_t waited_since = 0;
 again:
     k = 0;
     r = 0;
@@ -361,18 +390,19 @@ again:
         kvt_pg(&e->pt, pg)->key = keys[k];
         (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
         res[k].pg = pg;
-        if ((r = reserve_slot(e, pg, &res[k].tier, &coming, &hold)) < 0) {
+        if ((r = reserve_slot(e, pg, &res[k].tier, &coming, k, &hold)) < 0) {
             kvt_page_abandon(e, pg);
             break;
         }
     }
     if (r < 0) {
         unreserve(e, res, k);
-        if (r == KVT_EFULL && put_wait_slots(e, hold, &tries)) {
+        if (r == KVT_EFULL && put_wait_slots(e, hold, &waited_since)) {
             kvt_clear_error();
             goto again;
         }
-        return r;
+        /* The engine failed while the put waited: that, not the full tier. */
+        return e->failed ? kvt_check_failed(e) : r;
     }
 
     for (size_t i = 0; i < n; i++)

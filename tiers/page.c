@@ -103,6 +103,16 @@ void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch)
     }
 }
 
+/* A slot may be had now that could not be a moment ago: freed, or its page
+ * no longer busy, pinned or in transfer (so it can be dropped or written
+ * down). Wakes the puts that wait for one (buffers.c, put_wait_slots). */
+static void page_let_go(kvt_engine *e)
+{
+    e->slots.epoch++;
+    if (e->slots.waiters)
+        pthread_cond_broadcast(&e->slots.cv);
+}
+
 /* Frees slots that hold nothing valid and that no copy or reader uses, and
  * the record of a dropped page once it has no slot left. A slot is never
  * freed under a reader (busy) or a copy in flight: that is what keeps a slot
@@ -117,6 +127,7 @@ void kvt_page_trim(kvt_engine *e, uint32_t pg)
             p->xfer == XFER_NONE) {
             kvt_arena_free(kvt_arena_of(e, t), p->slot[t]);
             p->slot[t] = KVT_NONE;
+            page_let_go(e);
         }
     }
     /* A page whose only copy could not be read goes once nobody holds it. */
@@ -171,15 +182,6 @@ void kvt_page_destroy(kvt_engine *e, uint32_t pg)
     kvt_ptable_remove(&e->pt, pg);
     page_flags(e, pg, PG_ZOMBIE, PG_VALID_ALL);
     kvt_page_settle(e, pg);
-}
-
-/* A page stopped being busy or pinned: a slot it holds may be had now, by
- * dropping or writing it down. Wakes the puts that wait for one. */
-static void page_let_go(kvt_engine *e)
-{
-    e->slots.epoch++;
-    if (e->slots.waiters)
-        pthread_cond_broadcast(&e->slots.cv);
 }
 
 void kvt_page_abandon(kvt_engine *e, uint32_t pg)
@@ -283,6 +285,7 @@ void kvt_page_xfer_cancel(kvt_engine *e, uint32_t pg)
     p->xfer = XFER_NONE;
     if (up)
         page_flags(e, pg, 0, PG_PREFETCHED);
+    page_let_go(e);
     kvt_page_trim(e, pg);
 }
 
@@ -292,6 +295,7 @@ bool kvt_page_xfer_end(kvt_engine *e, uint32_t pg)
     bool stale = p->flags & PG_STALE;
     p->xfer = XFER_NONE;
     page_flags(e, pg, 0, PG_STALE);
+    page_let_go(e);
     return stale;
 }
 
