@@ -336,12 +336,12 @@ int kvt_drop_id(kvt_engine *e, uint64_t id);
  * one call may store more pages than HBM and DRAM hold. Each batch is all or
  * nothing; on an error the batches before the failing one stay stored
  * (kvt_exists says which), and with n up to half of DRAM that means none.
- * A batch whose HBM and DRAM slots are all held by concurrent calls (pages
- * they read or store) waits for those calls to let one go.
+ * Concurrent calls are waited for (10 s at most in all): a key's page that a
+ * kvt_get is reading (the get keeps the old version), and a batch whose HBM
+ * and DRAM slots are all held by such calls (pages they read or store).
  * Errors: KVT_EFULL (no tier can hold them, or kvt_acquire pins every slot),
- * -EBUSY (an existing page with that key is pinned, or being read by a
- * concurrent kvt_get: retry; checked for every key before anything is
- * stored). When the engine is full, an
+ * -EBUSY (an existing page with that key is pinned, or still read after
+ * the wait: retry; checked for every key before anything is stored). When the engine is full, an
  * overwrite may free the old page first: if the call then fails, that key is
  * absent (never half-written). */
 int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,

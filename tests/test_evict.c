@@ -345,19 +345,36 @@ static kvt_engine *held_cache(enum hold_kind how)
 
 struct held_put {
     kvt_engine *e;
+    uint64_t id;        /* the key's id (0: 500) */
+    uint32_t version;
     atomic_int r, done;
 };
 
+/* A put of one page from another thread, as a concurrent caller's. */
 static void *held_put_run(void *arg)
 {
     struct held_put *h = arg;
     static uint64_t buf[PB / 8];
-    kvt_key k = t_key(500, KVT_ALL_LAYERS, 0);
-    t_fill(buf, PB, k, 0);
+    kvt_key k = t_key(h->id ? h->id : 500, KVT_ALL_LAYERS, 0);
+    t_fill(buf, PB, k, h->version);
     const void *src = buf;
     atomic_store(&h->r, kvt_put(h->e, &k, 1, &src, 0));
     atomic_store(&h->done, 1);
     return NULL;
+}
+
+/* Whether a put is waiting for other calls to let go (polls up to 5 s). */
+static bool put_is_waiting(kvt_engine *e)
+{
+    bool waiting = false;
+    for (int i = 0; i < 5000 && !waiting; i++) {
+        kvt_lock(e);
+        waiting = e->slots.waiters == 1;
+        kvt_unlock(e);
+        if (!waiting)
+            usleep(1000);
+    }
+    return waiting;
 }
 
 /* A put that finds every HBM and DRAM slot held by other calls' pages
@@ -370,15 +387,7 @@ static void test_a_put_waits_for_slots_other_calls_hold(void **state)
     struct held_put h = { .e = e };
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, held_put_run, &h), 0);
-    bool waiting = false;
-    for (int i = 0; i < 5000 && !waiting; i++) {
-        kvt_lock(e);
-        waiting = e->slots.waiters == 1;
-        kvt_unlock(e);
-        if (!waiting)
-            usleep(1000);
-    }
-    assert_true(waiting);
+    assert_true(put_is_waiting(e));
     assert_int_equal(atomic_load(&h.done), 0);
     hold_every_slot(e, HOLD_BUSY, true);
     assert_int_equal(pthread_join(t, NULL), 0);
@@ -507,6 +516,44 @@ static void test_a_batch_is_not_held_up_by_its_own_slots(void **state)
     t_rmtree(dir);
 }
 
+/* A put of a key another call is reading (a kvt_get holds its page busy
+ * for the call's time) waits for that call, which keeps the old version,
+ * and then stores the new one; it answered -EBUSY, and an engine's plug-in
+ * then dropped the store. A pinned page is still -EBUSY at once
+ * (test_manager, test_put_pinned_busy). */
+static void test_a_put_waits_for_a_get_reading_its_key(void **state)
+{
+    kvt_config c = cache_config(KVT_FLAG_EVICT, "lru");
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    put_one(e, 7, 0);
+    kvt_key k = t_key(7, KVT_ALL_LAYERS, 0);
+    kvt_lock(e);
+    uint32_t pg = kvt_ptable_find(&e->pt, &k);
+    (void)kvt_page_busy_begin(e, pg); /* as a get reading it */
+    kvt_unlock(e);
+    struct held_put h = { .e = e, .id = 7, .version = 1 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_put_run, &h), 0);
+    assert_true(put_is_waiting(e));
+    assert_int_equal(atomic_load(&h.done), 0);
+    kvt_lock(e);
+    assert_true(t_check(kvt_arena_ptr(&e->dram.arena, kvt_pg(&e->pt, pg)->slot[KVT_TIER_DRAM]),
+                        PB, k, 0)); /* what the reader reads: the old version, whole */
+    kvt_page_busy_end(e, pg);
+    kvt_unlock(e);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&h.r), 0);
+    static uint64_t buf[PB / 8];
+    void *dst = buf;
+    int found = 0;
+    assert_int_equal(kvt_get(e, &k, 1, &dst, 0, &found), 0);
+    assert_int_equal(found, 1);
+    assert_true(t_check(buf, PB, k, 1));
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 static void test_unknown_flags_are_refused(void **state)
 {
     kvt_config c = t_config(PB, 2, 4);
@@ -533,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_a_put_drops_nothing_for_pinned_slots),
         cmocka_unit_test(test_an_idle_hbm_page_goes_before_ssd_pages),
         cmocka_unit_test(test_a_batch_is_not_held_up_by_its_own_slots),
+        cmocka_unit_test(test_a_put_waits_for_a_get_reading_its_key),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -239,14 +239,15 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming,
     }
 }
 
-/* How long a put batch whose slots other calls hold waits in all before it
- * answers KVT_EFULL: those calls normally end within milliseconds; one that
- * does not (a disk that stopped answering) must not hang the put for ever. */
-#define PUT_SLOT_WAIT_MAX_NS 10000000000ull
+/* How long a put waits in all for other calls to let go of what it needs
+ * (slots, or the old page of a key it stores) before it gives up: those
+ * calls normally end within milliseconds; one that does not (a disk that
+ * stopped answering) must not hang the put for ever. */
+#define PUT_LET_GO_MAX_NS 10000000000ull
 
 /* How long one wait lasts at most: a page let go wakes it at once (page.c,
  * page_let_go); the bound is for a slot freed some other way. */
-#define PUT_SLOT_WAIT_NS 20000000ull
+#define PUT_LET_GO_WAIT_NS 20000000ull
 
 static struct timespec mono_after(uint64_t ns)
 {
@@ -258,24 +259,21 @@ static struct timespec mono_after(uint64_t ns)
     return t;
 }
 
-/* A put batch found the slots it needs held by other calls (SLOTS_CALLS,
- * judged with its own reservations set apart) and has given its own back
- * (locked): waits, unlocked, until a slot may be had (page_let_go) or a
- * while has passed, and says whether to start the batch again. It never
- * waits holding a reservation: two puts each holding half of DRAM and
- * waiting for the other's would wait for ever. *since: when the batch's
- * first wait began (0 before it). */
-static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, uint64_t *since)
+/* Waits (locked; unlocked while waiting) until a page is let go
+ * (page_let_go) or a moment has passed. *since: when the put's first such
+ * wait began (0 before it). False, without waiting, once the put has waited
+ * PUT_LET_GO_MAX_NS in all; false too when the engine failed. */
+static bool wait_let_go(kvt_engine *e, uint64_t *since)
 {
     uint64_t now = kvt_now_ns();
-    if (hold != SLOTS_CALLS || e->failed)
+    if (e->failed)
         return false;
     if (!*since)
         *since = now;
-    else if (now - *since > PUT_SLOT_WAIT_MAX_NS)
+    else if (now - *since > PUT_LET_GO_MAX_NS)
         return false;
     uint64_t epoch = e->slots.epoch;
-    struct timespec until = mono_after(PUT_SLOT_WAIT_NS);
+    struct timespec until = mono_after(PUT_LET_GO_WAIT_NS);
     e->slots.waiters++;
     while (e->slots.epoch == epoch && !e->failed &&
            pthread_cond_timedwait(&e->slots.cv, &e->lock, &until) != ETIMEDOUT)
@@ -283,6 +281,55 @@ static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, uint64_t *since)
     e->slots.waiters--;
     kvt_settle(e);
     return !e->failed;
+}
+
+/* A put batch found the slots it needs held by other calls (SLOTS_CALLS,
+ * judged with its own reservations set apart) and has given its own back:
+ * whether to start the batch again, after waiting for one to be let go. It
+ * never waits holding a reservation: two puts each holding half of DRAM and
+ * waiting for the other's would wait for ever. */
+static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, uint64_t *since)
+{
+    return hold == SLOTS_CALLS && wait_let_go(e, since);
+}
+
+/* The key whose existing page another call is reading (a kvt_get holds it
+ * busy for the call's time), or NULL. *pinned: the first key whose page is
+ * pinned instead (kvt_acquire: held until its caller lets go), or NULL. */
+static const kvt_key *key_read_by_others(kvt_engine *e, const kvt_key *keys, size_t n,
+                                         const kvt_key **pinned)
+{
+    const kvt_key *busy = NULL;
+    *pinned = NULL;
+    for (size_t i = 0; i < n && !*pinned; i++) {
+        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
+        const struct kvt_page *p = old == KVT_NONE ? NULL : kvt_pg(&e->pt, old);
+        if (p && p->pins)
+            *pinned = &keys[i];
+        else if (p && p->busy && !busy)
+            busy = &keys[i];
+    }
+    return busy;
+}
+
+/* Before a put stores anything (locked; may wait unlocked, holding
+ * nothing): a key whose page is pinned is -EBUSY at once; one being read by
+ * another call is waited for, the reader keeping the old version. */
+static int put_wait_readers(kvt_engine *e, const kvt_key *keys, size_t n)
+{
+    uint64_t since = 0;
+    for (;;) {
+        const kvt_key *pinned, *busy = key_read_by_others(e, keys, n, &pinned);
+        const kvt_key *k = pinned ? pinned : busy;
+        if (!k)
+            return 0;
+        if (!pinned && wait_let_go(e, &since))
+            continue; /* every key again: the table may have changed */
+        if (e->failed)
+            return kvt_check_failed(e);
+        return kvt_fail(-EBUSY, "page (%llu,%u,%u) is %s", (unsigned long long)k->id, k->layer,
+                        k->index, pinned ? "pinned" : "being read by another call (waited 10 s)");
+    }
 }
 
 static void unreserve(kvt_engine *e, struct reservation *res, size_t n)
@@ -422,9 +469,19 @@ again:
      * slot and index entry pass to the new page only when they are settled.
      * Every key is looked at again after each wait: while the lock was let
      * go, the mover may have started a read of one already passed. */
-    while (!e->failed && old_on_the_move(e, keys, n)) {
-        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
-        kvt_wait_on(e, &w, false);
+    uint64_t since = 0;
+    const kvt_key *pinned;
+    for (;;) {
+        if (!e->failed && old_on_the_move(e, keys, n)) {
+            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+            kvt_wait_on(e, &w, false);
+            continue;
+        }
+        /* A get that began reading an old version while we copied ends
+         * first (it waits for nothing this put holds); a pin that came
+         * meanwhile makes put_commit answer -EBUSY for that key. */
+        if (e->failed || !key_read_by_others(e, keys, n, &pinned) || !wait_let_go(e, &since))
+            break;
     }
     if ((r = kvt_check_failed(e)) < 0)
         goto out_unreserve; /* the engine failed while the put waited */
@@ -460,12 +517,8 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
             return kvt_fail(-EINVAL, "src[%zu] is NULL", i);
     KVT_ENTER(e);
     int r = kvt_check_failed(e);
-    for (size_t i = 0; i < n && r == 0; i++) {
-        uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
-        if (old != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, old)))
-            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) is pinned or being read by another call",
-                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
-    }
+    if (r == 0)
+        r = put_wait_readers(e, keys, n);
     size_t batch = n < put_batch_pages(e) ? n : put_batch_pages(e);
     struct reservation *res = r == 0 ? malloc((batch ? batch : 1) * sizeof(*res)) : NULL;
     if (r == 0 && !res)
