@@ -554,6 +554,108 @@ static void test_a_put_waits_for_a_get_reading_its_key(void **state)
     t_rmtree(dir);
 }
 
+/* A put of two keys that live on SSD only, from another thread, version 1. */
+struct pair_put {
+    kvt_engine *e;
+    kvt_key k[2];
+    atomic_int r;
+};
+
+static void *pair_put_run(void *arg)
+{
+    struct pair_put *h = arg;
+    static uint64_t buf[2][PB / 8];
+    const void *src[2] = { buf[0], buf[1] };
+    for (int i = 0; i < 2; i++)
+        t_fill(buf[i], PB, h->k[i], 1);
+    atomic_store(&h->r, kvt_put(h->e, h->k, 2, src, 0));
+    return NULL;
+}
+
+/* Two keys of a held_cache() that no call holds. */
+static void two_free_keys(kvt_engine *e, kvt_key *out)
+{
+    int m = 0;
+    kvt_lock(e);
+    for (uint64_t id = 1; id < 41 && m < 2; id++) {
+        kvt_key k = t_key(id, KVT_ALL_LAYERS, 0);
+        const struct kvt_page *p = kvt_pg(&e->pt, kvt_ptable_find(&e->pt, &k));
+        if (!kvt_page_in_use(p))
+            out[m++] = k;
+    }
+    kvt_unlock(e);
+    assert_int_equal(m, 2);
+}
+
+/* The version of key k that kvt_get finds (0 or 1), -1 when absent. */
+static int version_of(kvt_engine *e, kvt_key k)
+{
+    static uint64_t buf[PB / 8];
+    void *dst = buf;
+    int found = 0;
+    assert_int_equal(kvt_get(e, &k, 1, &dst, 0, &found), 0);
+    if (!found)
+        return -1;
+    assert_true(t_check(buf, PB, k, 1) || t_check(buf, PB, k, 0));
+    return t_check(buf, PB, k, 1);
+}
+
+/* A batch is all or nothing when one of its keys is pinned while the put
+ * waits (here for slots other calls hold): -EBUSY, and neither key has the
+ * new version (it once stored the other key and answered -EBUSY). */
+static void test_a_pin_while_a_put_waits_stores_nothing_of_its_batch(void **state)
+{
+    kvt_engine *e = held_cache(HOLD_BUSY);
+    struct pair_put h = { .e = e };
+    two_free_keys(e, h.k);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pair_put_run, &h), 0);
+    assert_true(put_is_waiting(e));
+    kvt_lock(e);
+    uint32_t pinned = kvt_ptable_find(&e->pt, &h.k[1]);
+    kvt_page_pin(e, pinned); /* as kvt_acquire */
+    kvt_unlock(e);
+    hold_every_slot(e, HOLD_BUSY, true);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&h.r), -EBUSY);
+    kvt_lock(e);
+    kvt_page_unpin(e, pinned);
+    kvt_unlock(e);
+    assert_int_equal(version_of(e, h.k[0]), 0);
+    assert_int_equal(version_of(e, h.k[1]), 0);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
+/* A put waits for other calls a while in all (kvt_test_let_go_max_ns
+ * here, 10 s otherwise), not per wait: a reader that outlasts it costs the
+ * batch -EBUSY, nothing of it stored (it once stored the other key). */
+static void test_a_put_gives_up_on_a_long_reader_storing_nothing(void **state)
+{
+    kvt_engine *e = held_cache(HOLD_BUSY);
+    struct pair_put h = { .e = e };
+    two_free_keys(e, h.k);
+    kvt_test_let_go_max_ns = 300000000ull;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pair_put_run, &h), 0);
+    assert_true(put_is_waiting(e));
+    kvt_lock(e);
+    uint32_t pg0 = kvt_ptable_find(&e->pt, &h.k[0]);
+    (void)kvt_page_busy_begin(e, pg0); /* a get reading it, on a slow disk */
+    kvt_unlock(e);
+    hold_every_slot(e, HOLD_BUSY, true);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    kvt_test_let_go_max_ns = 0;
+    assert_int_equal(atomic_load(&h.r), -EBUSY);
+    kvt_lock(e);
+    kvt_page_busy_end(e, pg0);
+    kvt_unlock(e);
+    assert_int_equal(version_of(e, h.k[0]), 0);
+    assert_int_equal(version_of(e, h.k[1]), 0);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 static void test_unknown_flags_are_refused(void **state)
 {
     kvt_config c = t_config(PB, 2, 4);
@@ -581,6 +683,8 @@ int main(void)
         cmocka_unit_test(test_an_idle_hbm_page_goes_before_ssd_pages),
         cmocka_unit_test(test_a_batch_is_not_held_up_by_its_own_slots),
         cmocka_unit_test(test_a_put_waits_for_a_get_reading_its_key),
+        cmocka_unit_test(test_a_pin_while_a_put_waits_stores_nothing_of_its_batch),
+        cmocka_unit_test(test_a_put_gives_up_on_a_long_reader_storing_nothing),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -245,6 +245,9 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming,
  * stopped answering) must not hang the put for ever. */
 #define PUT_LET_GO_MAX_NS 10000000000ull
 
+/* Tests set this to give up sooner; 0 = PUT_LET_GO_MAX_NS. */
+uint64_t kvt_test_let_go_max_ns;
+
 /* How long one wait lasts at most: a page let go wakes it at once (page.c,
  * page_let_go); the bound is for a slot freed some other way. */
 #define PUT_LET_GO_WAIT_NS 20000000ull
@@ -270,7 +273,7 @@ static bool wait_let_go(kvt_engine *e, uint64_t *since)
         return false;
     if (!*since)
         *since = now;
-    else if (now - *since > PUT_LET_GO_MAX_NS)
+    else if (now - *since > (kvt_test_let_go_max_ns ? kvt_test_let_go_max_ns : PUT_LET_GO_MAX_NS))
         return false;
     uint64_t epoch = e->slots.epoch;
     struct timespec until = mono_after(PUT_LET_GO_WAIT_NS);
@@ -312,18 +315,18 @@ static const kvt_key *key_read_by_others(kvt_engine *e, const kvt_key *keys, siz
     return busy;
 }
 
-/* Before a put stores anything (locked; may wait unlocked, holding
- * nothing): a key whose page is pinned is -EBUSY at once; one being read by
- * another call is waited for, the reader keeping the old version. */
-static int put_wait_readers(kvt_engine *e, const kvt_key *keys, size_t n)
+/* Before a put (or a batch of it) reserves anything (locked; may wait
+ * unlocked, holding nothing): a key whose page is pinned is -EBUSY at once;
+ * one being read by another call is waited for, the reader keeping the old
+ * version. *since: as wait_let_go's, one for the whole kvt_put. */
+static int put_wait_readers(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t *since)
 {
-    uint64_t since = 0;
     for (;;) {
         const kvt_key *pinned, *busy = key_read_by_others(e, keys, n, &pinned);
         const kvt_key *k = pinned ? pinned : busy;
         if (!k)
             return 0;
-        if (!pinned && wait_let_go(e, &since))
+        if (!pinned && wait_let_go(e, since))
             continue; /* every key again: the table may have changed */
         if (e->failed)
             return kvt_check_failed(e);
@@ -350,19 +353,14 @@ static enum kvt_copy_kind copy_kind(bool from_dev, bool to_dev)
     return to_dev ? KVT_COPY_H2D : KVT_COPY_H2H;
 }
 
-/* Makes the reserved, filled pages visible under their keys. */
+/* Makes the reserved, filled pages visible under their keys. No old page
+ * of theirs is pinned, read or on its way to or from SSD (put_batch saw to
+ * it, the lock held since). */
 static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *res, size_t n)
 {
     int r = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
-        if (old != KVT_NONE && kvt_page_in_use(kvt_pg(&e->pt, old))) {
-            /* Pinned while we copied: the engine's page wins. */
-            r = kvt_fail(-EBUSY, "page (%llu,%u,%u) was pinned during the put",
-                         (unsigned long long)keys[i].id, keys[i].layer, keys[i].index);
-            unreserve(e, &res[i], 1);
-            continue;
-        }
         struct kvt_page *p = kvt_pg(&e->pt, res[i].pg);
         if (old != KVT_NONE) {
             /* The old version's index entry stays until the new version's
@@ -405,14 +403,15 @@ static bool old_on_the_move(kvt_engine *e, const kvt_key *keys, size_t n)
 /* One batch of a put (locked; unlocks to copy): reserves a slot for every
  * page, copies, then makes them visible. All or nothing for the batch. */
 static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
-                     int src_on_device, struct reservation *res, uint32_t *pgs)
+                     int src_on_device, struct reservation *res, uint32_t *pgs, uint64_t *since)
 {
     size_t k;
     int r;
-    uint64_t waited_since = 0;
+    const kvt_key *pinned;
 again:
     k = 0;
-    r = 0;
+    if ((r = put_wait_readers(e, keys, n, since)) < 0)
+        return r;
     bool tight;
     enum slot_hold hold = SLOTS_HELD;
     uint32_t coming = room_ahead(e, keys, n, &tight);
@@ -444,7 +443,7 @@ again:
     }
     if (r < 0) {
         unreserve(e, res, k);
-        if (r == KVT_EFULL && put_wait_slots(e, hold, &waited_since)) {
+        if (r == KVT_EFULL && put_wait_slots(e, hold, since)) {
             kvt_clear_error();
             goto again;
         }
@@ -469,22 +468,20 @@ again:
      * slot and index entry pass to the new page only when they are settled.
      * Every key is looked at again after each wait: while the lock was let
      * go, the mover may have started a read of one already passed. */
-    uint64_t since = 0;
-    const kvt_key *pinned;
-    for (;;) {
-        if (!e->failed && old_on_the_move(e, keys, n)) {
-            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
-            kvt_wait_on(e, &w, false);
-            continue;
-        }
-        /* A get that began reading an old version while we copied ends
-         * first (it waits for nothing this put holds); a pin that came
-         * meanwhile makes put_commit answer -EBUSY for that key. */
-        if (e->failed || !key_read_by_others(e, keys, n, &pinned) || !wait_let_go(e, &since))
-            break;
+    while (!e->failed && old_on_the_move(e, keys, n)) {
+        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+        kvt_wait_on(e, &w, false);
     }
     if ((r = kvt_check_failed(e)) < 0)
         goto out_unreserve; /* the engine failed while the put waited */
+    /* A get that began reading an old version while we copied, or a pin
+     * that came meanwhile: the batch gives its slots back, all of it (a
+     * batch is all or nothing), and starts again, waiting for the reader
+     * holding nothing; a pin is -EBUSY then, nothing of the batch stored. */
+    if (key_read_by_others(e, keys, n, &pinned) || pinned) {
+        unreserve(e, res, n);
+        goto again;
+    }
     r = put_commit(e, keys, res, n);
     if (pgs)
         for (size_t i = 0; i < n; i++)
@@ -517,8 +514,9 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
             return kvt_fail(-EINVAL, "src[%zu] is NULL", i);
     KVT_ENTER(e);
     int r = kvt_check_failed(e);
+    uint64_t since = 0; /* the call's waits for other calls, together */
     if (r == 0)
-        r = put_wait_readers(e, keys, n);
+        r = put_wait_readers(e, keys, n, &since);
     size_t batch = n < put_batch_pages(e) ? n : put_batch_pages(e);
     struct reservation *res = r == 0 ? malloc((batch ? batch : 1) * sizeof(*res)) : NULL;
     if (r == 0 && !res)
@@ -531,7 +529,7 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
         pgs[i] = KVT_NONE; /* a batch that fails before its commit stores nothing */
     for (size_t i = 0; i < n && r == 0; i += batch) {
         size_t m = n - i < batch ? n - i : batch;
-        r = put_batch(e, keys + i, m, src + i, src_on_device, res, pgs ? pgs + i : NULL);
+        r = put_batch(e, keys + i, m, src + i, src_on_device, res, pgs ? pgs + i : NULL, &since);
     }
     if (pgs)
         report_batch(e, KVT_BATCH_PUT, pgs, keys, n);

@@ -305,6 +305,10 @@ struct kvt_ssd_pipe {
 /* Tests only: the piece size of engines opened from now on (ssd_pipe.c). */
 extern size_t kvt_test_piece_bytes;
 
+/* Tests only: how long a put waits in all for other calls to let go
+ * (buffers.c; 0: 10 s). */
+extern uint64_t kvt_test_let_go_max_ns;
+
 /* ------------------------------------------------------------- mover, pace */
 
 struct kvt_mover {
