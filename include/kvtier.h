@@ -336,15 +336,15 @@ int kvt_drop_id(kvt_engine *e, uint64_t id);
  * one call may store more pages than HBM and DRAM hold. Each batch is all or
  * nothing; on an error the batches before the failing one stay stored
  * (kvt_exists says which), and with n up to half of DRAM that means none.
- * Concurrent calls are waited for, 10 s at most in all: a key's page that a
- * kvt_get is reading (the get keeps the old version), and HBM and DRAM
- * slots all held by such calls (pages they read or store).
+ * Concurrent calls are waited for, up to 10 s of waiting in all: a key's
+ * page that a kvt_get is reading (the get keeps the old version), and HBM
+ * and DRAM slots all held by such calls (pages they read or store).
  * Errors: KVT_EFULL (no tier can hold them, or kvt_acquire pins every slot),
  * -EBUSY (an existing page with that key is pinned, or still being read
  * after the wait: retry; every key is checked before anything is stored,
- * and a batch that meets one later stores nothing). When the engine is
- * full, an overwrite may free the old page first: if the call then fails,
- * that key is absent (never half-written). */
+ * and a batch that meets one later stores none of its pages). When the
+ * engine is full, an overwrite may free the old page first: if the call
+ * then fails, that key is absent (never half-written). */
 int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
             int src_on_device);
 

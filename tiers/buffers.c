@@ -252,6 +252,8 @@ uint64_t kvt_test_let_go_max_ns;
  * page_let_go); the bound is for a slot freed some other way. */
 #define PUT_LET_GO_WAIT_NS 20000000ull
 
+/* The CLOCK_MONOTONIC time ns from now, as pthread_cond_timedwait takes it
+ * (e->slots.cv runs on that clock: engine.c). */
 static struct timespec mono_after(uint64_t ns)
 {
     struct timespec t;
@@ -263,25 +265,24 @@ static struct timespec mono_after(uint64_t ns)
 }
 
 /* Waits (locked; unlocked while waiting) until a page is let go
- * (page_let_go) or a moment has passed. *since: when the put's first such
- * wait began (0 before it). False, without waiting, once the put has waited
- * PUT_LET_GO_MAX_NS in all; false too when the engine failed. */
-static bool wait_let_go(kvt_engine *e, uint64_t *since)
+ * (page_let_go) or a moment has passed, and adds the time to *waited, the
+ * whole kvt_put's. False, without waiting, once the put has waited
+ * PUT_LET_GO_MAX_NS in all (only the time spent here counts: a put that
+ * writes many batches down to SSD is not the worse for it); false too when
+ * the engine failed. */
+static bool wait_let_go(kvt_engine *e, uint64_t *waited)
 {
-    uint64_t now = kvt_now_ns();
-    if (e->failed)
+    if (e->failed ||
+        *waited >= (kvt_test_let_go_max_ns ? kvt_test_let_go_max_ns : PUT_LET_GO_MAX_NS))
         return false;
-    if (!*since)
-        *since = now;
-    else if (now - *since > (kvt_test_let_go_max_ns ? kvt_test_let_go_max_ns : PUT_LET_GO_MAX_NS))
-        return false;
-    uint64_t epoch = e->slots.epoch;
+    uint64_t t0 = kvt_now_ns(), epoch = e->slots.epoch;
     struct timespec until = mono_after(PUT_LET_GO_WAIT_NS);
     e->slots.waiters++;
     while (e->slots.epoch == epoch && !e->failed &&
-           pthread_cond_timedwait(&e->slots.cv, &e->lock, &until) != ETIMEDOUT)
+           pthread_cond_timedwait(&e->slots.cv, &e->lock, &until) == 0)
         ;
     e->slots.waiters--;
+    *waited += kvt_now_ns() - t0;
     kvt_settle(e);
     return !e->failed;
 }
@@ -289,11 +290,11 @@ static bool wait_let_go(kvt_engine *e, uint64_t *since)
 /* A put batch found the slots it needs held by other calls (SLOTS_CALLS,
  * judged with its own reservations set apart) and has given its own back:
  * whether to start the batch again, after waiting for one to be let go. It
- * never waits holding a reservation: two puts each holding half of DRAM and
- * waiting for the other's would wait for ever. */
-static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, uint64_t *since)
+ * never waits for other calls holding a reservation: two puts each holding
+ * half of DRAM and waiting for the other's would wait for ever. */
+static bool put_wait_slots(kvt_engine *e, enum slot_hold hold, uint64_t *waited)
 {
-    return hold == SLOTS_CALLS && wait_let_go(e, since);
+    return hold == SLOTS_CALLS && wait_let_go(e, waited);
 }
 
 /* The key whose existing page another call is reading (a kvt_get holds it
@@ -318,20 +319,20 @@ static const kvt_key *key_read_by_others(kvt_engine *e, const kvt_key *keys, siz
 /* Before a put (or a batch of it) reserves anything (locked; may wait
  * unlocked, holding nothing): a key whose page is pinned is -EBUSY at once;
  * one being read by another call is waited for, the reader keeping the old
- * version. *since: as wait_let_go's, one for the whole kvt_put. */
-static int put_wait_readers(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t *since)
+ * version. *waited: as wait_let_go's, one for the whole kvt_put. */
+static int put_wait_readers(kvt_engine *e, const kvt_key *keys, size_t n, uint64_t *waited)
 {
     for (;;) {
         const kvt_key *pinned, *busy = key_read_by_others(e, keys, n, &pinned);
         const kvt_key *k = pinned ? pinned : busy;
         if (!k)
             return 0;
-        if (!pinned && wait_let_go(e, since))
+        if (!pinned && wait_let_go(e, waited))
             continue; /* every key again: the table may have changed */
         if (e->failed)
             return kvt_check_failed(e);
         return kvt_fail(-EBUSY, "page (%llu,%u,%u) is %s", (unsigned long long)k->id, k->layer,
-                        k->index, pinned ? "pinned" : "being read by another call (waited 10 s)");
+                        k->index, pinned ? "pinned" : "still being read by another call after the put waited for it");
     }
 }
 
@@ -403,14 +404,14 @@ static bool old_on_the_move(kvt_engine *e, const kvt_key *keys, size_t n)
 /* One batch of a put (locked; unlocks to copy): reserves a slot for every
  * page, copies, then makes them visible. All or nothing for the batch. */
 static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
-                     int src_on_device, struct reservation *res, uint32_t *pgs, uint64_t *since)
+                     int src_on_device, struct reservation *res, uint32_t *pgs, uint64_t *waited)
 {
     size_t k;
     int r;
     const kvt_key *pinned;
 again:
     k = 0;
-    if ((r = put_wait_readers(e, keys, n, since)) < 0)
+    if ((r = put_wait_readers(e, keys, n, waited)) < 0)
         return r;
     bool tight;
     enum slot_hold hold = SLOTS_HELD;
@@ -443,7 +444,7 @@ again:
     }
     if (r < 0) {
         unreserve(e, res, k);
-        if (r == KVT_EFULL && put_wait_slots(e, hold, since)) {
+        if (r == KVT_EFULL && put_wait_slots(e, hold, waited)) {
             kvt_clear_error();
             goto again;
         }
@@ -514,9 +515,9 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
             return kvt_fail(-EINVAL, "src[%zu] is NULL", i);
     KVT_ENTER(e);
     int r = kvt_check_failed(e);
-    uint64_t since = 0; /* the call's waits for other calls, together */
+    uint64_t waited = 0; /* the call's waits for other calls, together */
     if (r == 0)
-        r = put_wait_readers(e, keys, n, &since);
+        r = put_wait_readers(e, keys, n, &waited);
     size_t batch = n < put_batch_pages(e) ? n : put_batch_pages(e);
     struct reservation *res = r == 0 ? malloc((batch ? batch : 1) * sizeof(*res)) : NULL;
     if (r == 0 && !res)
@@ -529,7 +530,7 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
         pgs[i] = KVT_NONE; /* a batch that fails before its commit stores nothing */
     for (size_t i = 0; i < n && r == 0; i += batch) {
         size_t m = n - i < batch ? n - i : batch;
-        r = put_batch(e, keys + i, m, src + i, src_on_device, res, pgs ? pgs + i : NULL, &since);
+        r = put_batch(e, keys + i, m, src + i, src_on_device, res, pgs ? pgs + i : NULL, &waited);
     }
     if (pgs)
         report_batch(e, KVT_BATCH_PUT, pgs, keys, n);

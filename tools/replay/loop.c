@@ -215,16 +215,17 @@ static void lru_touch_all(struct replay_ctx *x, const uint32_t *blk, uint32_t k)
 /* Tries of a put that other requests' calls keep from storing
  * (--concurrency): a get still reading a block it missed after the
  * engine's own wait (-EBUSY). A put waits in the engine for such gets and
- * for slots other calls hold (tiers/buffers.c). */
-#define PUT_BUSY_TRIES 64
+ * for slots other calls hold (tiers/buffers.c), up to 10 s a call: a few
+ * tries, not many. */
+#define PUT_BUSY_TRIES 3
 
 /* Puts the k blocks at ptrs[0..k) under ckeys[0..k); on KVT_EFULL the
  * caller's eviction makes room (evict.c) and the blocks not stored go
  * again. With requests served at once, a block this one missed may have
  * been stored meanwhile by another, which may be reading it (the engine
- * waits; -EBUSY only if the read outlasts that, and the put may have
- * stored some of the others, docs/replay.md): the blocks present are kept,
- * the others put again. Returns 0, 1 when no room could be made (the
+ * waits; -EBUSY only if the read outlasts that, the batches before the one
+ * that met it stored, docs/replay.md): the blocks present are kept, the
+ * others put again. Returns 0, 1 when no room could be made (the
  * rest stays out), or an error. */
 static int put_chunk(struct replay_ctx *x, struct replay_worker *w, uint64_t req, uint32_t k,
                      const uint32_t *blk)
