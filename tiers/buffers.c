@@ -401,97 +401,113 @@ static bool old_on_the_move(kvt_engine *e, const kvt_key *keys, size_t n)
     return false;
 }
 
+/* Reserves a record and a slot for each of the batch's n pages (locked; may
+ * wait unlocked): waits first for other calls reading its keys, and starts
+ * again, holding nothing, when other calls hold the slots it needs. 0 with
+ * all n reserved in res[], or an error with none. */
+static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct reservation *res,
+                       uint64_t *waited)
+{
+    for (;;) {
+        int r = put_wait_readers(e, keys, n, waited);
+        if (r < 0)
+            return r;
+        bool tight;
+        enum slot_hold hold = SLOTS_HELD;
+        uint32_t coming = room_ahead(e, keys, n, &tight);
+        size_t k = 0;
+        for (; k < n && r == 0; k++) {
+            if (tight || kvt_admit(e) < 0) {
+                /* Full (or room_ahead's room is the new keys'): an overwrite
+                 * may give up the old page to make room. If the put then
+                 * fails the key is absent, never half-written. */
+                uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
+                if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
+                    kvt_page_destroy(e, old);
+                while ((r = kvt_admit(e)) < 0 && evict_one(e) == 0)
+                    ;
+                if (r < 0)
+                    break;
+            }
+            uint32_t pg = kvt_page_new(e);
+            if (pg == KVT_NONE) {
+                r = kvt_fail(-ENOMEM, "out of memory for a page record");
+                break;
+            }
+            kvt_pg(&e->pt, pg)->key = keys[k];
+            (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
+            res[k].pg = pg;
+            if ((r = reserve_slot(e, pg, &res[k].tier, &coming, k, &hold)) < 0) {
+                kvt_page_abandon(e, pg);
+                break;
+            }
+        }
+        if (r == 0)
+            return 0;
+        unreserve(e, res, k);
+        if (r != KVT_EFULL || !put_wait_slots(e, hold, waited))
+            return e->failed ? kvt_check_failed(e) : r; /* failed while it waited: that error */
+        kvt_clear_error();
+    }
+}
+
+/* Copies the n pages in (unlocked: the slots are the batch's own). */
+static int put_copy_in(kvt_engine *e, struct reservation *res, size_t n, const void *const *src,
+                       int src_on_device)
+{
+    for (size_t i = 0; i < n; i++)
+        res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);
+    kvt_unlock(e);
+    int r = 0;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        bool to_dev = res[i].tier == KVT_TIER_HBM;
+        r = e->hbm.dev->copy_sync(e->hbm.dev_priv, copy_kind(src_on_device, to_dev), res[i].dst,
+                                  src[i], e->page_bytes);
+    }
+    kvt_lock(e);
+    return r < 0 ? kvt_fail(r, "copying a page in failed: %s", kvt_strerror(r)) : 0;
+}
+
 /* One batch of a put (locked; unlocks to copy): reserves a slot for every
  * page, copies, then makes them visible. All or nothing for the batch. */
 static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
                      int src_on_device, struct reservation *res, uint32_t *pgs, uint64_t *waited)
 {
-    size_t k;
     int r;
-    const kvt_key *pinned;
-again:
-    k = 0;
-    if ((r = put_wait_readers(e, keys, n, waited)) < 0)
-        return r;
-    bool tight;
-    enum slot_hold hold = SLOTS_HELD;
-    uint32_t coming = room_ahead(e, keys, n, &tight);
-    for (; k < n && r == 0; k++) {
-        if (tight || kvt_admit(e) < 0) {
-            /* Full (or room_ahead's room is the new keys'): an overwrite may
-             * give up the old page to make room. If the copy then fails the
-             * key is absent, never half-written. */
-            uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
-            if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
-                kvt_page_destroy(e, old);
-            while ((r = kvt_admit(e)) < 0 && evict_one(e) == 0)
-                ;
-            if (r < 0)
-                break;
-        }
-        uint32_t pg = kvt_page_new(e);
-        if (pg == KVT_NONE) {
-            r = kvt_fail(-ENOMEM, "out of memory for a page record");
+    for (;;) {
+        if ((r = put_reserve(e, keys, n, res, waited)) < 0)
+            return r;
+        if ((r = put_copy_in(e, res, n, src, src_on_device)) < 0)
             break;
+        /* An old version being written to or read from SSD finishes first:
+         * its slot and index entry pass to the new page only when they are
+         * settled. Every key is looked at again after each wait: while the
+         * lock was let go, the mover may have started a read of one
+         * already passed. */
+        while (!e->failed && old_on_the_move(e, keys, n)) {
+            struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
+            kvt_wait_on(e, &w, false);
         }
-        kvt_pg(&e->pt, pg)->key = keys[k];
-        (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
-        res[k].pg = pg;
-        if ((r = reserve_slot(e, pg, &res[k].tier, &coming, k, &hold)) < 0) {
-            kvt_page_abandon(e, pg);
+        if ((r = kvt_check_failed(e)) < 0)
+            break; /* the engine failed while the put waited */
+        /* A get that began reading an old version while we copied, or a
+         * pin that came meanwhile: the batch gives its slots back, all of
+         * it (a batch is all or nothing), and starts again, waiting for the
+         * reader holding nothing; a pin is -EBUSY then, nothing stored. */
+        const kvt_key *pinned;
+        if (!key_read_by_others(e, keys, n, &pinned) && !pinned)
             break;
-        }
-    }
-    if (r < 0) {
-        unreserve(e, res, k);
-        if (r == KVT_EFULL && put_wait_slots(e, hold, waited)) {
-            kvt_clear_error();
-            goto again;
-        }
-        /* The engine failed while the put waited: that, not the full tier. */
-        return e->failed ? kvt_check_failed(e) : r;
-    }
-
-    for (size_t i = 0; i < n; i++)
-        res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);
-    kvt_unlock(e);
-    for (size_t i = 0; i < n && r == 0; i++) {
-        bool to_dev = res[i].tier == KVT_TIER_HBM;
-        r = e->hbm.dev->copy_sync(e->hbm.dev_priv, copy_kind(src_on_device, to_dev), res[i].dst, src[i],
-                              e->page_bytes);
-    }
-    kvt_lock(e);
-    if (r < 0) {
-        kvt_fail(r, "copying a page in failed: %s", kvt_strerror(r));
-        goto out_unreserve;
-    }
-    /* An old version being written to or read from SSD finishes first: its
-     * slot and index entry pass to the new page only when they are settled.
-     * Every key is looked at again after each wait: while the lock was let
-     * go, the mover may have started a read of one already passed. */
-    while (!e->failed && old_on_the_move(e, keys, n)) {
-        struct kvt_wait w = { KVT_WAIT_SSD, e->ssd_tier.progress };
-        kvt_wait_on(e, &w, false);
-    }
-    if ((r = kvt_check_failed(e)) < 0)
-        goto out_unreserve; /* the engine failed while the put waited */
-    /* A get that began reading an old version while we copied, or a pin
-     * that came meanwhile: the batch gives its slots back, all of it (a
-     * batch is all or nothing), and starts again, waiting for the reader
-     * holding nothing; a pin is -EBUSY then, nothing of the batch stored. */
-    if (key_read_by_others(e, keys, n, &pinned) || pinned) {
         unreserve(e, res, n);
-        goto again;
+    }
+    if (r < 0) {
+        unreserve(e, res, n);
+        return r;
     }
     r = put_commit(e, keys, res, n);
     if (pgs)
         for (size_t i = 0; i < n; i++)
             pgs[i] = res[i].pg;
     kvt_mover_kick(e);
-    return r;
-
-out_unreserve:
-    unreserve(e, res, k);
     return r;
 }
 
