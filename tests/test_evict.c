@@ -656,6 +656,30 @@ static void test_a_put_gives_up_on_a_long_reader_storing_nothing(void **state)
     t_rmtree(dir);
 }
 
+/* An engine that fails while a put waits for other calls (a device error
+ * another call's settle found): the put wakes and answers the engine's
+ * error, not KVT_EFULL, and stores nothing. */
+static void test_a_put_waiting_when_the_engine_fails_says_so(void **state)
+{
+    kvt_engine *e = held_cache(HOLD_BUSY);
+    struct held_put h = { .e = e };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_put_run, &h), 0);
+    assert_true(put_is_waiting(e));
+    kvt_lock(e);
+    e->failed = KVT_EDEVICE; /* as engine_fail (tiers/copy.c) */
+    kvt_unlock(e);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&h.r), KVT_EDEVICE);
+    hold_every_slot(e, HOLD_BUSY, true);
+    kvt_key k = t_key(500, KVT_ALL_LAYERS, 0);
+    kvt_lock(e);
+    assert_int_equal(kvt_ptable_find(&e->pt, &k), KVT_NONE);
+    kvt_unlock(e);
+    kvt_close(e);
+    t_rmtree(dir);
+}
+
 static void test_unknown_flags_are_refused(void **state)
 {
     kvt_config c = t_config(PB, 2, 4);
@@ -685,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_a_put_waits_for_a_get_reading_its_key),
         cmocka_unit_test(test_a_pin_while_a_put_waits_stores_nothing_of_its_batch),
         cmocka_unit_test(test_a_put_gives_up_on_a_long_reader_storing_nothing),
+        cmocka_unit_test(test_a_put_waiting_when_the_engine_fails_says_so),
         cmocka_unit_test(test_unknown_flags_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
