@@ -289,6 +289,20 @@ static void test_pinned_pages_stay(void **state)
  * it) or pinned (kvt_acquire). */
 enum hold_kind { HOLD_BUSY, HOLD_PIN };
 
+/* Holds page pg (or, with end, lets go of it) as another call would.
+ * Locked. */
+static void hold_page(kvt_engine *e, uint32_t pg, enum hold_kind how, bool end)
+{
+    if (how == HOLD_BUSY && end)
+        kvt_page_busy_end(e, pg);
+    else if (how == HOLD_BUSY)
+        (void)kvt_page_busy_begin(e, pg);
+    else if (end)
+        kvt_page_unpin(e, pg);
+    else
+        kvt_page_pin(e, pg);
+}
+
 /* Holds (or, with end, lets go of) every page that has an HBM or DRAM
  * slot, as other calls would. Returns how many. */
 static int hold_every_slot(kvt_engine *e, enum hold_kind how, bool end)
@@ -300,14 +314,7 @@ static int hold_every_slot(kvt_engine *e, enum hold_kind how, bool end)
         if (!(p->flags & PG_HASHED) ||
             (p->slot[KVT_TIER_HBM] == KVT_NONE && p->slot[KVT_TIER_DRAM] == KVT_NONE))
             continue;
-        if (how == HOLD_BUSY && end)
-            kvt_page_busy_end(e, pg);
-        else if (how == HOLD_BUSY)
-            (void)kvt_page_busy_begin(e, pg);
-        else if (end)
-            kvt_page_unpin(e, pg);
-        else
-            kvt_page_pin(e, pg);
+        hold_page(e, pg, how, end);
         n++;
     }
     kvt_unlock(e);
@@ -600,37 +607,12 @@ static int version_of(kvt_engine *e, kvt_key k)
     return t_check(buf, PB, k, 1);
 }
 
-/* A batch is all or nothing when one of its keys is pinned while the put
- * waits (here for slots other calls hold): -EBUSY, and neither key has the
- * new version (it once stored the other key and answered -EBUSY). */
-static void test_a_pin_while_a_put_waits_stores_nothing_of_its_batch(void **state)
-{
-    kvt_engine *e = held_cache(HOLD_BUSY);
-    struct pair_put h = { .e = e };
-    two_free_keys(e, h.k);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, pair_put_run, &h), 0);
-    assert_true(put_is_waiting(e));
-    kvt_lock(e);
-    uint32_t pinned = kvt_ptable_find(&e->pt, &h.k[1]);
-    kvt_page_pin(e, pinned); /* as kvt_acquire */
-    kvt_unlock(e);
-    hold_every_slot(e, HOLD_BUSY, true);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(atomic_load(&h.r), -EBUSY);
-    kvt_lock(e);
-    kvt_page_unpin(e, pinned);
-    kvt_unlock(e);
-    assert_int_equal(version_of(e, h.k[0]), 0);
-    assert_int_equal(version_of(e, h.k[1]), 0);
-    kvt_close(e);
-    t_rmtree(dir);
-}
-
-/* A put waits for other calls a while in all (kvt_test_let_go_max_ns
- * here, 10 s otherwise), not per wait: a reader that outlasts it costs the
- * batch -EBUSY, nothing of it stored (it once stored the other key). */
-static void test_a_put_gives_up_on_a_long_reader_storing_nothing(void **state)
+/* A put of two keys waits for slots other calls hold; meanwhile one of its
+ * keys is held `how`: pinned, or read by a get that outlasts the put's
+ * waiting (kvt_test_let_go_max_ns here, 10 s otherwise). The put answers
+ * -EBUSY and neither key has the new version: a batch is all or nothing (it
+ * once stored the other key and answered -EBUSY). */
+static void pair_put_meets_a_held_key(enum hold_kind how)
 {
     kvt_engine *e = held_cache(HOLD_BUSY);
     struct pair_put h = { .e = e };
@@ -640,20 +622,30 @@ static void test_a_put_gives_up_on_a_long_reader_storing_nothing(void **state)
     assert_int_equal(pthread_create(&t, NULL, pair_put_run, &h), 0);
     assert_true(put_is_waiting(e));
     kvt_lock(e);
-    uint32_t pg0 = kvt_ptable_find(&e->pt, &h.k[0]);
-    (void)kvt_page_busy_begin(e, pg0); /* a get reading it, on a slow disk */
+    uint32_t held = kvt_ptable_find(&e->pt, &h.k[1]);
+    hold_page(e, held, how, false);
     kvt_unlock(e);
     hold_every_slot(e, HOLD_BUSY, true);
     assert_int_equal(pthread_join(t, NULL), 0);
     kvt_test_let_go_max_ns = 0;
     assert_int_equal(atomic_load(&h.r), -EBUSY);
     kvt_lock(e);
-    kvt_page_busy_end(e, pg0);
+    hold_page(e, held, how, true);
     kvt_unlock(e);
     assert_int_equal(version_of(e, h.k[0]), 0);
     assert_int_equal(version_of(e, h.k[1]), 0);
     kvt_close(e);
     t_rmtree(dir);
+}
+
+static void test_a_pin_while_a_put_waits_stores_nothing_of_its_batch(void **state)
+{
+    pair_put_meets_a_held_key(HOLD_PIN);
+}
+
+static void test_a_put_gives_up_on_a_long_reader_storing_nothing(void **state)
+{
+    pair_put_meets_a_held_key(HOLD_BUSY);
 }
 
 /* An engine that fails while a put waits for other calls (a device error
