@@ -332,7 +332,9 @@ static int put_wait_readers(kvt_engine *e, const kvt_key *keys, size_t n, uint64
         if (e->failed)
             return kvt_check_failed(e);
         return kvt_fail(-EBUSY, "page (%llu,%u,%u) is %s", (unsigned long long)k->id, k->layer,
-                        k->index, pinned ? "pinned" : "still being read by another call after the put waited for it");
+                        k->index, pinned ? "pinned"
+                                         : "still being read by another call after the put "
+                                           "waited for it");
     }
 }
 
@@ -532,9 +534,12 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
     KVT_ENTER(e);
     int r = kvt_check_failed(e);
     uint64_t waited = 0; /* the call's waits for other calls, together */
-    if (r == 0)
-        r = put_wait_readers(e, keys, n, &waited);
     size_t batch = n < put_batch_pages(e) ? n : put_batch_pages(e);
+    /* Every key before anything is stored: a put in one batch has its
+     * batch's check (put_reserve) do that; one in several checks them all
+     * here, before the first batch stores its own. */
+    if (r == 0 && n > batch)
+        r = put_wait_readers(e, keys, n, &waited);
     struct reservation *res = r == 0 ? malloc((batch ? batch : 1) * sizeof(*res)) : NULL;
     if (r == 0 && !res)
         r = kvt_fail(-ENOMEM, "out of memory");

@@ -240,7 +240,7 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     pthread_cond_init(&e->ssd_tier.cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* put_wait_slots' timed waits */
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait_let_go's timed waits */
     pthread_cond_init(&e->slots.cv, &ca);
     pthread_condattr_destroy(&ca);
     e->cfg = *cfg;

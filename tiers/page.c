@@ -105,7 +105,7 @@ void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch)
 
 /* A slot may be had now that could not be a moment ago: freed, or its page
  * no longer busy, pinned or in transfer (so it can be dropped or written
- * down). Wakes the puts that wait for one (buffers.c, put_wait_slots). */
+ * down). Wakes the puts that wait for one (buffers.c, wait_let_go). */
 static void page_let_go(kvt_engine *e)
 {
     e->slots.epoch++;

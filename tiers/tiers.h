@@ -317,9 +317,10 @@ struct kvt_mover {
     bool started, stop, kick;
 };
 
-/* Puts short of an HBM or DRAM slot that other calls hold wait here for
- * them to give one up (buffers.c, put_wait_slots): page.c moves the epoch
- * whenever a page stops being busy or pinned. cv runs on CLOCK_MONOTONIC. */
+/* Puts waiting for other calls to let go (an HBM or DRAM slot, a key's page
+ * they read) wait here (buffers.c, wait_let_go): page.c moves the epoch
+ * whenever a page stops being busy, pinned or in transfer, or a slot is
+ * freed. cv runs on CLOCK_MONOTONIC. */
 struct kvt_slot_wait {
     pthread_cond_t cv;
     uint64_t epoch;
