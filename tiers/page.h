@@ -73,7 +73,12 @@ struct kvt_page {
     uint32_t red_prev, red_next; /* list of redundant DRAM copies (e->dram) */
     uint32_t ssd_slot;          /* the slot the committed index names, or KVT_NONE;
                                    PG_VALID_SSD says whether its bytes are current */
+    uint32_t birth;             /* which use of the record this is (kvt_ptable_new): a
+                                   record freed and handed out again, even under the
+                                   same key, is another page */
 };
+
+_Static_assert(sizeof(struct kvt_page) == 56, "a page record's size (docs/performance.md#metadata-per-page)");
 
 /* ------------------------------------------------------------- predicates */
 

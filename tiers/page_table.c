@@ -81,6 +81,7 @@ uint32_t kvt_ptable_new(struct kvt_ptable *t)
     }
     t->live++;
     kvt_page_record_init(&t->pages[pg]);
+    t->pages[pg].birth = ++t->births;
     return pg;
 }
 

@@ -357,13 +357,16 @@ static bool needs_ssd_copy(const struct kvt_page *p)
     return (p->flags & PG_HASHED) && (p->flags & PG_VALID_DRAM) && !(p->flags & PG_VALID_SSD);
 }
 
-/* A page the flush must see on SSD: the one under this key when the flush
+/* A page the flush must see on SSD: the one in this record when the flush
  * began. A page put after that (a new key, or a new version that replaced
  * the page) is not the flush's to wait for: counting it would let a caller
- * that keeps putting make every flush fail. */
+ * that keeps putting make every flush fail. A replaced page's record may
+ * be handed out again to a newer version of the same key, so the record's
+ * birth, not its key, says it is the same page (the hammer's flushes failed
+ * with -EIO that way while puts kept replacing a hot key). */
 struct flush_item {
     uint32_t pg;
-    kvt_key key;
+    uint32_t birth;
 };
 
 static bool still_missing(kvt_engine *e, const struct flush_item *it)
@@ -371,7 +374,7 @@ static bool still_missing(kvt_engine *e, const struct flush_item *it)
     if (it->pg >= e->pt.used)
         return false;
     const struct kvt_page *p = kvt_pg(&e->pt, it->pg);
-    return needs_ssd_copy(p) && kvt_key_eq(&p->key, &it->key);
+    return needs_ssd_copy(p) && p->birth == it->birth;
 }
 
 /* Queues a write of every listed page still without a current SSD copy;
@@ -416,7 +419,7 @@ int kvt_ssd_flush(kvt_engine *e)
     n = 0;
     for (uint32_t pg = 0; pg < e->pt.used; pg++)
         if (needs_ssd_copy(kvt_pg(&e->pt, pg)))
-            items[n++] = (struct flush_item){ pg, kvt_pg(&e->pt, pg)->key };
+            items[n++] = (struct flush_item){ pg, kvt_pg(&e->pt, pg)->birth };
     int err = 0;
     uint64_t prev = UINT64_MAX, missing = 0;
     for (int pass = 0; pass < 8; pass++) {

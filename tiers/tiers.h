@@ -94,6 +94,7 @@ struct kvt_ptable {
     uint32_t *index;            /* page numbers, KVT_NONE = empty */
     uint32_t index_mask;
     uint32_t count;             /* keys in the index */
+    uint32_t births;            /* records handed out, ever (kvt_page.birth; wraps) */
     uint64_t *meta;             /* counter for kvt_stats.meta_bytes */
 };
 
