@@ -6,7 +6,9 @@
  *
  * The idea. In a prefix cache a block's future depends on how it entered:
  *   - a block that two or more requests have used (a shared document, a
- *     conversation that came back) is very likely to be used again;
+ *     conversation that came back) is very likely to be used again, and one
+ *     that four or more have used (a popular document, a system prompt)
+ *     likelier still;
  *   - a block that a request stored beyond a prefix it hit (the new turn's
  *     own text, after a shared document) is rarely used again: the next
  *     request diverges there too;
@@ -18,13 +20,22 @@
  * were used again (the "reuse odds", counts halved now and then so they
  * follow the workload; a prior keeps the order above until there is
  * evidence against it). A block's priority is its recency shifted by its
- * class's odds: last use + T·ln(odds), with T sixteen times the blocks the
- * engine holds. So a block of a class reused half as often as another's is
- * kept as if it had been used 0.69·T earlier: shared blocks outlive a burst
- * of fresh documents, a request's tail goes first, and within a class the
- * order is LRU's. The blocks of one call share a clock and the deepest is
- * linked first, so chains leave from their deep end: losing a shallow block
- * would strand the deeper ones.
+ * class's odds: last use + T·ln(odds). So a block of a class reused half
+ * as often as another's is kept as if it had been used 0.69·T earlier:
+ * shared blocks outlive a burst of fresh documents, a request's tail goes
+ * first, and within a class the order is LRU's. The blocks of one call
+ * share a clock and the deepest is linked first, so chains leave from their
+ * deep end: losing a shallow block would strand the deeper ones.
+ *
+ * How large T should be, and whether the blocks used by four or more
+ * requests are a class apart or ranked with those used by two, depends on
+ * the workload: a chat, whose new turn is the next turn's prefix, wants
+ * recency to decide; a cache of shared documents wants the classes to; a
+ * few documents asked about again and again want the popular ones apart.
+ * So shadow caches run on the same stream with each ranking (T of 0, 4, 16
+ * and 64 times the blocks the engine holds, the popular class pooled or
+ * apart), and the policy ranks as the one with the most prefix hits lately
+ * (prefix_duel.h).
  * docs/sim.md#prefix-cache-policies has the figures, beside LRU, ARC and
  * Belady MIN, and the ideas tried on the way.
  *
@@ -37,8 +48,9 @@
  * the keys of recent blocks (two generations, each up to 4x the engine's
  * pages), so a chain evicted and stored again is known for what it is.
  *
- * Cost: per page 40 bytes plus 8 per tier; per ghost 24 bytes. insert,
- * remove, access O(1); batch O(n); victim O(classes + skipped).
+ * Cost: per page 40 bytes plus 8 per tier; per ghost 24 bytes; the duel's
+ * shadows at most about 2.7 MiB. insert, remove, access O(1); batch O(n),
+ * each block also one use in each shadow; victim O(classes + skipped).
  */
 #include <errno.h>
 #include <math.h>
@@ -46,8 +58,9 @@
 #include <string.h>
 
 #include "policy/dlist.h"
+#include "policy/prefix_duel.h"
 
-enum { C_SHARED, C_FRESH, C_CONT, C_TAIL, NCLS };
+enum { C_SHARED, C_FRESH, C_CONT, C_TAIL, C_HOT, NCLS };
 
 struct ghost {
     kvt_key key;
@@ -74,6 +87,9 @@ struct prefix {
     uint64_t *meta;
     uint64_t clock;                     /* blocks used so far */
     double T;                           /* the class shift's scale, in blocks */
+    double slots;                       /* the engine's blocks: T is a multiple of them */
+    struct kvt_duel *duel;              /* which ranking (prefix_duel.h) */
+    int split;                          /* C_HOT ranked apart from C_SHARED (else pooled) */
     double ins[NCLS], reused[NCLS];     /* learned odds: reused / ins */
     struct pstate *st;
     uint32_t *link;                     /* [page][tier][prev,next] */
@@ -82,12 +98,7 @@ struct prefix {
     size_t ghost_cap;
 };
 
-#define HALVE_AFTER 65536.0
-/* The class shift's scale, in turnovers of the cache (prefix_victim): large
- * enough that a class half as likely to come back leaves well before a
- * likelier one, small enough that close classes stay in LRU order.
- * docs/sim.md#prefix-cache-policies has the sweep on four traces. */
-#define SHIFT_SLOTS 16.0     /* classifications between halvings of the odds' counts */
+#define HALVE_AFTER 65536.0 /* classifications between halvings of the odds' counts */
 
 /* ------------------------------------------------------------- ghosts */
 
@@ -184,6 +195,7 @@ static void prefix_destroy(void *priv)
     kvt_meta_free(p->meta, p->st, (size_t)p->cap * sizeof(*p->st));
     gen_free(p, &p->gen[0]);
     gen_free(p, &p->gen[1]);
+    kvt_duel_destroy(p->duel);
     free(p);
 }
 
@@ -220,14 +232,22 @@ static int prefix_create(const struct kvt_policy_params *pp, void **priv)
     while (gc < 8 * slots && gc < ((size_t)1 << 32))
         gc <<= 1;
     p->ghost_cap = gc;
-    p->T = SHIFT_SLOTS * (double)(slots ? slots : 1);
+    p->slots = (double)(slots ? slots : 1);
     if (prefix_reserve(p, pp->page_cap ? pp->page_cap : 1) < 0 ||
-        gen_alloc(p, &p->gen[0], gc) < 0) {
+        gen_alloc(p, &p->gen[0], gc) < 0 || kvt_duel_create(slots, NCLS, p->meta, &p->duel) < 0) {
         prefix_destroy(p);
         return -ENOMEM;
     }
+    p->T = kvt_duel_scale(p->duel) * p->slots;
     *priv = p;
     return 0;
+}
+
+/* The class of a block `count` requests have used; `other` if fewer than
+ * two. Popular: four, the next doubling after shared. */
+static int cls_of_count(uint32_t count, int other)
+{
+    return count >= 4 ? C_HOT : count >= 2 ? C_SHARED : other;
 }
 
 /* A page's state for this life of it: a page number reused for another key
@@ -239,7 +259,7 @@ static struct pstate *life(struct prefix *p, uint32_t pg, const kvt_key *key)
         struct ghost *g = ghost_get(p, key);
         *s = (struct pstate){ .key = *key, .known = 1, .last = ++p->clock,
                               .count = g ? g->count : 0,
-                              .cls = g && g->count >= 2 ? C_SHARED : C_FRESH };
+                              .cls = cls_of_count(g ? g->count : 0, C_FRESH) };
     }
     return s;
 }
@@ -273,21 +293,32 @@ static void prefix_access(void *priv, int tier, uint32_t pg)
  * chance to come back yet, and a small class (a few hundred tails) swings;
  * a class whose blocks really come back more often than the prior says
  * (turns that extend a chat: every suffix is the next turn's prefix) takes
- * its place after some thousands of blocks. */
+ * its place after some thousands of blocks. With the popular class pooled
+ * (split 0), its blocks and the shared ones have the odds of both together
+ * and the shared class's prior. */
 #define PRIOR_WEIGHT 1024.0
-static double odds(const struct prefix *p, int c)
+static double odds_v(const struct prefix *p, int c, int split)
 {
-    static const double prior[NCLS] = { 0.75, 0.5, 0.25, 0.125 };
+    static const double prior[NCLS] = { 0.75, 0.5, 0.25, 0.125, 0.875 };
+    if (!split && (c == C_SHARED || c == C_HOT))
+        return (p->reused[C_SHARED] + p->reused[C_HOT] + PRIOR_WEIGHT * prior[C_SHARED]) /
+               (p->ins[C_SHARED] + p->ins[C_HOT] + PRIOR_WEIGHT);
     return (p->reused[c] + PRIOR_WEIGHT * prior[c]) / (p->ins[c] + PRIOR_WEIGHT);
 }
 
+/* The odds as the policy ranks now (the duel's choice). */
+static double odds(const struct prefix *p, int c)
+{
+    return odds_v(p, c, p->split);
+}
+
 /* The candidate of tier that should leave first: each class's least
- * recently used usable page, its last use shifted back by T·ln(odds) (T =
- * SHIFT_SLOTS times the slots the engine has, in blocks), the smallest. A
- * class reused half as often as another is kept as if used 0.69·T blocks
- * earlier: where the classes' odds differ widely a block of the likelier
- * class outlives a whole turnover of the cache, and where they are close
- * (a chat's new turn is the next turn's prefix) recency decides, as LRU. */
+ * recently used usable page, its last use shifted back by T·ln(odds) (T in
+ * blocks, as the duel last chose it), the smallest. A class reused half as
+ * often as another is kept as if used 0.69·T blocks earlier: with T of many
+ * turnovers, where the classes' odds differ widely a block of the likelier
+ * class outlives a whole turnover of the cache; with T small, or where the
+ * odds are close, recency decides, as LRU. */
 static double score(const struct prefix *p, uint32_t pg)
 {
     return (double)p->st[pg].last + p->T * log(odds(p, p->st[pg].cls));
@@ -331,7 +362,7 @@ static void learn(struct prefix *p, int c, bool reused_class)
 
 /* One use of page pg by a request, as block i of a call of n, at now. */
 static void use_one(struct prefix *p, uint32_t pg, int kind, size_t i, size_t n, bool cont,
-                    uint64_t now)
+                    uint64_t now, const double *lnodds)
 {
     struct pstate *s = &p->st[pg];
     struct ghost *g = ghost_get(p, &s->key);
@@ -339,17 +370,17 @@ static void use_one(struct prefix *p, uint32_t pg, int kind, size_t i, size_t n,
     if (before && g && g->cls < NCLS)
         learn(p, g->cls, true);         /* its class was right to keep it */
     s->count = before + 1;
-    int c = s->count >= 2             ? C_SHARED
-            : kind == KVT_BATCH_GET   ? C_FRESH
-            : i + 1 == n              ? C_TAIL
-            : cont                    ? C_CONT
-                                      : C_FRESH;
+    int c = cls_of_count(s->count, kind == KVT_BATCH_GET ? C_FRESH
+                                   : i + 1 == n          ? C_TAIL
+                                   : cont                ? C_CONT
+                                                         : C_FRESH);
     learn(p, c, false);
     if (g) {
         g->count = s->count;
         g->cls = (uint8_t)c;
     }
     touch(p, pg, c, now);
+    kvt_duel_use(p->duel, &s->key, c, now, lnodds);
 }
 
 static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
@@ -370,9 +401,23 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
      * needs, goes last. */
     p->clock += n;
     uint64_t now = p->clock;
+    /* The shadows score the call first, in chain order, as it arrived:
+     * whether each held its blocks is known before any is used. */
+    kvt_duel_call(p->duel, kind);
+    for (size_t i = 0; i < n; i++)
+        if (pgs[i] != KVT_NONE && pgs[i] < p->cap && p->st[pgs[i]].known)
+            kvt_duel_look(p->duel, &p->st[pgs[i]].key);
+    double lnodds[2 * NCLS]; /* for the shadows: pooled, then apart */
+    for (int c = 0; c < NCLS; c++) {
+        lnodds[c] = log(odds_v(p, c, 0));
+        lnodds[NCLS + c] = log(odds_v(p, c, 1));
+    }
     for (size_t i = n; i-- > 0;)
         if (pgs[i] != KVT_NONE && pgs[i] < p->cap && p->st[pgs[i]].known)
-            use_one(p, pgs[i], kind, i, n, cont, now);
+            use_one(p, pgs[i], kind, i, n, cont, now, lnodds);
+    /* Rank as the shadow ahead now does. */
+    p->T = kvt_duel_scale(p->duel) * p->slots;
+    p->split = kvt_duel_split(p->duel);
 }
 
 /* The victims' order (prefix_victim) across tiers: a block's class-shifted

@@ -4,6 +4,7 @@
  */
 #include "tests/helpers.h"
 #include "policy/policy.h"
+#include "policy/prefix_duel.h"
 #include "tiers/tiers.h"
 
 #define T KVT_TIER_SSD
@@ -200,6 +201,129 @@ static void test_arc_many_ghosts(void **state)
     A->destroy(a);
 }
 
+/* ------------------------------------------------------------- the duel */
+
+/* ln .75 .5 .25 .125, pooled and apart alike */
+static const double lnodds[8] = { -0.2877, -0.6931, -1.3863, -2.0794,
+                                  -0.2877, -0.6931, -1.3863, -2.0794 };
+
+/* Reference LRU of cap keys, by a scan: whether k was held; uses it. */
+struct ref_lru {
+    kvt_key k[128];
+    uint64_t t[128];
+    uint32_t n, cap;
+};
+
+static bool ref_use(struct ref_lru *r, const kvt_key *k, uint64_t now)
+{
+    uint32_t old = 0;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (kvt_key_eq(&r->k[i], k)) {
+            r->t[i] = now;
+            return true;
+        }
+        if (r->t[i] < r->t[old])
+            old = i;
+    }
+    uint32_t x = r->n < r->cap ? r->n++ : old;
+    r->k[x] = *k;
+    r->t[x] = now;
+    return false;
+}
+
+/* One request of one block through the duel, as the policy drives it. */
+static void duel_req(struct kvt_duel *d, const kvt_key *k, int cls, uint64_t now)
+{
+    kvt_duel_call(d, KVT_BATCH_PUT);
+    kvt_duel_look(d, k);
+    kvt_duel_use(d, k, cls, now, lnodds);
+}
+
+/* The shadow at scale 0 ranks by last use alone: it is LRU, hit for hit,
+ * whatever the classes, through thousands of evictions (each one a table
+ * deletion that must keep every other key reachable). */
+static void test_duel_scale_0_is_lru(void **state)
+{
+    struct kvt_duel *d;
+    assert_int_equal(kvt_duel_create(64, 4, &meta, &d), 0);
+    struct ref_lru r = { .cap = 64 };
+    uint64_t rng = 7, hits = 0, fresh = 1000000;
+    for (uint64_t now = 1; now <= 40000; now++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t id = (rng >> 33) % 2 ? (rng >> 40) % 96 : fresh++;
+        kvt_key k = t_key(id, KVT_ALL_LAYERS, (uint32_t)(id % 7));
+        hits += ref_use(&r, &k, now);
+        kvt_duel_use(d, &k, (int)((rng >> 20) % 4), now, lnodds);
+    }
+    uint32_t cap = 0;
+    assert_true(hits > 1000);
+    assert_int_equal(kvt_duel_test_hits(d, 0, 0, &cap), hits);
+    assert_int_equal(cap, 64);
+    kvt_duel_destroy(d);
+}
+
+/* Where the classes mislead (the blocks of the "likely" class never come
+ * back, the "unlikely" ones come back soon), recency wins the duel. */
+static void test_duel_follows_recency(void **state)
+{
+    struct kvt_duel *d;
+    assert_int_equal(kvt_duel_create(64, 4, &meta, &d), 0);
+    uint64_t now = 0, fresh = 1000000;
+    for (int step = 0; step < 4000; step++) {
+        kvt_key junk = t_key(fresh++, KVT_ALL_LAYERS, 0);
+        kvt_key loop = t_key((uint64_t)(step % 16), KVT_ALL_LAYERS, 0);
+        duel_req(d, &junk, 0, ++now);
+        duel_req(d, &loop, 3, ++now);
+    }
+    assert_true(kvt_duel_test_hits(d, 0, 0, NULL) > kvt_duel_test_hits(d, 16, 0, NULL));
+    assert_true(kvt_duel_scale(d) == 0);
+    kvt_duel_destroy(d);
+}
+
+/* Where a scan of one-use blocks would flush LRU of blocks that come back
+ * after more than a cache's worth of uses, the class shift wins. */
+static void test_duel_follows_classes(void **state)
+{
+    struct kvt_duel *d;
+    assert_int_equal(kvt_duel_create(64, 4, &meta, &d), 0);
+    uint64_t now = 0, fresh = 1000000;
+    for (int step = 0; step < 4000; step++) {
+        kvt_key hot = t_key((uint64_t)(step % 32), KVT_ALL_LAYERS, 0);
+        duel_req(d, &hot, 0, ++now);
+        for (int j = 0; j < 5; j++) {
+            kvt_key scan = t_key(fresh++, KVT_ALL_LAYERS, 1);
+            duel_req(d, &scan, 3, ++now);
+        }
+    }
+    assert_int_equal(kvt_duel_test_hits(d, 0, 0, NULL), 0);
+    assert_true(kvt_duel_test_hits(d, 16, 0, NULL) > 3000);
+    assert_true(kvt_duel_scale(d) > 0);
+    kvt_duel_destroy(d);
+}
+
+/* A large engine's shadows hold a sample of its keys: memory stays bounded
+ * and counted, and a sampled key still hits. */
+static void test_duel_samples_a_large_engine(void **state)
+{
+    uint64_t before = meta;
+    struct kvt_duel *d;
+    assert_int_equal(kvt_duel_create(1000000, 4, &meta, &d), 0);
+    uint32_t cap = 0;
+    kvt_duel_test_hits(d, 0, 0, &cap);
+    assert_true(cap >= 8000 && cap <= 8193);
+    assert_true(meta - before > 0 && meta - before < ((uint64_t)3 << 20));
+    uint64_t now = 0;
+    for (uint64_t id = 0; id < 100000; id++) { /* every key used twice in a row */
+        kvt_key k = t_key(id, KVT_ALL_LAYERS, 0);
+        kvt_duel_use(d, &k, 1, ++now, lnodds);
+        kvt_duel_use(d, &k, 1, ++now, lnodds);
+    }
+    uint64_t h = kvt_duel_test_hits(d, 0, 0, NULL);
+    assert_true(h > 100000 / 400 && h < 100000 / 20); /* about 0.8% of the keys */
+    kvt_duel_destroy(d);
+    assert_int_equal(meta, before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +335,10 @@ int main(void)
         cmocka_unit_test(test_leaves_first_orders_across_tiers),
         cmocka_unit_test(test_arc_frequency_protects),
         cmocka_unit_test(test_arc_many_ghosts),
+        cmocka_unit_test(test_duel_scale_0_is_lru),
+        cmocka_unit_test(test_duel_follows_recency),
+        cmocka_unit_test(test_duel_follows_classes),
+        cmocka_unit_test(test_duel_samples_a_large_engine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
