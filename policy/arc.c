@@ -39,6 +39,8 @@ struct arc {
     uint64_t *meta;
     uint32_t *link;                             /* [page][tier][prev,next] */
     uint8_t *list;                              /* [page][tier]: L_T1 / L_T2 */
+    uint32_t link_cap, list_cap;                /* pages each has room for: may pass cap
+                                                   when a reserve failed half way */
     kvt_key *key;                               /* [page] */
     uint32_t head[KVT_POLICY_TIERS][2], tail[KVT_POLICY_TIERS][2];
     uint32_t n[KVT_POLICY_TIERS][2];
@@ -52,8 +54,8 @@ struct arc {
 static void arc_destroy(void *priv)
 {
     struct arc *a = priv;
-    dl_free(a->meta, a->link, a->cap);
-    kvt_meta_free(a->meta, a->list, (size_t)a->cap * KVT_POLICY_TIERS);
+    dl_free(a->meta, a->link, a->link_cap);
+    kvt_meta_free(a->meta, a->list, (size_t)a->list_cap * KVT_POLICY_TIERS);
     kvt_meta_free(a->meta, a->key, (size_t)a->cap * sizeof(kvt_key));
     for (int t = 0; t < KVT_POLICY_TIERS; t++)
         kvt_meta_free(a->meta, a->g[t].map, a->g[t].cap * sizeof(struct gentry));
@@ -65,13 +67,19 @@ static int arc_reserve(void *priv, uint32_t cap)
     struct arc *a = priv;
     if (cap <= a->cap)
         return 0;
-    if (dl_grow(a->meta, &a->link, a->cap, cap) < 0)
-        return -ENOMEM;
-    uint8_t *ns = kvt_meta_realloc(a->meta, a->list, (size_t)a->cap * KVT_POLICY_TIERS,
-                                   (size_t)cap * KVT_POLICY_TIERS);
-    if (!ns)
-        return -ENOMEM;
-    a->list = ns;
+    if (a->link_cap < cap) {
+        if (dl_grow(a->meta, &a->link, a->link_cap, cap) < 0)
+            return -ENOMEM;
+        a->link_cap = cap;
+    }
+    if (a->list_cap < cap) {
+        uint8_t *ns = kvt_meta_realloc(a->meta, a->list, (size_t)a->list_cap * KVT_POLICY_TIERS,
+                                       (size_t)cap * KVT_POLICY_TIERS);
+        if (!ns)
+            return -ENOMEM;
+        a->list = ns;
+        a->list_cap = cap;
+    }
     kvt_key *nk = kvt_meta_realloc(a->meta, a->key, (size_t)a->cap * sizeof(kvt_key),
                                    (size_t)cap * sizeof(kvt_key));
     if (!nk)

@@ -34,7 +34,7 @@
  * few documents asked about again and again want the popular ones apart.
  * So shadow caches run on the same stream with each ranking (T of 0, 4, 16
  * and 64 times the blocks the engine holds, the popular class pooled or
- * apart), and the policy ranks as the one with the most prefix hits lately
+ * apart), and the policy ranks as the one with the most hits lately
  * (prefix_duel.h).
  * docs/sim.md#prefix-cache-policies has the figures, beside LRU, ARC and
  * Belady MIN, and the ideas tried on the way.
@@ -93,6 +93,8 @@ struct prefix {
     double ins[NCLS], reused[NCLS];     /* learned odds: reused / ins */
     struct pstate *st;
     uint32_t *link;                     /* [page][tier][prev,next] */
+    uint32_t link_cap;                  /* pages link has room for: may pass cap when a
+                                           reserve failed half way */
     uint32_t head[KVT_POLICY_TIERS][NCLS], tail[KVT_POLICY_TIERS][NCLS];
     struct ghost_gen gen[2];            /* [0] current, [1] previous */
     size_t ghost_cap;
@@ -191,7 +193,7 @@ static void touch(struct prefix *p, uint32_t pg, int c, uint64_t now)
 static void prefix_destroy(void *priv)
 {
     struct prefix *p = priv;
-    dl_free(p->meta, p->link, p->cap);
+    dl_free(p->meta, p->link, p->link_cap);
     kvt_meta_free(p->meta, p->st, (size_t)p->cap * sizeof(*p->st));
     gen_free(p, &p->gen[0]);
     gen_free(p, &p->gen[1]);
@@ -204,8 +206,11 @@ static int prefix_reserve(void *priv, uint32_t cap)
     struct prefix *p = priv;
     if (cap <= p->cap)
         return 0;
-    if (dl_grow(p->meta, &p->link, p->cap, cap) < 0)
-        return -ENOMEM;
+    if (p->link_cap < cap) {
+        if (dl_grow(p->meta, &p->link, p->link_cap, cap) < 0)
+            return -ENOMEM;
+        p->link_cap = cap;
+    }
     struct pstate *ns = kvt_meta_realloc(p->meta, p->st, (size_t)p->cap * sizeof(*ns),
                                          (size_t)cap * sizeof(*ns));
     if (!ns)
@@ -391,7 +396,7 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
     /* A put that does not start a chain, or starts again one seen before,
      * stores a continuation: the blocks after a prefix somebody has. */
     bool cont = false;
-    if (kind == KVT_BATCH_PUT && pgs[0] != KVT_NONE) {
+    if (kind == KVT_BATCH_PUT && pgs[0] != KVT_NONE && pgs[0] < p->cap && p->st[pgs[0]].known) {
         const struct pstate *s0 = &p->st[pgs[0]];
         struct ghost *g = ghost_get(p, &s0->key);
         cont = s0->key.index > 0 || (g && g->count > 0);
@@ -401,9 +406,8 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
      * needs, goes last. */
     p->clock += n;
     uint64_t now = p->clock;
-    /* The shadows score the call first, in chain order, as it arrived:
-     * whether each held its blocks is known before any is used. */
-    kvt_duel_call(p->duel, kind);
+    /* The shadows score the call first: whether each held the call's
+     * blocks is known before any of them is used. */
     for (size_t i = 0; i < n; i++)
         if (pgs[i] != KVT_NONE && pgs[i] < p->cap && p->st[pgs[i]].known)
             kvt_duel_look(p->duel, &p->st[pgs[i]].key);

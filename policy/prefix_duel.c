@@ -7,10 +7,12 @@
  * T·ln(odds), with its own candidate: T of 0 (LRU order, classes ignored),
  * 4, 16 or 64 cache turnovers, each with the classes "used by 2 or 3
  * requests" and "by 4 or more" ranked as one (their reuse odds pooled) or
- * apart. A shadow scores the prefix hits it would have had: the leading
- * blocks of a request it held, where a request is a kvt_get call and the
- * kvt_put call right after it (the blocks past the hit), or a put alone.
- * Scores fade by half every DUEL_MEMORY turnovers, so the duel follows a
+ * apart. A shadow scores the blocks it held when they were used (a hit
+ * fraction: the prefix hits would need each request's calls told apart,
+ * which the policy cannot do when a get finds nothing and sends no batch,
+ * or when requests interleave; in these shadows a block held is nearly
+ * always in the prefix held, docs/sim.md#the-duel). Scores fade by half
+ * every DUEL_MEMORY turnovers, so the duel follows a
  * workload that changes, and the candidate with the most is ahead; ties
  * keep the one ahead where it is. Before any evidence it is T = 16 with the
  * classes pooled, the policy's fixed ranking before the duel.
@@ -18,9 +20,7 @@
  * Sampling: a key is in the shadows when a hash of it falls below
  * DUEL_MAX_BLOCKS / slots, and each shadow then holds that fraction of the
  * engine's blocks (SHARDS: a spatial sample of a cache behaves as the whole
- * one does, scaled). A sampled shadow cannot see a request's other blocks,
- * so it scores block hits. Up to DUEL_MAX_BLOCKS slots the shadows are
- * exact. The clock is the policy's, over every block, so T stays in the
+ * one does, scaled). Up to DUEL_MAX_BLOCKS slots the shadows are exact. The clock is the policy's, over every block, so T stays in the
  * whole engine's blocks either way.
  *
  * Why the memory is long (32 turnovers): a switch costs a turnover of hits
@@ -28,8 +28,8 @@
  * by a few tenths of a point, so a short memory switched on noise
  * (docs/sim.md#the-duel has the sweep).
  *
- * Cost: per shadow block 40 bytes plus 8 of hash table; DUEL_N shadows of at
- * most DUEL_MAX_BLOCKS blocks (about 2.7 MiB). A use is O(1) per shadow,
+ * Cost: per shadow block 40 bytes plus 8 to 16 of hash table; DUEL_N shadows
+ * of at most DUEL_MAX_BLOCKS blocks (about 2.7 MiB). A use is O(1) per shadow,
  * plus an eviction's scan of the class tails.
  */
 #include <errno.h>
@@ -64,7 +64,6 @@ struct shadow {
     double T;                            /* in blocks of the whole engine */
     int split;
     double score;                        /* fading */
-    bool run;                            /* held every block of the request so far */
     uint64_t hits;                       /* block hits ever (tests) */
     uint32_t cap, n;
     struct sentry *e;
@@ -78,7 +77,6 @@ struct kvt_duel {
     int classes;
     uint64_t sample;                     /* of SAMPLE_ONE */
     uint64_t looks, period;
-    int last_kind;                       /* of the previous call */
     int lead;
     struct shadow s[DUEL_N];
 };
@@ -261,26 +259,14 @@ static bool sampled(const struct kvt_duel *d, const kvt_key *key, uint64_t *h)
     return d->sample == SAMPLE_ONE || ((*h * 0x9E3779B97F4A7C15ull) >> 40) < d->sample;
 }
 
-void kvt_duel_call(struct kvt_duel *d, int kind)
-{
-    bool same_request = kind == KVT_BATCH_PUT && d->last_kind == KVT_BATCH_GET;
-    d->last_kind = kind;
-    if (!same_request)
-        for (int k = 0; k < DUEL_N; k++)
-            d->s[k].run = true;
-}
-
 void kvt_duel_look(struct kvt_duel *d, const kvt_key *key)
 {
     uint64_t h;
     if (!sampled(d, key, &h))
         return;
-    bool exact = d->sample == SAMPLE_ONE;
     for (int k = 0; k < DUEL_N; k++) {
         struct shadow *s = &d->s[k];
-        bool held = s->tab[tab_find(s, key, h)] != 0;
-        s->run = s->run && held;
-        s->score += exact ? s->run : held;
+        s->score += s->tab[tab_find(s, key, h)] != 0;
     }
     if (++d->looks % d->period == 0)
         for (int k = 0; k < DUEL_N; k++)
@@ -294,7 +280,7 @@ void kvt_duel_use(struct kvt_duel *d, const kvt_key *key, int cls, uint64_t now,
                   const double *lnodds)
 {
     uint64_t h;
-    if (!sampled(d, key, &h))
+    if (!sampled(d, key, &h) || cls < 0 || cls >= d->classes) /* no class: not ranked */
         return;
     for (int k = 0; k < DUEL_N; k++)
         shadow_use(&d->s[k], d->classes, key, h, cls, now,

@@ -12,15 +12,16 @@
  * (docs/sim.md#the-duel). A prefix cache's stream of block uses does not
  * depend on what the cache holds (each request uses every block of its
  * chain, hit or stored), so a cache of the same size run on the same stream
- * with another ranking hits what the engine would have hit with it. The
- * duel runs a few such shadows, on a sample of the keys when the engine is
- * large, scores each one's prefix hits with old ones fading, and answers
+ * with another ranking hits about what the engine would have hit with it
+ * (about: the engine's tiers may hold a block twice, the shadow holds it
+ * once). The duel runs a few such shadows, on a sample of the keys when the
+ * engine is large, scores each one's hits with old ones fading, and answers
  * the ranking of the one ahead.
  *
  * Owned by the prefix policy; called under the engine lock like it. The
- * policy calls, per kvt_get or kvt_put call it sees: kvt_duel_call, then
- * kvt_duel_look for each block in chain order (scoring, before the blocks
- * are used), then kvt_duel_use for each block as the policy uses it.
+ * policy calls, per kvt_get or kvt_put call it sees: kvt_duel_look for each
+ * block (scoring, before any of the call's blocks is used), then
+ * kvt_duel_use for each block as the policy uses it.
  */
 #ifndef KVT_POLICY_PREFIX_DUEL_H
 #define KVT_POLICY_PREFIX_DUEL_H
@@ -37,19 +38,14 @@ struct kvt_duel;
 int kvt_duel_create(uint64_t slots, int classes, uint64_t *meta, struct kvt_duel **out);
 void kvt_duel_destroy(struct kvt_duel *d);
 
-/* A call of kind KVT_BATCH_GET or KVT_BATCH_PUT begins. A put right after a
- * get continues the get's request (the blocks past its hit prefix); any
- * other call begins a request. */
-void kvt_duel_call(struct kvt_duel *d, int kind);
-
-/* The next block of the call, in chain order: each shadow scores whether it
- * holds it and every block of the request before it. */
+/* A block of the call: each shadow scores whether it holds it. */
 void kvt_duel_look(struct kvt_duel *d, const kvt_key *key);
 
 /* One use of key, as class cls, at the policy's clock now. lnodds holds
  * 2 x classes values: the log of each class's reuse odds with the classes
  * the policy may pool taken together (row 0), and apart (row 1); the
- * shadows share the policy's odds. */
+ * shadows share the policy's odds. A class outside 0..classes-1 is not
+ * used. */
 void kvt_duel_use(struct kvt_duel *d, const kvt_key *key, int cls, uint64_t now,
                   const double *lnodds);
 

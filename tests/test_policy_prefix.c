@@ -234,7 +234,6 @@ static bool ref_use(struct ref_lru *r, const kvt_key *k, uint64_t now)
 /* One request of one block through the duel, as the policy drives it. */
 static void duel_req(struct kvt_duel *d, const kvt_key *k, int cls, uint64_t now)
 {
-    kvt_duel_call(d, KVT_BATCH_PUT);
     kvt_duel_look(d, k);
     kvt_duel_use(d, k, cls, now, lnodds);
 }
