@@ -4,7 +4,9 @@
  * with --wrap=realloc,--wrap=calloc), and the metadata count they keep
  * (kvt_stats.meta_bytes) must come back to where it was once the policy is
  * destroyed: a half-done reserve that leaves an array larger than the
- * policy's capacity must still count and free that array at its size.
+ * policy's capacity must still count and free that array at its size. And
+ * an engine whose policy could not grow with its page table hands out no
+ * page number the policy has no room for.
  */
 #include "tests/helpers.h"
 #include "policy/policy.h"
@@ -110,12 +112,59 @@ static void test_duel_create_fails_cleanly(void **state)
     }
 }
 
+/* An engine (prefix policy, SSD tier, a cache) with the k-th allocation
+ * after it opened failing, for each k: puts answer 0 or an error, and every
+ * page a get finds holds its own bytes. The page table grows past the
+ * policy's room during these puts; when the policy's reserve was the one
+ * refused, the record given back heads the free list, and the next put
+ * used it without reserving again, past the end of the policy's arrays (the
+ * ASan run of this test caught it: a heap overflow). */
+static void test_engine_after_a_refused_reserve(void **state)
+{
+    static uint64_t buf[T_PAGE / 8], out[T_PAGE / 8];
+    for (int k = 0; k < 64; k++) {
+        char dir[] = "/tmp/kvt_nomem_XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        kvt_config c = t_config(T_PAGE, 4, 8);
+        c.ssd_bytes = 256 * T_PAGE;
+        c.ssd_dir = dir;
+        c.policy = "prefix";
+        c.flags |= KVT_FLAG_EVICT;
+        kvt_engine *e;
+        assert_int_equal(kvt_open(&c, &e), 0);
+        calls = 0;
+        fail_at = k;
+        bool stored[60] = { 0 };
+        for (uint64_t i = 0; i < 60; i++) {
+            kvt_key key = t_key(i, 0, 0);
+            const void *src = buf;
+            t_fill(buf, T_PAGE, key, 1);
+            int r = kvt_put(e, &key, 1, &src, 0);
+            assert_true(r <= 0);
+            stored[i] = r == 0;
+        }
+        fail_at = -1;
+        for (uint64_t i = 0; i < 60; i++) {
+            kvt_key key = t_key(i, 0, 0);
+            void *dst = out;
+            int found = 0;
+            int r = kvt_get(e, &key, 1, &dst, 0, &found);
+            assert_true(r <= 0);
+            if (found)
+                assert_true(stored[i] && t_check(out, T_PAGE, key, 1));
+        }
+        kvt_close(e);
+        t_rmtree(dir);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_fails_cleanly),
         cmocka_unit_test(test_reserve_fails_cleanly),
         cmocka_unit_test(test_duel_create_fails_cleanly),
+        cmocka_unit_test(test_engine_after_a_refused_reserve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

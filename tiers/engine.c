@@ -209,7 +209,10 @@ static int open_policy(kvt_engine *e)
     if (!kvt_policy_ops_ok(e->pol))
         return kvt_fail(KVT_ENOTSUP, "policy \"%s\" has an ops table of version %d, which this "
                         "build cannot drive", e->policy_name, e->pol->version);
-    return e->pol->create(&pp, &e->pol_priv);
+    int r = e->pol->create(&pp, &e->pol_priv);
+    if (r == 0)
+        e->pol_cap = e->pt.cap;
+    return r;
 }
 
 static void engine_free(kvt_engine *e)

@@ -151,15 +151,22 @@ void kvt_page_settle(kvt_engine *e, uint32_t pg)
 
 /* ------------------------------------------------------------- records */
 
+/* A record for a new page, one the policy has room for. The table may
+ * have grown in an earlier call whose policy reserve failed: the record
+ * then given back heads the free list, beyond what the policy holds, so
+ * the test is the page number against the policy's room, not whether the
+ * table grew in this call. */
 uint32_t kvt_page_new(kvt_engine *e)
 {
-    uint32_t cap = e->pt.cap;
     uint32_t pg = kvt_ptable_new(&e->pt);
     if (pg == KVT_NONE)
         return KVT_NONE;
-    if (e->pt.cap != cap && e->pol->reserve(e->pol_priv, e->pt.cap) < 0) {
-        kvt_ptable_delete(&e->pt, pg);
-        return KVT_NONE;
+    if (pg >= e->pol_cap) {
+        if (e->pol->reserve(e->pol_priv, e->pt.cap) < 0) {
+            kvt_ptable_delete(&e->pt, pg);
+            return KVT_NONE;
+        }
+        e->pol_cap = e->pt.cap;
     }
     return pg;
 }

@@ -358,6 +358,7 @@ struct kvt_engine {
 
     const struct kvt_policy_ops *pol;
     void *pol_priv;
+    uint32_t pol_cap;               /* page numbers below this the policy has room for */
     kvt_schedule sched;             /* last schedule (ids owned) */
 
     struct kvt_ticket_rec *tickets;
