@@ -45,8 +45,10 @@
  * blocks). The classes come from batch(); a page never seen in one (a
  * caller that does not use kvt_put/kvt_get) is a fresh block, and the
  * policy is then LRU. Use counts outlive a page: a ghost table remembers
- * the keys of recent blocks (two generations, each up to 4x the engine's
- * pages), so a chain evicted and stored again is known for what it is.
+ * the keys of recent blocks (two generations, each turned over after 4x
+ * the engine's pages of keys looked up: a key looked up and not yet used
+ * counts too, each time, so about 2 to 3.5x the pages are remembered), so
+ * a chain evicted and stored again is known for what it is.
  *
  * Cost: per page 40 bytes plus 8 per tier; per ghost 24 bytes; the duel's
  * shadows at most about 2.7 MiB. insert, remove, access O(1); batch O(n),

@@ -5,23 +5,26 @@
  * Each shadow is a cache of the engine's size (or of a sample of its keys,
  * scaled down alike) ranked as the prefix policy ranks, last use +
  * T·ln(odds), with its own candidate: T of 0 (LRU order, classes ignored),
- * 4, 16 or 64 cache turnovers, each with the classes "used by 2 or 3
- * requests" and "by 4 or more" ranked as one (their reuse odds pooled) or
- * apart. A shadow scores the blocks it held when they were used (a hit
- * fraction: the prefix hits would need each request's calls told apart,
- * which the policy cannot do when a get finds nothing and sends no batch,
- * or when requests interleave; in these shadows a block held is nearly
- * always in the prefix held, docs/sim.md#the-duel). Scores fade by half
- * every DUEL_MEMORY turnovers, so the duel follows a
- * workload that changes, and the candidate with the most is ahead; ties
- * keep the one ahead where it is. Before any evidence it is T = 16 with the
- * classes pooled, the policy's fixed ranking before the duel.
+ * 4, 16 or 64 times the engine's blocks (in the policy's clock, which ticks
+ * about twice per block used: about 2, 8 and 32 turnovers of the cache),
+ * each with the classes "used by 2 or 3 requests" and "by 4 or more" ranked
+ * as one (their reuse odds pooled) or apart. A shadow scores the blocks it
+ * held when they were used (a hit fraction: the prefix hits would need each
+ * request's calls told apart, which the policy cannot do when a get finds
+ * nothing and sends no batch, or when requests interleave; in these shadows
+ * a block held is nearly always in the prefix held, docs/sim.md#the-duel).
+ * Scores fade by half every DUEL_MEMORY turnovers of a shadow (counted in
+ * blocks looked up), so the duel follows a workload that changes, and the
+ * candidate with the most is ahead; ties keep the one ahead where it is.
+ * Before any evidence it is T = 16 with the classes pooled, the policy's
+ * fixed ranking before the duel.
  *
  * Sampling: a key is in the shadows when a hash of it falls below
  * DUEL_MAX_BLOCKS / slots, and each shadow then holds that fraction of the
  * engine's blocks (SHARDS: a spatial sample of a cache behaves as the whole
- * one does, scaled). Up to DUEL_MAX_BLOCKS slots the shadows are exact. The clock is the policy's, over every block, so T stays in the
- * whole engine's blocks either way.
+ * one does, scaled). Up to DUEL_MAX_BLOCKS slots the shadows are exact.
+ * The clock is the policy's, over every block, so T stays in the whole
+ * engine's blocks either way.
  *
  * Why the memory is long (32 turnovers): a switch costs a turnover of hits
  * while the cache's contents move to the new ranking, and candidates differ
@@ -47,7 +50,7 @@
 #define SAMPLE_ONE ((uint64_t)1 << 24)   /* the sample rate's unit */
 
 static const struct cand {
-    double scale;                        /* T in turnovers */
+    double scale;                        /* T in multiples of the engine's blocks */
     int split;                           /* the row of lnodds: 0 pooled, 1 apart */
 } cands[DUEL_N] = {
     { 0, 0 }, { 4, 0 }, { 16, 0 }, { 64, 0 }, { 4, 1 }, { 16, 1 }, { 64, 1 },

@@ -50,7 +50,7 @@ void kvt_duel_use(struct kvt_duel *d, const kvt_key *key, int cls, uint64_t now,
                   const double *lnodds);
 
 /* The ranking of the shadow ahead: the class shift's scale in cache
- * turnovers (T = this times the engine's slots), and which row of lnodds
+ * multiples of the engine's slots (T = this times them), and which row of lnodds
  * (0 pooled, 1 apart). */
 double kvt_duel_scale(const struct kvt_duel *d);
 int kvt_duel_split(const struct kvt_duel *d);
