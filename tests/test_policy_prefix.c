@@ -300,6 +300,34 @@ static void test_duel_follows_classes(void **state)
     kvt_duel_destroy(d);
 }
 
+/* Where two classes differ in reuse but the pooled odds say they are alike,
+ * the shadows that rank them apart win, and the duel says so. lnodds rows:
+ * pooled (both classes the same odds), then apart (class 0 likely, class 1
+ * not). Classes 0 hot blocks coming back after three cache's worth of
+ * uses, class 1 a scan never used again. */
+static void test_duel_follows_split_classes(void **state)
+{
+    static const double rows[4] = { -0.6931, -0.6931, -0.2877, -2.0794 };
+    struct kvt_duel *d;
+    assert_int_equal(kvt_duel_create(64, 2, &meta, &d), 0);
+    uint64_t now = 0, fresh = 1000000;
+    for (int step = 0; step < 4000; step++) {
+        kvt_key hot = t_key((uint64_t)(step % 32), KVT_ALL_LAYERS, 0);
+        kvt_duel_look(d, &hot);
+        kvt_duel_use(d, &hot, 0, ++now, rows);
+        for (int j = 0; j < 5; j++) {
+            kvt_key scan = t_key(fresh++, KVT_ALL_LAYERS, 1);
+            kvt_duel_look(d, &scan);
+            kvt_duel_use(d, &scan, 1, ++now, rows);
+        }
+    }
+    assert_true(kvt_duel_test_hits(d, 16, 1, NULL) > 3000);
+    assert_true(kvt_duel_test_hits(d, 16, 0, NULL) < 100);
+    assert_int_equal(kvt_duel_split(d), 1);
+    assert_true(kvt_duel_scale(d) > 0);
+    kvt_duel_destroy(d);
+}
+
 /* A large engine's shadows hold a sample of its keys: memory stays bounded
  * and counted, and a sampled key still hits. */
 static void test_duel_samples_a_large_engine(void **state)
@@ -337,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_duel_scale_0_is_lru),
         cmocka_unit_test(test_duel_follows_recency),
         cmocka_unit_test(test_duel_follows_classes),
+        cmocka_unit_test(test_duel_follows_split_classes),
         cmocka_unit_test(test_duel_samples_a_large_engine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
