@@ -863,6 +863,29 @@ static int write_text(const char *path, const char *text)
     return fclose(f);
 }
 
+/* Runs sim_main(argc, argv) with its stdout caught into buf (n bytes, NUL
+ * ended); returns its exit code. */
+static int sim_caught(int argc, char **argv, char *buf, size_t n)
+{
+    char out[] = "/tmp/kvt_test_pfx_out_XXXXXX";
+    int fd = mkstemp(out);
+    assert_true(fd >= 0);
+    unlink(out);
+    int saved = dup(1);
+    fflush(stdout);
+    dup2(fd, 1);
+    int rc = sim_main(argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    FILE *f = fdopen(fd, "r");
+    rewind(f);
+    size_t got = fread(buf, 1, n - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    return rc;
+}
+
 /* sim's prefix model on a trace worked by hand, capacity 3 blocks:
  *   r1 [1 2]    misses; stores 1 2
  *   r2 [1 2 3]  hits 1 2; stores 3
@@ -881,25 +904,10 @@ static void test_sim_prefix_by_hand(void **state)
                      "{\"timestamp\": 1, \"hash_ids\": [1, 2, 3]}\n"
                      "{\"timestamp\": 2, \"hash_ids\": [4, 5]}\n"
                      "{\"timestamp\": 3, \"hash_ids\": [1, 2]}\n");
-    char out[] = "/tmp/kvt_test_pfx_out_XXXXXX";
-    fd = mkstemp(out);
-    assert_true(fd >= 0);
-    int saved = dup(1);
-    fflush(stdout);
-    dup2(fd, 1);
     char *argv[] = { "sim", "--trace", path, "--capacity", "3", "--policies", "lru,prefix,arc,belady",
                      "--json", NULL };
-    int rc = sim_main(8, argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    assert_int_equal(rc, 0);
-    char buf[4096] = "";
-    FILE *f = fdopen(fd, "r");
-    rewind(f);
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
-    buf[got] = 0;
-    fclose(f);
+    char buf[4096];
+    assert_int_equal(sim_caught(8, argv, buf, sizeof buf), 0);
     assert_non_null(strstr(buf, "\"policy\":\"lru\",\"capacity\":3,\"capacity_blocks\":3,"
                                 "\"hit_fraction\":0.222222,\"hits\":2"));
     assert_non_null(strstr(buf, "\"policy\":\"belady\",\"capacity\":3,\"capacity_blocks\":3,"
@@ -910,7 +918,6 @@ static void test_sim_prefix_by_hand(void **state)
     char *badpol[] = { "sim", "--trace", path, "--policies", "decode", NULL };
     assert_int_equal(sim_main(5, badpol), 2);
     unlink(path);
-    unlink(out);
 }
 
 /* A multi-turn chat trace (tools/prefix/gen_traces.py's `chat`, with this
@@ -986,25 +993,10 @@ static void test_sim_prefix_chat_not_below_lru(void **state)
     assert_true(fd >= 0);
     close(fd);
     write_chat_trace(path, 4000);
-    char out[] = "/tmp/kvt_test_chat_out_XXXXXX";
-    fd = mkstemp(out);
-    assert_true(fd >= 0);
-    int saved = dup(1);
-    fflush(stdout);
-    dup2(fd, 1);
     char *argv[] = { "sim", "--trace", path, "--capacity", "0.05,0.1,0.2,0.4", "--policies",
                      "lru,prefix", "--json", NULL };
-    int rc = sim_main(8, argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    assert_int_equal(rc, 0);
     static char buf[1 << 16];
-    FILE *f = fdopen(fd, "r");
-    rewind(f);
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
-    buf[got] = 0;
-    fclose(f);
+    assert_int_equal(sim_caught(8, argv, buf, sizeof buf), 0);
     static const char *caps[] = { "0.05", "0.1", "0.2", "0.4" };
     for (int i = 0; i < 4; i++) {
         double lru = json_hits(buf, "lru", caps[i]), pfx = json_hits(buf, "prefix", caps[i]);
@@ -1013,7 +1005,6 @@ static void test_sim_prefix_chat_not_below_lru(void **state)
         assert_true(pfx >= lru - 0.002);
     }
     unlink(path);
-    unlink(out);
 }
 
 int main(void)
