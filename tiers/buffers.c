@@ -153,6 +153,12 @@ static enum slot_hold slots_held(kvt_engine *e, size_t own, int *tier)
                 continue;
             const struct kvt_page *p = kvt_pg(&e->pt, pg);
             if (evicts && droppable(e, pg)) {
+                /* A page only in HBM goes down to DRAM once other calls let
+                 * go of DRAM's slots: while they hold them, wait for that
+                 * rather than drop it (a cache with room lost pages to
+                 * four threads' puts and gets). */
+                if (t == KVT_TIER_HBM && transient > own)
+                    return SLOTS_CALLS;
                 *tier = t;
                 return SLOTS_FREEABLE;
             }
@@ -181,9 +187,11 @@ static int evict_holder(kvt_engine *e, int t)
  * page in DRAM can go down once the SSD has room: the policy's victims go
  * from the bottom tier up (evict_one), so the SSD's own victim makes that
  * room. An idle page only in HBM cannot (DRAM is what it would go to): it
- * goes itself. When every slot is held by calls or pins, dropping pages that
- * live on SSD frees none: a put that did so emptied the SSD tier and then
- * failed anyway. KVT_EFULL then, *hold saying why (put_batch may wait). */
+ * goes itself, unless other calls hold DRAM's slots, whose end lets it go
+ * down instead (the put waits). When every slot is held by calls or pins,
+ * dropping pages that live on SSD frees none: a put that did so emptied the
+ * SSD tier and then failed anyway. KVT_EFULL then, *hold saying why
+ * (put_batch may wait). */
 static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming, size_t own,
                         enum slot_hold *hold)
 {
