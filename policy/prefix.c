@@ -88,10 +88,10 @@ struct prefix {
     uint32_t cap;
     uint64_t *meta;
     uint64_t clock;                     /* blocks used so far */
-    double T;                           /* the class shift's scale, in blocks */
-    double slots;                       /* the engine's blocks: T is a multiple of them */
-    struct kvt_duel *duel;              /* which ranking (prefix_duel.h) */
-    int split;                          /* C_HOT ranked apart from C_SHARED (else pooled) */
+    double slots;                       /* the engine's blocks: the class shift T is a
+                                           multiple of them */
+    struct kvt_duel *duel;              /* the ranking: T, and C_HOT apart from C_SHARED
+                                           or pooled (prefix_duel.h) */
     double ins[NCLS], reused[NCLS];     /* learned odds: reused / ins */
     struct pstate *st;
     uint32_t *link;                     /* [page][tier][prev,next] */
@@ -245,7 +245,6 @@ static int prefix_create(const struct kvt_policy_params *pp, void **priv)
         prefix_destroy(p);
         return -ENOMEM;
     }
-    p->T = kvt_duel_scale(p->duel) * p->slots;
     *priv = p;
     return 0;
 }
@@ -316,7 +315,7 @@ static double odds_v(const struct prefix *p, int c, int split)
 /* The odds as the policy ranks now (the duel's choice). */
 static double odds(const struct prefix *p, int c)
 {
-    return odds_v(p, c, p->split);
+    return odds_v(p, c, kvt_duel_split(p->duel));
 }
 
 /* The candidate of tier that should leave first: each class's least
@@ -328,7 +327,8 @@ static double odds(const struct prefix *p, int c)
  * odds are close, recency decides, as LRU. */
 static double score(const struct prefix *p, uint32_t pg)
 {
-    return (double)p->st[pg].last + p->T * log(odds(p, p->st[pg].cls));
+    double T = kvt_duel_scale(p->duel) * p->slots;
+    return (double)p->st[pg].last + T * log(odds(p, p->st[pg].cls));
 }
 
 static uint32_t prefix_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx)
@@ -390,6 +390,13 @@ static void use_one(struct prefix *p, uint32_t pg, int kind, size_t i, size_t n,
     kvt_duel_use(p->duel, &s->key, c, now, lnodds);
 }
 
+/* Whether page pg of a batch is one the policy knows (an entry may be
+ * KVT_NONE, or a page it never saw inserted). */
+static bool known(const struct prefix *p, uint32_t pg)
+{
+    return pg != KVT_NONE && pg < p->cap && p->st[pg].known;
+}
+
 static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
 {
     struct prefix *p = priv;
@@ -398,7 +405,7 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
     /* A put that does not start a chain, or starts again one seen before,
      * stores a continuation: the blocks after a prefix somebody has. */
     bool cont = false;
-    if (kind == KVT_BATCH_PUT && pgs[0] != KVT_NONE && pgs[0] < p->cap && p->st[pgs[0]].known) {
+    if (kind == KVT_BATCH_PUT && known(p, pgs[0])) {
         const struct pstate *s0 = &p->st[pgs[0]];
         struct ghost *g = ghost_get(p, &s0->key);
         cont = s0->key.index > 0 || (g && g->count > 0);
@@ -411,7 +418,7 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
     /* The shadows score the call first: whether each held the call's
      * blocks is known before any of them is used. */
     for (size_t i = 0; i < n; i++)
-        if (pgs[i] != KVT_NONE && pgs[i] < p->cap && p->st[pgs[i]].known)
+        if (known(p, pgs[i]))
             kvt_duel_look(p->duel, &p->st[pgs[i]].key);
     double lnodds[2 * NCLS]; /* for the shadows: pooled, then apart */
     for (int c = 0; c < NCLS; c++) {
@@ -419,11 +426,8 @@ static void prefix_batch(void *priv, int kind, const uint32_t *pgs, size_t n)
         lnodds[NCLS + c] = log(odds_v(p, c, 1));
     }
     for (size_t i = n; i-- > 0;)
-        if (pgs[i] != KVT_NONE && pgs[i] < p->cap && p->st[pgs[i]].known)
+        if (known(p, pgs[i]))
             use_one(p, pgs[i], kind, i, n, cont, now, lnodds);
-    /* Rank as the shadow ahead now does. */
-    p->T = kvt_duel_scale(p->duel) * p->slots;
-    p->split = kvt_duel_split(p->duel);
 }
 
 /* The victims' order (prefix_victim) across tiers: a block's class-shifted
