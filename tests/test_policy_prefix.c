@@ -232,10 +232,27 @@ static bool ref_use(struct ref_lru *r, const kvt_key *k, uint64_t now)
 }
 
 /* One request of one block through the duel, as the policy drives it. */
-static void duel_req(struct kvt_duel *d, const kvt_key *k, int cls, uint64_t now)
+static void duel_req(struct kvt_duel *d, const kvt_key *k, int cls, uint64_t now,
+                     const double *rows)
 {
     kvt_duel_look(d, k);
-    kvt_duel_use(d, k, cls, now, lnodds);
+    kvt_duel_use(d, k, cls, now, rows);
+}
+
+/* 4000 steps of a hot block of class hot_cls (32 of them, in turn: each
+ * back after 192 uses, three times a 64-block cache) and 5 blocks of a scan
+ * of class scan_cls, never used again. */
+static void hot_and_scan(struct kvt_duel *d, int hot_cls, int scan_cls, const double *rows)
+{
+    uint64_t now = 0, fresh = 1000000;
+    for (int step = 0; step < 4000; step++) {
+        kvt_key hot = t_key((uint64_t)(step % 32), KVT_ALL_LAYERS, 0);
+        duel_req(d, &hot, hot_cls, ++now, rows);
+        for (int j = 0; j < 5; j++) {
+            kvt_key scan = t_key(fresh++, KVT_ALL_LAYERS, 1);
+            duel_req(d, &scan, scan_cls, ++now, rows);
+        }
+    }
 }
 
 /* The shadow at scale 0 ranks by last use alone: it is LRU, hit for hit,
@@ -271,8 +288,8 @@ static void test_duel_follows_recency(void **state)
     for (int step = 0; step < 4000; step++) {
         kvt_key junk = t_key(fresh++, KVT_ALL_LAYERS, 0);
         kvt_key loop = t_key((uint64_t)(step % 16), KVT_ALL_LAYERS, 0);
-        duel_req(d, &junk, 0, ++now);
-        duel_req(d, &loop, 3, ++now);
+        duel_req(d, &junk, 0, ++now, lnodds);
+        duel_req(d, &loop, 3, ++now, lnodds);
     }
     assert_true(kvt_duel_test_hits(d, 0, 0, NULL) > kvt_duel_test_hits(d, 16, 0, NULL));
     assert_true(kvt_duel_scale(d) == 0);
@@ -285,15 +302,7 @@ static void test_duel_follows_classes(void **state)
 {
     struct kvt_duel *d;
     assert_int_equal(kvt_duel_create(64, 4, &meta, &d), 0);
-    uint64_t now = 0, fresh = 1000000;
-    for (int step = 0; step < 4000; step++) {
-        kvt_key hot = t_key((uint64_t)(step % 32), KVT_ALL_LAYERS, 0);
-        duel_req(d, &hot, 0, ++now);
-        for (int j = 0; j < 5; j++) {
-            kvt_key scan = t_key(fresh++, KVT_ALL_LAYERS, 1);
-            duel_req(d, &scan, 3, ++now);
-        }
-    }
+    hot_and_scan(d, 0, 3, lnodds);
     assert_int_equal(kvt_duel_test_hits(d, 0, 0, NULL), 0);
     assert_true(kvt_duel_test_hits(d, 16, 0, NULL) > 3000);
     assert_true(kvt_duel_scale(d) > 0);
@@ -303,24 +312,14 @@ static void test_duel_follows_classes(void **state)
 /* Where two classes differ in reuse but the pooled odds say they are alike,
  * the shadows that rank them apart win, and the duel says so. lnodds rows:
  * pooled (both classes the same odds), then apart (class 0 likely, class 1
- * not). Classes 0 hot blocks coming back after three cache's worth of
- * uses, class 1 a scan never used again. */
+ * not), over hot_and_scan with the hot blocks in class 0 and the scan in
+ * class 1. */
 static void test_duel_follows_split_classes(void **state)
 {
     static const double rows[4] = { -0.6931, -0.6931, -0.2877, -2.0794 };
     struct kvt_duel *d;
     assert_int_equal(kvt_duel_create(64, 2, &meta, &d), 0);
-    uint64_t now = 0, fresh = 1000000;
-    for (int step = 0; step < 4000; step++) {
-        kvt_key hot = t_key((uint64_t)(step % 32), KVT_ALL_LAYERS, 0);
-        kvt_duel_look(d, &hot);
-        kvt_duel_use(d, &hot, 0, ++now, rows);
-        for (int j = 0; j < 5; j++) {
-            kvt_key scan = t_key(fresh++, KVT_ALL_LAYERS, 1);
-            kvt_duel_look(d, &scan);
-            kvt_duel_use(d, &scan, 1, ++now, rows);
-        }
-    }
+    hot_and_scan(d, 0, 1, rows);
     assert_true(kvt_duel_test_hits(d, 16, 1, NULL) > 3000);
     assert_true(kvt_duel_test_hits(d, 16, 0, NULL) < 100);
     assert_int_equal(kvt_duel_split(d), 1);
