@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "io/codec.h"
 #include "tiers/tiers.h"
 
 struct reservation {
@@ -19,6 +20,8 @@ struct reservation {
     int tier;
     void *dst;  /* the slot's memory, resolved under the lock: the page table may be
                    reallocated by another thread while the copy runs unlocked */
+    bool crc;   /* put_copy_in took the CRC32C of the bytes, in page_crc */
+    uint32_t page_crc;
 };
 
 /* A page that a cache may drop to make room: indexed, unpinned, no reader,
@@ -391,6 +394,8 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
             continue;
         }
         kvt_page_now_valid(e, res[i].pg, res[i].tier);
+        if (res[i].crc)
+            kvt_page_put_crc(e, res[i].pg, res[i].page_crc);
         kvt_page_indexed(e, res[i].pg);
         kvt_page_sync(e, res[i].pg, true);
         e->st.bytes_put += e->page_bytes;
@@ -461,18 +466,53 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
     }
 }
 
-/* Copies the n pages in (unlocked: the slots are the batch's own). */
+/* A put's copy into DRAM moves this much at a time and checksums it right
+ * after, while it is still in the cache (1 MiB: within any server core's
+ * L2 + its share of L3). */
+#define PUT_CRC_CHUNK ((size_t)1 << 20)
+
+/* Copies one page into its DRAM slot, taking the CRC32C (seed 0) of its
+ * bytes on the way: the write-back to SSD then needs no pass of its own
+ * over them. Checksumming bytes just copied costs about a quarter of a pass
+ * over memory that is not in the cache, which is what the mover's checksum
+ * reads (docs/performance.md#put-checksum). */
+static int copy_in_crc(kvt_engine *e, enum kvt_copy_kind kind, uint8_t *dst, const uint8_t *src,
+                       uint32_t *crc)
+{
+    uint32_t c = 0;
+    for (size_t at = 0; at < e->page_bytes; at += PUT_CRC_CHUNK) {
+        size_t len = e->page_bytes - at < PUT_CRC_CHUNK ? e->page_bytes - at : PUT_CRC_CHUNK;
+        int r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, dst + at, src + at, len);
+        if (r < 0)
+            return r;
+        c = kvt_crc32c(c, dst + at, len);
+    }
+    *crc = c;
+    return 0;
+}
+
+/* Copies the n pages in (unlocked: the slots are the batch's own). A page
+ * bound for DRAM in an engine that writes pages down raw has its checksum
+ * taken as it goes (copy_in_crc), while the write-backs use enough of them
+ * (kvt_put_crc_odds); HBM may be device memory, and a codec's checksum is
+ * of the encoded bytes. */
 static int put_copy_in(kvt_engine *e, struct reservation *res, size_t n, const void *const *src,
                        int src_on_device)
 {
-    for (size_t i = 0; i < n; i++)
+    bool crc = e->ssd && e->cfg.codec == KVT_CODEC_NONE;
+    for (size_t i = 0; i < n; i++) {
         res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);
+        res[i].crc = crc && res[i].tier == KVT_TIER_DRAM && kvt_put_crc_take(e);
+    }
     kvt_unlock(e);
     int r = 0;
     for (size_t i = 0; i < n && r == 0; i++) {
         bool to_dev = res[i].tier == KVT_TIER_HBM;
-        r = e->hbm.dev->copy_sync(e->hbm.dev_priv, copy_kind(src_on_device, to_dev), res[i].dst,
-                                  src[i], e->page_bytes);
+        enum kvt_copy_kind kind = copy_kind(src_on_device, to_dev);
+        if (res[i].crc)
+            r = copy_in_crc(e, kind, res[i].dst, src[i], &res[i].page_crc);
+        else
+            r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, res[i].dst, src[i], e->page_bytes);
     }
     kvt_lock(e);
     return r < 0 ? kvt_fail(r, "copying a page in failed: %s", kvt_strerror(r)) : 0;

@@ -47,6 +47,22 @@ static void red_unlink(kvt_engine *e, uint32_t pg)
         e->dram.red_tail = p->red_prev;
 }
 
+/* One more outcome of a put's checksum (kvt_put_crc_odds). */
+static void put_crc_count(struct kvt_put_crc_odds *o, uint32_t *which)
+{
+    (*which)++;
+    if (o->used + o->wasted >= KVT_PUT_CRC_WINDOW) {
+        o->used /= 2;
+        o->wasted /= 2;
+    }
+}
+
+bool kvt_put_crc_take(kvt_engine *e)
+{
+    struct kvt_put_crc_odds *o = &e->put_crc;
+    return o->used >= o->wasted || ++o->probe % KVT_PUT_CRC_PROBE == 0;
+}
+
 /* Sets and clears flags, keeping the resident, dirty and second-copy
  * counters and the redundant-copy list. Every flag change goes through
  * here. */
@@ -55,6 +71,11 @@ static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
     KVT_ASSERT_LOCKED(e);
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     uint16_t old = p->flags, nf = (uint16_t)((old | set) & ~clear);
+    /* A put's checksum not yet used when its DRAM copy goes: wasted. */
+    if ((old & PG_PUT_CRC) && (old & PG_VALID_DRAM) && !(nf & PG_VALID_DRAM)) {
+        put_crc_count(&e->put_crc, &e->put_crc.wasted);
+        nf &= (uint16_t)~PG_PUT_CRC;
+    }
     /* A prefetched page leaving HBM unused: the prefetch was wasted. */
     if ((old & PG_PREFETCHED) && (old & PG_VALID_HBM) && !(nf & PG_VALID_HBM)) {
         e->st.prefetch_wasted++;
@@ -229,7 +250,21 @@ void kvt_page_rewritten(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     uint16_t stale = p->xfer == XFER_DOWN || p->xfer == XFER_SSD_WRITE ? PG_STALE : 0;
-    page_flags(e, pg, stale, PG_VALID_DRAM | PG_VALID_SSD);
+    page_flags(e, pg, stale, PG_VALID_DRAM | PG_VALID_SSD | PG_PUT_CRC);
+}
+
+void kvt_page_put_crc(kvt_engine *e, uint32_t pg, uint32_t crc)
+{
+    kvt_pg(&e->pt, pg)->crc = crc;
+    page_flags(e, pg, PG_PUT_CRC, 0);
+}
+
+void kvt_page_put_crc_used(kvt_engine *e, uint32_t pg)
+{
+    if (!(kvt_pg(&e->pt, pg)->flags & PG_PUT_CRC))
+        return; /* counted already: dropped while it was written */
+    put_crc_count(&e->put_crc, &e->put_crc.used);
+    page_flags(e, pg, 0, PG_PUT_CRC);
 }
 
 bool kvt_page_busy_begin(kvt_engine *e, uint32_t pg)
@@ -250,7 +285,8 @@ void kvt_page_busy_end(kvt_engine *e, uint32_t pg)
 void kvt_page_pin(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
-    page_flags(e, pg, 0, PG_PREFETCHED); /* used: the prefetch paid off */
+    /* Used: the prefetch paid off. Pinned: its bytes may change. */
+    page_flags(e, pg, 0, PG_PREFETCHED | PG_PUT_CRC);
     if (p->pins++ == 0)
         e->st.pinned_pages++;
     kvt_page_sync(e, pg, true);

@@ -47,6 +47,7 @@ enum {
     PG_READ_ERR = 1u << 13,   /* its last SSD read failed with the file unreadable, not the
                                  data bad (permissions, resources): the copy stays; the next
                                  load reports ssd_read_err once, later ones try again */
+    PG_PUT_CRC = 1u << 14,    /* crc holds the CRC32C of the page's bytes: see crc */
 };
 
 #define PG_VALID_ALL (PG_VALID_HBM | PG_VALID_DRAM | PG_VALID_SSD)
@@ -59,7 +60,7 @@ enum kvt_xfer {
     XFER_SSD_WRITE = 4, /* DRAM slot -> a new SSD slot (mover) */
 };
 
-/* One page record: 56 bytes. Records live in one array indexed by a 32-bit
+/* One page record: 64 bytes. Records live in one array indexed by a 32-bit
  * page number; pointers into it are valid only under the lock and until the
  * next record allocation (the array may move). */
 struct kvt_page {
@@ -76,9 +77,16 @@ struct kvt_page {
     uint32_t birth;             /* which use of the record this is (kvt_ptable_new): a
                                    record freed and handed out again, even under the
                                    same key, is another page */
+    uint32_t crc;               /* with PG_PUT_CRC: CRC32C (seed 0) of the page's bytes,
+                                   taken by the kvt_put that wrote them while they were
+                                   in cache, so that the write-back need not read them
+                                   again (ssd_pipe.c, job_crc). A put page's bytes never
+                                   change: a pin, which lets the device write them,
+                                   clears the flag. So do its use and the DRAM copy's
+                                   going, each counted (kvt_put_crc_odds) */
 };
 
-_Static_assert(sizeof(struct kvt_page) == 56, "a page record's size (docs/performance.md#metadata-per-page)");
+_Static_assert(sizeof(struct kvt_page) == 64, "a page record's size (docs/performance.md#metadata-per-page)");
 
 /* ------------------------------------------------------------- predicates */
 

@@ -264,6 +264,9 @@ struct kvt_ssd_job {
     uint32_t stored_len, crc;
     uint64_t generation;    /* the page's write number, bound into crc */
     uint8_t codec;
+    bool put_crc;           /* a write of a put's page: page_crc is its bytes' CRC32C */
+    bool put_crc_used;      /* job_crc took crc from it */
+    uint32_t page_crc;      /* (seed 0), taken by the put (kvt_page.crc) */
     void *buf;              /* what the I/O moves: the DRAM slot or a bounce buffer */
     void *dram;             /* the page's DRAM slot */
     int bounce;             /* bounce buffer index, or -1 */
@@ -339,6 +342,23 @@ struct kvt_pace {
 
 /* ------------------------------------------------------------- engine */
 
+/* Whether kvt_put should take its pages' checksum as it copies them in
+ * (kvt_page.crc): it pays when the pages then go down to SSD, whose
+ * write-back uses it instead of reading them again, and is wasted on pages
+ * that leave DRAM unwritten, as most of a prefix cache's do. Counted per
+ * put page with the checksum, once its fate is known, halved every
+ * KVT_PUT_CRC_WINDOW outcomes; the puts take it while used >= wasted
+ * (from 0 and 0: an engine starts by taking it), and otherwise one page in
+ * KVT_PUT_CRC_PROBE, so that the odds still learn when the workload turns.
+ * Under the lock. */
+#define KVT_PUT_CRC_WINDOW 1024
+#define KVT_PUT_CRC_PROBE 16
+struct kvt_put_crc_odds {
+    uint32_t used;    /* a write-back stored it */
+    uint32_t wasted;  /* the page left DRAM, or went, unwritten */
+    uint32_t probe;   /* pages put while it did not pay */
+};
+
 struct kvt_engine {
     pthread_mutex_t lock;
     size_t page_bytes;
@@ -373,6 +393,7 @@ struct kvt_engine {
     struct kvt_mover mover;
     struct kvt_slot_wait slots;
     struct kvt_pace pace;
+    struct kvt_put_crc_odds put_crc;
 };
 
 /* The arena of tier (KVT_TIER_HBM or KVT_TIER_DRAM), for code that takes
@@ -464,6 +485,13 @@ void kvt_page_now_valid(kvt_engine *e, uint32_t pg, int tier);
 void kvt_page_drop_copy(kvt_engine *e, uint32_t pg, int tier);
 /* A dirty release: HBM was written, lower copies are stale. */
 void kvt_page_rewritten(kvt_engine *e, uint32_t pg);
+/* A put's page: crc is the CRC32C (seed 0) of the bytes it copied in
+ * (kvt_page.crc). */
+void kvt_page_put_crc(kvt_engine *e, uint32_t pg, uint32_t crc);
+/* A write-back stored the put's checksum of pg (kvt_put_crc_odds.used). */
+void kvt_page_put_crc_used(kvt_engine *e, uint32_t pg);
+/* Whether the next page put should take its checksum (kvt_put_crc_odds). */
+bool kvt_put_crc_take(kvt_engine *e);
 void kvt_page_pin(kvt_engine *e, uint32_t pg);
 void kvt_page_unpin(kvt_engine *e, uint32_t pg);
 /* A get or put copies the page's bytes with the lock dropped: while busy,
