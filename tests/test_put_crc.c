@@ -6,7 +6,7 @@
  * The rules: the checksum stored is the one the mover would have computed
  * (a page written down this way reads back after a restart); it is the
  * put's (a wrong one makes the page a miss, never wrong bytes served); and
- * a page whose bytes may change (a pin) does not use it. Each test works in
+ * a page whose bytes changed (a dirty release) does not use it. Each test works in
  * its own mkdtemp() directory under /tmp.
  */
 #include <pthread.h>
@@ -186,30 +186,35 @@ static void test_the_stored_checksum_is_the_puts(void **state)
     kvt_close(e);
 }
 
-/* A pinned page may be written by the device: the put's checksum no longer
- * says what its bytes are, and the write-back takes its own. */
-static void test_a_pin_drops_the_puts_checksum(void **state)
+/* A pin alone changes nothing: the checksum stays, and a write-back uses
+ * it. A dirty release (the device wrote the page) makes the DRAM copy stale,
+ * and the checksum goes with it: the page is then written down with the
+ * mover's own, of the new bytes. */
+static void test_a_dirty_release_drops_the_puts_checksum(void **state)
 {
     struct fx *f = *state;
-    kvt_key k = t_key(3, 0, 0);
+    kvt_key ks[2] = { t_key(3, 0, 0), t_key(3, 0, 1) };
     kvt_engine *e = open_engine(f, KVT_CODEC_NONE);
-    put_pages(e, &k, 1, 1);
+    put_pages(e, ks, 2, 1);
     uint32_t crc;
-    assert_true(put_crc_of(e, k, &crc));
     void *dev = NULL;
-    assert_int_equal(kvt_acquire(e, &k, 1, &dev), 0);
-    assert_false(put_crc_of(e, k, &crc));
+    assert_int_equal(kvt_acquire(e, &ks[0], 1, &dev), 0);
+    assert_true(put_crc_of(e, ks[0], &crc));
+    assert_int_equal(kvt_release(e, &ks[0], 1, 0), 0);
+    assert_true(put_crc_of(e, ks[0], &crc));
+    assert_int_equal(kvt_acquire(e, &ks[1], 1, &dev), 0);
     uint8_t *buf = malloc(PB);
     assert_non_null(buf);
-    t_fill(buf, PB, k, 2);
+    t_fill(buf, PB, ks[1], 2);
     assert_int_equal(kvt_tool_copy_to_page(e, dev, buf, PB), 0);
     free(buf);
-    assert_int_equal(kvt_release(e, &k, 1, 1), 0);
-    assert_false(put_crc_of(e, k, &crc));
+    assert_int_equal(kvt_release(e, &ks[1], 1, 1), 0);
+    assert_false(put_crc_of(e, ks[1], &crc));
     assert_int_equal(kvt_flush(e), 0);
     kvt_close(e);
     e = open_engine(f, KVT_CODEC_NONE);
-    assert_int_equal(get_page(e, k, 2), 1);
+    assert_int_equal(get_page(e, ks[0], 1), 1);
+    assert_int_equal(get_page(e, ks[1], 2), 1);
     assert_int_equal(t_stats(e).errors_corrupt, 0);
     kvt_close(e);
 }
@@ -280,7 +285,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_put_pages_read_back_after_restart, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_the_stored_checksum_is_the_puts, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_a_pin_drops_the_puts_checksum, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_a_dirty_release_drops_the_puts_checksum, fx_setup,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(test_a_codec_engine_takes_none, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_the_odds_follow_the_workload, fx_setup, fx_teardown),
     };

@@ -492,14 +492,15 @@ static int copy_in_crc(kvt_engine *e, enum kvt_copy_kind kind, uint8_t *dst, con
 }
 
 /* Copies the n pages in (unlocked: the slots are the batch's own). A page
- * bound for DRAM in an engine that writes pages down raw has its checksum
- * taken as it goes (copy_in_crc), while the write-backs use enough of them
- * (kvt_put_crc_odds); HBM may be device memory, and a codec's checksum is
- * of the encoded bytes. */
+ * from host memory bound for DRAM, in an engine that writes pages down raw,
+ * has its checksum taken as it goes (copy_in_crc), while the write-backs
+ * use enough of them (kvt_put_crc_odds). Not from the device: a copy from
+ * it in pieces would wait for the device once a piece. HBM may be device
+ * memory, and a codec's checksum is of the encoded bytes. */
 static int put_copy_in(kvt_engine *e, struct reservation *res, size_t n, const void *const *src,
                        int src_on_device)
 {
-    bool crc = e->ssd && e->cfg.codec == KVT_CODEC_NONE;
+    bool crc = e->ssd && e->cfg.codec == KVT_CODEC_NONE && !src_on_device;
     for (size_t i = 0; i < n; i++) {
         res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);
         res[i].crc = crc && res[i].tier == KVT_TIER_DRAM && kvt_put_crc_take(e);

@@ -285,8 +285,7 @@ void kvt_page_busy_end(kvt_engine *e, uint32_t pg)
 void kvt_page_pin(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
-    /* Used: the prefetch paid off. Pinned: its bytes may change. */
-    page_flags(e, pg, 0, PG_PREFETCHED | PG_PUT_CRC);
+    page_flags(e, pg, 0, PG_PREFETCHED); /* used: the prefetch paid off */
     if (p->pins++ == 0)
         e->st.pinned_pages++;
     kvt_page_sync(e, pg, true);

@@ -80,10 +80,10 @@ struct kvt_page {
     uint32_t crc;               /* with PG_PUT_CRC: CRC32C (seed 0) of the page's bytes,
                                    taken by the kvt_put that wrote them while they were
                                    in cache, so that the write-back need not read them
-                                   again (ssd_pipe.c, job_crc). A put page's bytes never
-                                   change: a pin, which lets the device write them,
-                                   clears the flag. So do its use and the DRAM copy's
-                                   going, each counted (kvt_put_crc_odds) */
+                                   again (ssd_pipe.c, job_crc). A put page's bytes change
+                                   only by a dirty release of a pin, which makes its DRAM
+                                   copy stale; the flag goes with the DRAM copy, and when
+                                   a write-back used it, each counted (kvt_put_crc_odds) */
 };
 
 _Static_assert(sizeof(struct kvt_page) == 64, "a page record's size (docs/performance.md#metadata-per-page)");
