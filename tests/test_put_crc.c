@@ -70,6 +70,15 @@ static kvt_engine *open_engine(const struct fx *f, int codec)
     return open_sized(f, codec, PB, 1);
 }
 
+/* Flushes and closes e, and opens its spill directory again: what is read
+ * then comes from SSD, checked against what the write-backs stored. */
+static kvt_engine *restart(const struct fx *f, kvt_engine *e, int codec)
+{
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_close(e);
+    return open_engine(f, codec);
+}
+
 static void put_sized(kvt_engine *e, size_t pb, const kvt_key *ks, size_t n, uint32_t version)
 {
     uint8_t *buf = malloc(pb);
@@ -153,9 +162,7 @@ static void test_put_pages_read_back_after_restart(void **state)
         assert_int_equal(crc, kvt_crc32c(0, want, PB));
     }
     free(want);
-    assert_int_equal(kvt_flush(e), 0);
-    kvt_close(e);
-    e = open_engine(f, KVT_CODEC_NONE);
+    e = restart(f, e, KVT_CODEC_NONE);
     for (int i = 0; i < 6; i++)
         assert_int_equal(get_page(e, ks[i], 1), 1);
     kvt_stats s = t_stats(e);
@@ -177,9 +184,7 @@ static void test_the_stored_checksum_is_the_puts(void **state)
     assert_true(pg != KVT_NONE && (kvt_pg(&e->pt, pg)->flags & PG_PUT_CRC));
     kvt_pg(&e->pt, pg)->crc ^= 1;
     kvt_unlock(e);
-    assert_int_equal(kvt_flush(e), 0);
-    kvt_close(e);
-    e = open_engine(f, KVT_CODEC_NONE);
+    e = restart(f, e, KVT_CODEC_NONE);
     assert_int_equal(get_page(e, ks[0], 1), 0);
     assert_int_equal(get_page(e, ks[1], 1), 1);
     assert_int_equal(t_stats(e).errors_corrupt, 1);
@@ -210,9 +215,7 @@ static void test_a_dirty_release_drops_the_puts_checksum(void **state)
     free(buf);
     assert_int_equal(kvt_release(e, &ks[1], 1, 1), 0);
     assert_false(put_crc_of(e, ks[1], &crc));
-    assert_int_equal(kvt_flush(e), 0);
-    kvt_close(e);
-    e = open_engine(f, KVT_CODEC_NONE);
+    e = restart(f, e, KVT_CODEC_NONE);
     assert_int_equal(get_page(e, ks[0], 1), 1);
     assert_int_equal(get_page(e, ks[1], 2), 1);
     assert_int_equal(t_stats(e).errors_corrupt, 0);
@@ -230,9 +233,7 @@ static void test_a_codec_engine_takes_none(void **state)
     uint32_t crc;
     for (int i = 0; i < 3; i++)
         assert_false(put_crc_of(e, ks[i], &crc));
-    assert_int_equal(kvt_flush(e), 0);
-    kvt_close(e);
-    e = open_engine(f, KVT_CODEC_ZSTD);
+    e = restart(f, e, KVT_CODEC_ZSTD);
     for (int i = 0; i < 3; i++)
         assert_int_equal(get_page(e, ks[i], 1), 1);
     kvt_close(e);
