@@ -250,7 +250,7 @@ void kvt_page_rewritten(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     uint16_t stale = p->xfer == XFER_DOWN || p->xfer == XFER_SSD_WRITE ? PG_STALE : 0;
-    page_flags(e, pg, stale, PG_VALID_DRAM | PG_VALID_SSD | PG_PUT_CRC);
+    page_flags(e, pg, stale, PG_VALID_DRAM | PG_VALID_SSD); /* PG_PUT_CRC goes with DRAM */
 }
 
 void kvt_page_put_crc(kvt_engine *e, uint32_t pg, uint32_t crc)
