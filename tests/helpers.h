@@ -90,6 +90,14 @@ static inline int t_check(const void *p, size_t bytes, kvt_key k, uint32_t versi
     return 1;
 }
 
+/* Fails the test when an open returned r != 0, saying the engine's reason. */
+static inline void t_opened(int r)
+{
+    if (r)
+        print_error("kvt_open: %s (%s)\n", kvt_strerror(r), kvt_last_error());
+    assert_int_equal(r, 0);
+}
+
 static inline kvt_stats t_stats(kvt_engine *e)
 {
     kvt_stats s;

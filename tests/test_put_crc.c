@@ -58,9 +58,7 @@ static kvt_engine *open_sized(const struct fx *f, int codec, size_t pb, int pers
     c.codec = codec;
     kvt_engine *e = NULL;
     int r = kvt_open(&c, &e);
-    if (r)
-        print_error("kvt_open: %s (%s)\n", kvt_strerror(r), kvt_last_error());
-    assert_int_equal(r, 0);
+    t_opened(r);
     return e;
 }
 
