@@ -71,6 +71,59 @@ int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_spa
     return r;
 }
 
+/* One batch of k blocks, starting at block i, of one direction of the duplex
+ * (see tool.h): the up half or the down half of each arena. */
+static void duplex_batch(kvt_engine *e, bool up, uint64_t i, unsigned k, uint64_t span,
+                         struct kvt_copy *c)
+{
+    size_t pb = e->page_bytes;
+    uint64_t nh = e->hbm.arena.nslots / 2, nd = span / 2;
+    uint8_t *h = e->hbm.arena.base + (up ? 0 : nh * pb);
+    uint8_t *d = e->dram.arena.base + (up ? 0 : nd * pb);
+    for (unsigned j = 0; j < k; j++, i++) {
+        uint8_t *hp = h + (i % nh) * pb, *dp = d + (i % nd) * pb;
+        c[j] = up ? (struct kvt_copy){ hp, dp, pb } : (struct kvt_copy){ dp, hp, pb };
+    }
+}
+
+int kvt_tool_link_duplex(kvt_engine *e, uint64_t pages, uint64_t dram_span, unsigned batch,
+                         double gbps[2])
+{
+    const struct kvt_device_ops *dev = e->hbm.dev;
+    void *dp = e->hbm.dev_priv;
+    gbps[0] = gbps[1] = 0;
+    if (!pages || !batch || batch > 4096 || dram_span < 2 || dram_span > e->dram.arena.nslots ||
+        e->hbm.arena.nslots < 2)
+        return -EINVAL;
+    struct kvt_copy *c = malloc(2 * batch * sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    uint64_t f_up = 0, f_down = 0;
+    int r = 0;
+    double t0 = tool_now();
+    for (uint64_t i = 0; i < pages && r == 0; i += batch) {
+        unsigned k = pages - i < batch ? (unsigned)(pages - i) : batch;
+        duplex_batch(e, false, i, k, dram_span, c + batch);
+        duplex_batch(e, true, i, k, dram_span, c);
+        r = dev->submit(dp, KVT_D2H, c + batch, k, &f_down);
+        if (r == 0)
+            r = dev->submit(dp, KVT_H2D, c, k, &f_up);
+        if (r == 0)
+            r = dev->wait(dp, KVT_H2D, f_up);
+    }
+    /* Wait for the write-backs even after a failure: the caller may free
+     * the arenas when we return. */
+    if (f_down) {
+        int w = dev->wait(dp, KVT_D2H, f_down);
+        r = r ? r : w;
+    }
+    double dt = tool_now() - t0;
+    free(c);
+    if (r == 0)
+        gbps[0] = gbps[1] = (double)pages * (double)e->page_bytes / dt / 1e9;
+    return r;
+}
+
 int kvt_tool_copy_to_page(kvt_engine *e, void *page, const void *src, size_t bytes)
 {
     return e->hbm.dev->copy_sync(e->hbm.dev_priv, KVT_COPY_H2D, page, src, bytes);

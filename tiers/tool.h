@@ -54,6 +54,17 @@ void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out);
 int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_span,
                        unsigned batch, bool pipelined, double *gbps);
 
+/* Both directions of the raw link at once, as a decode that writes back
+ * while it loads: `pages` blocks each way, DRAM slots [0, span/2) into HBM
+ * slots [0, hbm/2) and HBM slots [hbm/2, hbm) into DRAM slots [span/2, span)
+ * (span = dram_span, >= 2), so the two never touch the same bytes. Per
+ * round one batch goes down, queued and not waited for (a write-back), and
+ * one goes up and is waited for (an acquire). gbps[0] is up, gbps[1] down,
+ * both over the time until the last copy of either landed. Same contract
+ * on the arenas' bytes and the same returns as kvt_tool_link_copy. */
+int kvt_tool_link_duplex(kvt_engine *e, uint64_t pages, uint64_t dram_span, unsigned batch,
+                         double gbps[2]);
+
 /* Synchronous copies between host memory and memory of the engine's
  * device back-end (a page pointer kvt_acquire or kvt_create gave, or any
  * part of it): a memcpy on the host back-end, cudaMemcpy on CUDA. Returns

@@ -74,7 +74,8 @@ if [ $MODE = cuda ]; then export KVT_TEST_DEVICE=0; fi
 step tests $([ $MODE = cuda ] && echo 240 || echo 400) "$C/run_tests.sh" "$R/tests"
 unset KVT_TEST_DEVICE
 
-# (c) DRAM<->HBM beside the raw copy (cudaMemcpyAsync on CUDA) at three sizes
+# (c) DRAM<->HBM, each way alone and both at once, beside the raw copy
+# (cudaMemcpyAsync on CUDA) at three sizes
 if [ $MODE = cuda ]; then DEV="--device 0"; HB="--hbm 1G --dram 4G"; else DEV="--device host"; HB="--hbm 128M --dram 512M --reps 1"; fi
 for pb in 128K 256K 1M; do
   step "bench_hbm_$pb" 90 "$K" bench hbm $DEV $HB --page-bytes $pb --json
@@ -145,8 +146,7 @@ for pb in ("128K", "256K", "1M"):
     d = load("bench_hbm_" + pb)
     if d:
         put("bench_hbm_" + pb, {"device": d.get("device"), "page_bytes": d.get("page_bytes"),
-            "links": {l["link"]: {"gbps": l.get("gbps"), "baseline": l.get("baseline"),
-                                  "baseline_gbps": l.get("baseline_gbps"), "ratio": l.get("ratio")}
+            "links": {l["link"]: {k: v for k, v in l.items() if k not in ("link", "block_bytes", "depth")}
                       for l in d.get("links", [])},
             "acquire_release_per_s": d.get("acquire_release_per_s")})
 d = load("bench_ssd")
