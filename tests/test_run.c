@@ -378,6 +378,36 @@ static void test_wrong_seed(void **state)
     assert_int_equal(r.bad_step, 0);
 }
 
+/* --verify-every: steps 0, N, 2N, ... and the last are checked, the count
+ * says so, and a corruption on a checked step is still caught. */
+static void test_verify_every(void **state)
+{
+    struct run_opts o;
+    struct run_result r;
+    small_opts(&o);
+    o.tokens = 7;
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified);
+    assert_int_equal(r.verified_steps, 7);
+    o.verify_every = 3; /* 0, 3, 6 */
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified);
+    assert_int_equal(r.verified_steps, 3);
+    o.verify_every = 4; /* 0, 4 and the last, 6 */
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_int_equal(r.verified_steps, 3);
+    o.verify_every = 100; /* the first and the last */
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_int_equal(r.verified_steps, 2);
+    o.verify_every = 2;
+    o.corrupt_step = 4;
+    o.chunk_pages = 4;
+    assert_int_equal(run_exec(&o, &r), 1);
+    assert_false(r.verified);
+    assert_int_equal(r.bad_step, 4);
+    assert_int_equal(r.verified_steps, 2); /* 0 and 2 passed */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -389,7 +419,7 @@ int main(void)
         cmocka_unit_test(test_run_lru),     cmocka_unit_test(test_run_fp32),
         cmocka_unit_test(test_run_nice0),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),
-        cmocka_unit_test(test_wrong_seed),
+        cmocka_unit_test(test_wrong_seed),  cmocka_unit_test(test_verify_every),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,7 @@ void run_opts_default(struct run_opts *o)
     o->nice = RUN_ATTN_NICE;
     o->seed = 1;
     o->ref_seed = 1;
+    o->verify_every = 1;
     o->corrupt_step = -1;
     o->progress = true;
 }
@@ -77,6 +78,9 @@ static void run_usage(FILE *f)
             "  --link-gbps X     host back-end: cap each emulated DRAM<->HBM link at X GB/s\n"
             "                    (default 0: no cap)\n"
             "  --seed N          KV generator seed (default 1)\n"
+            "  --verify-every N  check steps 0, N, 2N, ... and the last against the reference\n"
+            "                    (default 1: every step; the CPU reference of a step costs\n"
+            "                    far more than a GPU decode's)\n"
             "  --trace FILE      Chrome trace-event JSON of waits and compute (Perfetto)\n"
             "  --no-progress     no progress output\n"
             "  --json            one JSON object on stdout; text goes to stderr\n"
@@ -92,7 +96,7 @@ static const struct option run_lo[] = {
     { "device", 1, 0, 'v' },  { "threads", 1, 0, 'T' },   { "link-gbps", 1, 0, 'l' },
     { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
     { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
-    { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },
+    { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },     { "verify-every", 1, 0, 'V' },
     { 0, 0, 0, 0 },
 };
 
@@ -143,6 +147,7 @@ static int run_number(int c, const char *v, struct run_opts *o)
     case 'T': return opt_u32(c, v, 1, 64, &o->threads);
     case 'N': return opt_u32(c, v, 0, 19, &o->nice);
     case 'k': return opt_u32(c, v, 1, 1u << 30, &o->chunk_pages);
+    case 'V': return opt_u32(c, v, 1, 1u << 20, &o->verify_every);
     case 'l': return cli_opt_real("run", n, v, 0, false, 1e6, &o->link_gbps);
     case 's':
         if (cli_opt_count("run", n, v, 0, UINT64_MAX, &o->seed))

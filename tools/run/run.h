@@ -38,6 +38,7 @@ struct run_opts {
     uint32_t nice;        /* the attention threads' nice value; 0 = the caller's, part 0 on it */
     double link_gbps;
     uint64_t seed;
+    uint32_t verify_every; /* the reference checks steps 0, N, 2N, ... and the last; 1 = all */
     const char *trace_path; /* NULL: no trace */
     bool json, progress;
     /* test hooks */
@@ -64,6 +65,7 @@ struct run_link {
 
 struct run_result {
     bool verified;
+    uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
     uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */
     kvt_stats delta;  /* counters over the decode loop */
