@@ -6,7 +6,8 @@
 # step has its own timeout; the whole stays under about 8 minutes.
 # With no GPU visible it runs the same steps on the host back-end, shortened,
 # and says so (summary.json: "device": "host-fallback").
-# Env overrides: KVT_RUN_ARGS (step e's options), KVT_SSD_DIR (step d's dir).
+# Env overrides: KVT_RUN_ARGS (step c's options), KVT_SSD_DIR (step e's dir),
+# KVT_TEST_JOBS (tests at once), KVT_CHECK_BUDGET_S (the deadline, 480 s).
 set -u
 C=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/kvt-gpu-out}
@@ -68,43 +69,59 @@ else
   echo "== nvidia_smi: skipped (no GPU)"; STEPS="$STEPS nvidia_smi:skipped:0"
 fi
 
-# (b) the C suite. The cmocka tests' engines run on the device KVT_TEST_DEVICE
-# names (tests/helpers.h t_config: host when unset): GPU 0 here.
-if [ $MODE = cuda ]; then export KVT_TEST_DEVICE=0; fi
-step tests $([ $MODE = cuda ] && echo 240 || echo 400) "$C/run_tests.sh" "$R/tests"
-unset KVT_TEST_DEVICE
+# The order puts the figures issue 20 asks for first and the suite, the one
+# step whose length is open, last: it gets what is left of the deadline.
 
-# (c) DRAM<->HBM, each way alone and both at once, beside the raw copy
+# (b) DRAM<->HBM, each way alone and both at once, beside the raw copy
 # (cudaMemcpyAsync on CUDA) at three sizes
 if [ $MODE = cuda ]; then DEV="--device 0"; HB="--hbm 1G --dram 4G"; else DEV="--device host"; HB="--hbm 128M --dram 512M --reps 1"; fi
 for pb in 128K 256K 1M; do
   step "bench_hbm_$pb" 90 "$K" bench hbm $DEV $HB --page-bytes $pb --json
 done
 
-# (d) DRAM<->SSD on this machine's disk
-SSD_DIR=${KVT_SSD_DIR:-/var/tmp}
-mkdir -p "$SSD_DIR"
-if [ $MODE = cuda ]; then SA="--bytes 1G --reps 3"; else SA="--quick"; fi
-step bench_ssd 120 "$K" bench ssd --dir "$SSD_DIR" $SA --json
-
-# (e) the long decode. llama3-8b, all 32 layers: 128 KiB of KV per token.
-# 64k context = 8 GiB of KV, HBM 2 GiB (KV = 4x HBM), the rest in DRAM.
-# The CPU reference pass (outside the timed wall, --threads) costs far more
-# than the GPU decode: see docs/gpu.md before making it longer.
+# (c) the long decode. llama3-8b, all 32 layers: 128 KiB of KV per token, in
+# 128 KiB pages. 64k context = 8 GiB of KV, HBM 2 GiB (KV = 4x HBM), the rest
+# in DRAM: each step loads about 6 GiB over the link. Its length is set from
+# (b)'s 128K dram->hbm figure so that the decode lasts about 35 s; the CPU
+# reference checks five of its steps (--verify-every T/4: 0, T/4, T/2, 3T/4
+# and the last), since it costs far more per step than the GPU decode
+# (docs/gpu.md, Known limits).
+# The host fallback runs the same arithmetic on a 2k context (256 MiB of KV,
+# 64 MiB HBM: 192 MiB a step) for about 2 s.
 if [ $MODE = cuda ]; then
-  RUN_ARGS=${KVT_RUN_ARGS:---model llama3-8b --layers 0 --batch 1 --context 64k --tokens 32 --hbm 2G --dram 8G --ssd 0 --threads 16 --nice 0}
-  step run_long 300 "$K" run --device 0 $RUN_ARGS --no-progress --json
+  SHAPE="--context 64k --hbm 2G --dram 8G --threads 16 --nice 0"; STEP_BYTES=$((6 << 30)); TARGET_S=35; MIN_T=32
 else
-  RUN_ARGS=${KVT_RUN_ARGS:---model llama3-8b --layers 0 --batch 1 --context 2k --tokens 2 --hbm 64M --dram 256M --ssd 0}
-  step run_long 120 "$K" run --device host $RUN_ARGS --no-progress --json
+  SHAPE="--context 2k --hbm 64M --dram 256M"; STEP_BYTES=$((192 << 20)); TARGET_S=2; MIN_T=8
 fi
+GBPS=$([ -n "$PY" ] && "$PY" -c 'import json,sys
+try: print(next(l["gbps"] for l in json.load(open(sys.argv[1]))["links"] if l["link"] == "dram->hbm"))
+except Exception: print(0)' "$R/bench_hbm_128K.out" 2>/dev/null || echo 0)
+TOKENS=$(awk -v g="$GBPS" -v s="$TARGET_S" -v b="$STEP_BYTES" -v m="$MIN_T" \
+  'BEGIN { t = int(s * g * 1e9 / b); if (t < m) t = m; if (t > 1024) t = 1024; print t }')
+EVERY=$((TOKENS / 4)); [ $EVERY -ge 1 ] || EVERY=1
+echo "   bench_hbm_128K's dram->hbm: ${GBPS} GB/s, so --tokens $TOKENS --verify-every $EVERY"
+RUN_ARGS=${KVT_RUN_ARGS:---model llama3-8b --layers 0 --batch 1 $SHAPE --tokens $TOKENS --verify-every $EVERY --ssd 0}
+step run_long $([ $MODE = cuda ] && echo 300 || echo 120) "$K" run $DEV $RUN_ARGS --no-progress --json
 
-# (f) a short traced decode (Perfetto / chrome://tracing)
+# (d) a short traced decode (Perfetto / chrome://tracing), every step checked
 if [ $MODE = cuda ]; then
   step run_trace 120 "$K" run --device 0 --model llama3-8b --layers 0 --batch 1 --context 8k --tokens 4 --hbm 256M --dram 1G --ssd 0 --threads 16 --nice 0 --no-progress --json --trace "$R/trace.json"
 else
   step run_trace 60 "$K" run --device host --model llama3-8b --layers 2 --batch 1 --context 1k --tokens 2 --no-progress --json --trace "$R/trace.json"
 fi
+
+# (e) DRAM<->SSD on this machine's disk
+SSD_DIR=${KVT_SSD_DIR:-/var/tmp}
+mkdir -p "$SSD_DIR"
+if [ $MODE = cuda ]; then SA="--bytes 1G --reps 3"; else SA="--quick"; fi
+step bench_ssd 120 "$K" bench ssd --dir "$SSD_DIR" $SA --json
+
+# (f) the C suite, several tests at once (run_tests.sh). The cmocka tests'
+# engines run on the device KVT_TEST_DEVICE names (tests/helpers.h t_config:
+# host when unset): GPU 0 here.
+if [ $MODE = cuda ]; then export KVT_TEST_DEVICE=0; fi
+step tests 400 "$C/run_tests.sh" "$R/tests"
+unset KVT_TEST_DEVICE
 
 # summary.json
 TOTAL=$(( $(date +%s) - T0 ))
@@ -155,7 +172,7 @@ for n in ("run_long", "run_trace"):
     d = load(n)
     if d:
         put(n, {"decode_wall_s": d.get("wall_s")})
-        put(n, {k: d.get(k) for k in ("verified", "device", "model", "layers", "batch", "context", "tokens",
+        put(n, {k: d.get(k) for k in ("verified", "verify_every", "verified_steps", "steps", "device", "model", "layers", "batch", "context", "tokens",
                 "page_bytes", "kv_bytes", "bound_s", "bound_by", "bound_ratio", "tokens_per_s",
                 "stall_fraction", "compute_s", "prefill_s", "verify_s", "links_gbps", "decode_links_gbps")})
         if d.get("tiers"):
