@@ -19,8 +19,16 @@ if(NOT KVT_WITH_CUDA STREQUAL "OFF")
   if(CUDAToolkit_FOUND)
     set(KVT_HAVE_CUDA 1)
     # Static cudart: a build carried to a GPU machine needs only the driver.
-    list(APPEND KVT_DEP_LIBS CUDA::cudart_static)
+    # KVT_CUDA_MOCK: the stand-in of tests/mock, for the back-end's tests.
+    if(KVT_CUDA_MOCK)
+      list(APPEND KVT_DEP_LIBS kvtier_cudart_mock)
+    else()
+      list(APPEND KVT_DEP_LIBS CUDA::cudart_static)
+    endif()
   endif()
+endif()
+if(KVT_CUDA_MOCK AND NOT KVT_HAVE_CUDA)
+  message(FATAL_ERROR "KVT_CUDA_MOCK=ON needs the CUDA toolkit's headers (and KVT_WITH_CUDA not OFF)")
 endif()
 message(STATUS "kvtier: CUDA back-end ${KVT_HAVE_CUDA} (KVT_WITH_CUDA=${KVT_WITH_CUDA}${CUDAToolkit_VERSION_PREFIX}${CUDAToolkit_VERSION})")
 

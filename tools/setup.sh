@@ -73,6 +73,18 @@ build build-tsan -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE_THREAD=ON -DKVT_DEBUG=ON -D
 (cd build-tsan && TSAN_OPTIONS="suppressions=$top/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
    setarch "$(uname -m)" -R ctest --output-on-failure -j"$jobs")
 
+# The CUDA back-end on a machine with no GPU: the suite's engines on device 0
+# of the stand-in runtime tests/mock/cudart_mock.c, where HBM is not
+# CPU-addressable (docs/gpu.md#the-mock-runtime). It needs the toolkit's
+# headers only; without them it is skipped, saying so.
+if command -v nvcc >/dev/null; then
+  echo "setup: the suite on the CUDA back-end over the mock CUDA runtime"
+  build build-mock -DKVT_BUILD_TESTS=ON -DKVT_CUDA_MOCK=ON -DKVT_WITH_CUDA=ON
+  (cd build-mock && ctest --output-on-failure -j"$jobs")
+else
+  echo "setup: no CUDA toolkit (nvcc): the mock CUDA runtime's run is skipped"
+fi
+
 # A short run of each libFuzzer target (tests/fuzz: the layout file, the
 # index records, the page decoder, the trace parsers, the CLI's parsers),
 # KVT_FUZZ_SECONDS (20) each from its seed corpus; the long runs are

@@ -1,0 +1,327 @@
+/*
+ * cudart_mock.c — a stand-in for the CUDA runtime, for testing the CUDA
+ * device back-end (tiers/device_cuda.c) on machines with no GPU. A build
+ * with -DKVT_CUDA_MOCK=ON links it instead of cudart_static; the suite then
+ * runs with KVT_TEST_DEVICE=0 (tools/setup.sh test does).
+ *
+ * What it keeps of a GPU, because the back-end and the tests can get these
+ * wrong without one:
+ *   - Device memory is not host memory. cudaMalloc hands out a PROT_NONE view
+ *     of a memfd and copies go through a second, writable view: a test or a
+ *     code path that dereferences an HBM page faults here as it would there.
+ *   - Copies check their direction: cudaMemcpyAsync with H2D needs a device
+ *     destination and a host source, and so on (cudaErrorInvalidValue).
+ *   - An event recorded is not done at once: the first cudaEventQuery after a
+ *     record answers cudaErrorNotReady, so polls see work in flight.
+ *   - The per-thread current device: cudaSetDevice of an ordinal other than
+ *     0 fails, as on a one-GPU machine.
+ * What it does not: copies run at the call, in order, on the calling thread;
+ * there are no kernels. Its prototypes come from the toolkit's own header, so
+ * a signature that drifts from the real runtime's fails to compile.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create */
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+struct CUstream_st {
+    unsigned magic;
+};
+
+struct CUevent_st {
+    unsigned magic;
+    int unpolled; /* queries left that answer "not ready" */
+};
+
+#define STREAM_MAGIC 0x5743u
+#define EVENT_MAGIC 0xe7e7u
+
+/* One cudaMalloc: the device view handed out and the view copies use. */
+struct dev_block {
+    struct dev_block *next;
+    uint8_t *dev, *shadow;
+    size_t len;
+};
+
+static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dev_block *blocks;
+static __thread cudaError_t last_error;
+
+static cudaError_t fail(cudaError_t e)
+{
+    last_error = e;
+    return e;
+}
+
+/* The writable view of [p, p+n) if it lies in one device block, else NULL. */
+static uint8_t *shadow_of(const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint8_t *out = NULL;
+    pthread_mutex_lock(&mock_lock);
+    for (struct dev_block *b = blocks; b; b = b->next) {
+        uintptr_t lo = (uintptr_t)b->dev;
+        if (a >= lo && a - lo <= b->len && n <= b->len - (a - lo)) {
+            out = b->shadow + (a - lo);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return out;
+}
+
+static bool is_device(const void *p)
+{
+    return shadow_of(p, 1) != NULL;
+}
+
+const char *CUDARTAPI cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error (mock)";
+    case cudaErrorInvalidValue: return "invalid argument (mock)";
+    case cudaErrorMemoryAllocation: return "out of memory (mock)";
+    case cudaErrorInvalidDevice: return "invalid device ordinal (mock)";
+    case cudaErrorNotReady: return "device not ready (mock)";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle (mock)";
+    default: return "unknown error (mock)";
+    }
+}
+
+cudaError_t CUDARTAPI cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t CUDARTAPI cudaGetDeviceCount(int *count)
+{
+    if (!count)
+        return fail(cudaErrorInvalidValue);
+    *count = 1;
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaSetDevice(int device)
+{
+    return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+}
+
+/* ------------------------------------------------------------- memory */
+
+cudaError_t CUDARTAPI cudaMalloc(void **p, size_t size)
+{
+    if (!p || !size)
+        return fail(cudaErrorInvalidValue);
+    struct dev_block *b = calloc(1, sizeof *b);
+    int fd = memfd_create("kvt-mock-hbm", MFD_CLOEXEC);
+    if (!b || fd < 0 || ftruncate(fd, (off_t)size))
+        goto out_nomem;
+    b->len = size;
+    b->dev = mmap(NULL, size, PROT_NONE, MAP_SHARED, fd, 0);
+    b->shadow = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (b->dev == MAP_FAILED || b->shadow == MAP_FAILED) {
+        if (b->dev != MAP_FAILED)
+            munmap(b->dev, size);
+        if (b->shadow != MAP_FAILED)
+            munmap(b->shadow, size);
+        goto out_nomem;
+    }
+    close(fd);
+    pthread_mutex_lock(&mock_lock);
+    b->next = blocks;
+    blocks = b;
+    pthread_mutex_unlock(&mock_lock);
+    *p = b->dev;
+    return cudaSuccess;
+
+out_nomem:
+    if (fd >= 0)
+        close(fd);
+    free(b);
+    return fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t CUDARTAPI cudaFree(void *p)
+{
+    if (!p)
+        return cudaSuccess;
+    struct dev_block *b = NULL;
+    pthread_mutex_lock(&mock_lock);
+    for (struct dev_block **pp = &blocks; *pp; pp = &(*pp)->next)
+        if ((*pp)->dev == p) {
+            b = *pp;
+            *pp = b->next;
+            break;
+        }
+    pthread_mutex_unlock(&mock_lock);
+    if (!b)
+        return fail(cudaErrorInvalidValue);
+    munmap(b->dev, b->len);
+    munmap(b->shadow, b->len);
+    free(b);
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaHostRegister(void *p, size_t size, unsigned int flags)
+{
+    (void)flags;
+    return p && size && !is_device(p) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t CUDARTAPI cudaHostUnregister(void *p)
+{
+    return p ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t CUDARTAPI cudaHostAlloc(void **p, size_t size, unsigned int flags)
+{
+    (void)flags;
+    if (!p || !size)
+        return fail(cudaErrorInvalidValue);
+    void *m = NULL;
+    if (posix_memalign(&m, 4096, size))
+        return fail(cudaErrorMemoryAllocation);
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------- streams, events */
+
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    (void)flags;
+    if (!s)
+        return fail(cudaErrorInvalidValue);
+    struct CUstream_st *st = calloc(1, sizeof *st);
+    if (!st)
+        return fail(cudaErrorMemoryAllocation);
+    st->magic = STREAM_MAGIC;
+    *s = st;
+    return cudaSuccess;
+}
+
+static bool stream_ok(cudaStream_t s)
+{
+    return s && s->magic == STREAM_MAGIC;
+}
+
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s)
+{
+    if (!stream_ok(s))
+        return fail(cudaErrorInvalidResourceHandle);
+    s->magic = 0;
+    free(s);
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s)
+{
+    return stream_ok(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t s)
+{
+    return stream_ok(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
+{
+    (void)flags;
+    if (!e)
+        return fail(cudaErrorInvalidValue);
+    struct CUevent_st *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return fail(cudaErrorMemoryAllocation);
+    ev->magic = EVENT_MAGIC;
+    *e = ev;
+    return cudaSuccess;
+}
+
+static bool event_ok(cudaEvent_t e)
+{
+    return e && e->magic == EVENT_MAGIC;
+}
+
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e)
+{
+    if (!event_ok(e))
+        return fail(cudaErrorInvalidResourceHandle);
+    e->magic = 0;
+    free(e);
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (!event_ok(e) || !stream_ok(s))
+        return fail(cudaErrorInvalidResourceHandle);
+    __atomic_store_n(&e->unpolled, 1, __ATOMIC_RELEASE);
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e)
+{
+    if (!event_ok(e))
+        return fail(cudaErrorInvalidResourceHandle);
+    /* Not sticky and not recorded as the last error: "not ready" is news. */
+    return __atomic_exchange_n(&e->unpolled, 0, __ATOMIC_ACQ_REL) ? cudaErrorNotReady
+                                                                   : cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e)
+{
+    if (!event_ok(e))
+        return fail(cudaErrorInvalidResourceHandle);
+    __atomic_store_n(&e->unpolled, 0, __ATOMIC_RELEASE);
+    return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
+{
+    (void)flags;
+    if (!stream_ok(s) || !event_ok(e))
+        return fail(cudaErrorInvalidResourceHandle);
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------- copies */
+
+cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t n,
+                                      enum cudaMemcpyKind kind, cudaStream_t s)
+{
+    if (!stream_ok(s))
+        return fail(cudaErrorInvalidResourceHandle);
+    if (!n)
+        return cudaSuccess;
+    if (!dst || !src)
+        return fail(cudaErrorInvalidValue);
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyHostToHost && !dst_dev && !src_dev)
+        return fail(cudaErrorInvalidValue); /* cudaMemcpyDefault: the back-end never asks */
+    uint8_t *d = dst_dev ? shadow_of(dst, n) : dst;
+    const uint8_t *sp = src_dev ? shadow_of(src, n) : src;
+    /* Each side must be what the kind says: whole in one device block, or
+     * not device memory at all. */
+    if (!d || !sp || (!dst_dev && is_device(dst)) || (!src_dev && is_device(src)))
+        return fail(cudaErrorInvalidValue);
+    memmove(d, sp, n);
+    return cudaSuccess;
+}
