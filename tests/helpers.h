@@ -15,17 +15,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "include/kvtier.h"
+#include "tiers/tool.h"
 
 #define T_PAGE 4096u
 
+/* The test program's own process, not a child it forked. */
+static pid_t t_main_pid;
+__attribute__((constructor)) static void t_note_main_pid(void)
+{
+    t_main_pid = getpid();
+}
+
 /* The device the tests run on: the host back-end, unless KVT_TEST_DEVICE
  * says "auto" or a CUDA ordinal (tools/gpu/check.sh runs the suite on a
- * GPU that way). */
+ * GPU that way). A forked child always gets the host: CUDA cannot be used
+ * in a child of a process that used it, so a child reopens on the host what
+ * its parent wrote on the GPU (a spill directory does not record the
+ * device). */
 static inline int t_device(void)
 {
+    if (getpid() != t_main_pid)
+        return KVT_DEVICE_HOST;
     const char *s = getenv("KVT_TEST_DEVICE");
     if (!s || !*s || !strcmp(s, "host"))
         return KVT_DEVICE_HOST;
@@ -88,6 +102,83 @@ static inline int t_check(const void *p, size_t bytes, kvt_key k, uint32_t versi
         if (w[i] != t_word(k, version, i))
             return 0;
     return 1;
+}
+
+/* HBM pages (the pointers kvt_create and kvt_acquire give) are device
+ * memory on a GPU: the CPU must not touch them. These read and write them
+ * directly where the CPU can (the host back-end, and the faulty one over
+ * it), else through a bounce buffer and the device's own copy. They assert
+ * nothing, so worker threads may call them: 0, or an error said on stderr,
+ * and a page check that could not copy is a failed check. */
+static inline int t_hbm_cpu(kvt_engine *e)
+{
+    return strcmp(kvt_device_name(e), "cuda") != 0;
+}
+
+static inline int t_page_copy(kvt_engine *e, void *dst, const void *src, size_t n, int to_page)
+{
+    if (t_hbm_cpu(e)) {
+        memcpy(dst, src, n);
+        return 0;
+    }
+    int r = to_page ? kvt_tool_copy_to_page(e, dst, src, n) : kvt_tool_copy_from_page(e, dst, src, n);
+    if (r)
+        fprintf(stderr, "t_page_copy %s a page: %s (%s)\n", to_page ? "into" : "out of",
+                kvt_strerror(r), kvt_last_error());
+    return r;
+}
+
+/* n bytes from host memory src into HBM page memory at p, and back. */
+static inline int t_page_write(kvt_engine *e, void *p, const void *src, size_t n)
+{
+    return t_page_copy(e, p, src, n, 1);
+}
+
+static inline int t_page_read(kvt_engine *e, void *dst, const void *p, size_t n)
+{
+    return t_page_copy(e, dst, p, n, 0);
+}
+
+/* t_fill, t_check and memset of HBM page memory. */
+static inline int t_fill_page(kvt_engine *e, void *p, size_t bytes, kvt_key k, uint32_t version)
+{
+    if (t_hbm_cpu(e)) {
+        t_fill(p, bytes, k, version);
+        return 0;
+    }
+    void *b = malloc(bytes);
+    if (!b)
+        return -ENOMEM;
+    t_fill(b, bytes, k, version);
+    int r = t_page_write(e, p, b, bytes);
+    free(b);
+    return r;
+}
+
+static inline int t_check_page(kvt_engine *e, const void *p, size_t bytes, kvt_key k,
+                               uint32_t version)
+{
+    if (t_hbm_cpu(e))
+        return t_check(p, bytes, k, version);
+    void *b = malloc(bytes);
+    int ok = b && t_page_read(e, b, p, bytes) == 0 && t_check(b, bytes, k, version);
+    free(b);
+    return ok;
+}
+
+static inline int t_page_set(kvt_engine *e, void *p, int c, size_t n)
+{
+    if (t_hbm_cpu(e)) {
+        memset(p, c, n);
+        return 0;
+    }
+    void *b = malloc(n);
+    if (!b)
+        return -ENOMEM;
+    memset(b, c, n);
+    int r = t_page_write(e, p, b, n);
+    free(b);
+    return r;
 }
 
 /* Fails the test when an open returned r != 0, saying the engine's reason. */

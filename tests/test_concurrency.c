@@ -84,7 +84,7 @@ static void create_page(kvt_engine *e, kvt_key k, uint32_t v, size_t bytes)
 {
     void *p = NULL;
     assert_int_equal(kvt_create(e, k, &p), 0);
-    t_fill(p, bytes, k, v);
+    t_fill_page(e, p, bytes, k, v);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
 }
 
@@ -141,7 +141,7 @@ static void *mixed_worker(void *p)
             fail_at(a->res, "t%d: create %u: %s", a->tid, i, kvt_strerror(r));
             goto out;
         }
-        t_fill(d, PB, k, ver[i]);
+        t_fill_page(e, d, PB, k, ver[i]);
         if ((r = kvt_release(e, &k, 1, 1)))
             fail_at(a->res, "t%d: release after create: %s", a->tid, kvt_strerror(r));
     }
@@ -160,15 +160,15 @@ static void *mixed_worker(void *p)
                 fail_at(a->res, "t%d it%u: acquire: %s", a->tid, it, kvt_strerror(r));
                 continue;
             }
-            if (!t_check(d[0], PB, k, ver[i]))
+            if (!t_check_page(e, d[0], PB, k, ver[i]))
                 fail_at(a->res, "t%d it%u: acquire of own %u served wrong bytes (want v%u)",
                         a->tid, it, i, ver[i]);
-            if (n == 2 && !t_check(d[1], PB, sk, SHARED_VERSION))
+            if (n == 2 && !t_check_page(e, d[1], PB, sk, SHARED_VERSION))
                 fail_at(a->res, "t%d it%u: acquire of shared %u served wrong bytes", a->tid,
                         it, s);
             int dirty = (rng_next(&seed) & 1);
             if (dirty)
-                t_fill(d[0], PB, k, ++ver[i]);
+                t_fill_page(e, d[0], PB, k, ++ver[i]);
             if ((r = kvt_release(e, &k, 1, dirty)))
                 fail_at(a->res, "t%d it%u: release own: %s", a->tid, it, kvt_strerror(r));
             if (n == 2 && (r = kvt_release(e, &sk, 1, 0)))
@@ -216,7 +216,7 @@ static void *mixed_worker(void *p)
                 ver[i] = 0; /* gone: recreate below next time round is not tried */
                 continue;
             }
-            t_fill(d, PB, k, ++ver[i]);
+            t_fill_page(e, d, PB, k, ++ver[i]);
             if ((r = kvt_release(e, &k, 1, 1)))
                 fail_at(a->res, "t%d it%u: release after re-create: %s", a->tid, it,
                         kvt_strerror(r));
@@ -233,7 +233,7 @@ static void *mixed_worker(void *p)
                 fail_at(a->res, "t%d it%u: wait: %s", a->tid, it, kvt_strerror(r));
                 continue;
             }
-            if (!t_check(d[0], PB, k, ver[i]) || !t_check(d[1], PB, sk, SHARED_VERSION))
+            if (!t_check_page(e, d[0], PB, k, ver[i]) || !t_check_page(e, d[1], PB, sk, SHARED_VERSION))
                 fail_at(a->res, "t%d it%u: async acquire served wrong bytes", a->tid, it);
             if ((r = kvt_release(e, ks, 2, 0)))
                 fail_at(a->res, "t%d it%u: release async: %s", a->tid, it, kvt_strerror(r));
@@ -398,7 +398,7 @@ static void *same_worker(void *p)
         if (d[0] == d[1])
             fail_at(a->res, "t%d it%u: two keys share one device address", a->tid, it);
         for (int j = 0; j < 2; j++)
-            if (!t_check(d[j], PB, ks[j], 3))
+            if (!t_check_page(e, d[j], PB, ks[j], 3))
                 fail_at(a->res, "t%d it%u: key %u served wrong bytes", a->tid, it, ks[j].index);
         if (it % 7 == 0) /* a get of the same keys while they are pinned */ {
             uint64_t *b = aligned_alloc(4096, PB);
@@ -518,7 +518,7 @@ static void *tear_reader(void *p)
                 fail_at(a->res, "reader %d: acquire: %s", a->id, kvt_strerror(r));
                 continue;
             }
-            if (tear_version(d) < 0)
+            if (t_page_read(a->e, buf, d, PB) || tear_version(buf) < 0)
                 fail_at(a->res, "reader %d it%u: acquire served a torn or foreign page", a->id, it);
             if ((r = kvt_release(a->e, &tear_key, 1, 0)))
                 fail_at(a->res, "reader %d: release: %s", a->id, kvt_strerror(r));
@@ -575,7 +575,7 @@ static void test_put_get_same_key_no_tears(void **state)
         if (rc)
             fail_at(&res, "churn acquire: %s", kvt_strerror(rc));
         else {
-            if (!t_check(d, PB, k, 1))
+            if (!t_check_page(e, d, PB, k, 1))
                 fail_at(&res, "churn page served wrong bytes");
             kvt_release(e, &k, 1, 0);
         }
@@ -639,7 +639,7 @@ static void *sync_acquirer(void *p)
         return NULL;
     a->exact = 1;
     for (size_t i = 0; i < a->n; i++)
-        if (!t_check(d[i], a->page, a->keys[i], 4))
+        if (!t_check_page(a->e, d[i], a->page, a->keys[i], 4))
             a->exact = 0;
     a->rc = kvt_release(a->e, a->keys, a->n, 0);
     return NULL;
@@ -682,7 +682,7 @@ static void test_link_cap_async_shared(void **state)
     assert_int_equal(aa.rc, 0);
     assert_int_equal(aa.exact, 1);
     for (uint32_t i = 0; i < N; i++)
-        assert_true(t_check(d[i], page, k[i], 4));
+        assert_true(t_check_page(e, d[i], page, k[i], 4));
     assert_int_equal(kvt_wait(e, t), -EINVAL);
     kvt_stats s1 = t_stats(e);
     /* the shared acquire did not copy the pages a second time */
@@ -720,7 +720,7 @@ static void *seq_worker(void *p)
                 fail_at(a->res, "t%d: create: %s", a->tid, kvt_strerror(r));
                 continue;
             }
-            t_fill(d, PB, k, it);
+            t_fill_page(a->e, d, PB, k, it);
             if ((r = kvt_release(a->e, &k, 1, 1)))
                 fail_at(a->res, "t%d: release: %s", a->tid, kvt_strerror(r));
         }

@@ -110,7 +110,7 @@ static void test_open_copies_config(void **state)
     void *p = NULL;
     kvt_key k = t_key(1, 0, 0);
     assert_int_equal(kvt_create(e, k, &p), 0);
-    t_fill(p, T_PAGE, k, 1);
+    t_fill_page(e, p, T_PAGE, k, 1);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
     kvt_close(e);
 }

@@ -207,7 +207,7 @@ static kvt_stats replay_with(const struct shape *sh, const struct trace *t, uint
         switch (v->kind) {
         case EV_CREATE:
             assert_int_equal(kvt_create(e, v->key, &p), 0);
-            t_fill(p, PB, v->key, 1);
+            t_fill_page(e, p, PB, v->key, 1);
             assert_int_equal(kvt_release(e, &v->key, 1, 1), 0);
             break;
         case EV_ADVANCE:
@@ -220,7 +220,7 @@ static kvt_stats replay_with(const struct shape *sh, const struct trace *t, uint
         case EV_END_GROUP:
             assert_int_equal(kvt_acquire(e, grp, ng, ptr), 0);
             for (size_t j = 0; j < ng; j++)
-                assert_true(t_check(ptr[j], PB, grp[j], 1));
+                assert_true(t_check_page(e, ptr[j], PB, grp[j], 1));
             if (compute_us)
                 usleep(compute_us);
             assert_int_equal(kvt_release(e, grp, ng, 0), 0);
@@ -461,7 +461,7 @@ static void create_pages(kvt_engine *e, const uint64_t *ids, uint32_t nids, uint
                 kvt_key k = t_key(ids[s], l, i);
                 void *p;
                 assert_int_equal(kvt_create(e, k, &p), 0);
-                t_fill(p, PB, k, 1);
+                t_fill_page(e, p, PB, k, 1);
                 assert_int_equal(kvt_release(e, &k, 1, 1), 0);
             }
 }
@@ -482,7 +482,7 @@ static void decode_steps(kvt_engine *e, const uint64_t ids[2], uint32_t layers, 
                     grp[i] = t_key(ids[s], l, i);
                 assert_int_equal(kvt_acquire(e, grp, pages, ptr), 0);
                 for (uint32_t i = 0; i < pages; i++)
-                    assert_true(t_check(ptr[i], PB, grp[i], 1));
+                    assert_true(t_check_page(e, ptr[i], PB, grp[i], 1));
                 assert_int_equal(kvt_release(e, grp, pages, 0), 0);
             }
 }
@@ -631,10 +631,10 @@ static void test_schedule_too_many_groups(void **state)
     kvt_key k = t_key(ids[0], 1, 0);
     void *p;
     assert_int_equal(kvt_create(e, k, &p), 0);
-    t_fill(p, PB, k, 1);
+    t_fill_page(e, p, PB, k, 1);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
     assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
-    assert_true(t_check(p, PB, k, 1));
+    assert_true(t_check_page(e, p, PB, k, 1));
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
     kvt_close(e);
 

@@ -553,6 +553,7 @@ static void test_two_engines_two_plans(void **state)
 static void test_host_fail_batch_async_acquire(void **state)
 {
     kvt_config c = t_config(PB, 4, 8);
+    c.device = KVT_DEVICE_HOST; /* the host back-end's own failure hook */
     kvt_engine *e = NULL;
     assert_int_equal(kvt_open(&c, &e), 0);
     void *b = aligned_alloc(4096, PB);
@@ -604,6 +605,7 @@ static void test_host_fail_batch_async_acquire(void **state)
 static void test_host_fail_batch_writeback(void **state)
 {
     kvt_config c = t_config(PB, 4, 8);
+    c.device = KVT_DEVICE_HOST; /* the host back-end's own failure hook */
     kvt_engine *e = NULL;
     assert_int_equal(kvt_open(&c, &e), 0);
     kvt_device_host_fail_batch(kvt_engine_device_priv(e), 1);

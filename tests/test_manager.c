@@ -64,7 +64,7 @@ static void create_page(kvt_engine *e, kvt_key k, uint32_t v)
                     k.index, kvt_strerror(r));
     assert_int_equal(r, 0);
     assert_non_null(p);
-    t_fill(p, PB, k, v);
+    t_fill_page(e, p, PB, k, v);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
 }
 
@@ -121,7 +121,7 @@ static void assert_acquire(kvt_engine *e, kvt_key k, uint32_t v)
                     kvt_strerror(r));
     assert_int_equal(r, 0);
     assert_non_null(p);
-    assert_true(t_check(p, PB, k, v));
+    assert_true(t_check_page(e, p, PB, k, v));
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
 }
 
@@ -151,13 +151,13 @@ static void test_create_release_acquire(void **state)
     assert_int_equal(s.pinned_pages, 1);
     assert_int_equal(s.pages, 1);
     assert_int_equal(s.resident_pages[KVT_TIER_HBM], 1);
-    t_fill(p, PB, k, 1);
+    t_fill_page(e, p, PB, k, 1);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
     assert_int_equal(t_stats(e).pinned_pages, 0);
 
     void *q = NULL;
     assert_int_equal(kvt_acquire(e, &k, 1, &q), 0);
-    assert_true(t_check(q, PB, k, 1));
+    assert_true(t_check_page(e, q, PB, k, 1));
     assert_int_equal(t_stats(e).pinned_pages, 1);
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
     assert_get(e, k, 1);
@@ -193,7 +193,7 @@ static void test_promote_from_dram(void **state)
     kvt_stats s0 = t_stats(e);
     void *p = NULL;
     assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
-    assert_true(t_check(p, PB, k, 1));
+    assert_true(t_check_page(e, p, PB, k, 1));
     kvt_stats s1 = t_stats(e);
     assert_int_equal(s1.bytes_up[KVT_TIER_HBM] - s0.bytes_up[KVT_TIER_HBM], PB);
     assert_int_equal(s1.misses[KVT_TIER_HBM] - s0.misses[KVT_TIER_HBM], 1);
@@ -207,7 +207,7 @@ static void test_promote_from_dram(void **state)
 
     kvt_stats s2 = t_stats(e);
     assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
-    assert_true(t_check(p, PB, k, 1));
+    assert_true(t_check_page(e, p, PB, k, 1));
     kvt_stats s3 = t_stats(e);
     assert_int_equal(s3.hits[KVT_TIER_HBM] - s2.hits[KVT_TIER_HBM], 1);
     assert_int_equal(s3.misses[KVT_TIER_HBM], s2.misses[KVT_TIER_HBM]);
@@ -250,10 +250,10 @@ static void test_evict_around_pins(void **state)
     kvt_key a = t_key(1, 0, 0), b = t_key(1, 0, 1);
     void *pa = NULL, *pb = NULL;
     assert_int_equal(kvt_create(e, a, &pa), 0);
-    t_fill(pa, PB, a, 1);
+    t_fill_page(e, pa, PB, a, 1);
     assert_int_equal(put_page(e, b, 2), 0);
     assert_int_equal(kvt_acquire(e, &b, 1, &pb), 0);
-    assert_true(t_check(pb, PB, b, 2));
+    assert_true(t_check_page(e, pb, PB, b, 2));
 
     kvt_stats s0 = t_stats(e);
     for (uint32_t i = 0; i < 10; i++)
@@ -266,8 +266,8 @@ static void test_evict_around_pins(void **state)
     assert_true(s1.bytes_up[KVT_TIER_HBM] - s0.bytes_up[KVT_TIER_HBM] >= 10 * PB);
     assert_int_equal(s1.pinned_pages, 2);
 
-    assert_true(t_check(pa, PB, a, 1));
-    assert_true(t_check(pb, PB, b, 2));
+    assert_true(t_check_page(e, pa, PB, a, 1));
+    assert_true(t_check_page(e, pb, PB, b, 2));
     void *pa2 = NULL;
     assert_int_equal(kvt_acquire(e, &a, 1, &pa2), 0); /* a second pin: same address */
     assert_ptr_equal(pa2, pa);
@@ -298,8 +298,8 @@ static void test_dirty_writeback_survives_eviction(void **state)
         void *p = NULL;
         kvt_stats s0 = t_stats(e);
         assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
-        assert_true(t_check(p, PB, k, v - 1));
-        t_fill(p, PB, k, v);
+        assert_true(t_check_page(e, p, PB, k, v - 1));
+        t_fill_page(e, p, PB, k, v);
         assert_int_equal(kvt_release(e, &k, 1, 1), 0);
         /* Other pages through the two slots until k leaves HBM. Usually
          * three do it; but k's write-back is asynchronous, and while it is
@@ -328,8 +328,8 @@ static void test_dirty_release_supersedes_dram_copy(void **state)
     assert_int_equal(put_page(e, k, 1), 0);
     void *p = NULL;
     assert_int_equal(kvt_acquire(e, &k, 1, &p), 0); /* HBM copy + DRAM copy */
-    assert_true(t_check(p, PB, k, 1));
-    t_fill(p, PB, k, 2);
+    assert_true(t_check_page(e, p, PB, k, 1));
+    t_fill_page(e, p, PB, k, 2);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
     assert_get(e, k, 2);
     assert_int_equal(t_where(e, k), KVT_TIER_HBM);
@@ -361,7 +361,7 @@ static void test_all_pinned_hbm_full(void **state)
     for (uint32_t i = 0; i < 4; i++) {
         a[i] = t_key(21, 0, i);
         assert_int_equal(kvt_create(e, a[i], &pa[i]), 0);
-        t_fill(pa[i], PB, a[i], 1 + i);
+        t_fill_page(e, pa[i], PB, a[i], 1 + i);
     }
     assert_int_equal(t_stats(e).pinned_pages, 4);
 
@@ -391,7 +391,7 @@ static void test_all_pinned_hbm_full(void **state)
     assert_get(e, y, 3);
 
     for (uint32_t i = 0; i < 4; i++)
-        assert_true(t_check(pa[i], PB, a[i], 1 + i));
+        assert_true(t_check_page(e, pa[i], PB, a[i], 1 + i));
     assert_int_equal(kvt_release(e, a, 4, 1), 0);
     assert_int_equal(t_stats(e).pinned_pages, 0);
     /* the failed acquire of {a[0], pk} left no pin behind */
@@ -417,7 +417,7 @@ static void test_repeated_keys_pin_twice(void **state)
     void *p[2] = { NULL, NULL };
     assert_int_equal(kvt_acquire(e, kk, 2, p), 0);
     assert_ptr_equal(p[0], p[1]);
-    assert_true(t_check(p[0], PB, k, 1));
+    assert_true(t_check_page(e, p[0], PB, k, 1));
     assert_int_equal(t_stats(e).pinned_pages, 1);
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
     assert_int_equal(t_stats(e).pinned_pages, 1);
@@ -523,7 +523,7 @@ static void test_acquire_when_every_slot_full(void **state)
     if (r)
         print_error("acquire of a DRAM page in a full, unpinned engine: %s\n", kvt_strerror(r));
     assert_int_equal(r, 0);
-    assert_true(t_check(p, PB, k, 1));
+    assert_true(t_check_page(e, p, PB, k, 1));
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
     for (uint32_t i = 0; i < 6; i++)
         assert_get(e, t_key(42, 0, i), i + 1);
@@ -645,7 +645,7 @@ static void test_put_pinned_busy(void **state)
     void *p = NULL;
     assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
     assert_int_equal(put_page(e, k, 2), -EBUSY);
-    assert_true(t_check(p, PB, k, 1));
+    assert_true(t_check_page(e, p, PB, k, 1));
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
     assert_get(e, k, 1);
     assert_int_equal(put_page(e, k, 2), 0);
@@ -726,7 +726,7 @@ static void test_drop_pinned_busy(void **state)
     assert_int_equal(kvt_drop(e, ks, 2), -EBUSY);
     assert_int_equal(t_stats(e).pages, 2); /* b was not dropped either */
     assert_get(e, b, 2);
-    assert_true(t_check(p, PB, a, 1));
+    assert_true(t_check_page(e, p, PB, a, 1));
     assert_int_equal(kvt_release(e, &a, 1, 0), 0);
     assert_get(e, a, 1);
 
@@ -734,7 +734,7 @@ static void test_drop_pinned_busy(void **state)
     kvt_key c = t_key(71, 0, 2);
     void *pc = NULL;
     assert_int_equal(kvt_create(e, c, &pc), 0);
-    t_fill(pc, PB, c, 3);
+    t_fill_page(e, pc, PB, c, 3);
     assert_int_equal(kvt_drop(e, &c, 1), -EBUSY);
     assert_int_equal(kvt_release(e, &c, 1, 1), 0);
     assert_get(e, c, 3);
@@ -823,7 +823,7 @@ static void test_acquire_async_wait(void **state)
     assert_int_equal(t_stats(e).pinned_pages, N); /* pins held from the call on */
     assert_int_equal(kvt_wait(e, t), 0);
     for (uint32_t i = 0; i < N; i++)
-        assert_true(t_check(p[i], PB, k[i], 10 + i));
+        assert_true(t_check_page(e, p[i], PB, k[i], 10 + i));
     kvt_stats s1 = t_stats(e);
     assert_int_equal(s1.bytes_up[KVT_TIER_HBM] - s0.bytes_up[KVT_TIER_HBM], N * PB);
     assert_int_equal(kvt_wait(e, t), -EINVAL);      /* already waited */
@@ -842,8 +842,8 @@ static void test_acquire_async_wait(void **state)
     assert_true(t1 != 0 && t2 != 0 && t1 != t2);
     assert_int_equal(kvt_wait(e, t2), 0);
     assert_int_equal(kvt_wait(e, t1), 0);
-    assert_true(t_check(px, PB, x, 5));
-    assert_true(t_check(pk, PB, k[0], 10));
+    assert_true(t_check_page(e, px, PB, x, 5));
+    assert_true(t_check_page(e, pk, PB, k[0], 10));
     assert_int_equal(kvt_wait(e, t1), -EINVAL);
     assert_int_equal(kvt_wait(e, t2), -EINVAL);
     assert_int_equal(kvt_release(e, &x, 1, 0), 0);
@@ -860,7 +860,7 @@ static void test_wait_stream_host(void **state)
     kvt_ticket t = 0;
     assert_int_equal(kvt_acquire_async(e, &k, 1, &p, &t), 0);
     assert_int_equal(kvt_wait_stream(e, t, NULL), 0); /* host: the caller waits */
-    assert_true(t_check(p, PB, k, 3));
+    assert_true(t_check_page(e, p, PB, k, 3));
     assert_int_equal(kvt_wait(e, t), -EINVAL); /* consumed */
     assert_int_equal(kvt_wait_stream(e, t, NULL), -EINVAL);
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
@@ -911,7 +911,7 @@ static void test_flush_writes_down(void **state)
     kvt_key k = t_key(90, 0, 2);
     void *p = NULL;
     assert_int_equal(kvt_acquire(e, &k, 1, &p), 0);
-    t_fill(p, PB, k, 33);
+    t_fill_page(e, p, PB, k, 33);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
     assert_int_equal(kvt_flush(e), 0);
     kvt_stats s2 = t_stats(e);

@@ -759,7 +759,7 @@ static void test_acquire_more_than_dram(void **state)
         k[i] = t_key((uint64_t)i, 0, 0);
     assert_int_equal(kvt_acquire(e, k, 16, ptr), 0);
     for (int i = 0; i < 16; i++)
-        assert_true(t_check(ptr[i], PB, k[i], 1));
+        assert_true(t_check_page(e, ptr[i], PB, k[i], 1));
     assert_int_equal(kvt_release(e, k, 16, 0), 0);
     kvt_close(e);
 }

@@ -183,6 +183,28 @@ static int page_ok(const void *p, kvt_key k, uint32_t v)
     return ok;
 }
 
+/* gen_page and page_ok of an HBM page: through the device where the CPU
+ * cannot touch it (helpers.h t_page_write). Neither asserts: the workers
+ * call them too. */
+static int gen_page_at(kvt_engine *e, void *page, kvt_key k, uint32_t v)
+{
+    void *b = malloc(PB);
+    if (!b)
+        return -ENOMEM;
+    gen_page(b, k, v);
+    int r = t_page_write(e, page, b, PB);
+    free(b);
+    return r;
+}
+
+static int page_ok_at(kvt_engine *e, const void *page, kvt_key k, uint32_t v)
+{
+    void *b = malloc(PB);
+    int ok = b && t_page_read(e, b, page, PB) == 0 && page_ok(b, k, v);
+    free(b);
+    return ok;
+}
+
 static void create_v(kvt_engine *e, kvt_key k, uint32_t v)
 {
     void *p = NULL;
@@ -191,7 +213,7 @@ static void create_v(kvt_engine *e, kvt_key k, uint32_t v)
         print_error("create (%llu,%u,%u): %s (%s)\n", (unsigned long long)k.id, k.layer, k.index,
                     kvt_strerror(r), kvt_last_error());
     assert_int_equal(r, 0);
-    gen_page(p, k, v);
+    assert_int_equal(gen_page_at(e, p, k, v), 0);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
 }
 
@@ -240,10 +262,10 @@ static void expect_acquire(kvt_engine *e, kvt_key k, uint32_t v)
         print_error("acquire (%llu,%u,%u): %s (%s)\n", (unsigned long long)k.id, k.layer,
                     k.index, kvt_strerror(r), kvt_last_error());
     assert_int_equal(r, 0);
-    if (!page_ok(p, k, v))
+    if (!page_ok_at(e, p, k, v))
         print_error("acquire (%llu,%u,%u): not version %u\n", (unsigned long long)k.id, k.layer,
                     k.index, v);
-    assert_true(page_ok(p, k, v));
+    assert_true(page_ok_at(e, p, k, v));
     assert_int_equal(kvt_release(e, &k, 1, 0), 0);
 }
 
@@ -274,8 +296,8 @@ static void acquire_rewrite(kvt_engine *e, kvt_key k, uint32_t old_v, uint32_t n
         print_error("acquire (%llu,%u,%u): %s (%s)\n", (unsigned long long)k.id, k.layer,
                     k.index, kvt_strerror(r), kvt_last_error());
     assert_int_equal(r, 0);
-    assert_true(page_ok(p, k, old_v));
-    gen_page(p, k, new_v);
+    assert_true(page_ok_at(e, p, k, old_v));
+    assert_int_equal(gen_page_at(e, p, k, new_v), 0);
     assert_int_equal(kvt_release(e, &k, 1, 1), 0);
 }
 
@@ -501,7 +523,7 @@ static void test_three_tier_roundtrip(void **state)
             print_error("acquire of 4 from %u: %s (%s)\n", i, kvt_strerror(r), kvt_last_error());
         assert_int_equal(r, 0);
         for (int j = 0; j < 4; j++)
-            assert_true(page_ok(p[j], keys[i + j], 1));
+            assert_true(page_ok_at(e, p[j], keys[i + j], 1));
         assert_int_equal(kvt_release(e, &keys[i], 4, 0), 0);
     }
     /* get, four at a time */
@@ -1469,7 +1491,8 @@ static void *worker_main(void *arg)
             worker_fail(w, "create %u: %s", i, kvt_strerror(r));
             goto out;
         }
-        gen_page(p, k, 1);
+        if (gen_page_at(w->e, p, k, 1))
+            worker_fail(w, "create %u: cannot write the page", i);
         kvt_release(w->e, &k, 1, 1);
         w->ver[i] = 1;
     }
@@ -1488,10 +1511,10 @@ static void *worker_main(void *arg)
                 worker_fail(w, "acquire %u: %s (%s)", i, kvt_strerror(r), kvt_last_error());
                 continue;
             }
-            if (!page_ok(p, k, w->ver[i]))
+            if (!page_ok_at(w->e, p, k, w->ver[i]))
                 worker_fail(w, "acquire %u: not version %u", i, w->ver[i]);
-            if (op == 3)
-                gen_page(p, k, ++w->ver[i]);
+            if (op == 3 && gen_page_at(w->e, p, k, ++w->ver[i]))
+                worker_fail(w, "acquire %u: cannot rewrite the page", i);
             r = kvt_release(w->e, &k, 1, op == 3);
             if (r)
                 worker_fail(w, "release %u: %s", i, kvt_strerror(r));
@@ -1580,6 +1603,7 @@ static void test_flush_to_ssd(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         kvt_engine *ce = NULL;
+        c.device = t_device(); /* the host, in a child */
         if (kvt_open(&c, &ce))
             _exit(2);
         for (uint32_t i = 0; i < 10; i++) {
@@ -1587,7 +1611,8 @@ static void test_flush_to_ssd(void **state)
             void *p = NULL;
             if (kvt_create(ce, k, &p))
                 _exit(3);
-            gen_page(p, k, 4);
+            if (gen_page_at(ce, p, k, 4))
+                _exit(6);
             kvt_release(ce, &k, 1, 1);
         }
         for (uint32_t i = 5; i < 10; i++) {
@@ -1595,7 +1620,8 @@ static void test_flush_to_ssd(void **state)
             void *p = NULL;
             if (kvt_acquire(ce, &k, 1, &p))
                 _exit(4);
-            gen_page(p, k, 3);
+            if (gen_page_at(ce, p, k, 3))
+                _exit(6);
             kvt_release(ce, &k, 1, 1);
         }
         _exit(kvt_flush(ce) == 0 ? 0 : 5);
@@ -1830,7 +1856,7 @@ static void test_acquire_async_from_ssd(void **state)
         assert_int_equal(kvt_wait(e, t), 0);
         assert_ptr_equal(p[0], p[3]);
         for (int j = 0; j < 4; j++)
-            assert_true(page_ok(p[j], k[j], 1));
+            assert_true(page_ok_at(e, p[j], k[j], 1));
         assert_int_equal(kvt_release(e, k, 4, 0), 0);
     }
     assert_int_equal(t_stats(e).pinned_pages, 0);

@@ -274,7 +274,8 @@ static void op_create(struct wl *w, int i)
         return; /* nothing created */
     if (!(w->mask[i] & ABSENT))
         violation(w, "create of existing key %d succeeded", i);
-    t_fill(p, PB, w->key[i], v);
+    if (t_fill_page(w->e, p, PB, w->key[i], v))
+        violation(w, "create of key %d: cannot write the page", i);
     call_begin(w, &i, 1);
     r = account(w, "release after create", kvt_release(w->e, &w->key[i], 1, 1));
     call_end(w);
@@ -317,7 +318,12 @@ static void op_acquire(struct wl *w, int i, int rewrite)
         return;
     if (w->mask[i] == ABSENT)
         violation(w, "acquire of absent key %d succeeded", i);
-    verify(w, i, p, "acquire");
+    void *h = malloc(PB);
+    if (!h || t_page_read(w->e, h, p, PB))
+        violation(w, "acquire of key %d: cannot read the page back", i);
+    else
+        verify(w, i, h, "acquire");
+    free(h);
     if (!rewrite) {
         call_begin(w, &i, 1);
         account(w, "release clean", kvt_release(w->e, &w->key[i], 1, 0));
@@ -325,7 +331,8 @@ static void op_acquire(struct wl *w, int i, int rewrite)
         return;
     }
     uint32_t v = w->next_v[i]++;
-    t_fill(p, PB, w->key[i], v);
+    if (t_fill_page(w->e, p, PB, w->key[i], v))
+        violation(w, "acquire of key %d: cannot rewrite the page", i);
     call_begin(w, &i, 1);
     r = account(w, "release dirty", kvt_release(w->e, &w->key[i], 1, 1));
     call_end(w);
@@ -538,7 +545,7 @@ static int sweep_run(const struct kvt_io_fault *f, struct sweep_totals *tot)
     bool new_key = false;
     int r = kvt_create(e, nk, &p);
     if (account(&w, "create after fault", r) == 0) {
-        t_fill(p, PB, nk, NEWKEY_V);
+        assert_int_equal(t_fill_page(e, p, PB, nk, NEWKEY_V), 0);
         new_key = account(&w, "release", kvt_release(e, &nk, 1, 1)) == 0;
         void *dst[1] = { w.buf[0] };
         int found = 0;
@@ -1187,7 +1194,7 @@ static void test_read_fault_retried_then_lost(void **state)
     kvt_io_faulty_set(&f.plan, &once);
     void *d = NULL;
     assert_int_equal(kvt_acquire(e, &ks[t], 1, &d), 0);
-    assert_true(t_check(d, PB, ks[t], 1));
+    assert_true(t_check_page(e, d, PB, ks[t], 1));
     assert_int_equal(kvt_release(e, &ks[t], 1, 0), 0);
     assert_int_equal(kvt_io_faulty_count(&f.plan, KVT_IOF_READ), 2);
     kvt_stats s = t_stats(e);
@@ -1329,6 +1336,7 @@ static void test_drop_before_any_ssd_job(void **state)
     if (pid == 0) {
         alarm(CHILD_ALARM);
         kvt_engine *ce = NULL;
+        c.device = t_device(); /* the host, in a child */
         if (t_open_io(&c, &ce))
             _exit(2);
         kvt_key k = t_key(8, 0, 3);

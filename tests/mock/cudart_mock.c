@@ -13,8 +13,9 @@
  *     destination and a host source, and so on (cudaErrorInvalidValue).
  *   - An event recorded is not done at once: the first cudaEventQuery after a
  *     record answers cudaErrorNotReady, so polls see work in flight.
- *   - The per-thread current device: cudaSetDevice of an ordinal other than
- *     0 fails, as on a one-GPU machine.
+ *   - Only ordinal 0 exists, as on a one-GPU machine.
+ *   - fork: a child of a process that used the runtime gets
+ *     cudaErrorInitializationError from every call, as CUDA's children do.
  * What it does not: copies run at the call, in order, on the calling thread;
  * there are no kernels. Its prototypes come from the toolkit's own header, so
  * a signature that drifts from the real runtime's fails to compile.
@@ -62,6 +63,26 @@ static cudaError_t fail(cudaError_t e)
     return e;
 }
 
+/* The process that first used the runtime; a forked child is not it. */
+static pid_t owner_pid;
+
+static bool forked(void)
+{
+    pid_t me = getpid();
+    pid_t expect = 0;
+    if (__atomic_compare_exchange_n(&owner_pid, &expect, me, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        return false;
+    return expect != me;
+}
+
+/* Every entry point starts with this. */
+#define ENTER()                                                                                    \
+    do {                                                                                           \
+        if (forked())                                                                              \
+            return fail(cudaErrorInitializationError);                                             \
+    } while (0)
+
 /* The writable view of [p, p+n) if it lies in one device block, else NULL. */
 static uint8_t *shadow_of(const void *p, size_t n)
 {
@@ -93,6 +114,7 @@ const char *CUDARTAPI cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidDevice: return "invalid device ordinal (mock)";
     case cudaErrorNotReady: return "device not ready (mock)";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle (mock)";
+    case cudaErrorInitializationError: return "initialization error: used after fork (mock)";
     default: return "unknown error (mock)";
     }
 }
@@ -106,6 +128,7 @@ cudaError_t CUDARTAPI cudaGetLastError(void)
 
 cudaError_t CUDARTAPI cudaGetDeviceCount(int *count)
 {
+    ENTER();
     if (!count)
         return fail(cudaErrorInvalidValue);
     *count = 1;
@@ -114,6 +137,7 @@ cudaError_t CUDARTAPI cudaGetDeviceCount(int *count)
 
 cudaError_t CUDARTAPI cudaSetDevice(int device)
 {
+    ENTER();
     return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
 }
 
@@ -121,6 +145,7 @@ cudaError_t CUDARTAPI cudaSetDevice(int device)
 
 cudaError_t CUDARTAPI cudaMalloc(void **p, size_t size)
 {
+    ENTER();
     if (!p || !size)
         return fail(cudaErrorInvalidValue);
     struct dev_block *b = calloc(1, sizeof *b);
@@ -154,6 +179,7 @@ out_nomem:
 
 cudaError_t CUDARTAPI cudaFree(void *p)
 {
+    ENTER();
     if (!p)
         return cudaSuccess;
     struct dev_block *b = NULL;
@@ -175,17 +201,20 @@ cudaError_t CUDARTAPI cudaFree(void *p)
 
 cudaError_t CUDARTAPI cudaHostRegister(void *p, size_t size, unsigned int flags)
 {
+    ENTER();
     (void)flags;
     return p && size && !is_device(p) ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
 cudaError_t CUDARTAPI cudaHostUnregister(void *p)
 {
+    ENTER();
     return p ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
 cudaError_t CUDARTAPI cudaHostAlloc(void **p, size_t size, unsigned int flags)
 {
+    ENTER();
     (void)flags;
     if (!p || !size)
         return fail(cudaErrorInvalidValue);
@@ -198,6 +227,7 @@ cudaError_t CUDARTAPI cudaHostAlloc(void **p, size_t size, unsigned int flags)
 
 cudaError_t CUDARTAPI cudaFreeHost(void *p)
 {
+    ENTER();
     free(p);
     return cudaSuccess;
 }
@@ -206,6 +236,7 @@ cudaError_t CUDARTAPI cudaFreeHost(void *p)
 
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
 {
+    ENTER();
     (void)flags;
     if (!s)
         return fail(cudaErrorInvalidValue);
@@ -224,6 +255,7 @@ static bool stream_ok(cudaStream_t s)
 
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s)
 {
+    ENTER();
     if (!stream_ok(s))
         return fail(cudaErrorInvalidResourceHandle);
     s->magic = 0;
@@ -233,16 +265,19 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s)
 {
+    ENTER();
     return stream_ok(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
 cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t s)
 {
+    ENTER();
     return stream_ok(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
 cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 {
+    ENTER();
     (void)flags;
     if (!e)
         return fail(cudaErrorInvalidValue);
@@ -261,6 +296,7 @@ static bool event_ok(cudaEvent_t e)
 
 cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e)
 {
+    ENTER();
     if (!event_ok(e))
         return fail(cudaErrorInvalidResourceHandle);
     e->magic = 0;
@@ -270,6 +306,7 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e)
 
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
+    ENTER();
     if (!event_ok(e) || !stream_ok(s))
         return fail(cudaErrorInvalidResourceHandle);
     __atomic_store_n(&e->unpolled, 1, __ATOMIC_RELEASE);
@@ -278,6 +315,7 @@ cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e)
 {
+    ENTER();
     if (!event_ok(e))
         return fail(cudaErrorInvalidResourceHandle);
     /* Not sticky and not recorded as the last error: "not ready" is news. */
@@ -287,6 +325,7 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e)
 
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e)
 {
+    ENTER();
     if (!event_ok(e))
         return fail(cudaErrorInvalidResourceHandle);
     __atomic_store_n(&e->unpolled, 0, __ATOMIC_RELEASE);
@@ -295,6 +334,7 @@ cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e)
 
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
 {
+    ENTER();
     (void)flags;
     if (!stream_ok(s) || !event_ok(e))
         return fail(cudaErrorInvalidResourceHandle);
@@ -306,6 +346,7 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigne
 cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t n,
                                       enum cudaMemcpyKind kind, cudaStream_t s)
 {
+    ENTER();
     if (!stream_ok(s))
         return fail(cudaErrorInvalidResourceHandle);
     if (!n)
