@@ -75,7 +75,9 @@ struct kvt_device_ops {
 
     /* Queues n copies in direction dir (arena to arena) as one batch; *fence
      * receives the batch's fence. On error nothing is queued. The memory
-     * named by the copies must stay allocated until the fence completes. */
+     * named by the copies must stay allocated until the fence completes.
+     * The copies of one batch must not overlap one another: a back-end may
+     * run them in any order (CUDA's batch call does). */
     int (*submit)(void *priv, enum kvt_dir dir, const struct kvt_copy *c, size_t n,
                   uint64_t *fence);
     /* 0 when fence f of dir has completed without error, -EINPROGRESS while

@@ -61,7 +61,9 @@ int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_spa
  * round one batch goes down, queued and not waited for (a write-back), and
  * one goes up and is waited for (an acquire). gbps[0] is up, gbps[1] down,
  * both over the time until the last copy of either landed. Same contract
- * on the arenas' bytes and the same returns as kvt_tool_link_copy. */
+ * on the arenas' bytes and the same returns as kvt_tool_link_copy; where
+ * a batch is larger than half of HBM, its blocks repeat within the batch,
+ * which only the bytes (no longer meaningful) notice. */
 int kvt_tool_link_duplex(kvt_engine *e, uint64_t pages, uint64_t dram_span, unsigned batch,
                          double gbps[2]);
 

@@ -11,6 +11,8 @@
  *     code path that dereferences an HBM page faults here as it would there.
  *   - Copies check their direction: cudaMemcpyAsync with H2D needs a device
  *     destination and a host source, and so on (cudaErrorInvalidValue).
+ *   - cudaMemcpyBatchAsync checks its attributes as documented and runs its
+ *     copies in reverse order, since it promises none.
  *   - An event recorded is not done at once: the first cudaEventQuery after a
  *     record answers cudaErrorNotReady, so polls see work in flight.
  *   - Only ordinal 0 exists, as on a one-GPU machine.
@@ -343,6 +345,22 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigne
 
 /* ------------------------------------------------------------- copies */
 
+/* Test knobs and counts (tests/test_device_cuda.c): a refused batch call, as
+ * a driver without it answers, and how many copy calls were made. */
+static bool refuse_batch;
+static unsigned long n_memcpy, n_batch;
+
+void kvt_mock_cuda_refuse_batch(bool refuse)
+{
+    __atomic_store_n(&refuse_batch, refuse, __ATOMIC_RELAXED);
+}
+
+void kvt_mock_cuda_calls(unsigned long *memcpy_calls, unsigned long *batch_calls)
+{
+    *memcpy_calls = __atomic_load_n(&n_memcpy, __ATOMIC_RELAXED);
+    *batch_calls = __atomic_load_n(&n_batch, __ATOMIC_RELAXED);
+}
+
 cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t n,
                                       enum cudaMemcpyKind kind, cudaStream_t s)
 {
@@ -353,6 +371,7 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t n,
         return cudaSuccess;
     if (!dst || !src)
         return fail(cudaErrorInvalidValue);
+    __atomic_add_fetch(&n_memcpy, 1, __ATOMIC_RELAXED);
     bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if (kind != cudaMemcpyHostToHost && !dst_dev && !src_dev)
@@ -364,5 +383,46 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t n,
     if (!d || !sp || (!dst_dev && is_device(dst)) || (!src_dev && is_device(src)))
         return fail(cudaErrorInvalidValue);
     memmove(d, sp, n);
+    return cudaSuccess;
+}
+
+/* Each copy's direction comes from its pointers, as with unified addressing.
+ * The attributes are checked as the runtime documents them: attrsIdxs[0] is
+ * 0, the indices rise and stay below count, every source access order is
+ * set. The copies run in reverse order: a batch promises none, and a caller
+ * that relied on one should see it break here. */
+cudaError_t CUDARTAPI cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs,
+                                           const size_t *sizes, size_t count,
+                                           struct cudaMemcpyAttributes *attrs,
+                                           size_t *attrsIdxs, size_t numAttrs,
+                                           cudaStream_t s)
+{
+    ENTER();
+    if (__atomic_load_n(&refuse_batch, __ATOMIC_RELAXED))
+        return fail(cudaErrorNotSupported);
+    if (!stream_ok(s))
+        return fail(cudaErrorInvalidResourceHandle);
+    if (!count || !dsts || !srcs || !sizes || !attrs || !attrsIdxs || !numAttrs ||
+        numAttrs > count || attrsIdxs[0] != 0)
+        return fail(cudaErrorInvalidValue);
+    for (size_t a = 0; a < numAttrs; a++) {
+        if (attrs[a].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid)
+            return fail(cudaErrorInvalidValue);
+        if (a && (attrsIdxs[a] <= attrsIdxs[a - 1] || attrsIdxs[a] >= count))
+            return fail(cudaErrorInvalidValue);
+    }
+    for (size_t k = 0; k < count; k++) {
+        if (!dsts[k] || !srcs[k] || !sizes[k])
+            return fail(cudaErrorInvalidValue);
+        if (!(is_device(dsts[k]) ? shadow_of(dsts[k], sizes[k]) : (uint8_t *)dsts[k]) ||
+            !(is_device(srcs[k]) ? shadow_of(srcs[k], sizes[k]) : (const uint8_t *)srcs[k]))
+            return fail(cudaErrorInvalidValue);
+    }
+    __atomic_add_fetch(&n_batch, 1, __ATOMIC_RELAXED);
+    for (size_t k = count; k-- > 0;) {
+        uint8_t *d = is_device(dsts[k]) ? shadow_of(dsts[k], sizes[k]) : dsts[k];
+        const uint8_t *sp = is_device(srcs[k]) ? shadow_of(srcs[k], sizes[k]) : srcs[k];
+        memmove(d, sp, sizes[k]);
+    }
     return cudaSuccess;
 }

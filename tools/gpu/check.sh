@@ -78,6 +78,12 @@ if [ $MODE = cuda ]; then DEV="--device 0"; HB="--hbm 1G --dram 4G"; else DEV="-
 for pb in 128K 256K 1M; do
   step "bench_hbm_$pb" 90 "$K" bench hbm $DEV $HB --page-bytes $pb --json
 done
+# The same with one cudaMemcpyAsync per page, kvtier and baseline alike
+# (KVT_CUDA_COPY=loop): the plain cudaMemcpyAsync baseline issue 20 names,
+# and whether the batch call pays.
+for pb in 128K 256K; do
+  step "bench_hbm_${pb}_loop" 90 env KVT_CUDA_COPY=loop "$K" bench hbm $DEV $HB --page-bytes $pb --json
+done
 
 # (c) the long decode. llama3-8b, all 32 layers: 128 KiB of KV per token, in
 # 128 KiB pages. 64k context = 8 GiB of KV, HBM 2 GiB (KV = 4x HBM), the rest
@@ -159,13 +165,26 @@ try:
     if m: g["pcie_gen_max_current"] = [m[1], m[2]]
     put("nvidia_smi", {"gpu": g})
 except OSError: pass
-for pb in ("128K", "256K", "1M"):
+for pb in ("128K", "256K", "1M", "128K_loop", "256K_loop"):
     d = load("bench_hbm_" + pb)
     if d:
         put("bench_hbm_" + pb, {"device": d.get("device"), "page_bytes": d.get("page_bytes"),
             "links": {l["link"]: {k: v for k, v in l.items() if k not in ("link", "block_bytes", "depth")}
                       for l in d.get("links", [])},
             "acquire_release_per_s": d.get("acquire_release_per_s")})
+# Issue 20's copy lines: kvtier (its default copy path) at 256K against the
+# plain cudaMemcpyAsync baseline (the loop run), each direction alone.
+bd, bl = load("bench_hbm_256K"), load("bench_hbm_256K_loop")
+if bd and bl:
+    got = {l["link"]: l for l in bd.get("links", [])}
+    base = {l["link"]: l for l in bl.get("links", [])}
+    lines = {}
+    for ln in ("dram->hbm", "hbm->dram"):
+        if ln in got and ln in base and base[ln].get("baseline_gbps"):
+            g, b = got[ln]["gbps"], base[ln]["baseline_gbps"]
+            lines[ln] = {"gbps": g, "cudaMemcpyAsync_gbps": b, "ratio": round(g / b, 4),
+                         "holds": g >= 0.9 * b and g >= 40}
+    s["issue20_copies_256K"] = lines
 d = load("bench_ssd")
 if d: put("bench_ssd", {"json": {k: v for k, v in d.items() if not isinstance(v, list) or len(v) < 12}})
 for n in ("run_long", "run_trace"):
