@@ -149,8 +149,11 @@ static void test_fences_across_the_ring(void **state)
     struct fx f;
     fx_open(&f);
     uint64_t first = submit(&f, KVT_H2D, 0, 2), last = first;
-    assert_int_equal(f.ops->poll(f.priv, KVT_H2D, first), -EINPROGRESS); /* the mock's first query */
-    assert_int_equal(f.ops->poll(f.priv, KVT_H2D, first), 0);
+    int r, busy = 0; /* the mock's event is not ready for its first few queries */
+    while ((r = f.ops->poll(f.priv, KVT_H2D, first)) == -EINPROGRESS && busy < 100)
+        busy++;
+    assert_int_equal(r, 0);
+    assert_true(busy >= 1);
     for (int i = 0; i < 700; i++) {
         last = submit(&f, KVT_H2D, (uint32_t)(i % 32) * 2, 2);
         assert_int_equal(last, first + 1 + (uint64_t)i);

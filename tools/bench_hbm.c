@@ -178,14 +178,13 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
  * HBM slots and the first nd DRAM slots: the span the manager phase uses), in
  * batches of `batch` through the device back-end's own queue
  * (kvt_tool_link_copy). Not pipelined: waits for each batch, as an acquire
- * does; pipelined: queues everything, then waits, as a flush does. Returns
- * GB/s, 0 on failure. */
-static double raw_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t nd, unsigned batch,
-                       bool pipelined)
+ * does; pipelined: queues everything, then waits, as a flush does. 0 and
+ * *gbps, or the error: a failed link fails the bench, since a ratio over no
+ * baseline means nothing. */
+static int raw_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t nd, unsigned batch,
+                    bool pipelined, double *gbps)
 {
-    double g = 0;
-    kvt_tool_link_copy(e, up, pages, nd, batch, pipelined, &g);
-    return g;
+    return kvt_tool_link_copy(e, up, pages, nd, batch, pipelined, gbps);
 }
 
 /* ------------------------------------------------------------- manager */
@@ -276,8 +275,12 @@ static int manager_down(kvt_engine *e, uint64_t m, uint64_t rounds, double *gbps
         for (uint64_t i = 0; i < m && !r; i++) {
             kvt_key k = bkey(i);
             if ((r = kvt_acquire(e, &k, 1, &p)) == 0) {
-                memset(p, (int)(i + round), 64);
-                r = kvt_release(e, &k, 1, 1);
+                /* A page in HBM is device memory on a GPU: write it by copy. */
+                unsigned char b[64];
+                memset(b, (int)(i + round), sizeof b);
+                r = kvt_tool_copy_to_page(e, p, b, sizeof b);
+                int w = kvt_release(e, &k, 1, 1);
+                r = r ? r : w;
             }
         }
         if (r)
@@ -383,12 +386,14 @@ static int bench_hbm(const struct bench_opts *o)
 
     /* Touch every byte of both arenas first: first-touch page faults would
      * otherwise be charged to whichever side ran first. */
-    raw_copy(e, true, nd, nd, o->batch, true);
-    raw_copy(e, false, nd, nd, o->batch, true);
-    if ((r = put_pages(e, ti.page_bytes, n_up)) < 0)
+    if ((r = raw_copy(e, true, nd, nd, o->batch, true, &g)) < 0 ||
+        (r = raw_copy(e, false, nd, nd, o->batch, true, &g)) < 0 ||
+        (r = put_pages(e, ti.page_bytes, n_up)) < 0)
         goto out_fail;
     for (unsigned i = 0; i < o->reps; i++) {
-        l[0].base_gbps = best(l[0].base_gbps, raw_copy(e, true, n_up * rounds, n_up, o->batch, false));
+        if ((r = raw_copy(e, true, n_up * rounds, n_up, o->batch, false, &g)) < 0)
+            goto out_fail;
+        l[0].base_gbps = best(l[0].base_gbps, g);
         if ((r = manager_up(e, n_up, rounds, o->batch, &g)) < 0)
             goto out_fail;
         l[0].gbps = best(l[0].gbps, g);
@@ -396,7 +401,9 @@ static int bench_hbm(const struct bench_opts *o)
     if ((r = kvt_drop_id(e, 1)) < 0 || (r = put_pages(e, ti.page_bytes, m_down)) < 0)
         goto out_fail;
     for (unsigned i = 0; i < o->reps; i++) {
-        l[1].base_gbps = best(l[1].base_gbps, raw_copy(e, false, m_down * rounds, m_down, o->batch, true));
+        if ((r = raw_copy(e, false, m_down * rounds, m_down, o->batch, true, &g)) < 0)
+            goto out_fail;
+        l[1].base_gbps = best(l[1].base_gbps, g);
         if ((r = manager_down(e, m_down, rounds, &g)) < 0)
             goto out_fail;
         l[1].gbps = best(l[1].gbps, g);
@@ -405,7 +412,8 @@ static int bench_hbm(const struct bench_opts *o)
         goto out_fail;
     for (unsigned i = 0; i < o->reps; i++) {
         double gb[2] = { 0, 0 }, up = 0, down = 0;
-        kvt_tool_link_duplex(e, n_up * rounds, n_up, o->batch, gb);
+        if ((r = kvt_tool_link_duplex(e, n_up * rounds, n_up, o->batch, gb)) < 0)
+            goto out_fail;
         if (gb[0] + gb[1] > l[2].base_gbps) {
             l[2].base_gbps = gb[0] + gb[1];
             l[2].up[1] = gb[0];

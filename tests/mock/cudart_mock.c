@@ -13,8 +13,11 @@
  *     destination and a host source, and so on (cudaErrorInvalidValue).
  *   - cudaMemcpyBatchAsync checks its attributes as documented and runs its
  *     copies in reverse order, since it promises none.
- *   - An event recorded is not done at once: the first cudaEventQuery after a
- *     record answers cudaErrorNotReady, so polls see work in flight.
+ *   - An event recorded is not done at once: the first few cudaEventQuery
+ *     calls after a record answer cudaErrorNotReady, so polls see work in
+ *     flight; synchronizing the event or its stream completes it.
+ *   - The special streams (0, cudaStreamLegacy, cudaStreamPerThread) are
+ *     streams.
  *   - Only ordinal 0 exists, as on a one-GPU machine.
  *   - fork: a child of a process that used the runtime gets
  *     cudaErrorInitializationError from every call, as CUDA's children do.
@@ -42,8 +45,16 @@ struct CUstream_st {
 
 struct CUevent_st {
     unsigned magic;
-    int unpolled; /* queries left that answer "not ready" */
+    int unpolled;              /* queries left that answer "not ready" */
+    cudaStream_t rec;          /* the stream of its last record */
+    struct CUevent_st *next;   /* all events, for cudaStreamSynchronize */
 };
+
+/* Queries an event answers "not ready" after a record: more than one, so
+ * that the engine's own poll does not use them up and callers that go on
+ * to wait (kvt_wait_stream's cudaStreamWaitEvent, cudaEventSynchronize)
+ * take those paths. */
+#define NOT_READY_QUERIES 3
 
 #define STREAM_MAGIC 0x5743u
 #define EVENT_MAGIC 0xe7e7u
@@ -57,6 +68,7 @@ struct dev_block {
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct dev_block *blocks;
+static struct CUevent_st *events;
 static __thread cudaError_t last_error;
 
 static cudaError_t fail(cudaError_t e)
@@ -250,25 +262,40 @@ cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int fl
     return cudaSuccess;
 }
 
+static bool stream_special(cudaStream_t s)
+{
+    return s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread;
+}
+
 static bool stream_ok(cudaStream_t s)
 {
-    return s && s->magic == STREAM_MAGIC;
+    return stream_special(s) || s->magic == STREAM_MAGIC;
 }
 
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s)
 {
     ENTER();
-    if (!stream_ok(s))
+    if (stream_special(s) || !stream_ok(s))
         return fail(cudaErrorInvalidResourceHandle);
     s->magic = 0;
     free(s);
     return cudaSuccess;
 }
 
+/* Every event last recorded on s is done once s is (all of them for the
+ * legacy stream, which waits for every blocking stream; ours are not, but
+ * no test relies on the difference). */
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t s)
 {
     ENTER();
-    return stream_ok(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    if (!stream_ok(s))
+        return fail(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&mock_lock);
+    for (struct CUevent_st *e = events; e; e = e->next)
+        if (e->rec == s || s == 0 || s == cudaStreamLegacy)
+            __atomic_store_n(&e->unpolled, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&mock_lock);
+    return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t s)
@@ -287,6 +314,10 @@ cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flag
     if (!ev)
         return fail(cudaErrorMemoryAllocation);
     ev->magic = EVENT_MAGIC;
+    pthread_mutex_lock(&mock_lock);
+    ev->next = events;
+    events = ev;
+    pthread_mutex_unlock(&mock_lock);
     *e = ev;
     return cudaSuccess;
 }
@@ -301,6 +332,13 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e)
     ENTER();
     if (!event_ok(e))
         return fail(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&mock_lock);
+    for (struct CUevent_st **pp = &events; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    pthread_mutex_unlock(&mock_lock);
     e->magic = 0;
     free(e);
     return cudaSuccess;
@@ -311,7 +349,10 @@ cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     ENTER();
     if (!event_ok(e) || !stream_ok(s))
         return fail(cudaErrorInvalidResourceHandle);
-    __atomic_store_n(&e->unpolled, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&mock_lock);
+    e->rec = s;
+    pthread_mutex_unlock(&mock_lock);
+    __atomic_store_n(&e->unpolled, NOT_READY_QUERIES, __ATOMIC_RELEASE);
     return cudaSuccess;
 }
 
@@ -321,8 +362,11 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t e)
     if (!event_ok(e))
         return fail(cudaErrorInvalidResourceHandle);
     /* Not sticky and not recorded as the last error: "not ready" is news. */
-    return __atomic_exchange_n(&e->unpolled, 0, __ATOMIC_ACQ_REL) ? cudaErrorNotReady
-                                                                   : cudaSuccess;
+    int left = __atomic_load_n(&e->unpolled, __ATOMIC_ACQUIRE);
+    while (left > 0 && !__atomic_compare_exchange_n(&e->unpolled, &left, left - 1, false,
+                                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        ;
+    return left > 0 ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t e)

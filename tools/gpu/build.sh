@@ -39,7 +39,7 @@ lines = ["#!/usr/bin/env bash",
          "# without ctest. t NAME TIMEOUT SKIP_RC SKIP_REGEX CMD...; $C = the carry folder,",
          "# $W = a scratch folder, $CMAKE = cmake (the cmake -P tests skip without it).",
          "# Prints one line per test, in this order once all have run, and 'tests: P passed,",
-         "# F failed, S skipped'."]
+         "# F failed, S skipped, N not run'."]
 nhead = len(lines)
 bins = set()
 def rw(a):

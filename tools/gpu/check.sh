@@ -49,7 +49,7 @@ step() {
   local name=$1 to=$2; shift 2
   local left=$((DEADLINE - $(date +%s)))
   if [ $left -lt 10 ]; then
-    echo "== $name: SKIPPED, the pass's deadline is reached"; STEPS="$STEPS $name:124:0"; return
+    echo "== $name: SKIPPED, the pass's deadline is reached"; STEPS="$STEPS $name:deadline:0"; return
   fi
   [ $to -le $left ] || to=$left
   echo "== $name (timeout ${to}s): $*"
@@ -104,7 +104,7 @@ try: print(next(l["gbps"] for l in json.load(open(sys.argv[1]))["links"] if l["l
 except Exception: print(0)' "$R/bench_hbm_128K.out" 2>/dev/null || echo 0)
 TOKENS=$(awk -v g="$GBPS" -v s="$TARGET_S" -v b="$STEP_BYTES" -v m="$MIN_T" \
   'BEGIN { t = int(s * g * 1e9 / b); if (t < m) t = m; if (t > 1024) t = 1024; print t }')
-EVERY=$((TOKENS / 4)); [ $EVERY -ge 1 ] || EVERY=1
+EVERY=$(( (TOKENS + 2) / 4 )); [ $EVERY -ge 1 ] || EVERY=1 # ceil((T-1)/4): five steps
 echo "   bench_hbm_128K's dram->hbm: ${GBPS} GB/s, so --tokens $TOKENS --verify-every $EVERY"
 RUN_ARGS=${KVT_RUN_ARGS:---model llama3-8b --layers 0 --batch 1 $SHAPE --tokens $TOKENS --verify-every $EVERY --ssd 0}
 step run_long $([ $MODE = cuda ] && echo 300 || echo 120) "$K" run $DEV $RUN_ARGS --no-progress --json
@@ -143,15 +143,17 @@ if mode != "cuda":
     s["warning"] = "NO GPU: host back-end, shortened; these are not GPU results"
 for st in steps:
     name, rc, dt = st.split(":")
-    e = {"rc": None if rc == "skipped" else int(rc), "wall_s": float(dt)}
+    e = {"rc": None if rc == "skipped" else 124 if rc == "deadline" else int(rc), "wall_s": float(dt)}
     if rc == "skipped": e["skipped"] = True
+    if rc == "deadline": e["skipped"] = "the pass's deadline was reached first"
     s["steps"][name] = e
 def put(name, d): s["steps"].setdefault(name, {}).update(d)
 try:
     log = open(os.path.join(out, "tests.out")).read()
-    m = re.search(r"tests: (\d+) passed, (\d+) failed, (\d+) skipped(.*)", log)
+    m = re.search(r"tests: (\d+) passed, (\d+) failed, (\d+) skipped, (\d+) not run(.*)", log)
     if m: put("tests", {"passed": int(m[1]), "failed": int(m[2]), "skipped": int(m[3]),
-                        "failed_names": m[4].strip(" ()").replace("failed:", "").split()})
+                        "not_run": int(m[4]),
+                        "failed_names": m[5].strip(" ()").replace("failed:", "").split()})
 except OSError: pass
 try:
     smi = open(os.path.join(out, "nvidia_smi.out")).read()
@@ -204,7 +206,7 @@ print(json.dumps(s, indent=1))
 PY
 else
   { echo "{\"device\": \"$MODE\", \"total_s\": $TOTAL, \"note\": \"no python3: exit codes only; see the .out files\", \"steps\": {"
-    sep=""; for st in $STEPS; do IFS=: read -r n rc dt <<<"$st"; [ "$rc" = skipped ] && rc=null
+    sep=""; for st in $STEPS; do IFS=: read -r n rc dt <<<"$st"; [ "$rc" = skipped ] && rc=null; [ "$rc" = deadline ] && rc=124
       printf '%s"%s": {"rc": %s, "wall_s": %s}' "$sep" "$n" "$rc" "$dt"; sep=", "; done
     echo "}}"; } > "$R/summary.json"
   cat "$R/summary.json"
