@@ -139,7 +139,7 @@ static inline int t_page_read(kvt_engine *e, void *dst, const void *p, size_t n)
     return t_page_copy(e, dst, p, n, 0);
 }
 
-/* t_fill, t_check and memset of HBM page memory. */
+/* t_fill and t_check of HBM page memory. */
 static inline int t_fill_page(kvt_engine *e, void *p, size_t bytes, kvt_key k, uint32_t version)
 {
     if (t_hbm_cpu(e)) {
@@ -164,21 +164,6 @@ static inline int t_check_page(kvt_engine *e, const void *p, size_t bytes, kvt_k
     int ok = b && t_page_read(e, b, p, bytes) == 0 && t_check(b, bytes, k, version);
     free(b);
     return ok;
-}
-
-static inline int t_page_set(kvt_engine *e, void *p, int c, size_t n)
-{
-    if (t_hbm_cpu(e)) {
-        memset(p, c, n);
-        return 0;
-    }
-    void *b = malloc(n);
-    if (!b)
-        return -ENOMEM;
-    memset(b, c, n);
-    int r = t_page_write(e, p, b, n);
-    free(b);
-    return r;
 }
 
 /* Fails the test when an open returned r != 0, saying the engine's reason. */

@@ -208,36 +208,14 @@ static int put_pages(kvt_engine *e, size_t pb, uint64_t n)
 }
 
 /* Cycles acquire/release over n DRAM pages, more than HBM holds, so every
- * acquire is a DRAM->HBM copy and every eviction a free clean drop. */
-static int manager_up(kvt_engine *e, uint64_t n, uint64_t rounds, unsigned batch, double *gbps)
-{
-    kvt_key *keys = malloc(batch * sizeof(*keys));
-    void **ptrs = malloc(batch * sizeof(*ptrs));
-    int r = 0;
-    kvt_stats s0, s1;
-    kvt_get_stats(e, &s0);
-    double t0 = cli_now();
-    for (uint64_t i = 0; i < n * rounds && !r;) {
-        unsigned k = 0;
-        for (; k < batch && i < n * rounds; k++, i++)
-            keys[k] = bkey(i % n);
-        if ((r = kvt_acquire(e, keys, k, ptrs)) == 0)
-            r = kvt_release(e, keys, k, 0);
-    }
-    double dt = cli_now() - t0;
-    kvt_get_stats(e, &s1);
-    *gbps = (double)(s1.bytes_up[0] - s0.bytes_up[0]) / dt / 1e9;
-    free(keys);
-    free(ptrs);
-    return r;
-}
-
-/* Both links at once: the acquire/release cycle of manager_up with every
- * page released dirty, so each eviction writes a page back to DRAM while
- * later acquires load others, as a decode that appends does. Timed until the
- * last acquire returns; what is still dirty then is flushed untimed. */
-static int manager_duplex(kvt_engine *e, uint64_t n, uint64_t rounds, unsigned batch,
-                          double *up, double *down)
+ * acquire is a DRAM->HBM copy. Released clean, each eviction is a free drop:
+ * DRAM->HBM alone. Released dirty, each eviction writes its page back to
+ * DRAM while later acquires load others, as a decode that appends does: both
+ * links at once. Timed until the last acquire returns; *up and *down are
+ * what each link moved meanwhile, GB/s; what is still dirty then is flushed
+ * untimed. */
+static int manager_cycle(kvt_engine *e, uint64_t n, uint64_t rounds, unsigned batch, bool dirty,
+                         double *up, double *down)
 {
     kvt_key *keys = malloc(batch * sizeof(*keys));
     void **ptrs = malloc(batch * sizeof(*ptrs));
@@ -250,13 +228,13 @@ static int manager_duplex(kvt_engine *e, uint64_t n, uint64_t rounds, unsigned b
         for (; k < batch && i < n * rounds; k++, i++)
             keys[k] = bkey(i % n);
         if ((r = kvt_acquire(e, keys, k, ptrs)) == 0)
-            r = kvt_release(e, keys, k, 1);
+            r = kvt_release(e, keys, k, dirty);
     }
     double dt = cli_now() - t0;
     kvt_get_stats(e, &s1);
     *up = (double)(s1.bytes_up[0] - s0.bytes_up[0]) / dt / 1e9;
     *down = (double)(s1.bytes_down[0] - s0.bytes_down[0]) / dt / 1e9;
-    if (!r)
+    if (!r && dirty)
         r = kvt_flush(e);
     free(keys);
     free(ptrs);
@@ -394,7 +372,8 @@ static int bench_hbm(const struct bench_opts *o)
         if ((r = raw_copy(e, true, n_up * rounds, n_up, o->batch, false, &g)) < 0)
             goto out_fail;
         l[0].base_gbps = best(l[0].base_gbps, g);
-        if ((r = manager_up(e, n_up, rounds, o->batch, &g)) < 0)
+        double unused;
+        if ((r = manager_cycle(e, n_up, rounds, o->batch, false, &g, &unused)) < 0)
             goto out_fail;
         l[0].gbps = best(l[0].gbps, g);
     }
@@ -419,7 +398,7 @@ static int bench_hbm(const struct bench_opts *o)
             l[2].up[1] = gb[0];
             l[2].down[1] = gb[1];
         }
-        if ((r = manager_duplex(e, n_up, rounds, o->batch, &up, &down)) < 0)
+        if ((r = manager_cycle(e, n_up, rounds, o->batch, true, &up, &down)) < 0)
             goto out_fail;
         if (up + down > l[2].gbps) {
             l[2].gbps = up + down;
