@@ -206,11 +206,7 @@ static void test_a_dirty_release_drops_the_puts_checksum(void **state)
     assert_int_equal(kvt_release(e, &ks[0], 1, 0), 0);
     assert_true(put_crc_of(e, ks[0], &crc));
     assert_int_equal(kvt_acquire(e, &ks[1], 1, &dev), 0);
-    uint8_t *buf = malloc(PB);
-    assert_non_null(buf);
-    t_fill(buf, PB, ks[1], 2);
-    assert_int_equal(kvt_tool_copy_to_page(e, dev, buf, PB), 0);
-    free(buf);
+    assert_int_equal(t_fill_page(e, dev, PB, ks[1], 2), 0);
     assert_int_equal(kvt_release(e, &ks[1], 1, 1), 0);
     assert_false(put_crc_of(e, ks[1], &crc));
     e = restart(f, e, KVT_CODEC_NONE);
