@@ -209,6 +209,14 @@ static inline void t_rmtree(const char *dir)
 
 /* Optional arguments of a test program (debugging): a test-name pattern to
  * run, then one to skip. */
+/* A fresh directory /tmp/kvt-NAME-XXXXXX into dir (n bytes): 0, or -1 when
+ * it cannot be made. For cmocka fixtures, which report failure by return. */
+static inline int t_tmpdir(char *dir, size_t n, const char *name)
+{
+    int w = snprintf(dir, n, "/tmp/kvt-%s-XXXXXX", name);
+    return w > 0 && (size_t)w < n && mkdtemp(dir) ? 0 : -1;
+}
+
 static inline void t_filter_args(int argc, char **argv)
 {
     if (argc > 1)

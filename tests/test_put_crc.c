@@ -28,10 +28,7 @@ struct fx {
 static int fx_setup(void **state)
 {
     struct fx *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-putcrc-XXXXXX");
-    if (!mkdtemp(f->dir)) {
+    if (!f || t_tmpdir(f->dir, sizeof(f->dir), "putcrc")) {
         free(f);
         return -1;
     }

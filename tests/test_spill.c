@@ -53,10 +53,7 @@ struct fx {
 static int fx_setup(void **state)
 {
     struct fx *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    snprintf(f->top, sizeof(f->top), "/tmp/kvt-spill-XXXXXX");
-    if (!mkdtemp(f->top)) {
+    if (!f || t_tmpdir(f->top, sizeof(f->top), "spill")) {
         free(f);
         return -1;
     }

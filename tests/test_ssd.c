@@ -76,14 +76,11 @@ static int fx_setup(void **state)
 {
     const struct param *p = *state;
     struct fx *f = calloc(1, sizeof(*f));
-    if (!f)
-        return -1;
-    f->p = p ? *p : P_PSYNC_NONE;
-    snprintf(f->dir, sizeof(f->dir), "/tmp/kvt-ssd-XXXXXX");
-    if (!mkdtemp(f->dir)) {
+    if (!f || t_tmpdir(f->dir, sizeof(f->dir), "ssd")) {
         free(f);
         return -1;
     }
+    f->p = p ? *p : P_PSYNC_NONE;
     *state = f;
     return 0;
 }
