@@ -111,7 +111,6 @@ static void test_a_full_cache_evicts_default(void **state) { run_cache(NULL); }
 static void test_a_cache_writes_to_ssd_only_what_outranks_its_victim(void **state)
 {
     kvt_config c = cache_config(KVT_FLAG_EVICT, "prefix");
-    c.persist = 1; /* kvt_flush then writes every page to SSD */
     kvt_engine *e;
     assert_int_equal(kvt_open(&c, &e), 0);
     enum { SHARED = 8, TAILS = 20 };
@@ -125,10 +124,14 @@ static void test_a_cache_writes_to_ssd_only_what_outranks_its_victim(void **stat
         dst[i] = bufs[i];
         put_one(e, 1, i);
     }
-    /* Reopened: every block on SSD only, which is then full. */
+    /* Every block on SSD only, which is then full (written and its DRAM
+     * copy dropped as the benchmarks do: without persist, whose capacity
+     * would be the SSD's alone). */
     assert_int_equal(kvt_flush(e), 0);
-    kvt_close(e);
-    assert_int_equal(kvt_open(&c, &e), 0);
+    pthread_mutex_lock(&e->lock);
+    assert_int_equal(kvt_ssd_flush(e), 0);
+    kvt_dram_drop_redundant(e);
+    pthread_mutex_unlock(&e->lock);
     int found[SHARED];
     for (int req = 0; req < 2; req++) /* two requests use them: shared */
         assert_int_equal(kvt_get(e, keys, SHARED, dst, 0, found), 0);

@@ -41,7 +41,7 @@ static bool droppable(void *ctx, uint32_t pg)
  * is written to SSD in its place to make room in DRAM, a write for a block
  * that leaves next (SSD admission: docs/sim.md#ssd-admission). 0, or
  * KVT_EFULL when the flag is off or every page is held. */
-static int evict_one(kvt_engine *e)
+int kvt_evict_one(kvt_engine *e)
 {
     if (!(e->cfg.flags & KVT_FLAG_EVICT))
         return KVT_EFULL;
@@ -114,7 +114,7 @@ static uint32_t room_ahead(kvt_engine *e, const kvt_key *keys, size_t n, bool *t
     if (kvt_room(e) >= n && kvt_dram_room(e) >= want)
         return 0;
     bool dropped = false;
-    while (kvt_room(e) < fresh && evict_one(e) == 0)
+    while (kvt_room(e) < fresh && kvt_evict_one(e) == 0)
         dropped = true;
     *tight = kvt_room(e) < n;
     /* The dropped pages' SSD slots, freed by the mover's deletion. A few
@@ -188,7 +188,7 @@ static int evict_holder(kvt_engine *e, int t)
  *
  * A cache drops pages for a slot only while an idle page holds one. An idle
  * page in DRAM can go down once the SSD has room: the policy's victims go
- * from the bottom tier up (evict_one), so the SSD's own victim makes that
+ * from the bottom tier up (kvt_evict_one), so the SSD's own victim makes that
  * room. An idle page only in HBM cannot (DRAM is what it would go to): it
  * goes itself, unless other calls hold DRAM's slots, whose end lets it go
  * down instead (the put waits). When every slot is held by calls or pins,
@@ -236,7 +236,7 @@ static int reserve_slot(kvt_engine *e, uint32_t pg, int *tier, uint32_t *coming,
             int t = KVT_TIER_DRAM;
             *hold = slots_held(e, own, &t);
             if (*hold == SLOTS_FREEABLE &&
-                (t == KVT_TIER_DRAM ? evict_one(e) : evict_holder(e, t)) == 0)
+                (t == KVT_TIER_DRAM ? kvt_evict_one(e) : evict_holder(e, t)) == 0)
                 continue; /* a page dropped: its slots are free, or free once written */
             return kvt_fail(KVT_EFULL, "no tier can hold another page: the HBM %u and DRAM %u "
                             "slots are all %s", e->hbm.arena.nslots, e->dram.arena.nslots,
@@ -416,6 +416,17 @@ static bool old_on_the_move(kvt_engine *e, const kvt_key *keys, size_t n)
     return false;
 }
 
+/* Whether an overwrite keeps its old page until the new one replaces it,
+ * full or not: with persist and no KVT_FLAG_EVICT, where giving the old
+ * page up for room would let a crash before the new version is written
+ * lose a flushed key. It needs no room of its own: the record it adds goes
+ * at the commit, and the capacity keeps SSD slots spare for the rewrite
+ * (kvt_ssd_durable_room). A cache may lose a key for room anyway. */
+static bool keeps_old(const kvt_engine *e, uint32_t old)
+{
+    return old != KVT_NONE && e->ssd && e->cfg.persist && !(e->cfg.flags & KVT_FLAG_EVICT);
+}
+
 /* Reserves a record and a slot for each of the batch's n pages (locked; may
  * wait unlocked): waits first for other calls reading its keys, and starts
  * again, holding nothing, when other calls hold the slots it needs. 0 with
@@ -432,14 +443,14 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
         uint32_t coming = room_ahead(e, keys, n, &tight);
         size_t k = 0;
         for (; k < n && r == 0; k++) {
-            if (tight || kvt_admit(e) < 0) {
+            uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
+            if (!keeps_old(e, old) && (tight || kvt_admit(e) < 0)) {
                 /* Full (or room_ahead's room is the new keys'): an overwrite
                  * may give up the old page to make room. If the put then
                  * fails the key is absent, never half-written. */
-                uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
                 if (old != KVT_NONE && !kvt_page_in_use(kvt_pg(&e->pt, old)))
                     kvt_page_destroy(e, old);
-                while ((r = kvt_admit(e)) < 0 && evict_one(e) == 0)
+                while ((r = kvt_admit(e)) < 0 && kvt_evict_one(e) == 0)
                     ;
                 if (r < 0)
                     break;

@@ -20,9 +20,15 @@
 /* Capacity is counted in pages, not slots: every page needs one slot
  * somewhere, and a second copy is a cache that can always be given up.
  * Records in use (keys, put reservations, dropped pages still being read)
- * may not exceed the configured HBM + DRAM pages. */
+ * may not exceed it. With persist the SSD is the store of record and HBM
+ * and DRAM cache it: every page must fit there at once, or kvt_flush could
+ * not make them all durable and kvt_close would lose some; with HBM + DRAM
+ * + SSD pages, a flushed copy given up for room came back older or not at
+ * all after a crash (docs/design.md#when-the-engine-is-full). */
 static uint64_t capacity(const kvt_engine *e)
 {
+    if (e->ssd && e->cfg.persist)
+        return kvt_ssd_durable_room(e);
     return (uint64_t)e->hbm.arena.nslots + e->dram.arena.nslots - 1 +
            (e->ssd ? kvt_ssd_nslots(e->ssd) : 0);
 }
@@ -38,8 +44,10 @@ int kvt_admit(kvt_engine *e)
     uint64_t cap = capacity(e);
     if (e->pt.live < cap)
         return 0;
-    return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (HBM + "
-                               "DRAM + SSD)", e->pt.live, (unsigned long long)cap);
+    return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (%s)",
+                    e->pt.live, (unsigned long long)cap,
+                    e->ssd && e->cfg.persist ? "what the SSD holds durably, with persist"
+                                             : "HBM + DRAM + SSD");
 }
 
 static void *hbm_ptr(kvt_engine *e, uint32_t pg)
@@ -631,6 +639,7 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
 /* ------------------------------------------------------------- flush */
 
 #define FLUSH_STUCK_ROUNDS 64
+#define FLUSH_STUCK_PASSES 16
 
 /* Gives every dirty HBM page a DRAM copy; with an SSD tier, makes room in
  * DRAM by pushing DRAM-only pages down as needed. Locked. */
@@ -655,6 +664,8 @@ static int flush_hbm(kvt_engine *e)
         int m = kvt_make_room_dram(e, (uint32_t)(e->hbm.dirty ? e->hbm.dirty : 1), &w);
         if (m == -EAGAIN)
             kvt_wait_on(e, &w, false);
+        else if (m == KVT_EFULL && kvt_evict_one(e) == 0)
+            kvt_clear_error(); /* a cache drops the policy's victim for room, as a put does */
         else if (m < 0 && e->hbm.dirty >= dirty)
             return r; /* no room anywhere and no progress */
         if (e->failed)
@@ -667,15 +678,45 @@ static int flush_hbm(kvt_engine *e)
     }
 }
 
+/* With persist: every page held in HBM or DRAM without an SSD copy when the
+ * call began is made durable. Each pass brings dirty HBM pages down first:
+ * the DRAM copy a listed page was to be written from may have been given up
+ * while the pass before waited (its HBM copy is then the only one). A pass
+ * that leaves no fewer pages missing than the one before is stuck; after
+ * FLUSH_STUCK_PASSES of those in a row the pages left are reported. */
+static int flush_persist(kvt_engine *e)
+{
+    struct kvt_flush_set fs;
+    int r = kvt_ssd_flush_begin(e, &fs);
+    if (r < 0)
+        return r;
+    int64_t prev = INT64_MAX, missing = 0;
+    for (unsigned stuck = 0; stuck < FLUSH_STUCK_PASSES;) {
+        r = flush_hbm(e);
+        if (r < 0 && r != KVT_EFULL)
+            break;
+        if ((missing = kvt_ssd_flush_pass(e, &fs)) <= 0)
+            break;
+        stuck = missing < prev ? 0 : stuck + 1;
+        prev = missing;
+    }
+    if (missing < 0)
+        r = (int)missing;
+    else if (missing == 0 && r == KVT_EFULL)
+        r = 0; /* every listed page is durable; what HBM could not give down came later */
+    else if (missing > 0 && r >= 0)
+        r = kvt_ssd_flush_error(e, &fs, missing);
+    kvt_ssd_flush_end(&fs);
+    return r;
+}
+
 KVT_API int kvt_flush(kvt_engine *e)
 {
     KVT_ENTER(e);
     int r = kvt_check_failed(e);
-    if (r == 0)
-        r = flush_hbm(e);
     /* With persist, every page goes to SSD and the index is synced. */
-    if (r == 0 && e->ssd && e->cfg.persist)
-        r = kvt_ssd_flush(e);
+    if (r == 0)
+        r = e->ssd && e->cfg.persist ? flush_persist(e) : flush_hbm(e);
     kvt_unlock(e);
     return r;
 }

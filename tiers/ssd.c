@@ -141,6 +141,15 @@ void kvt_ssd_tier_close(kvt_engine *e)
 
 /* ------------------------------------------------------------- queueing */
 
+uint64_t kvt_ssd_durable_room(const kvt_engine *e)
+{
+    uint64_t usable = kvt_ssd_usable_slots(e->ssd);
+    uint64_t spare = e->cfg.queue_depth < usable / 16 ? e->cfg.queue_depth : usable / 16;
+    if (spare < 1)
+        spare = 1;
+    return usable > spare ? usable - spare : 0;
+}
+
 bool kvt_ssd_waiting(const kvt_engine *e)
 {
     return e->ssd_tier.busy || e->ssd_tier.ndels || e->ssd_tier.caller_reads;
@@ -250,17 +259,17 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
 {
     int err = 0;
     uint32_t slot = kvt_ssd_alloc(e->ssd, &err);
-    /* Only an eviction may take another page's SSD copy: a flush doing so
-     * would undo its own work. With persist too: the engine's capacity is
-     * HBM + DRAM + SSD pages, and a put or load within it must not fail
-     * because SSD slots hold second copies. The page whose SSD copy goes
-     * stays held (in HBM or DRAM) but is no longer durable: persist promises
-     * that what a crash or a close leaves is exact, and that kvt_flush makes
-     * every page durable or says KVT_EFULL for those it cannot (here, more
-     * pages than the SSD holds), not that a copy once flushed is kept
-     * forever (docs/design.md#ssd-tier). */
+    /* Only an eviction may take another page's SSD copy, and only without
+     * persist: a flush doing so would undo its own work, and with persist
+     * a durable copy given up for room let a crash lose a flushed page or
+     * serve its older version. There the capacity is what the SSD holds
+     * durably (kvt_ssd_durable_room), so a slot is always coming: from a
+     * rewrite's commit, which frees its old slot, or a deletion
+     * (docs/design.md#when-the-engine-is-full). */
+    if (slot == KVT_NONE && err == KVT_EFULL && evict && !e->cfg.persist)
+        return release_redundant_ssd(e, pg);
     if (slot == KVT_NONE && err == KVT_EFULL)
-        return evict ? release_redundant_ssd(e, pg) : KVT_EFULL;
+        return kvt_ssd_waiting(e) ? -EAGAIN : KVT_EFULL; /* commits and deletions free slots */
     if (slot == KVT_NONE) {
         e->st.errors_io++;
         return err;
@@ -352,24 +361,27 @@ uint64_t kvt_ssd_read_all(kvt_engine *e)
 
 /* ------------------------------------------------------------- flush */
 
-static bool needs_ssd_copy(const struct kvt_page *p)
-{
-    return (p->flags & PG_HASHED) && (p->flags & PG_VALID_DRAM) && !(p->flags & PG_VALID_SSD);
-}
-
-/* A page the flush must see on SSD: the one in this record when the flush
- * began. A page put after that (a new key, or a new version that replaced
- * the page) is not the flush's to wait for: counting it would let a caller
+/* A page the flush must see on SSD: held in HBM or DRAM without a current
+ * SSD copy when the flush began. Its DRAM copy may be given up while the
+ * flush waits (a DRAM copy that HBM also holds is a cache other calls take
+ * for room), so "still missing" is "still no SSD copy", not "still in
+ * DRAM": counting only DRAM copies let a flush return 0 for an overwrite
+ * that was only in HBM, and a crash then served the version before it
+ * (docs/design.md#when-the-engine-is-full).
+ *
+ * A page put after that (a new key, or a new version that replaced the
+ * page) is not the flush's to wait for: counting it would let a caller
  * that keeps putting make every flush fail. A replaced page's record may
  * be handed out again to a newer version of the same key, so the record's
  * birth, not its key, says it is the same page (the hammer's flushes failed
  * with -EIO that way while puts kept replacing a hot key). */
-struct flush_item {
-    uint32_t pg;
-    uint32_t birth;
-};
+static bool needs_ssd_copy(const struct kvt_page *p)
+{
+    return (p->flags & PG_HASHED) && (p->flags & (PG_VALID_HBM | PG_VALID_DRAM)) &&
+           !(p->flags & PG_VALID_SSD);
+}
 
-static bool still_missing(kvt_engine *e, const struct flush_item *it)
+static bool still_missing(kvt_engine *e, const struct kvt_flush_item *it)
 {
     if (it->pg >= e->pt.used)
         return false;
@@ -377,72 +389,82 @@ static bool still_missing(kvt_engine *e, const struct flush_item *it)
     return needs_ssd_copy(p) && p->birth == it->birth;
 }
 
-/* Queues a write of every listed page still without a current SSD copy;
- * *err gets why one could not be queued. Returns how many still need one
- * (queued or not). */
-static uint64_t flush_queue(kvt_engine *e, const struct flush_item *items, size_t n, int *err)
-{
-    uint64_t missing = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!still_missing(e, &items[i]))
-            continue;
-        missing++;
-        if (kvt_pg(&e->pt, items[i].pg)->xfer != XFER_NONE)
-            continue;
-        int q = kvt_ssd_queue_write(e, items[i].pg, false);
-        if (q < 0)
-            *err = q;
-    }
-    return missing;
-}
-
-static uint64_t flush_missing(kvt_engine *e, const struct flush_item *items, size_t n)
-{
-    uint64_t missing = 0;
-    for (size_t i = 0; i < n; i++)
-        missing += still_missing(e, &items[i]);
-    return missing;
-}
-
-/* Writes every page without a current SSD copy when the call began, and
- * waits. A write that fails (its slot is then retired) is tried again on
- * another slot while that makes progress; what still is not on SSD is
- * reported, never hidden behind a 0. */
-int kvt_ssd_flush(kvt_engine *e)
+int kvt_ssd_flush_begin(kvt_engine *e, struct kvt_flush_set *fs)
 {
     size_t n = 0;
     for (uint32_t pg = 0; pg < e->pt.used; pg++)
         n += needs_ssd_copy(kvt_pg(&e->pt, pg));
-    struct flush_item *items = malloc((n ? n : 1) * sizeof(*items));
-    if (!items)
+    *fs = (struct kvt_flush_set){ malloc((n ? n : 1) * sizeof(*fs->items)), 0, 0 };
+    if (!fs->items)
         return kvt_fail(-ENOMEM, "out of memory");
-    n = 0;
     for (uint32_t pg = 0; pg < e->pt.used; pg++)
         if (needs_ssd_copy(kvt_pg(&e->pt, pg)))
-            items[n++] = (struct flush_item){ pg, kvt_pg(&e->pt, pg)->birth };
-    int err = 0;
-    uint64_t prev = UINT64_MAX, missing = 0;
+            fs->items[fs->n++] = (struct kvt_flush_item){ pg, kvt_pg(&e->pt, pg)->birth };
+    return 0;
+}
+
+void kvt_ssd_flush_end(struct kvt_flush_set *fs)
+{
+    free(fs->items);
+    fs->items = NULL;
+}
+
+/* Queues a write of every listed page still missing that has a DRAM copy
+ * and nothing in flight; fs->err gets why one could not be queued. */
+static void flush_queue(kvt_engine *e, struct kvt_flush_set *fs)
+{
+    for (size_t i = 0; i < fs->n; i++) {
+        if (!still_missing(e, &fs->items[i]))
+            continue;
+        const struct kvt_page *p = kvt_pg(&e->pt, fs->items[i].pg);
+        if (p->xfer != XFER_NONE || !(p->flags & PG_VALID_DRAM))
+            continue;
+        int q = kvt_ssd_queue_write(e, fs->items[i].pg, false);
+        if (q < 0 && q != -EAGAIN)
+            fs->err = q;
+    }
+}
+
+int64_t kvt_ssd_flush_pass(kvt_engine *e, struct kvt_flush_set *fs)
+{
+    /* Waited for even with nothing to write: deletions being committed
+     * keep the tier busy, and a flush covers them too. */
+    flush_queue(e, fs);
+    wait_idle(e);
+    if (e->failed)
+        return kvt_check_failed(e);
+    int64_t missing = 0;
+    for (size_t i = 0; i < fs->n; i++)
+        missing += still_missing(e, &fs->items[i]);
+    return missing;
+}
+
+int kvt_ssd_flush_error(kvt_engine *e, const struct kvt_flush_set *fs, int64_t missing)
+{
+    /* The error as it happened: a full tier, a full disk, a refused file;
+     * -EIO only when the writes themselves failed on the medium. */
+    int err = fs->err;
+    if (!err)
+        err = e->ssd_tier.write_err ? e->ssd_tier.write_err : -EIO;
+    return kvt_fail(err, "%lld pages could not be written to SSD (%s)", (long long)missing,
+                    kvt_strerror(err));
+}
+
+/* Pages only in DRAM (the benchmark's), so no pass needs HBM's help. */
+int kvt_ssd_flush(kvt_engine *e)
+{
+    struct kvt_flush_set fs;
+    int r = kvt_ssd_flush_begin(e, &fs);
+    if (r < 0)
+        return r;
+    int64_t prev = INT64_MAX, missing = 0;
     for (int pass = 0; pass < 8; pass++) {
-        /* Waited for even with nothing to write: deletions being committed
-         * keep the tier busy, and a flush covers them too. */
-        flush_queue(e, items, n, &err);
-        wait_idle(e);
-        if (e->failed) {
-            free(items);
-            return kvt_check_failed(e);
-        }
-        missing = flush_missing(e, items, n);
-        if (!missing || missing >= prev)
+        missing = kvt_ssd_flush_pass(e, &fs);
+        if (missing <= 0 || missing >= prev)
             break;
         prev = missing;
     }
-    free(items);
-    if (!missing)
-        return 0;
-    /* The error as it happened: a full tier, a full disk, a refused file;
-     * -EIO only when the writes themselves failed on the medium. */
-    if (!err)
-        err = e->ssd_tier.write_err ? e->ssd_tier.write_err : -EIO;
-    return kvt_fail(err, "%llu pages could not be written to SSD (%s)",
-                    (unsigned long long)missing, kvt_strerror(err));
+    r = missing < 0 ? (int)missing : missing ? kvt_ssd_flush_error(e, &fs, missing) : 0;
+    kvt_ssd_flush_end(&fs);
+    return r;
 }

@@ -434,6 +434,11 @@ void kvt_ssd_close(struct kvt_ssd *s)
 /* ------------------------------------------------------------- slots */
 
 uint32_t kvt_ssd_nslots(const struct kvt_ssd *s) { return s->nslots; }
+
+uint64_t kvt_ssd_usable_slots(const struct kvt_ssd *s)
+{
+    return s->nslots - s->bad - s->parked;
+}
 uint32_t kvt_ssd_nfree(const struct kvt_ssd *s) { return s->nfree; }
 size_t kvt_ssd_slot_bytes(const struct kvt_ssd *s) { return s->slot_bytes; }
 struct kvt_index *kvt_ssd_index(struct kvt_ssd *s) { return s->ix; }

@@ -75,6 +75,8 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
 void kvt_ssd_close(struct kvt_ssd *s);
 
 uint32_t kvt_ssd_nslots(const struct kvt_ssd *s);
+/* Slots that hold or may take a page this run: not bad, not parked. */
+uint64_t kvt_ssd_usable_slots(const struct kvt_ssd *s);
 uint32_t kvt_ssd_nfree(const struct kvt_ssd *s);
 size_t kvt_ssd_slot_bytes(const struct kvt_ssd *s);
 struct kvt_index *kvt_ssd_index(struct kvt_ssd *s);

@@ -608,9 +608,36 @@ bool kvt_ssd_read_keeps_page(int res);
  * recorded): clears PG_READ_ERR so that the next load tries again, and
  * names the page in kvt_last_error(). */
 int kvt_ssd_read_error(kvt_engine *e, uint32_t pg, int err);
+/* With persist, how many pages the SSD holds durably at once: its slots
+ * less the retired ones and a few kept free for copy-on-write (a rewrite
+ * takes a new slot before its old one is freed). */
+uint64_t kvt_ssd_durable_room(const kvt_engine *e);
 /* Whether the SSD tier has anything queued, being dropped or in the pipe. */
 bool kvt_ssd_waiting(const kvt_engine *e);
-/* Writes every page without a current SSD copy to SSD and waits. */
+/* A flush's pages: those held in HBM or DRAM without a current SSD copy
+ * when it began, each named by its record and the record's birth. */
+struct kvt_flush_item {
+    uint32_t pg;
+    uint32_t birth;
+};
+struct kvt_flush_set {
+    struct kvt_flush_item *items;
+    size_t n;
+    int err;    /* why a write could not be queued, for the answer */
+};
+/* Lists the pages into *fs (which the caller ends with kvt_ssd_flush_end).
+ * -ENOMEM. */
+int kvt_ssd_flush_begin(kvt_engine *e, struct kvt_flush_set *fs);
+/* Queues a write of each listed page that still lacks an SSD copy and has
+ * a DRAM copy to write from, and waits (unlocked) until the tier is idle.
+ * Returns how many listed pages still lack one (a page only in HBM needs
+ * its DRAM copy back first), or the engine's failure. */
+int64_t kvt_ssd_flush_pass(kvt_engine *e, struct kvt_flush_set *fs);
+/* The error for missing pages left after the last pass, named. */
+int kvt_ssd_flush_error(kvt_engine *e, const struct kvt_flush_set *fs, int64_t missing);
+void kvt_ssd_flush_end(struct kvt_flush_set *fs);
+/* Writes every page only in DRAM without a current SSD copy and waits
+ * (benchmarks: no page is in HBM). */
 int kvt_ssd_flush(kvt_engine *e);
 /* Bulk, for benchmarks: reads every SSD-only page into free DRAM slots and
  * waits. Returns how many were read. */
@@ -673,8 +700,13 @@ bool kvt_mover_is_self(const kvt_engine *e);
 /* 0 when one more page fits in the engine's capacity, else KVT_EFULL. */
 int kvt_admit(kvt_engine *e);
 /* How many more pages fit in the engine's capacity (HBM + DRAM + SSD slots,
- * less DRAM's spare). */
+ * less DRAM's spare; with persist, the SSD's durable room). */
 uint64_t kvt_room(const kvt_engine *e);
+
+/* buffers.c: KVT_FLAG_EVICT: drops one whole page, the policy's victim from
+ * the bottom tier up, for room. 0, or KVT_EFULL (flag off, or every page
+ * held). Locked. */
+int kvt_evict_one(kvt_engine *e);
 
 #if KVT_DEBUG
 void kvt_check_invariants(kvt_engine *e);

@@ -340,7 +340,8 @@ static void kvtier_config(const struct ssd_opts *o, const char *dir, size_t pb, 
     c->page_bytes = pb;
     c->hbm_bytes = pb;
     c->dram_bytes = (o->get ? get_dram_pages(o) : n + 8) * pb;
-    c->ssd_bytes = (n + 8) * pb;
+    /* with persist the SSD keeps slots spare for rewrites (kvt_ssd_durable_room) */
+    c->ssd_bytes = (n + 8 + n / 16 + o->depth) * pb;
     c->ssd_dir = dir;
     c->device = KVT_DEVICE_HOST;
     c->queue_depth = o->depth;

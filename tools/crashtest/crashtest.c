@@ -16,6 +16,10 @@
  *    comes back;
  *  - any other bytes (torn, stale, another key's), a failed read, or a page
  *    counted corrupt is "wrong"; so is a child that saw wrong bytes itself.
+ * With --full (child.c), filler threads keep the engine full meanwhile;
+ * every filler page found must be whole (its own key's, at some version),
+ * and with --evict a flushed key may also be absent, the engine having
+ * dropped it for room ("evicted"), but never older.
  * The first lost or wrong key stops the loop, keeps the directory and says
  * what happened to that key since the flush.
  */
@@ -37,175 +41,12 @@
 #include "include/kvtier.h"
 #include "tiers/spill_dir.h"
 #include "tools/cli.h"
-
-#define PB ((size_t)16384)
-#define FP 0xC4A5E7E5700001ull
-#define CHILD_ALARM 30   /* seconds: a child that hangs dies with SIGALRM */
-#define MAX_KEYS 4096
-
-struct ct_opts {
-    uint64_t cycles, seed, keys, max_ms;
-    const char *dir;
-    bool json, progress, seed_given;
-};
-
-enum rec_type { R_PUT = 1, R_WRITE, R_DROP, R_FLUSH };
-struct rec {
-    uint8_t type, pad;
-    uint16_t key;
-    uint32_t ver;
-};
+#include "tools/crashtest/crashtest.h"
 
 struct totals {
-    uint64_t cycles, after_flush, flushes, ops, present, newer, absent, lost, wrong;
+    uint64_t cycles, after_flush, flushes, ops, present, newer, absent, evicted, lost, wrong;
+    uint64_t fillers;   /* filler pages found whole after the kills */
 };
-
-/* ------------------------------------------------------------- pages */
-
-static kvt_key ct_key(unsigned i)
-{
-    return (kvt_key){ 1 + i / 16, (i / 4) % 4, i % 4 };
-}
-
-static uint64_t ct_word(unsigned key, uint32_t ver, size_t i)
-{
-    uint64_t x = ((uint64_t)key << 40) ^ ((uint64_t)ver << 8) ^ (i * 0x9E3779B97F4A7C15ull) ^ FP;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    x *= 0x94D049BB133111EBull;
-    return x ^ (x >> 32);
-}
-
-static void ct_fill(void *p, unsigned key, uint32_t ver)
-{
-    uint64_t *w = p;
-    for (size_t i = 0; i < PB / 8; i++)
-        w[i] = ct_word(key, ver, i);
-}
-
-static bool ct_check(const void *p, unsigned key, uint32_t ver)
-{
-    const uint64_t *w = p;
-    for (size_t i = 0; i < PB / 8; i++)
-        if (w[i] != ct_word(key, ver, i))
-            return false;
-    return true;
-}
-
-/* Small tiers, so that most pages live on SSD and every operation moves
- * some; the codec changes with the cycle (none, zstd, zstd-shuffle16). */
-static kvt_config ct_config(const char *dir, uint64_t keys, uint64_t cycle)
-{
-    kvt_config c;
-    kvt_config_init(&c);
-    c.page_bytes = PB;
-    c.hbm_bytes = 4 * PB;
-    c.dram_bytes = 8 * PB;
-    c.ssd_bytes = (keys * 4 + 64) * PB;
-    c.ssd_dir = dir;
-    c.device = KVT_DEVICE_HOST;
-    c.policy = "lru";
-    c.persist = 1;
-    c.fingerprint = FP;
-    c.codec = (int)(cycle % 3);
-    c.queue_depth = 8;
-    return c;
-}
-
-/* ------------------------------------------------------------- the child */
-
-static void ct_log(int wfd, uint8_t type, unsigned key, uint32_t ver)
-{
-    struct rec r = { type, 0, (uint16_t)key, ver };
-    if (write(wfd, &r, sizeof(r)) != sizeof(r))
-        _exit(40);
-}
-
-/* One operation of the child; exits on a failure (the code says which). */
-static void ct_child_op(kvt_engine *e, uint32_t *cur, uint32_t *v, unsigned *seed,
-                        uint64_t keys, void *b, int wfd)
-{
-    unsigned i = (unsigned)(rand_r(seed) % keys), what = (unsigned)(rand_r(seed) % 10);
-    kvt_key k = ct_key(i);
-    if (what < 4) {                     /* put: a new key or over an existing one */
-        ct_log(wfd, R_PUT, i, ++*v);
-        ct_fill(b, i, *v);
-        const void *src[1] = { b };
-        if (kvt_put(e, &k, 1, src, 0))
-            _exit(10);
-        cur[i] = *v;
-    } else if (what < 6 && cur[i]) {    /* overwrite in place: acquire, write, release dirty */
-        void *d = NULL;
-        if (kvt_acquire(e, &k, 1, &d))
-            _exit(13);
-        if (!ct_check(d, i, cur[i]))
-            _exit(14);
-        ct_log(wfd, R_WRITE, i, ++*v);
-        ct_fill(d, i, *v);
-        if (kvt_release(e, &k, 1, 1))
-            _exit(12);
-        cur[i] = *v;
-    } else if (what < 7) {
-        ct_log(wfd, R_DROP, i, 0);
-        if (kvt_drop(e, &k, 1))
-            _exit(15);
-        cur[i] = 0;
-    } else {
-        void *dst[1] = { b };
-        int found = -1;
-        if (kvt_get(e, &k, 1, dst, 0, &found))
-            _exit(17);
-        if (found != (cur[i] != 0) || (found && !ct_check(b, i, cur[i])))
-            _exit(18);
-    }
-}
-
-/* The child: cur0 is the state the parent found; versions start at base.
- * Runs until killed. */
-static void ct_child(const struct ct_opts *o, uint64_t cycle, const uint32_t *cur0, uint32_t base,
-                     unsigned seed, int wfd)
-{
-    static uint32_t cur[MAX_KEYS];
-    uint32_t v = base;
-    alarm(CHILD_ALARM);
-    memcpy(cur, cur0, o->keys * sizeof(*cur));
-    kvt_config c = ct_config(o->dir, o->keys, cycle);
-    kvt_engine *e = NULL;
-    if (kvt_open(&c, &e))
-        _exit(2);
-    void *b = aligned_alloc(4096, PB);
-    if (!b)
-        _exit(3);
-    for (uint32_t op = 1, flushes = 0;; op++) {
-        if (op % 12 == 0) {
-            if (kvt_flush(e))
-                _exit(16);
-            ct_log(wfd, R_FLUSH, 0, ++flushes);
-            continue;
-        }
-        ct_child_op(e, cur, &v, &seed, o->keys, b, wfd);
-    }
-}
-
-static const char *ct_exit_why(int code)
-{
-    switch (code) {
-    case 2: return "kvt_open failed";
-    case 3: return "out of memory";
-    case 10: return "kvt_put failed";
-    case 12: return "kvt_release failed";
-    case 13: return "kvt_acquire failed";
-    case 14: return "kvt_acquire served wrong bytes";
-    case 15: return "kvt_drop failed";
-    case 16: return "kvt_flush failed";
-    case 17: return "kvt_get failed";
-    case 18: return "kvt_get served wrong bytes or a wrong miss";
-    case 40: return "writing the log failed";
-    case 1: return "a sanitizer report (see stderr)";
-    default: return "an unexpected exit";
-    }
-}
 
 /* ------------------------------------------------------------- the log */
 
@@ -215,7 +56,7 @@ struct ct_log {
 };
 
 /* Reads records: with until_flush, until one flush is read (1), EOF (0) or
- * CHILD_ALARM seconds of silence (-1); else what is there now (a
+ * CT_CHILD_ALARM seconds of silence (-1); else what is there now (a
  * non-blocking fd) or to EOF (a blocking one), returning 0. -ENOMEM. */
 static int ct_read(int fd, struct ct_log *lg, bool until_flush)
 {
@@ -230,7 +71,7 @@ static int ct_read(int fd, struct ct_log *lg, bool until_flush)
         }
         if (until_flush) {
             struct pollfd pf = { fd, POLLIN, 0 };
-            if (poll(&pf, 1, CHILD_ALARM * 1000) == 0)
+            if (poll(&pf, 1, CT_CHILD_ALARM * 1000) == 0)
                 return -1;
         }
         ssize_t got = read(fd, &lg->r[lg->n], sizeof(struct rec));
@@ -281,11 +122,32 @@ static uint32_t ct_allowed(const struct ct_check *c, unsigned i, const void *b, 
     return got;
 }
 
+/* The fillers' keys: each present one whole. Returns how many are present;
+ * sets c->err at the first that is not. */
+static uint64_t ct_verify_fillers(const struct ct_opts *o, uint64_t cycle, kvt_engine *e,
+                                  void *b, struct ct_check *c, struct totals *t)
+{
+    uint64_t present = 0;
+    for (unsigned j = 0; j < ct_filler_count(o) && !c->err[0]; j++) {
+        kvt_key k = ct_filler_key(j);
+        void *dst[1] = { b };
+        int found = -1, r = kvt_get(e, &k, 1, dst, 0, &found);
+        if (r || (found == 1 && !ct_filler_ok(b, j))) {
+            t->wrong++;
+            snprintf(c->err, sizeof(c->err), "cycle %" PRIu64 ": filler key %u %s", cycle, j,
+                     r ? "cannot be read back" : "holds bytes that are not its own");
+        }
+        present += found == 1;
+    }
+    t->fillers += present;
+    return present;
+}
+
 /* Reopens the directory and checks every key. 0, or -1 with c->err. */
 static int ct_verify(const struct ct_opts *o, uint64_t cycle, struct ct_check *c,
                      struct totals *t)
 {
-    kvt_config cfg = ct_config(o->dir, o->keys, cycle + 1);
+    kvt_config cfg = ct_config(o, cycle + 1);
     kvt_engine *e = NULL;
     int r = kvt_open(&cfg, &e);
     if (r) {
@@ -294,7 +156,7 @@ static int ct_verify(const struct ct_opts *o, uint64_t cycle, struct ct_check *c
                  kvt_strerror(r), kvt_last_error());
         return -1;
     }
-    void *b = aligned_alloc(4096, PB);
+    void *b = aligned_alloc(4096, CT_PB);
     uint64_t present = 0;
     for (unsigned i = 0; b && i < o->keys && !c->err[0]; i++) {
         kvt_key k = ct_key(i);
@@ -313,6 +175,8 @@ static int ct_verify(const struct ct_opts *o, uint64_t cycle, struct ct_check *c
                      PRIu32 "; since that flush:%s)", cycle, i,
                      r ? "cannot be read back" : "holds bytes of no version it may hold",
                      c->flushed[i], hist);
+        } else if (found != 1 && c->flushed[i] && !dropped && o->evict) {
+            t->evicted++;
         } else if (found != 1 && c->flushed[i] && !dropped) {
             t->lost++;
             snprintf(c->err, sizeof(c->err), "cycle %" PRIu64 ": key %u was flushed at version %"
@@ -323,17 +187,19 @@ static int ct_verify(const struct ct_opts *o, uint64_t cycle, struct ct_check *c
         t->absent += found == 0;
         c->cur[i] = got;
     }
+    t->present += present;
+    if (b && !c->err[0])
+        present += ct_verify_fillers(o, cycle, e, b, c, t);
     kvt_stats s;
     if (!c->err[0] && kvt_get_stats(e, &s) == 0 &&
         (s.pages != present || s.errors_corrupt || s.errors_io)) {
         t->wrong++;
         snprintf(c->err, sizeof(c->err), "cycle %" PRIu64 ": %" PRIu64 " pages held for %"
-                 PRIu64 " keys present, errors_corrupt %" PRIu64 ", errors_io %" PRIu64, cycle,
+                 PRIu64 " keys present (checked and fillers), errors_corrupt %" PRIu64 ", errors_io %" PRIu64, cycle,
                  s.pages, present, s.errors_corrupt, s.errors_io);
     }
     if (!b && !c->err[0])
         snprintf(c->err, sizeof(c->err), "out of memory");
-    t->present += present;
     free(b);
     kvt_close(e);
     return c->err[0] ? -1 : 0;
@@ -401,7 +267,7 @@ static int ct_run_child(const struct ct_opts *o, uint64_t cycle, const uint32_t 
      * children killed before they did anything */
     if (cycle % 2 == 1 && ct_read(p[0], lg, true) < 0)
         snprintf(err, errlen, "cycle %" PRIu64 ": no flush in %d s: the child hangs", cycle,
-                 CHILD_ALARM);
+                 CT_CHILD_ALARM);
     (void)fcntl(p[0], F_SETFL, O_NONBLOCK);
     if (!err[0])
         ct_sleep_ms(1 + (unsigned)rand_r(seed) % (unsigned)o->max_ms, p[0], lg);
@@ -440,7 +306,7 @@ static void ct_progress(const struct ct_opts *o, const struct totals *t, double 
 
 static int ct_loop(const struct ct_opts *o, struct totals *t, char *err, size_t errlen)
 {
-    static uint32_t cur[MAX_KEYS], flushed[MAX_KEYS];
+    static uint32_t cur[CT_MAX_KEYS], flushed[CT_MAX_KEYS];
     struct ct_log lg = { 0 };
     unsigned seed = (unsigned)o->seed;
     bool tty = isatty(STDERR_FILENO);
@@ -474,7 +340,8 @@ static void ct_usage(FILE *f)
 {
     fprintf(f,
             "usage: kvtier crashtest [--cycles N] [--seed S] [--dir DIR] [--keys K]\n"
-            "                        [--max-ms MS] [--progress] [--json]\n"
+            "                        [--full [--threads T] [--evict]] [--max-ms MS]\n"
+            "                        [--progress] [--json]\n"
             "\n"
             "The crash loop: a writer with persist=1 puts, overwrites, drops and flushes\n"
             "pages derived from (key, version) and is killed with SIGKILL at a random\n"
@@ -486,13 +353,19 @@ static void ct_usage(FILE *f)
             "  --dir DIR     the spill directory: new or empty, kept at the end (default: a new\n"
             "                one under $TMPDIR, removed when every cycle passed)\n"
             "  --keys K      keys the writer uses, 1..%d (default 64)\n"
+            "  --full        the engine full: T filler threads put, drop and read %d keys\n"
+            "                each of their own meanwhile, on an SSD of half the keys in use;\n"
+            "                the policy alternates lru and prefix\n"
+            "  --threads T   filler threads with --full, 1..%d (default 3)\n"
+            "  --evict       with --full: a cache (KVT_FLAG_EVICT), which drops pages for\n"
+            "                room; a flushed key may then be absent, never older\n"
             "  --max-ms MS   a kill comes 1..MS ms after the child starts, or after its first\n"
             "                flush on odd cycles (default 60)\n"
             "  --progress    progress on stderr (always on a terminal)\n"
             "  --json        one JSON object on stdout\n"
             "\n"
             "Exit status: 0 every cycle passed, 1 a key lost or wrong (or the loop could not\n"
-            "run), 2 usage error.\n", MAX_KEYS);
+            "run), 2 usage error.\n", CT_MAX_KEYS, CT_FILLER_KEYS, CT_MAX_THREADS);
 }
 
 static const struct option ct_lo[] = {
@@ -500,13 +373,16 @@ static const struct option ct_lo[] = {
     { "dir", required_argument, NULL, 'd' },    { "keys", required_argument, NULL, 'k' },
     { "max-ms", required_argument, NULL, 'm' }, { "progress", no_argument, NULL, 'p' },
     { "json", no_argument, NULL, 'j' },         { "help", no_argument, NULL, 'h' },
+    { "full", no_argument, NULL, 'f' },         { "evict", no_argument, NULL, 'e' },
+    { "threads", required_argument, NULL, 't' },
     { NULL, 0, NULL, 0 },
 };
 
 /* 0, 1 (help printed) or -EINVAL (the message printed). */
 static int ct_parse(int argc, char **argv, struct ct_opts *o)
 {
-    *o = (struct ct_opts){ .cycles = 100, .keys = 64, .max_ms = 60 };
+    *o = (struct ct_opts){ .cycles = 100, .keys = 64, .max_ms = 60, .threads = 3 };
+    bool threads_given = false;
     int c, li = 0, r = 0;
     optind = 0;
     opterr = 0;
@@ -519,9 +395,15 @@ static int ct_parse(int argc, char **argv, struct ct_opts *o)
             o->seed_given = true;
             break;
         case 'd': r = cli_opt_path("crashtest", "dir", optarg); o->dir = optarg; break;
-        case 'k': r = cli_opt_count("crashtest", "keys", optarg, 1, MAX_KEYS, &o->keys); break;
+        case 'k': r = cli_opt_count("crashtest", "keys", optarg, 1, CT_MAX_KEYS, &o->keys); break;
         case 'm': r = cli_opt_count("crashtest", "max-ms", optarg, 1, 600000, &o->max_ms); break;
         case 'p': o->progress = true; break;
+        case 'f': o->full = true; break;
+        case 'e': o->evict = true; break;
+        case 't':
+            r = cli_opt_count("crashtest", "threads", optarg, 1, CT_MAX_THREADS, &o->threads);
+            threads_given = true;
+            break;
         case 'j': o->json = true; break;
         default: return cli_getopt_error("crashtest", c, argv);
         }
@@ -530,6 +412,10 @@ static int ct_parse(int argc, char **argv, struct ct_opts *o)
         return r;
     if (optind != argc) {
         cli_error("crashtest", 2, "unexpected argument '%s'", argv[optind]);
+        return -EINVAL;
+    }
+    if ((o->evict || threads_given) && !o->full) {
+        cli_error("crashtest", 2, "--%s goes with --full", o->evict ? "evict" : "threads");
         return -EINVAL;
     }
     if (!o->seed_given)
@@ -552,6 +438,10 @@ static void ct_report(const struct ct_opts *o, const struct totals *t, double se
     fprintf(f, "  after the kills: %" PRIu64 " keys present (%" PRIu64 " at a version newer than "
             "the last flush), %" PRIu64 " absent (dropped or never flushed)\n", t->present,
             t->newer, t->absent);
+    if (o->full)
+        fprintf(f, "  full engine: %" PRIu64 " filler threads%s; %" PRIu64 " flushed keys "
+                "evicted, %" PRIu64 " filler pages found whole\n", o->threads,
+                o->evict ? ", KVT_FLAG_EVICT" : "", t->evicted, t->fillers);
     fprintf(f, "  lost: %" PRIu64 "   wrong: %" PRIu64 "\n", t->lost, t->wrong);
     if (err[0])
         fprintf(f, "  first failure: %s\n", err);
@@ -560,9 +450,13 @@ static void ct_report(const struct ct_opts *o, const struct totals *t, double se
     printf("{\"cycles\": %" PRIu64 ", \"seconds\": %.3f, \"seed\": %" PRIu64 ", \"keys\": %" PRIu64
            ", \"kills_after_flush\": %" PRIu64 ", \"flushes\": %" PRIu64 ", \"ops\": %" PRIu64
            ", \"present\": %" PRIu64 ", \"newer\": %" PRIu64 ", \"absent\": %" PRIu64
-           ", \"lost\": %" PRIu64 ", \"wrong\": %" PRIu64 ", \"ok\": %s, \"error\": ",
+           ", \"full\": %s, \"threads\": %" PRIu64 ", \"evict\": %s, \"evicted\": %" PRIu64
+           ", \"fillers\": %" PRIu64 ", \"lost\": %" PRIu64 ", \"wrong\": %" PRIu64
+           ", \"ok\": %s, \"error\": ",
            t->cycles, secs, o->seed, o->keys, t->after_flush, t->flushes, t->ops, t->present,
-           t->newer, t->absent, t->lost, t->wrong, err[0] ? "false" : "true");
+           t->newer, t->absent, o->full ? "true" : "false", o->full ? o->threads : 0,
+           o->evict ? "true" : "false", t->evicted, t->fillers, t->lost, t->wrong,
+           err[0] ? "false" : "true");
     if (err[0])
         cli_json_str(err);
     else
@@ -589,7 +483,7 @@ int crashtest_main(int argc, char **argv)
         o.dir = made;
     }
     /* The directory must be one kvtier can use before a child is forked. */
-    kvt_config c = ct_config(o.dir, o.keys, 0);
+    kvt_config c = ct_config(&o, 0);
     kvt_engine *e = NULL;
     if ((r = kvt_open(&c, &e)) != 0) {
         cli_error("crashtest", 1, "cannot open --dir %s: %s (%s)", o.dir, kvt_strerror(r),
