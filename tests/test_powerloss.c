@@ -38,8 +38,28 @@
 
 #define PB ((size_t)16384)
 #define FP 0x90E5105Full
-#define NKEYS 24
-#define NOPS 160
+#define NKEYS_MAX 64
+#define NOPS_MAX 240
+
+/* The workload's shape: the plain one (an SSD with room for every key), or
+ * the engine full (issue 32): more keys than the SSD holds, overwrites in
+ * place through a pin (so pages are dirty in HBM alone), puts refused for
+ * room, with or without KVT_FLAG_EVICT (which drops keys for room: absent
+ * is then allowed, older never). */
+struct shape {
+    const char *name;
+    int nkeys, nops;
+    size_t ssd_pages;
+    uint64_t flags;
+    bool writes;    /* acquire, write, release dirty among the operations */
+};
+static const struct shape PLAIN = { "plain", 24, 160, 96, 0, false };
+static const struct shape FULL = { "full", 64, 240, 32, 0, true };
+static const struct shape FULL_EVICT = { "full, KVT_FLAG_EVICT", 64, 240, 32, KVT_FLAG_EVICT,
+                                         true };
+static const struct shape *shape = &PLAIN;
+#define NKEYS (shape->nkeys)
+#define NOPS (shape->nops)
 
 /* ---------------------------------------------------------------- dirs */
 
@@ -75,7 +95,8 @@ static void dir_free(char *d)
 static kvt_config pl_config(const char *dir, int codec)
 {
     kvt_config c = t_config(PB, 4, 8);
-    c.ssd_bytes = 96 * PB;
+    c.ssd_bytes = shape->ssd_pages * PB;
+    c.flags = shape->flags;
     c.ssd_dir = dir;
     c.persist = 1;
     c.fingerprint = FP;
@@ -92,7 +113,7 @@ static kvt_key pkey(int i)
 
 /* ---------------------------------------------------------------- the workload */
 
-enum op_type { OP_PUT, OP_DROP, OP_FLUSH, OP_GET };
+enum op_type { OP_PUT, OP_DROP, OP_FLUSH, OP_GET, OP_WRITE };
 struct op {
     enum op_type type;
     int key;
@@ -108,6 +129,8 @@ static void make_ops(struct op *ops)
         int r = (int)(rand_r(&seed) % 100);
         ops[i].key = (int)(rand_r(&seed) % NKEYS);
         ops[i].type = r < 55 ? OP_PUT : r < 70 ? OP_DROP : r < 78 ? OP_FLUSH : OP_GET;
+        if (shape->writes && ops[i].type == OP_PUT && r >= 42)
+            ops[i].type = OP_WRITE;
     }
     ops[NOPS - 1].type = OP_FLUSH;
 }
@@ -116,10 +139,10 @@ static void make_ops(struct op *ops)
  * the last flush that returned 0 (0: absent), and the versions put after
  * it. Version v of any key is written by operation v - 1. */
 struct outcome {
-    uint32_t flushed[NKEYS];
-    bool drop_after[NKEYS];
-    uint32_t after[NKEYS][NOPS];
-    unsigned nafter[NKEYS];
+    uint32_t flushed[NKEYS_MAX];
+    bool drop_after[NKEYS_MAX];   /* dropped (or, with KVT_FLAG_EVICT, maybe evicted) since */
+    uint32_t after[NKEYS_MAX][NOPS_MAX];
+    unsigned nafter[NKEYS_MAX];
     unsigned ops_done, flushes;
     char err[256];
 };
@@ -147,13 +170,46 @@ static bool pcheck(const void *b, kvt_key k, uint32_t v)
     return true;
 }
 
+/* An overwrite through a pin: the new version is dirty in HBM alone until
+ * it goes down. A key absent (never written, dropped, evicted) or no room
+ * to pin it is no write. */
+static int write_in_place(kvt_engine *e, int key, uint32_t *cur, uint32_t v, struct outcome *o)
+{
+    kvt_key k = pkey(key);
+    void *d = NULL;
+    if (!cur[key])
+        return 0;
+    int r = kvt_acquire(e, &k, 1, &d);
+    if (r == KVT_ENOTFOUND && (shape->flags & KVT_FLAG_EVICT)) {
+        cur[key] = 0;
+        o->drop_after[key] = true;
+        return 0;
+    }
+    if (r == KVT_EFULL)
+        return 0;
+    if (r)
+        return r;
+    static _Alignas(4096) uint8_t page[PB];
+    assert_int_equal(t_page_read(e, page, d, PB), 0);
+    if (!pcheck(page, k, cur[key]))
+        snprintf(o->err, sizeof(o->err), "kvt_acquire of key %d served wrong bytes (version %u)",
+                 key, cur[key]);
+    fill(page, key, v);
+    assert_int_equal(t_page_write(e, d, page, PB), 0);
+    o->after[key][o->nafter[key]++] = v;
+    if ((r = kvt_release(e, &k, 1, 1)) == 0)
+        cur[key] = v;
+    return r;
+}
+
 /* Runs the workload until a call fails (the power is gone) or it ends. */
 static void run_ops(kvt_engine *e, struct kvt_io_faulty *plan, const struct op *ops,
                     struct outcome *o, void *buf)
 {
-    uint32_t cur[NKEYS] = { 0 };
+    uint32_t cur[NKEYS_MAX] = { 0 };
+    bool cache = shape->flags & KVT_FLAG_EVICT;
     memset(o, 0, sizeof(*o));
-    for (unsigned i = 0; i < NOPS; i++) {
+    for (unsigned i = 0; i < (unsigned)NOPS; i++) {
         const struct op *op = &ops[i];
         kvt_key k = pkey(op->key);
         uint32_t v = i + 1;
@@ -164,6 +220,16 @@ static void run_ops(kvt_engine *e, struct kvt_io_faulty *plan, const struct op *
             o->after[op->key][o->nafter[op->key]++] = v; /* attempted: may be on disk */
             if ((r = kvt_put(e, &k, 1, src, 0)) == 0)
                 cur[op->key] = v;
+            if (r == KVT_EFULL && shape->flags == 0) {
+                r = 0; /* refused for room: the old version stays */
+            } else if (r == KVT_EFULL) {
+                r = 0; /* a cache may give the old version up for room */
+                cur[op->key] = 0;
+                o->drop_after[op->key] = true;
+                kvt_drop(e, &k, 1);
+            }
+        } else if (op->type == OP_WRITE) {
+            r = write_in_place(e, op->key, cur, v, o);
         } else if (op->type == OP_DROP) {
             o->drop_after[op->key] = true;
             if ((r = kvt_drop(e, &k, 1)) == 0)
@@ -181,6 +247,10 @@ static void run_ops(kvt_engine *e, struct kvt_io_faulty *plan, const struct op *
         } else {
             void *dst[1] = { buf };
             r = kvt_get(e, &k, 1, dst, 0, &found);
+            if (r == 0 && found == 0 && cur[op->key] && cache) { /* evicted for room */
+                cur[op->key] = 0;
+                o->drop_after[op->key] = true;
+            }
             if (r == 0 && !kvt_io_faulty_dead(plan) &&
                 (found != (cur[op->key] != 0) ||
                  (found && !pcheck(buf, k, cur[op->key]))))
@@ -195,7 +265,7 @@ static void run_ops(kvt_engine *e, struct kvt_io_faulty *plan, const struct op *
 }
 
 struct tally {
-    unsigned runs, cuts_write, cuts_sync, present, absent, newer, wrong, lost;
+    unsigned runs, cuts_write, cuts_sync, present, absent, newer, wrong, lost, evicted;
     uint64_t undone, torn, kept;
 };
 
@@ -234,6 +304,10 @@ static void check_after(const char *dir, const struct outcome *o, struct tally *
         }
         bool wrong = r != 0 || (found == 1 && !got);
         bool lost = r == 0 && found == 0 && o->flushed[i] && !o->drop_after[i];
+        if (lost && (shape->flags & KVT_FLAG_EVICT)) { /* a cache may have dropped it for room */
+            t->evicted++;
+            lost = false;
+        }
         t->wrong += wrong;
         t->lost += lost;
         t->present += found == 1;
@@ -279,7 +353,8 @@ static void close_quietly(kvt_engine *e)
 /* One run: the workload with the power going as pl says, then the check.
  * Returns the run's counts of writes and syncs seen (for the dry run). */
 static void one_run(const struct op *ops, const struct kvt_io_powerloss *pl, int codec,
-                    struct tally *t, char *err, size_t errlen, uint64_t *writes, uint64_t *syncs)
+                    struct tally *t, char *err, size_t errlen, uint64_t *writes, uint64_t *syncs,
+                    unsigned *done)
 {
     char *dir = dir_new();
     struct kvt_io_faulty plan;
@@ -298,6 +373,8 @@ static void one_run(const struct op *ops, const struct kvt_io_powerloss *pl, int
     run_ops(e, &plan, ops, o, buf);
     if (o->err[0] && !err[0])
         snprintf(err, errlen, "%s", o->err);
+    if (done)
+        *done = o->ops_done;
     kvt_io_faulty_cut(&plan); /* the end of the workload is a cut too */
     close_quietly(e);
     *writes = plan.pl_writes;
@@ -399,7 +476,7 @@ static void test_model_undo(void **state)
 static void test_checker_sees_damage(void **state)
 {
     (void)state;
-    struct op ops[NOPS];
+    struct op ops[NOPS_MAX];
     make_ops(ops);
     char *dir = dir_new();
     kvt_config c = pl_config(dir, KVT_CODEC_NONE);
@@ -412,7 +489,7 @@ static void test_checker_sees_damage(void **state)
     void *buf = aligned_alloc(4096, PB);
     struct outcome *o = calloc(1, sizeof(*o));
     run_ops(e, &plan, ops, o, buf);
-    assert_int_equal(o->ops_done, NOPS);
+    assert_int_equal(o->ops_done, (unsigned)NOPS);
     kvt_close(e);
     kvt_io_faulty_powerloss(&plan, NULL);
     char seg[4200];
@@ -491,20 +568,24 @@ static uint64_t cut_step(uint64_t count, uint64_t max)
     return count <= max ? 1 : (count + max - 1) / max;
 }
 
-static void test_sweep(void **state)
+static void sweep(const struct shape *sh)
 {
-    (void)state;
+    shape = sh;
     static const unsigned tears[] = { 0, 512, 4096 };
-    struct op ops[NOPS];
+    struct op ops[NOPS_MAX];
     make_ops(ops);
     struct tally t = { 0 };
     char err[512] = "";
     uint64_t writes, syncs, w, s;
     /* The dry run: the whole workload, the power cut at its end. */
     struct kvt_io_powerloss dry = { .at = KVT_IOCUT_ON_DEMAND };
-    one_run(ops, &dry, KVT_CODEC_NONE, &t, err, sizeof(err), &writes, &syncs);
+    unsigned done = 0;
+    one_run(ops, &dry, KVT_CODEC_NONE, &t, err, sizeof(err), &writes, &syncs, &done);
     if (err[0])
         fail_msg("%s", err);
+    if (done != (unsigned)NOPS) /* every call succeeds, the full engine's flushes too */
+        fail_msg("%s: the workload stopped at operation %u of %d: %s", sh->name, done, NOPS,
+                 kvt_last_error());
     assert_true(writes > 20 && syncs > 5);
     const char *env = getenv("KVT_POWERLOSS_MAX_CUTS"); /* a quicker sweep: at most this many */
     uint64_t max = env ? strtoull(env, NULL, 0) : UINT64_MAX / 2;
@@ -517,7 +598,7 @@ static void test_sweep(void **state)
                 struct kvt_io_powerloss pl = { .at = kind ? KVT_IOCUT_SYNC : KVT_IOCUT_WRITE,
                                                .nth = n, .tear = tears[ti % 3],
                                                .seed = n * 7 + ti, .index_kept = ti >= 3 };
-                one_run(ops, &pl, (int)(n % 3), &t, err, sizeof(err), &w, &s);
+                one_run(ops, &pl, (int)(n % 3), &t, err, sizeof(err), &w, &s, NULL);
                 if (kind)
                     t.cuts_sync++;
                 else
@@ -525,21 +606,43 @@ static void test_sweep(void **state)
             }
         }
     }
-    print_message("power-loss sweep: workload of %d ops (%llu writes, %llu syncs); %u cut "
+    print_message("power-loss sweep (%s: %d keys, SSD %zu pages): workload of %d ops (%llu "
+                  "writes, %llu syncs); %u cut "
                   "points (codec none/zstd/zstd-shuffle16 in turn) x 3 tear sizes x 2 index "
                   "states (rolled back, kept) = %u runs (+1 dry); %llu unsynced writes undone "
                   "whole, "
                   "%llu torn, %llu kept; after reopen %u keys present (%u newer than the "
-                  "flush), %u absent; %u wrong, %u lost\n",
-                  NOPS, (unsigned long long)writes, (unsigned long long)syncs, points,
+                  "flush), %u absent (%u flushed and evicted); %u wrong, %u lost\n",
+                  sh->name, NKEYS, sh->ssd_pages, NOPS, (unsigned long long)writes, (unsigned long long)syncs, points,
                   t.cuts_write + t.cuts_sync, (unsigned long long)t.undone,
                   (unsigned long long)t.torn, (unsigned long long)t.kept, t.present, t.newer,
-                  t.absent, t.wrong, t.lost);
+                  t.absent, t.evicted, t.wrong, t.lost);
     if (err[0])
         fail_msg("%s", err);
     assert_int_equal(t.wrong, 0);
     assert_int_equal(t.lost, 0);
     assert_true(t.undone > 0 && t.torn > 0);
+    shape = &PLAIN;
+}
+
+static void test_sweep(void **state)
+{
+    (void)state;
+    sweep(&PLAIN);
+}
+
+/* The engine full: the flush must make the overwrites durable that are
+ * dirty in HBM alone, and no full engine may give a flushed copy up. */
+static void test_sweep_full(void **state)
+{
+    (void)state;
+    sweep(&FULL);
+}
+
+static void test_sweep_full_evict(void **state)
+{
+    (void)state;
+    sweep(&FULL_EVICT);
 }
 
 int main(int argc, char **argv)
@@ -550,6 +653,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_checker_sees_damage),
         cmocka_unit_test(test_drop_then_flush),
         cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_sweep_full),
+        cmocka_unit_test(test_sweep_full_evict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
