@@ -155,6 +155,70 @@ static void test_a_cache_writes_to_ssd_only_what_outranks_its_victim(void **stat
     t_rmtree(dir);
 }
 
+/* A full cache can always flush and close (issue 32, finding 4): every
+ * tier full, two pages dirty in HBM alone. With persist off the flush gives
+ * them a copy below, dropping the policy's victims for room as a put would
+ * (it answered KVT_EFULL, and every plug-in's shutdown raised); with persist
+ * every page held is durable, the close loses none, and the next open has
+ * each of them, exact. */
+static void test_a_full_cache_flushes_and_closes(void **state)
+{
+    (void)state;
+    static _Alignas(4096) uint64_t buf[PB / 8];
+    for (int persist = 0; persist < 2; persist++) {
+        kvt_config c = cache_config(KVT_FLAG_EVICT, "prefix");
+        c.persist = persist;
+        kvt_engine *e;
+        assert_int_equal(kvt_open(&c, &e), 0);
+        enum { N = 40 };
+        for (uint64_t i = 0; i < N; i++)
+            put_one(e, 300 + i, 0);
+        uint32_t written = 0;
+        for (uint64_t i = N; i-- > 0 && written < 2;) {
+            kvt_key k = t_key(300 + i, KVT_ALL_LAYERS, 0);
+            void *d = NULL;
+            if (kvt_acquire(e, &k, 1, &d) != 0)
+                continue; /* evicted */
+            assert_int_equal(t_fill_page(e, d, PB, k, 1), 0);
+            assert_int_equal(kvt_release(e, &k, 1, 1), 0);
+            written++;
+        }
+        assert_int_equal(written, 2);
+        assert_true(t_stats(e).evicted_pages > 0);
+        assert_int_equal(kvt_flush(e), 0);
+        uint32_t version[N] = { 0 }; /* 1 + the version held; 0 absent */
+        for (uint64_t i = 0; i < N; i++) {
+            kvt_key k = t_key(300 + i, KVT_ALL_LAYERS, 0);
+            void *dst[1] = { buf };
+            int found = 0;
+            assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
+            if (found)
+                version[i] = t_check(buf, PB, k, 0) ? 1 : t_check(buf, PB, k, 1) ? 2 : 99;
+            assert_int_not_equal(version[i], 99);
+        }
+        kvt_stats st = t_stats(e);
+        assert_int_equal(st.errors_io + st.errors_corrupt, 0);
+        kvt_close(e);
+        if (!persist) {
+            t_rmtree(dir);
+            continue;
+        }
+        assert_int_equal(kvt_open(&c, &e), 0);
+        assert_int_equal(t_stats(e).pages, st.pages);
+        for (uint64_t i = 0; i < N; i++) {
+            kvt_key k = t_key(300 + i, KVT_ALL_LAYERS, 0);
+            void *dst[1] = { buf };
+            int found = 0;
+            assert_int_equal(kvt_get(e, &k, 1, dst, 0, &found), 0);
+            assert_int_equal(found, version[i] != 0);
+            if (found)
+                assert_true(t_check(buf, PB, k, version[i] - 1));
+        }
+        kvt_close(e);
+        t_rmtree(dir);
+    }
+}
+
 struct writes {
     uint32_t events, pages;
 };
@@ -701,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_a_full_cache_evicts_arc),
         cmocka_unit_test(test_a_full_cache_evicts_default),
         cmocka_unit_test(test_a_cache_writes_to_ssd_only_what_outranks_its_victim),
+        cmocka_unit_test(test_a_full_cache_flushes_and_closes),
         cmocka_unit_test(test_a_full_cache_writes_a_puts_room_together),
         cmocka_unit_test(test_an_overwrite_in_a_full_put_costs_no_page),
         cmocka_unit_test(test_a_put_in_batches_is_one_chain_to_the_policy),

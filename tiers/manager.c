@@ -642,13 +642,18 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
 #define FLUSH_STUCK_PASSES 16
 
 /* Gives every dirty HBM page a DRAM copy; with an SSD tier, makes room in
- * DRAM by pushing DRAM-only pages down as needed. Locked. */
+ * DRAM by pushing DRAM-only pages down as needed. Locked.
+ *
+ * A round that moves no dirty page down is stuck unless it waited for the
+ * SSD with no write failing: room made by dropping a DRAM copy that HBM
+ * also holds makes that page dirty again (two dirty pages took one DRAM
+ * slot in turn for ever), and a disk that refuses every write would have
+ * the loop retire its slots one failed write at a time. After
+ * FLUSH_STUCK_ROUNDS such rounds a cache (KVT_FLAG_EVICT) drops the
+ * policy's victim, as a put would, and goes on; any other engine says what
+ * stops it. */
 static int flush_hbm(kvt_engine *e)
 {
-    /* Rounds in a row that moved no dirty page while SSD writes failed: a
-     * disk that refuses every write would have the loop retire its slots
-     * one failed write at a time (a livelock that ends only when none is
-     * left), so it gives up after a few. */
     unsigned stuck = 0;
     for (;;) {
         uint64_t fence = 0, dirty = e->hbm.dirty;
@@ -670,11 +675,23 @@ static int flush_hbm(kvt_engine *e)
             return r; /* no room anywhere and no progress */
         if (e->failed)
             return kvt_check_failed(e);
-        stuck = e->hbm.dirty < dirty || !e->ssd_tier.write_err ? 0 : stuck + 1;
-        if (stuck >= FLUSH_STUCK_ROUNDS)
-            return kvt_fail(e->ssd_tier.write_err, "%llu dirty HBM pages cannot go down: DRAM is "
-                            "full and the SSD refuses writes (%s)",
-                            (unsigned long long)e->hbm.dirty, kvt_strerror(e->ssd_tier.write_err));
+        if (e->hbm.dirty < dirty)
+            stuck = 0;
+        else if (m != -EAGAIN || e->ssd_tier.write_err)
+            stuck++;
+        if (stuck < FLUSH_STUCK_ROUNDS)
+            continue;
+        if (kvt_evict_one(e) == 0) {
+            stuck = 0;
+            continue;
+        }
+        if (e->ssd_tier.write_err)
+            return kvt_fail(e->ssd_tier.write_err, "%llu dirty HBM pages cannot go down: DRAM "
+                            "is full and the SSD refuses writes (%s)",
+                            (unsigned long long)e->hbm.dirty,
+                            kvt_strerror(e->ssd_tier.write_err));
+        return kvt_fail(KVT_EFULL, "%llu dirty HBM pages cannot go down: DRAM is full and "
+                        "nothing below can take its pages", (unsigned long long)e->hbm.dirty);
     }
 }
 
