@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "io/io.h"
@@ -31,7 +33,10 @@ struct kvt_ssd {
     uint32_t slots_per_seg, nslots, nsegs;
     int *seg_fd;                /* -1 until made or opened */
     uint8_t *seg_state;         /* SEG_*, under the engine lock */
-    uint64_t *seg_retry_ns;     /* SEG_NOSPACE: no new attempt before this time */
+    uint64_t *seg_retry_ns;     /* a full disk: no new attempt to grow it before this time */
+    uint32_t *seg_ready;         /* slots from the segment's start whose blocks are allocated */
+    uint32_t grow_slots;        /* a segment's blocks are allocated this many slots at a time */
+    uint32_t fsize_slots;       /* slots per file under RLIMIT_FSIZE (UINT32_MAX: no limit) */
     uint8_t *seg_dirty;         /* written since the last sync: the mover's alone, which
                                    syncs unlocked (a bit in seg_state raced seg_open) */
     uint8_t *slot_state;        /* SLOT_* */
@@ -44,10 +49,12 @@ struct kvt_ssd {
 };
 
 /* A segment is opened on first use: read-write, or read-only when the file
- * allows no more (its pages are served, no new page goes there). A failed
- * preallocation (disk full) is undone and tried again a second later. */
-enum { SEG_UNKNOWN = 0, SEG_READY, SEG_READONLY, SEG_NOSPACE };
+ * allows no more (its pages are served, no new page goes there). Its blocks
+ * are allocated as its slots are handed out (seg_grow); a failed allocation
+ * (disk full) is undone and tried again a second later. */
+enum { SEG_UNKNOWN = 0, SEG_READY, SEG_READONLY };
 #define SEG_RETRY_NS 1000000000ull
+#define SEG_GROW_BYTES (64ull << 20)
 
 /* PARKED: free, but in a segment that cannot be written this run; not bad
  * (nothing is wrong with the medium), and free again at the next open. */
@@ -297,11 +304,12 @@ static int alloc_maps(struct kvt_ssd *s)
     s->seg_fd = malloc(s->nsegs * sizeof(int));
     s->seg_state = calloc(s->nsegs, 1);
     s->seg_retry_ns = calloc(s->nsegs, sizeof(uint64_t));
+    s->seg_ready = calloc(s->nsegs, sizeof(uint32_t));
     s->seg_dirty = calloc(s->nsegs, 1);
     s->slot_state = calloc(s->nslots, 1);
     s->free_stack = malloc((size_t)s->nslots * sizeof(uint32_t));
-    if (!s->seg_fd || !s->seg_state || !s->seg_retry_ns || !s->seg_dirty || !s->slot_state ||
-        !s->free_stack)
+    if (!s->seg_fd || !s->seg_state || !s->seg_retry_ns || !s->seg_ready || !s->seg_dirty ||
+        !s->slot_state || !s->free_stack)
         return -ENOMEM;
     for (uint32_t i = 0; i < s->nsegs; i++)
         s->seg_fd[i] = -1;
@@ -344,12 +352,49 @@ static int save_bad(struct kvt_ssd *s)
     return r;
 }
 
+/* Slots a write would put past RLIMIT_FSIZE: the kernel answers such a
+ * write (or preallocation) with SIGXFSZ, which kills the process, and a
+ * library must not kill its host. They are parked; what they hold already
+ * is still read. */
+static void park_past_fsize(struct kvt_ssd *s)
+{
+    for (uint32_t i = 0; i < s->nslots; i++)
+        if (i % s->slots_per_seg >= s->fsize_slots && s->slot_state[i] == SLOT_FREE) {
+            s->slot_state[i] = SLOT_PARKED;
+            s->parked++;
+        }
+}
+
 static void build_free_stack(struct kvt_ssd *s)
 {
+    park_past_fsize(s);
     s->nfree = 0;
     for (uint32_t i = s->nslots; i-- > 0;) /* low slots on top: segments fill in order */
         if (s->slot_state[i] == SLOT_FREE)
             s->free_stack[s->nfree++] = i;
+}
+
+/* RLIMIT_FSIZE now, in whole slots per file (UINT32_MAX: none). Asked at
+ * each use: a host may lower it while the engine is open. */
+static uint32_t fsize_slots_now(const struct kvt_ssd *s)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return UINT32_MAX;
+    uint64_t n = (uint64_t)rl.rlim_cur / s->slot_bytes;
+    return n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
+}
+
+/* RLIMIT_FSIZE at open. -EFBIG when not even one slot fits. */
+static int fsize_limit(struct kvt_ssd *s)
+{
+    struct rlimit rl;
+    s->fsize_slots = fsize_slots_now(s);
+    if (s->fsize_slots || getrlimit(RLIMIT_FSIZE, &rl) != 0)
+        return 0;
+    return kvt_fail(-EFBIG, "ssd_dir %s: the file size limit (RLIMIT_FSIZE, %llu bytes) is below "
+                    "one SSD slot (%zu bytes): raise it (ulimit -f) or use no SSD tier", s->dir,
+                    (unsigned long long)rl.rlim_cur, s->slot_bytes);
 }
 
 int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool persist,
@@ -376,8 +421,12 @@ int kvt_ssd_open(const char *dir, size_t page_bytes, uint64_t ssd_bytes, bool pe
     bool ours;
     if ((r = kvt_spill_opendir(dir, true, &s->dfd)) < 0 ||
         (r = kvt_spill_claim(s->dfd, dir, &ours)) < 0 || (r = lock_dir(s)) < 0 ||
-        (r = check_layout(s, persist, info)) < 0 || (r = alloc_maps(s)) < 0)
+        (r = check_layout(s, persist, info)) < 0 || (r = alloc_maps(s)) < 0 ||
+        (r = fsize_limit(s)) < 0)
         goto out_free;
+    s->grow_slots = (uint32_t)(SEG_GROW_BYTES / s->slot_bytes);
+    if (!s->grow_slots)
+        s->grow_slots = 1;
     bool had_index = has_index(s);
     struct kvt_index_open_info ii;
     if ((r = kvt_index_open(dir, persist, fingerprint, 0, &s->ix, &ii)) < 0)
@@ -424,6 +473,7 @@ void kvt_ssd_close(struct kvt_ssd *s)
     free(s->seg_fd);
     free(s->seg_state);
     free(s->seg_retry_ns);
+    free(s->seg_ready);
     free(s->seg_dirty);
     free(s->slot_state);
     free(s->free_stack);
@@ -451,27 +501,58 @@ static uint64_t seg_len(const struct kvt_ssd *s, uint32_t seg)
     return n * s->slot_bytes;
 }
 
-/* Preallocation is what turns a full disk into a clean error at slot
- * allocation, instead of an ENOSPC in the middle of a write-back. A failed
- * one is undone: a file this call made is removed, one that was there goes
- * back to its size, so a full disk is not left fuller. */
-static int seg_prealloc(struct kvt_ssd *s, uint32_t seg, int fd, bool created, const char *name)
+/* Allocating a segment's blocks before its slots are used is what turns a
+ * full disk into a clean error at slot allocation, instead of an ENOSPC in
+ * the middle of a write-back. It goes SEG_GROW_BYTES at a time, as slots
+ * are handed out, not the whole segment at its first use: with less free
+ * space than a segment, the space there is still takes pages (every put
+ * failed with ENOSPC when a segment was allocated whole). A disk without
+ * room for a step gets the one slot asked for, and smaller steps from then
+ * on. A failed allocation is undone (the file goes back to its size), so a
+ * full disk is not left fuller. */
+static int seg_grow(struct kvt_ssd *s, uint32_t seg, uint32_t want)
 {
-    struct stat st;
-    off_t before = fstat(fd, &st) == 0 ? st.st_size : 0;
-    int r = posix_fallocate(fd, 0, (off_t)seg_len(s, seg));
-    if (r == 0)
-        return 0;
-    if (created)
-        unlinkat(s->dfd, name, 0);
-    else if (ftruncate(fd, before) != 0)
-        (void)0; /* the file keeps its blocks; it is ours and reused next time */
-    return kvt_fail(-r, "cannot preallocate %s/%s (%llu bytes): %s", s->dir, name,
-                    (unsigned long long)seg_len(s, seg), strerror(r));
+    uint32_t cap = (uint32_t)(seg_len(s, seg) / s->slot_bytes);
+    uint32_t have = s->seg_ready[seg], lim = fsize_slots_now(s);
+    int fd = s->seg_fd[seg], r = 0;
+    char name[32];
+    kvt_spill_segment_name(seg, name, sizeof(name));
+    if (want > lim)
+        return kvt_fail(-EFBIG, "%s/%s: slot %u lies past the file size limit (RLIMIT_FSIZE)",
+                        s->dir, name, want - 1);
+    cap = cap < lim ? cap : lim;
+    /* A step the disk cannot hold is not tried: a file system that fails
+     * an allocation with ENOSPC may keep the blocks it took before failing
+     * (ext4 does), blocks of slots not handed out yet that the disk then
+     * lacks for the ones that are. At most half of what is free. */
+    struct statvfs vfs;
+    uint64_t room = fstatvfs(fd, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 : 0;
+    uint32_t step = s->grow_slots;
+    if (room && room / s->slot_bytes < step)
+        step = (uint32_t)(room / s->slot_bytes);
+    for (;;) {
+        uint32_t to = have + step;
+        to = to < want ? want : to > cap ? cap : to;
+        struct stat st;
+        off_t before = fstat(fd, &st) == 0 ? st.st_size : 0;
+        r = posix_fallocate(fd, (off_t)have * (off_t)s->slot_bytes,
+                            (off_t)(to - have) * (off_t)s->slot_bytes);
+        if (r == 0) {
+            s->seg_ready[seg] = to;
+            return 0;
+        }
+        if ((uint64_t)before < (uint64_t)to * s->slot_bytes && ftruncate(fd, before) != 0)
+            (void)0; /* the file keeps its blocks; it is ours and reused next time */
+        if ((r != ENOSPC && r != EDQUOT) || to == want)
+            break;
+        step = step / 2;
+    }
+    return kvt_fail(-r, "cannot allocate blocks for %s/%s (%llu bytes): %s", s->dir, name,
+                    (unsigned long long)want * s->slot_bytes, strerror(r));
 }
 
 /* Opens segment seg read-write (write) or at least read-only, creating and
- * preallocating it when it is new. */
+ * making it when it is new (its blocks come with its slots: seg_grow). */
 static int seg_open(struct kvt_ssd *s, uint32_t seg, bool write)
 {
     uint8_t st = s->seg_state[seg];
@@ -479,8 +560,6 @@ static int seg_open(struct kvt_ssd *s, uint32_t seg, bool write)
         return 0;
     if (st == SEG_READONLY)
         return kvt_fail(-EACCES, "segment %u of %s can be read but not written", seg, s->dir);
-    if (st == SEG_NOSPACE && kvt_now_ns() < s->seg_retry_ns[seg])
-        return kvt_fail(-ENOSPC, "segment %u of %s: no space for it a moment ago", seg, s->dir);
     char name[32];
     bool created;
     kvt_spill_segment_name(seg, name, sizeof(name));
@@ -500,22 +579,67 @@ static int seg_open(struct kvt_ssd *s, uint32_t seg, bool write)
     }
     if (fd < 0)
         return fd;
-    int r = seg_prealloc(s, seg, fd, created, name);
+    int r = 0;
+    struct stat sb;
     /* A new segment's name must be durable before an index entry names it:
      * fdatasync of the file does not sync its directory entry. */
-    if (r == 0 && created && s->persist && fsync(s->dfd) != 0)
+    if (created && s->persist && fsync(s->dfd) != 0)
         r = kvt_fail(-errno, "cannot sync %s after making %s: %s", s->dir, name, strerror(errno));
     if (r < 0) {
         close(fd);
-        if (r == -ENOSPC || r == -EDQUOT) {
-            s->seg_state[seg] = SEG_NOSPACE;
-            s->seg_retry_ns[seg] = kvt_now_ns() + SEG_RETRY_NS;
-        }
+        if (created)
+            unlinkat(s->dfd, name, 0);
         return r;
     }
+    /* The file has its whole length from the start, its blocks allocated
+     * as slots are used (seg_grow, which asks again for what an earlier run
+     * allocated: a no-op). A page whose bytes a truncation took reads as
+     * zeros, so its checksum says it is bad, rather than an end of file. */
+    uint32_t lim = fsize_slots_now(s);
+    uint64_t len = seg_len(s, seg);
+    if ((uint64_t)lim * s->slot_bytes < len)
+        len = (uint64_t)lim * s->slot_bytes;
+    if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size < len && ftruncate(fd, (off_t)len) != 0)
+        (void)0; /* a short file reads past its end as an I/O error: still no wrong bytes */
+    s->seg_ready[seg] = 0;
     s->seg_fd[seg] = fd;
     s->seg_state[seg] = SEG_READY;
     return 0;
+}
+
+/* A segment file that holds no block (made this run, never grown) is
+ * removed after a failed growth: a full disk is not left with a file. */
+static void seg_drop_if_empty(struct kvt_ssd *s, uint32_t seg)
+{
+    struct stat sb;
+    for (uint32_t i = seg * s->slots_per_seg; i < s->nslots && i / s->slots_per_seg == seg; i++)
+        if (s->slot_state[i] == SLOT_USED)
+            return;
+    if (fstat(s->seg_fd[seg], &sb) != 0 || sb.st_blocks != 0)
+        return;
+    char name[32];
+    kvt_spill_segment_name(seg, name, sizeof(name));
+    close(s->seg_fd[seg]);
+    s->seg_fd[seg] = -1;
+    s->seg_state[seg] = SEG_UNKNOWN;
+    unlinkat(s->dfd, name, 0);
+}
+
+/* Segment seg open for writing and its blocks allocated up to slot idx. A
+ * full disk is not asked again for a second (the slot stays free). */
+static int seg_ready_for(struct kvt_ssd *s, uint32_t seg, uint32_t idx)
+{
+    int r = seg_open(s, seg, true);
+    if (r < 0 || idx < s->seg_ready[seg])
+        return r;
+    if (kvt_now_ns() < s->seg_retry_ns[seg])
+        return kvt_fail(-ENOSPC, "segment %u of %s: no space to grow it a moment ago", seg,
+                        s->dir);
+    if ((r = seg_grow(s, seg, idx + 1)) == -ENOSPC || r == -EDQUOT)
+        s->seg_retry_ns[seg] = kvt_now_ns() + SEG_RETRY_NS;
+    if (r < 0)
+        seg_drop_if_empty(s, seg);
+    return r;
 }
 
 static bool seg_full_disk(int r)
@@ -530,7 +654,7 @@ uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err)
 {
     while (s->nfree) {
         uint32_t slot = s->free_stack[s->nfree - 1];
-        int r = seg_open(s, slot / s->slots_per_seg, true);
+        int r = seg_ready_for(s, slot / s->slots_per_seg, slot % s->slots_per_seg);
         if (r == 0) {
             s->nfree--;
             s->slot_state[slot] = SLOT_USED;

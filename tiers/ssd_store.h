@@ -12,9 +12,9 @@
  *                             "slot_bytes <N>\n"          = page_bytes (a multiple of 4096)
  *                             "slots_per_segment <N>\n"
  *   <dir>/seg-<NNNNNN>.kvt  segment files, NNNNNN = segment number in decimal,
- *                           zero-padded to 6 digits; each is preallocated to
- *                           slots_per_segment * slot_bytes bytes when first
- *                           used. A page's stored bytes start at the slot's
+ *                           zero-padded to 6 digits; each grows to at most
+ *                           slots_per_segment * slot_bytes bytes, its blocks
+ *                           allocated 64 MiB at a time as its slots are used. A page's stored bytes start at the slot's
  *                           offset and take stored_len bytes, padded with
  *                           zeros to a multiple of 4096 (O_DIRECT).
  *   <dir>/LOCK              empty; flock'ed by the engine that owns the directory
@@ -81,7 +81,7 @@ uint32_t kvt_ssd_nfree(const struct kvt_ssd *s);
 size_t kvt_ssd_slot_bytes(const struct kvt_ssd *s);
 struct kvt_index *kvt_ssd_index(struct kvt_ssd *s);
 
-/* A free slot (its segment created and preallocated if new), or KVT_NONE.
+/* A free slot (its segment created if new, its blocks allocated), or KVT_NONE.
  * *err tells why on KVT_NONE: KVT_EFULL when every slot is used, bad, or in
  * a segment that cannot be written (read-only file); -ENOSPC/-EDQUOT when
  * the disk has no room for a new segment (no slot is retired for it: the
