@@ -15,7 +15,8 @@ LMCache loads it itself, from its own configuration:
 
 ("kvtier" is whatever name the plug-in has in storage_plugins; the settings
 are read under that name.) With no settings the spill directory is
-$XDG_CACHE_HOME/kvtier/lmcache/<model hash>-r<worker> (else ~/.cache/...),
+$XDG_CACHE_HOME/kvtier/lmcache/<model hash>-r<worker>, else $HOME/.cache/...
+(with neither set to an absolute path the plug-in refuses: set spill_dir),
 and the capacities come from free memory and disk (_plugin.default_capacities).
 
 What a chunk is. LMCache hands over MemoryObjs from its CPU backend: one per

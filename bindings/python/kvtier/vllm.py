@@ -15,9 +15,10 @@ Every key of the tier's entry other than type, module_path, backpressure and
 locality is a kvtier setting (kvtier._plugin.SETTINGS: spill_dir,
 dram_bytes, ssd_bytes, page_bytes, codec, persist, io_backend, queue_depth,
 policy); an unknown one is refused, named. With none, the spill directory is
-$XDG_CACHE_HOME/kvtier/vllm/<model hash> (else ~/.cache/...), with -d<index>
-for data-parallel replicas, and the capacities come from free memory and
-disk.
+$XDG_CACHE_HOME/kvtier/vllm/<model hash>, else $HOME/.cache/... (with
+neither set to an absolute path the tier refuses: set spill_dir), with
+-d<index> for data-parallel replicas, and the capacities come from free
+memory and disk.
 
 What is stored. vLLM's primary tier is a CPU region of fixed-size chunks
 (the stride of primary_kv_view: blocks_per_chunk blocks of every layer);
