@@ -8,6 +8,7 @@ read from the primary tier. Byte-exact, across a process restart (persist),
 a different model missing, a damaged page missing."""
 
 import hashlib
+import logging
 import threading
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import damage_pages
+from conftest import assert_loss_reported, damage_pages
 
 from vllm.v1.kv_offload.base import (LookupResult, ReqContext, ScheduleEndContext,  # noqa: E402
                                      make_offload_key)
@@ -230,3 +231,43 @@ def test_restart_persist_other_model_and_damage(spill_dir, run_child):
     assert [g for i, g in enumerate(got) if i != 2] == [data[k] for i, k in enumerate(keys) if i != 2]
     # Another model opening the same directory finds nothing of this one.
     assert read_back(spill_dir, model="kvtier-test/other")[0] == [None] * 4
+
+
+# A cache that fills: chunks of 4 pages, 8 pages of DRAM and 16 of SSD; 16
+# chunks stored (64 pages) make kvtier evict.
+SMALL = dict(page_bytes=8192, dram_bytes="64KiB", ssd_bytes="128KiB")
+
+
+def fill(o, tag, n=16, seed=21):
+    """Stores n chunks, two at a time, each cascaded to kvtier; returns the
+    tier's stats after."""
+    keys = keys_of(tag, n)
+    data = chunk_data(keys, o.chunk, seed)
+    for i in range(0, n, 2):
+        o.store(keys[i:i + 2], data)
+        o.settle()
+    return o.tier.engine.stats()
+
+
+def test_shutdown_of_a_full_cache(spill_dir, caplog):
+    """Without persist a full cache shuts down quietly: nothing is to be
+    made durable (issue 32: KvtFull from every shutdown of a cache that had
+    filled, and vLLM then skipped its primary tier's cleanup)."""
+    o = Offload(dict(SMALL, spill_dir=spill_dir))
+    assert fill(o, "full").evicted_pages > 0
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        o.close()
+    assert o.tier.engine.closed
+    assert [r for r in caplog.records if r.name == "kvtier.vllm"] == []
+
+
+def test_shutdown_of_a_full_persisted_cache_warns(spill_dir, caplog, pages_at_close):
+    """With persist: no exception; the pages that could not be made durable
+    are counted in one warning, and a reopen finds all the others."""
+    o = Offload(dict(SMALL, spill_dir=spill_dir, persist=True))
+    assert fill(o, "full").evicted_pages > 0
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        o.close()
+    assert o.tier.engine.closed and len(pages_at_close) == 1
+    assert_loss_reported(caplog.records, "kvtier.vllm", pages_at_close[0],
+                         o.tier.kvtier_config)

@@ -24,6 +24,10 @@ For plug-in code (none of this is public API):
 - open_engine(settings, page_bytes, fingerprint, engine, rank=None)
   -> (Engine, dict): an Engine on the host back-end with defaults filled in
   (the dict is the configuration used, for logs and get_stats()).
+- close_engine(engine, persist, log, who) -> int: the shutdown of a plug-in's
+  engine: no flush without persist (nothing outlives the close), with persist
+  a flush whose failure (a full cache) is a warning naming how many pages are
+  not durable, never an exception; then close. Returns that count.
 - ChunkIO(engine, chunk_bytes): put / get / exists of whole chunks given as
   host addresses (the engine's own memory: kvt_put and kvt_get read and write
   it in place); a padded last page goes through a bounce page.
@@ -31,6 +35,7 @@ For plug-in code (none of this is public API):
 
 import ctypes
 import hashlib
+import logging
 import math
 import os
 import re
@@ -38,7 +43,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Union
 
-from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtFull, check
+from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull, check
 from .engine import Engine, Key, _key_array
 
 # key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
@@ -284,6 +289,36 @@ def open_engine(settings, page_bytes, fingerprint, engine, rank=None):
         if k in settings:
             cfg[k] = settings[k]
     return Engine(**cfg), cfg
+
+
+def not_durable_pages(engine: Engine) -> int:
+    """Pages the engine holds without a copy on its SSD tier: with persist,
+    what a restart would not find."""
+    st = engine.stats()
+    return max(0, st.pages - st.resident_pages[2])
+
+
+def close_engine(engine: Engine, persist: bool, log: logging.Logger, who: str) -> int:
+    """Closes a plug-in's engine at the engine's shutdown; never raises
+    because the cache is full. Returns the pages left not durable (0 without
+    persist).
+
+    Without persist nothing outlives the close, so there is nothing to flush
+    (a full KVT_FLAG_EVICT engine answers KVT_EFULL to kvt_flush: a shutdown
+    that flushed raised KvtFull every time the cache had filled). With
+    persist it flushes first; a failure (full SSD tier, full disk, I/O
+    error) is a warning naming how many pages will be missing after a
+    restart, as a cache may lose pages, and the close goes on."""
+    lost = 0
+    if persist:
+        try:
+            engine.flush()
+        except KvtError as exc:
+            lost = not_durable_pages(engine)
+            log.warning("kvtier %s: at shutdown %d page(s) could not be made durable and "
+                        "will be missing after a restart (%s)", who, lost, exc)
+    engine.close()
+    return lost
 
 
 class ChunkIO:

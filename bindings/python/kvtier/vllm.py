@@ -55,8 +55,8 @@ from vllm.v1.kv_offload.base import LookupResult, Medium, RequestOffloadingConte
 from vllm.v1.kv_offload.file_mapper import FileMapper
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 
-from ._plugin import (ChunkIO, chunk_layout, default_spill_dir, model_fingerprint, open_engine,
-                      read_settings)
+from ._plugin import (ChunkIO, chunk_layout, close_engine, default_spill_dir, model_fingerprint,
+                      open_engine, read_settings)
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -208,14 +208,13 @@ class KVTierTier(SecondaryTierManager):
 
     # ---------------------------------------------------------- lifecycle
 
-    def shutdown(self):
-        """Finishes the queued jobs, flushes (durable with persist) and closes
-        kvtier. Idempotent."""
+    def shutdown(self) -> None:
+        """Finishes the queued jobs and closes kvtier: with persist, flushed
+        first (pages that cannot be made durable, as in a full cache, are a
+        logged warning, not an exception); without, nothing to flush.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
-        try:
-            self.engine.flush()
-        finally:
-            self.engine.close()
+        close_engine(self.engine, self.kvtier_config["persist"], log, "vllm tier")
