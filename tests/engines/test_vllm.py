@@ -110,6 +110,10 @@ class Offload:
         return [result.get(k, "pending") for k in keys]
 
     def close(self):
+        """vLLM's shutdown order: the tiers, then the primary tier, which
+        unmaps its shared memory unless something still exports it. This
+        helper's own view of it goes first."""
+        self.region = None
         self.m.on_request_finished(self.ctx)
         self.settle()
         self.m.shutdown()
@@ -271,3 +275,32 @@ def test_shutdown_of_a_full_persisted_cache_warns(spill_dir, caplog, pages_at_cl
     assert o.tier.engine.closed and len(pages_at_close) == 1
     assert_loss_reported(caplog.records, "kvtier.vllm", pages_at_close[0],
                          o.tier.kvtier_config)
+
+
+def test_shutdown_lets_vllm_unmap_the_primary_tier(spill_dir):
+    """After the tier's shutdown nothing of kvtier's exports the CPU tier's
+    shared memory, so vLLM's cleanup unmaps it (issue 32: "Keeping
+    /dev/shm/vllm_offload_....mmap mapped")."""
+    o = Offload(dict(SMALL, spill_dir=spill_dir))
+    fill(o, "shm", n=4)
+    region = o.m.primary_tier._mmap_region
+    o.close()
+    assert region.mmap_obj is None, "vLLM kept the shared memory mapped"
+
+
+def test_failed_setup_lets_vllm_unmap_the_primary_tier(spill_dir, monkeypatch):
+    """A tier that refuses its settings after seeing the primary region:
+    vLLM shuts the primary tier down while the exception is raised, and
+    nothing of kvtier's may still export the region then."""
+    from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
+    cleaned = []
+    real_cleanup = SharedOffloadRegion.cleanup
+
+    def cleanup(self):
+        real_cleanup(self)
+        cleaned.append(self.mmap_obj)
+
+    monkeypatch.setattr(SharedOffloadRegion, "cleanup", cleanup)
+    with pytest.raises(ValueError, match="page_bytes"):
+        Offload(dict(SMALL, spill_dir=spill_dir, page_bytes=1000))
+    assert cleaned == [None], "vLLM kept the shared memory mapped"
