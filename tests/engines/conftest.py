@@ -6,6 +6,7 @@ The package is imported from bindings/python; the library is whatever
 kvtier's lookup finds (KVTIER_LIB, else the repository's build/).
 """
 
+import logging
 import os
 import subprocess
 import sys
@@ -55,3 +56,39 @@ def damage_pages(spill, pattern):
         if hits:
             seg.write_bytes(bytes(data))
     return hits
+
+
+@pytest.fixture
+def pages_at_close(monkeypatch):
+    """A list that gets, for every kvtier Engine closed during the test, how
+    many pages it held right before kvt_close (after a plug-in's own flush
+    at shutdown): what a reopen with persist can at most find again."""
+    from kvtier.engine import Engine
+    seen = []
+    real_close = Engine.close
+
+    def close(self):
+        if not self.closed:
+            seen.append(self.stats().pages)
+        real_close(self)
+
+    monkeypatch.setattr(Engine, "close", close)
+    return seen
+
+
+def assert_loss_reported(records, logger, held_at_close, config):
+    """The pages a reopen of config (a plug-in's kvtier_config, persist on)
+    no longer finds are exactly the count the plug-in's shutdown warned
+    about on logger; none lost, no warning. Returns that count."""
+    from kvtier import Engine
+    with Engine(**config) as e:
+        kept = e.stats().pages
+    lost = held_at_close - kept
+    warned = [r.getMessage() for r in records
+              if r.name == logger and r.levelno == logging.WARNING]
+    if lost:
+        assert len(warned) == 1, warned
+        assert f" {lost} page(s) could not be made durable" in warned[0], warned[0]
+    else:
+        assert warned == []
+    return lost

@@ -5,11 +5,12 @@ gets served by kvtier. Byte-exact, across a process restart (persist), a
 different model missing, a damaged page missing."""
 
 import ctypes
+import logging
 
 import pytest
 import torch
 
-from conftest import damage_pages
+from conftest import assert_loss_reported, damage_pages
 
 from lmcache.utils import CacheEngineKey  # noqa: E402
 from lmcache.v1.config import LMCacheEngineConfig  # noqa: E402
@@ -233,3 +234,45 @@ def test_restart_persist_other_model_and_damage(tmp_path, spill_dir, run_child):
     assert [g for i, g in enumerate(got) if i != 1] == [s for i, s in enumerate(stored) if i != 1]
     # Another model opening the same directory finds nothing of this one.
     assert read_back(config, model="kvtier-test/other") == ["miss"] * 4
+
+
+# A cache that fills: full chunks of 8 pages of 4 KiB, 16 pages of DRAM and
+# 32 of SSD; 12 chunks put (96 pages) make kvtier evict.
+SMALL = dict(page_bytes=4096, dram_bytes="64KiB", ssd_bytes="128KiB")
+
+
+def fill(sm, plugin, meta):
+    keys, objs, _ = make_chunks(sm, meta, 12, seed=13)
+    put_and_evict(sm, plugin, keys, objs)
+    return plugin.engine.stats()
+
+
+def test_close_of_a_full_cache(tmp_path, spill_dir, caplog):
+    """Without persist a full cache closes quietly: nothing is to be made
+    durable (issue 32: KvtFull from every close of a cache that had filled)."""
+    sm, plugin, meta = open_manager(write_config(tmp_path / "c.yaml", spill_dir=spill_dir,
+                                                 **SMALL))
+    try:
+        assert fill(sm, plugin, meta).evicted_pages > 0
+        with caplog.at_level(logging.WARNING, logger="kvtier.lmcache"):
+            plugin.close()   # what LMCache's StorageManager.close() calls
+        assert plugin.engine.closed
+        assert [r for r in caplog.records if r.name == "kvtier.lmcache"] == []
+    finally:
+        sm.close()
+
+
+def test_close_of_a_full_persisted_cache_warns(tmp_path, spill_dir, caplog, pages_at_close):
+    """With persist: no exception; the pages that could not be made durable
+    are counted in one warning, and a reopen finds all the others."""
+    sm, plugin, meta = open_manager(write_config(tmp_path / "c.yaml", spill_dir=spill_dir,
+                                                 persist="true", **SMALL))
+    try:
+        assert fill(sm, plugin, meta).evicted_pages > 0
+        with caplog.at_level(logging.WARNING, logger="kvtier.lmcache"):
+            plugin.close()
+        assert plugin.engine.closed and len(pages_at_close) == 1
+    finally:
+        sm.close()
+    assert_loss_reported(caplog.records, "kvtier.lmcache", pages_at_close[0],
+                         plugin.kvtier_config)

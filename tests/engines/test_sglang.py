@@ -10,6 +10,7 @@ batch_set / batch_get, batch_exists, byte for byte; a restart with persist
 """
 
 import ctypes
+import logging
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageC
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
 from sglang.srt.mem_cache.storage import StorageBackendFactory  # noqa: E402
 
-from conftest import damage_pages  # noqa: E402
+from conftest import assert_loss_reported, damage_pages  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REGISTRATION = {"backend_name": "kvtier", "module_path": "kvtier.sglang",
@@ -249,3 +250,41 @@ def test_bad_setting_is_named(spill_dir):
         make_backend(make_pool(), spill_dir=spill_dir, dram_byte="1GiB")
     with pytest.raises(ValueError, match="ssd_bytes"):
         make_backend(make_pool(), spill_dir=spill_dir, ssd_bytes="lots")
+
+
+def small_backend(pool, spill_dir, **settings):
+    """A store that fills: 8 regions of DRAM, 16 of SSD (whole pages)."""
+    region = pool.get_page_buffer_meta(indices([0]))[1][0]
+    page = (region + 4095) // 4096 * 4096
+    return make_backend(pool, spill_dir=spill_dir, dram_bytes=8 * page, ssd_bytes=16 * page,
+                        **settings)
+
+
+def fill_store(b, pool, n=48):
+    fill(pool, range(n), seed=17)
+    assert all(b.batch_set_v1([f"full-{i}" for i in range(n)], indices(range(n))))
+    return b.engine.stats()
+
+
+def test_close_of_a_full_persisted_cache_warns(spill_dir, caplog, pages_at_close):
+    """close() with persist and a full cache: no exception; the pages that
+    could not be made durable are counted in one warning (issue 32: only
+    kvt_close's line on stderr said so), and a reopen finds all the others."""
+    pool = make_pool()
+    b = small_backend(pool, spill_dir, persist=True)
+    assert fill_store(b, pool).evicted_pages > 0
+    config = b.engine_config
+    with caplog.at_level(logging.WARNING, logger="kvtier.sglang"):
+        b.close()
+    assert b.engine is None and len(pages_at_close) == 1
+    assert_loss_reported(caplog.records, "kvtier.sglang", pages_at_close[0], config)
+
+
+def test_close_of_a_full_cache(spill_dir, caplog):
+    pool = make_pool()
+    b = small_backend(pool, spill_dir)
+    assert fill_store(b, pool).evicted_pages > 0
+    with caplog.at_level(logging.WARNING, logger="kvtier.sglang"):
+        b.close()
+    assert b.engine is None
+    assert [r for r in caplog.records if r.name == "kvtier.sglang"] == []

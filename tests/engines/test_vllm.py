@@ -8,6 +8,7 @@ read from the primary tier. Byte-exact, across a process restart (persist),
 a different model missing, a damaged page missing."""
 
 import hashlib
+import logging
 import threading
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import damage_pages
+from conftest import assert_loss_reported, damage_pages
 
 from vllm.v1.kv_offload.base import (LookupResult, ReqContext, ScheduleEndContext,  # noqa: E402
                                      make_offload_key)
@@ -109,6 +110,10 @@ class Offload:
         return [result.get(k, "pending") for k in keys]
 
     def close(self):
+        """vLLM's shutdown order: the tiers, then the primary tier, which
+        unmaps its shared memory unless something still exports it. This
+        helper's own view of it goes first."""
+        self.region = None
         self.m.on_request_finished(self.ctx)
         self.settle()
         self.m.shutdown()
@@ -230,3 +235,72 @@ def test_restart_persist_other_model_and_damage(spill_dir, run_child):
     assert [g for i, g in enumerate(got) if i != 2] == [data[k] for i, k in enumerate(keys) if i != 2]
     # Another model opening the same directory finds nothing of this one.
     assert read_back(spill_dir, model="kvtier-test/other")[0] == [None] * 4
+
+
+# A cache that fills: chunks of 4 pages, 8 pages of DRAM and 16 of SSD; 16
+# chunks stored (64 pages) make kvtier evict.
+SMALL = dict(page_bytes=8192, dram_bytes="64KiB", ssd_bytes="128KiB")
+
+
+def fill(o, tag, n=16, seed=21):
+    """Stores n chunks, two at a time, each cascaded to kvtier; returns the
+    tier's stats after."""
+    keys = keys_of(tag, n)
+    data = chunk_data(keys, o.chunk, seed)
+    for i in range(0, n, 2):
+        o.store(keys[i:i + 2], data)
+        o.settle()
+    return o.tier.engine.stats()
+
+
+def test_shutdown_of_a_full_cache(spill_dir, caplog):
+    """Without persist a full cache shuts down quietly: nothing is to be
+    made durable (issue 32: KvtFull from every shutdown of a cache that had
+    filled, and vLLM then skipped its primary tier's cleanup)."""
+    o = Offload(dict(SMALL, spill_dir=spill_dir))
+    assert fill(o, "full").evicted_pages > 0
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        o.close()
+    assert o.tier.engine.closed
+    assert [r for r in caplog.records if r.name == "kvtier.vllm"] == []
+
+
+def test_shutdown_of_a_full_persisted_cache_warns(spill_dir, caplog, pages_at_close):
+    """With persist: no exception; the pages that could not be made durable
+    are counted in one warning, and a reopen finds all the others."""
+    o = Offload(dict(SMALL, spill_dir=spill_dir, persist=True))
+    assert fill(o, "full").evicted_pages > 0
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        o.close()
+    assert o.tier.engine.closed and len(pages_at_close) == 1
+    assert_loss_reported(caplog.records, "kvtier.vllm", pages_at_close[0],
+                         o.tier.kvtier_config)
+
+
+def test_shutdown_lets_vllm_unmap_the_primary_tier(spill_dir):
+    """After the tier's shutdown nothing of kvtier's exports the CPU tier's
+    shared memory, so vLLM's cleanup unmaps it (issue 32: "Keeping
+    /dev/shm/vllm_offload_....mmap mapped")."""
+    o = Offload(dict(SMALL, spill_dir=spill_dir))
+    fill(o, "shm", n=4)
+    region = o.m.primary_tier._mmap_region
+    o.close()
+    assert region.mmap_obj is None, "vLLM kept the shared memory mapped"
+
+
+def test_failed_setup_lets_vllm_unmap_the_primary_tier(spill_dir, monkeypatch):
+    """A tier that refuses its settings after seeing the primary region:
+    vLLM shuts the primary tier down while the exception is raised, and
+    nothing of kvtier's may still export the region then."""
+    from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
+    cleaned = []
+    real_cleanup = SharedOffloadRegion.cleanup
+
+    def cleanup(self):
+        real_cleanup(self)
+        cleaned.append(self.mmap_obj)
+
+    monkeypatch.setattr(SharedOffloadRegion, "cleanup", cleanup)
+    with pytest.raises(ValueError, match="page_bytes"):
+        Offload(dict(SMALL, spill_dir=spill_dir, page_bytes=1000))
+    assert cleaned == [None], "vLLM kept the shared memory mapped"

@@ -5,12 +5,17 @@ For plug-in code (none of this is public API):
 - read_settings(raw, prefix="", strict=False) -> dict: the kvtier keys of an
   engine's own config mapping (SETTINGS names them; with prefix, e.g.
   "kvtier." or "storage_plugin.kvtier.", only keys starting with it are read).
-  Sizes accept ints or "512MiB"/"8GB"-style text; strict=True refuses an
-  unknown key under the prefix (ValueError naming it).
+  Sizes accept ints or "512MiB"/"8GB"/"1.5GiB"-style text (rounded down to
+  a whole byte; a size under 1 byte other than 0 is refused), counts ints or
+  digits; text is ASCII only (digits 0-9). A bad value or, with
+  strict=True, an unknown key under the prefix raises ValueError naming the
+  key and the value.
 - model_fingerprint(**parts) -> str: stable text of the model/dtype/layout
   facts the engine gives; Engine hashes it to 64 bits (another model misses).
 - default_spill_dir(engine, fingerprint, rank=None) -> str:
-  $XDG_CACHE_HOME/kvtier/<engine>/<fp hash>[-r<rank>], else ~/.cache/kvtier/...
+  $XDG_CACHE_HOME/kvtier/<engine>/<fp hash>[-r<rank>], else
+  $HOME/.cache/kvtier/...; each only when set to an absolute path (an empty
+  HOME is unset), else ValueError asking for spill_dir.
 - default_capacities(page_bytes, spill_dir) -> dict(dram_bytes, ssd_bytes):
   from MemAvailable and the free space of the spill directory's file system.
 - chunk_layout(chunk_bytes, page_bytes=None) -> (page_bytes, n_pages): how a
@@ -19,6 +24,10 @@ For plug-in code (none of this is public API):
 - open_engine(settings, page_bytes, fingerprint, engine, rank=None)
   -> (Engine, dict): an Engine on the host back-end with defaults filled in
   (the dict is the configuration used, for logs and get_stats()).
+- close_engine(engine, persist, log, who) -> int: the shutdown of a plug-in's
+  engine: no flush without persist (nothing outlives the close), with persist
+  a flush whose failure (a full cache) is a warning naming how many pages are
+  not durable, never an exception; then close. Returns that count.
 - ChunkIO(engine, chunk_bytes): put / get / exists of whole chunks given as
   host addresses (the engine's own memory: kvt_put and kvt_get read and write
   it in place); a padded last page goes through a bounce page.
@@ -26,11 +35,15 @@ For plug-in code (none of this is public API):
 
 import ctypes
 import hashlib
+import logging
+import math
 import os
 import re
+from fractions import Fraction
 from pathlib import Path
+from typing import Dict, Mapping, Optional, Union
 
-from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtFull, check
+from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull, check
 from .engine import Engine, Key, _key_array
 
 # key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
@@ -55,8 +68,20 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20,
 MAX_DEFAULT_PAGE = 64 << 20
 
 
-def parse_bytes(value, what):
-    """An int of bytes from an int or text like '512MiB', '8GB', '4096'."""
+# The grammar of every setting given as text is ASCII: str.isdigit(), int()
+# and \d also take other scripts' digits (U+0663 ARABIC-INDIC THREE,
+# U+FF11 FULLWIDTH ONE) and superscripts (U+00B2, which isdigit() accepts and
+# int() refuses), so a paste would pass as a number. Blanks are spaces, tabs.
+_SIZE_RE = re.compile(r"[ \t]*([0-9]+)(?:\.([0-9]+))?[ \t]*([A-Za-z]*)[ \t]*")
+_COUNT_RE = re.compile(r"[ \t]*([0-9]+)[ \t]*")
+
+
+def parse_bytes(value: object, what: str) -> int:
+    """An int of bytes from an int or text like '512MiB', '8GB', '4096'
+    (digits 0-9, an optional fraction, a unit of _UNITS, any case). A
+    fraction is exact and the bytes are rounded down: '1.5KiB' is 1536,
+    '0.3KiB' 307; a size that is not 0 but under 1 byte ('0.5') is refused.
+    ValueError naming the setting (what) and the value otherwise."""
     if isinstance(value, bool):
         raise ValueError(f"kvtier setting {what}: {value!r} is not a size")
     if isinstance(value, int):
@@ -64,26 +89,49 @@ def parse_bytes(value, what):
             raise ValueError(f"kvtier setting {what}: {value} is negative")
         return value
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
-        if m and m.group(2).lower() in _UNITS:
-            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        m = _SIZE_RE.fullmatch(value)
+        if m and m.group(3).lower() in _UNITS:
+            whole, frac, unit = m.group(1), m.group(2) or "", m.group(3).lower()
+            exact = Fraction(int(whole + frac), 10 ** len(frac)) * _UNITS[unit]
+            if 0 < exact < 1:
+                raise ValueError(f"kvtier setting {what}: {value!r} is less than 1 byte")
+            return math.floor(exact)
     raise ValueError(f"kvtier setting {what}: {value!r} is not a size "
-                     "(an int of bytes, or e.g. '512MiB', '8GB')")
+                     "(an int of bytes, or e.g. '512MiB', '8GB', '1.5GiB')")
 
 
-def _parse_bool(value, what):
-    if isinstance(value, bool) or value in (0, 1):
+def _parse_count(value: object, what: str) -> int:
+    """A whole number >= 0 from an int or text of ASCII digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        m = _COUNT_RE.fullmatch(value)
+        if m:
+            return int(m.group(1))
+    raise ValueError(f"kvtier setting {what}: {value!r} is not a whole number "
+                     "(digits 0-9)")
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _parse_bool(value: object, what: str) -> bool:
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0",
-                                                            "false", "no", "off"):
-        return value.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(value, str):
+        word = value.strip(" \t").lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
     raise ValueError(f"kvtier setting {what}: {value!r} is not a boolean (true/false, 1/0)")
 
 
-def read_settings(raw, prefix="", strict=False):
+def read_settings(raw: Optional[Mapping[str, object]], prefix: str = "",
+                  strict: bool = False) -> Dict[str, object]:
     """The kvtier settings found in raw (a mapping or None), converted and
-    checked; keys not given are absent from the result."""
-    out = {}
+    checked; keys not given are absent from the result. A bad value raises
+    ValueError naming the key as given (with its prefix) and the value."""
+    out: Dict[str, object] = {}
     for full, value in (raw or {}).items():
         if not isinstance(full, str) or not full.startswith(prefix):
             continue
@@ -96,19 +144,15 @@ def read_settings(raw, prefix="", strict=False):
         if value is None:
             continue
         kind = SETTINGS[name][0]
-        what = full
         if kind == "bytes":
-            out[name] = parse_bytes(value, what)
+            out[name] = parse_bytes(value, full)
         elif kind == "bool":
-            out[name] = _parse_bool(value, what)
+            out[name] = _parse_bool(value, full)
         elif kind == "int":
-            if isinstance(value, bool) or not isinstance(value, (int, str)) or \
-                    not str(value).strip().isdigit():
-                raise ValueError(f"kvtier setting {what}: {value!r} is not a whole number")
-            out[name] = int(value)
+            out[name] = _parse_count(value, full)
         else:
             if not isinstance(value, str) or not value:
-                raise ValueError(f"kvtier setting {what}: {value!r} is not a non-empty string")
+                raise ValueError(f"kvtier setting {full}: {value!r} is not a non-empty string")
             out[name] = value
     return out
 
@@ -123,19 +167,46 @@ def _short_hash(text):
     return hashlib.blake2b(text.encode(), digest_size=6, person=b"kvtier-dir").hexdigest()
 
 
-def cache_root():
-    """$XDG_CACHE_HOME/kvtier, else ~/.cache/kvtier."""
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+def _home() -> Path:
+    """$HOME, which must be set to an absolute path. Empty (or relative) is
+    treated as unset: Python's Path.home() would make "" the root directory
+    (the spill directory would land in /.cache) and a relative one would
+    follow the working directory. There is no guess after it (no passwd
+    entry, no temporary directory, which a persisted store must not land in):
+    ValueError saying what to set."""
+    home = os.environ.get("HOME", "")
+    if home and os.path.isabs(home):
+        return Path(home)
+    state = "unset or empty" if not home else f"{home!r}, not an absolute path"
+    raise ValueError(f"kvtier: no directory for the default spill_dir: XDG_CACHE_HOME is "
+                     f"not an absolute path and HOME is {state}; set the spill_dir setting, "
+                     "or XDG_CACHE_HOME or HOME to an absolute path")
+
+
+def cache_root() -> Path:
+    """$XDG_CACHE_HOME/kvtier (when absolute: the XDG rule), else
+    $HOME/.cache/kvtier; ValueError when neither is an absolute path."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else _home() / ".cache"
     return base / "kvtier"
 
 
-def default_spill_dir(engine, fingerprint, rank=None):
+def default_spill_dir(engine: str, fingerprint: str,
+                      rank: Union[int, str, None] = None) -> str:
     """One directory per engine, model identity and rank: two models never
     share one (kvtier drops another fingerprint's pages when it opens a
     directory with persist), and two ranks never open the same one."""
     name = _short_hash(fingerprint) + ("" if rank is None else f"-r{rank}")
     return str(cache_root() / engine / name)
+
+
+def _expand_home(path: str) -> str:
+    """path with a leading "~" or "~/" taken from $HOME as _home() reads it
+    (an empty HOME would make "~/kv" the root's /kv); "~user" as
+    os.path.expanduser does."""
+    if path == "~" or path.startswith("~/"):
+        return str(_home()) + path[1:]
+    return os.path.expanduser(path)
 
 
 def _mem_available():
@@ -204,7 +275,7 @@ def open_engine(settings, page_bytes, fingerprint, engine, rank=None):
     there is ignored: the plug-in has decided it), defaults for what is
     missing. Returns (Engine, config used). Owned by the caller (close())."""
     spill = settings.get("spill_dir") or default_spill_dir(engine, fingerprint, rank)
-    spill = os.path.abspath(os.path.expanduser(spill))
+    spill = os.path.abspath(_expand_home(spill))
     # kvtier makes the directory itself but not its parents.
     os.makedirs(os.path.dirname(spill), mode=0o700, exist_ok=True)
     cfg = dict(page_bytes=page_bytes, hbm_bytes=page_bytes, device="host",
@@ -218,6 +289,36 @@ def open_engine(settings, page_bytes, fingerprint, engine, rank=None):
         if k in settings:
             cfg[k] = settings[k]
     return Engine(**cfg), cfg
+
+
+def not_durable_pages(engine: Engine) -> int:
+    """Pages the engine holds without a copy on its SSD tier: with persist,
+    what a restart would not find."""
+    st = engine.stats()
+    return max(0, st.pages - st.resident_pages[2])
+
+
+def close_engine(engine: Engine, persist: bool, log: logging.Logger, who: str) -> int:
+    """Closes a plug-in's engine at the engine's shutdown; never raises
+    because the cache is full. Returns the pages left not durable (0 without
+    persist).
+
+    Without persist nothing outlives the close, so there is nothing to flush
+    (a full KVT_FLAG_EVICT engine answers KVT_EFULL to kvt_flush: a shutdown
+    that flushed raised KvtFull every time the cache had filled). With
+    persist it flushes first; a failure (full SSD tier, full disk, I/O
+    error) is a warning naming how many pages will be missing after a
+    restart, as a cache may lose pages, and the close goes on."""
+    lost = 0
+    if persist:
+        try:
+            engine.flush()
+        except KvtError as exc:
+            lost = not_durable_pages(engine)
+            log.warning("kvtier %s: at shutdown %d page(s) could not be made durable and "
+                        "will be missing after a restart (%s)", who, lost, exc)
+    engine.close()
+    return lost
 
 
 class ChunkIO:

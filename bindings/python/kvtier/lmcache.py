@@ -15,7 +15,8 @@ LMCache loads it itself, from its own configuration:
 
 ("kvtier" is whatever name the plug-in has in storage_plugins; the settings
 are read under that name.) With no settings the spill directory is
-$XDG_CACHE_HOME/kvtier/lmcache/<model hash>-r<worker> (else ~/.cache/...),
+$XDG_CACHE_HOME/kvtier/lmcache/<model hash>-r<worker>, else $HOME/.cache/...
+(with neither set to an absolute path the plug-in refuses: set spill_dir),
 and the capacities come from free memory and disk (_plugin.default_capacities).
 
 What a chunk is. LMCache hands over MemoryObjs from its CPU backend: one per
@@ -65,8 +66,8 @@ from lmcache.v1.memory_management import MemoryFormat
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
 from ._lib import KvtBusy, KvtFull
-from ._plugin import (SETTINGS, ChunkIO, chunk_layout, model_fingerprint, open_engine,
-                      page_keys, read_settings)
+from ._plugin import (SETTINGS, ChunkIO, chunk_layout, close_engine, model_fingerprint,
+                      open_engine, page_keys, read_settings)
 
 log = logging.getLogger("kvtier.lmcache")
 
@@ -453,15 +454,14 @@ class KVTierStoragePlugin(StoragePluginInterface):
         """Blocks until every put queued so far has finished."""
         self._pool.submit(lambda: None).result()
 
-    def close(self):
-        """Finishes the queued puts, flushes (durable with persist) and
-        closes the kvtier engine. Idempotent."""
+    def close(self) -> None:
+        """Finishes the queued puts and closes the kvtier engine: with
+        persist, flushed first (pages that cannot be made durable, as in a
+        full cache, are a logged warning, not an exception); without, nothing
+        to flush. Idempotent."""
         with self._state_lock:
             if self._closed:
                 return
             self._closed = True
         self._pool.shutdown(wait=True)
-        try:
-            self.engine.flush()
-        finally:
-            self.engine.close()
+        close_engine(self.engine, self.kvtier_config["persist"], log, f"plug-in {self.name!r}")

@@ -285,12 +285,13 @@ class KVTierHiCacheStorage(HiCacheStorage):
         if self.engine is not None:
             self.engine.flush()
 
-    def close(self):
-        """Closes kvtier (flushing with persist); idempotent."""
+    def close(self) -> None:
+        """Closes kvtier; idempotent. With persist, flushed first: pages that
+        cannot be made durable (a full cache) are a logged warning, never an
+        exception."""
         if self.engine is not None:
-            self.engine.close()
-            self.engine = None
-            self.io = None
+            engine, self.engine, self.io = self.engine, None, None
+            _plugin.close_engine(engine, self.engine_config["persist"], logger, "HiCache storage")
 
 
 def _page_indices(pool, pages):

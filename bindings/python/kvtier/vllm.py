@@ -15,9 +15,10 @@ Every key of the tier's entry other than type, module_path, backpressure and
 locality is a kvtier setting (kvtier._plugin.SETTINGS: spill_dir,
 dram_bytes, ssd_bytes, page_bytes, codec, persist, io_backend, queue_depth,
 policy); an unknown one is refused, named. With none, the spill directory is
-$XDG_CACHE_HOME/kvtier/vllm/<model hash> (else ~/.cache/...), with -d<index>
-for data-parallel replicas, and the capacities come from free memory and
-disk.
+$XDG_CACHE_HOME/kvtier/vllm/<model hash>, else $HOME/.cache/... (with
+neither set to an absolute path the tier refuses: set spill_dir), with
+-d<index> for data-parallel replicas, and the capacities come from free
+memory and disk.
 
 What is stored. vLLM's primary tier is a CPU region of fixed-size chunks
 (the stride of primary_kv_view: blocks_per_chunk blocks of every layer);
@@ -40,6 +41,13 @@ in-memory index (no I/O) and answers HIT or MISS at once. A chunk that is
 damaged on disk reads as a miss: its load job fails with the chunks that
 did load named in successful_keys, and kvtier drops the bad entry, so the
 next lookup misses and vLLM recomputes.
+
+Shutdown. vLLM shuts its secondary tiers down, then the primary tier, which
+unmaps its shared memory (/dev/shm/vllm_offload_*.mmap) only when nothing
+exports it any more: shutdown() drops this tier's array over it (so does a
+failed __init__), and never raises because the cache is full
+(_plugin.close_engine: no flush without persist; with persist, the pages
+that could not be made durable are one warning).
 """
 
 import logging
@@ -47,28 +55,32 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import ClassVar
+from typing import ClassVar, Dict, Tuple
 
 import numpy as np
 from vllm.v1.kv_offload.base import LookupResult, Medium, RequestOffloadingContext
 from vllm.v1.kv_offload.file_mapper import FileMapper
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
 
-from ._plugin import (ChunkIO, chunk_layout, default_spill_dir, model_fingerprint, open_engine,
-                      read_settings)
+from ._plugin import (ChunkIO, chunk_layout, close_engine, default_spill_dir, model_fingerprint,
+                      open_engine, read_settings)
 
 log = logging.getLogger("kvtier.vllm")
 
 
-def _region_address(view, block_bytes):
-    """The address of slot 0 of the primary tier's region, checked to be
-    one C-contiguous block of whole slots (slot i is at base + i * stride)."""
-    arr = np.asarray(view)
-    if not arr.flags.c_contiguous:
+def _region_address(view: memoryview, block_bytes: int) -> Tuple[int, int, np.ndarray]:
+    """(address of slot 0, slots, array over the region) of the primary
+    tier's region, checked to be one C-contiguous block of whole slots (slot
+    i is at base + i * stride). The array holds a buffer export of vLLM's
+    shared memory: its owner must drop it before vLLM unmaps the region
+    (KVTierTier.shutdown). Checked before the array is made, so that a
+    refused view leaves no export behind in the traceback."""
+    if not view.c_contiguous:
         raise ValueError("kvtier.vllm: the primary tier's memoryview is not contiguous")
-    if arr.nbytes % block_bytes:
-        raise ValueError(f"kvtier.vllm: the primary region ({arr.nbytes} bytes) is not whole "
+    if view.nbytes % block_bytes:
+        raise ValueError(f"kvtier.vllm: the primary region ({view.nbytes} bytes) is not whole "
                          f"chunks of {block_bytes} bytes")
+    arr = np.asarray(view)
     return arr.__array_interface__["data"][0], arr.nbytes // block_bytes, arr
 
 
@@ -100,8 +112,23 @@ class KVTierTier(SecondaryTierManager):
             from vllm.v1.kv_offload.base import Locality
             self.locality = Locality(locality)
         settings = read_settings(tier_params, strict=True)
+        self._base, self._slots, self._region = _region_address(primary_kv_view,
+                                                                self.block_size_bytes)
+        try:
+            self._open(offloading_spec, settings)
+        except BaseException:
+            # vLLM shuts its primary tier down, unmapping the region, while
+            # this exception (and this half-made tier in its traceback) lives.
+            self._region = None
+            if getattr(self, "engine", None) is not None:
+                self.engine.close()
+            raise
+        log.info("kvtier tier %r: %s", tier_type, self.kvtier_config)
+
+    def _open(self, offloading_spec, settings: Dict[str, object]) -> None:
+        """The rest of __init__: kvtier opened for this model and chunk size,
+        the worker thread."""
         block = self.block_size_bytes
-        self._base, self._slots, self._region = _region_address(primary_kv_view, block)
         page_bytes, _ = chunk_layout(block, settings.get("page_bytes"))
         fp = _fingerprint(offloading_spec, block)
         parallel = offloading_spec.config.parallel
@@ -118,7 +145,6 @@ class KVTierTier(SecondaryTierManager):
         self._pending_lock = threading.Lock()
         self._idle = threading.Condition(self._pending_lock)
         self._closed = False
-        log.info("kvtier tier %r: %s", tier_type, self.kvtier_config)
 
     # ------------------------------------------------------------- naming
 
@@ -207,14 +233,18 @@ class KVTierTier(SecondaryTierManager):
 
     # ---------------------------------------------------------- lifecycle
 
-    def shutdown(self):
-        """Finishes the queued jobs, flushes (durable with persist) and closes
-        kvtier. Idempotent."""
+    def shutdown(self) -> None:
+        """Finishes the queued jobs, lets go of the primary tier's memory
+        (vLLM unmaps it next) and closes kvtier: with persist, flushed first
+        (pages that cannot be made durable, as in a full cache, are a logged
+        warning, not an exception); without, nothing to flush. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
-        try:
-            self.engine.flush()
-        finally:
-            self.engine.close()
+        # The array over the primary tier's region holds a buffer export of
+        # vLLM's shared memory (/dev/shm/vllm_offload_*.mmap): while it
+        # lives, the primary tier's cleanup cannot close the mmap and keeps
+        # it mapped. No job is left to use the region's addresses.
+        self._region = None
+        close_engine(self.engine, self.kvtier_config["persist"], log, "vllm tier")
