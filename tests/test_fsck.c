@@ -12,9 +12,11 @@
  */
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -28,6 +30,7 @@
 #define FP_A 0xA11CEull
 #define FP_B 0xB0Bull
 #define MAXP 16
+#define NOBODY 65534    /* whom the unreadable test runs as, when it runs as root */
 
 struct fx {
     char dir[64];
@@ -789,6 +792,186 @@ static void test_index_as_is(void **state)
     kvt_index_close(ix);
 }
 
+/* ---------------------------------------------------------------- unreadable segments */
+
+/* Every page written reads back exactly through an engine with persist:
+ * the entries fsck kept are the engine's pages again. */
+static void read_back_all(struct fx *f)
+{
+    kvt_config c = t_config(PB, 2, 4);
+    kvt_engine *e = NULL;
+    uint8_t *want = malloc(PB), *got = aligned_alloc(4096, PB);
+    assert_non_null(want);
+    assert_non_null(got);
+    c.ssd_bytes = 64 * PB;
+    c.ssd_dir = f->dir;
+    c.persist = 1;
+    c.fingerprint = FP_A;
+    t_opened(kvt_open(&c, &e));
+    for (size_t i = 0; i < f->n; i++) {
+        void *dst = got;
+        int found = 0;
+        assert_int_equal(kvt_get(e, &f->key[i], 1, &dst, 0, &found), 0);
+        assert_true(found);
+        page_for(f->key[i], f->ent[i].codec != KVT_CODEC_NONE, want);
+        assert_memory_equal(got, want, PB);
+    }
+    kvt_close(e);
+    free(want);
+    free(got);
+}
+
+/* Entries in the index, or UINT64_MAX when it cannot be opened. */
+static uint64_t index_count(struct fx *f)
+{
+    struct kvt_index *ix;
+    if (kvt_index_open_readonly(f->dir, &ix) != 0)
+        return UINT64_MAX;
+    uint64_t n = kvt_index_count(ix);
+    kvt_index_close(ix);
+    return n;
+}
+
+/* Pages in slots 0..7, segment 0 holding the first four; the caller then
+ * makes segment 0 unreadable. */
+static void eight_pages(struct fx *f)
+{
+    put_pages(f, 8);
+    fx_done(f);
+}
+
+/* Checks that count their failures instead of asserting: they also run in
+ * a forked child, where a failed assert would unwind into the child's copy
+ * of the test runner. */
+#define CHECK(c) (!(c) ? (fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #c), 1) : 0)
+
+static int has(const char *s, const char *sub)
+{
+    if (strstr(s, sub))
+        return 0;
+    fprintf(stderr, "expected \"%s\" in:\n%s\n", sub, s);
+    return 1;
+}
+
+/* fsck_main's exit status and output, against what it must say. */
+static int run_has(int want_rc, const char *want1, const char *want2, char **argv3)
+{
+    char *out, *err;
+    int bad = CHECK(run(fsck_main, &out, &err, argv3[0], argv3[1], argv3[2], (char *)NULL) ==
+                    want_rc);
+    bad += has(out, want1) + (want2 ? has(out, want2) : 0);
+    free2(&out, &err);
+    return bad;
+}
+
+/* Segment 0 cannot be read for the reason `why` names: no page is called
+ * bad, the segment is reported unreadable with that reason and a fix, and
+ * --repair deletes nothing (exit 3 both times). Returns failed checks. */
+static int unreadable_checks(struct fx *f, const char *why)
+{
+    uint64_t checked = 0, nbad = UINT64_MAX;
+    int bad = 0;
+    bad += CHECK(fsck_verify(f->dir, false, NULL, NULL, &checked, &nbad) == 0);
+    bad += CHECK(checked == 8 && nbad == 0);
+    bad += run_has(3, "4 ok, 0 bad, 4 unreadable in 1 segment",
+                   "unreadable seg-000000.kvt (4 entries): ",
+                   (char *[]){ "fsck", f->dir, NULL });
+    bad += run_has(3, why, "to fix: ", (char *[]){ "fsck", f->dir, NULL });
+    bad += run_has(3, "\"entries\": 8, \"ok\": 4, \"bad\": 0,",
+                   "\"unreadable\": 4, \"unreadable_segments\": [{\"segment\": 0, "
+                   "\"entries\": 4,", (char *[]){ "fsck", "--json", f->dir });
+    bad += run_has(3, "--repair never deletes them", NULL,
+                   (char *[]){ "fsck", "--repair", f->dir });
+    nbad = UINT64_MAX;
+    bad += CHECK(fsck_verify(f->dir, true, NULL, NULL, &checked, &nbad) == 0);
+    bad += CHECK(checked == 8 && nbad == 0);
+    bad += CHECK(index_count(f) == 8);
+    return bad;
+}
+
+/* The file restored: all good, and every page reads back. */
+static void expect_restored(struct fx *f)
+{
+    char *out, *err;
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 0);
+    HAS(out, "checked 8 entries: 8 ok, 0 bad;");
+    free2(&out, &err);
+    read_back_all(f);
+}
+
+/* A second hard link (a `cp -al` or rsnapshot backup): the engine refuses
+ * the file ("Too many links") and keeps its pages; fsck --repair deleted
+ * them all. */
+static void test_hard_linked_segment(void **state)
+{
+    struct fx *f = *state;
+    char seg[128], backup[128];
+    eight_pages(f);
+    seg_path(f, 0, seg, sizeof(seg));
+    snprintf(backup, sizeof(backup), "%s.backup", f->dir);
+    assert_int_equal(link(seg, backup), 0);
+    assert_int_equal(unreadable_checks(f, "Too many links: it has 2 hard links"), 0);
+    assert_int_equal(unlink(backup), 0);
+    expect_restored(f);
+}
+
+/* The segment moved elsewhere and linked back: never followed, kept. */
+static void test_symlinked_segment(void **state)
+{
+    struct fx *f = *state;
+    char seg[128], moved[128];
+    eight_pages(f);
+    seg_path(f, 0, seg, sizeof(seg));
+    snprintf(moved, sizeof(moved), "%s.seg0", f->dir);
+    assert_int_equal(rename(seg, moved), 0);
+    assert_int_equal(symlink(moved, seg), 0);
+    assert_int_equal(unreadable_checks(f, "a symbolic link (to /tmp/kvt_fsck_"), 0);
+    assert_int_equal(unlink(seg), 0);
+    assert_int_equal(rename(moved, seg), 0);
+    expect_restored(f);
+}
+
+static int chown_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return lchown(p, NOBODY, NOBODY);
+}
+
+/* Segment 0 at mode 0000, checked and repaired by a user the mode applies
+ * to: this process when it is not root, else a child that gives the tree to
+ * nobody and becomes nobody (root reads any file). The child's status is
+ * its count of failed checks. */
+static void test_unreadable_segment(void **state)
+{
+    struct fx *f = *state;
+    char seg[128];
+    eight_pages(f);
+    seg_path(f, 0, seg, sizeof(seg));
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 &&
+            (nftw(f->dir, chown_one, 16, FTW_PHYS) != 0 || setgroups(0, NULL) != 0 ||
+             setresgid(NOBODY, NOBODY, NOBODY) != 0 || setresuid(NOBODY, NOBODY, NOBODY) != 0))
+            _exit(100);
+        if (chmod(seg, 0000) != 0 || open(seg, O_RDONLY) >= 0)
+            _exit(100); /* the mode does not stop this user */
+        _exit(unreadable_checks(f, "Permission denied (mode 0000)") ? 1 : 0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 100)
+        skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(index_count(f), 8);
+    assert_int_equal(chmod(seg, 0600), 0);
+    expect_restored(f);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -800,6 +983,8 @@ int main(void)
         T(test_usage),          T(test_index_as_is), T(test_segments_without_index),
         T(test_exchanged_keys), T(test_links_not_followed),
         T(test_inspect_sizes_not_through_links),
+        T(test_hard_linked_segment), T(test_symlinked_segment),
+        T(test_unreadable_segment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -126,7 +126,8 @@ static int list_segments(struct spill *s)
     while (rc == 0 && (de = readdir(d)) != NULL) {
         struct stat st;
         uint32_t n;
-        /* A link is listed as absent: its pages are reported, never read. */
+        /* A link is listed as absent: never read; fsck reports its pages
+         * as unreadable, inspect counts no size through it. */
         if (!seg_name(de->d_name, &n) ||
             fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
             continue;

@@ -96,7 +96,10 @@ int inspect_main(int argc, char **argv);
 int fsck_main(int argc, char **argv);
 
 /* fsck without output, for tests and other callers: fn sees each bad entry in
- * key order with its reason's name. Returns 0, or a negative error with
+ * key order with its reason's name. *checked counts every entry, *bad the
+ * bad ones only: an entry of a segment that could not be read (a link, a
+ * second hard link, no permission) is neither, and repair keeps it.
+ * Returns 0, or a negative error with
  * kvt_last_error() saying why (-ENOENT: not a spill directory; KVT_ECORRUPT:
  * a damaged layout file or index; -EBUSY: an engine holds the directory). */
 typedef void (*fsck_bad_fn)(void *ctx, const kvt_key *k, const char *reason);
