@@ -972,6 +972,48 @@ static void test_unreadable_segment(void **state)
     expect_restored(f);
 }
 
+/* ---------------------------------------------------------------- layout bounds */
+
+static void write_layout(struct fx *f, uint64_t page_bytes, uint64_t slot_bytes)
+{
+    char path[128], text[160];
+    int n = snprintf(text, sizeof(text),
+                     "kvtier-ssd 1\npage_bytes %" PRIu64 "\nslot_bytes %" PRIu64
+                     "\nslots_per_segment %u\n", page_bytes, slot_bytes, SPS);
+    snprintf(path, sizeof(path), "%s/KVTIER", f->dir);
+    write_file(path, text, (size_t)n);
+}
+
+/* A layout file claiming a 1 TiB slot (or page) names the field and what a
+ * slot can be; fsck allocated slot_bytes as the file said (ENOMEM). */
+static void test_layout_huge_slot(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err;
+    const uint64_t tib = 1ull << 40;
+    put_pages(f, 2);
+    fx_done(f);
+    write_layout(f, PB, tib);
+    assert_int_equal(fsck_verify(f->dir, false, NULL, NULL, NULL, NULL), KVT_ECORRUPT);
+    assert_non_null(strstr(kvt_last_error(), "slot_bytes 1099511627776 is more than"));
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "KVTIER is damaged: slot_bytes 1099511627776 is more than kvtier writes (at most "
+             "4294963200");
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "--repair", f->dir), 1);
+    HAS(err, "slot_bytes 1099511627776");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", f->dir), 1);
+    HAS(err, "slot_bytes 1099511627776");
+    free2(&out, &err);
+    write_layout(f, tib, tib);
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "page_bytes 1099511627776 is more than");
+    free2(&out, &err);
+    write_layout(f, PB, PB); /* as it was: nothing else changed */
+    verify(f, false, 2, 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -984,7 +1026,7 @@ int main(void)
         T(test_exchanged_keys), T(test_links_not_followed),
         T(test_inspect_sizes_not_through_links),
         T(test_hard_linked_segment), T(test_symlinked_segment),
-        T(test_unreadable_segment),
+        T(test_unreadable_segment), T(test_layout_huge_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

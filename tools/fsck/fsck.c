@@ -74,7 +74,7 @@ struct fsck {
     struct rec *rec;    /* every entry, in key order */
     size_t n, cap;
     struct kvt_codec *codec;
-    uint8_t *buf, *raw; /* slot_bytes read, page_bytes decoded */
+    uint8_t *buf, *raw; /* the longest stored_len read, page_bytes decoded */
     int fd;             /* segment fd_seg open, or -1 */
     uint32_t fd_seg;
     int fd_err;         /* fd_seg's open failed with this: its other entries too */
@@ -320,12 +320,14 @@ static int verify_all(struct fsck *f, struct loc *l, size_t nl)
     return 0;
 }
 
-static int fsck_alloc(struct fsck *f)
+/* Buffers for the longest stored page to read (not slot_bytes: the entries
+ * are what is read) and one decoded page. */
+static int fsck_alloc(struct fsck *f, size_t longest)
 {
     int rc = kvt_codec_new(KVT_CODEC_NONE, 0, f->sp.page_bytes, &f->codec);
     if (rc)
         return rc; /* a context of any codec decodes all of them */
-    f->buf = malloc(f->sp.slot_bytes);
+    f->buf = malloc(longest ? longest : 1);
     f->raw = malloc(f->sp.page_bytes);
     return f->buf && f->raw ? 0 : -ENOMEM;
 }
@@ -335,6 +337,7 @@ static int fsck_check(struct fsck *f)
 {
     struct loc *l = NULL;
     size_t nl = 0;   /* the entries check_entry passed, to be read */
+    size_t longest = 0;
     int rc;
     if ((rc = kvt_index_foreach(f->sp.ix, collect, f)) != 0) {
         snprintf(f->err, sizeof(f->err), "reading the index of %s: %s", f->sp.dir,
@@ -343,16 +346,18 @@ static int fsck_check(struct fsck *f)
     }
     if (f->n == 0)
         return 0;
-    if ((rc = fsck_alloc(f)) != 0 || !(l = malloc(f->n * sizeof(*l)))) {
-        rc = rc ? rc : -ENOMEM;
+    if (!(l = malloc(f->n * sizeof(*l)))) {
+        rc = -ENOMEM;
         goto out_fail;
     }
     for (size_t i = 0; i < f->n; i++) {
         struct rec *r = &f->rec[i];
-        if ((r->reason = check_entry(&f->sp, &r->e, &r->aux)) == R_GOOD)
-            l[nl++] = (struct loc){ r->e.offset, r->e.segment, i };
+        if ((r->reason = check_entry(&f->sp, &r->e, &r->aux)) != R_GOOD)
+            continue;
+        l[nl++] = (struct loc){ r->e.offset, r->e.segment, i };
+        longest = r->e.stored_len > longest ? r->e.stored_len : longest;
     }
-    if ((rc = verify_all(f, l, nl)) != 0)
+    if ((rc = fsck_alloc(f, longest)) != 0 || (rc = verify_all(f, l, nl)) != 0)
         goto out_fail;
     free(l);
     return 0;

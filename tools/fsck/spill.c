@@ -30,6 +30,13 @@ __attribute__((format(printf, 3, 4))) static int spill_fail(struct spill *s, int
     return rc;
 }
 
+/* The largest page or slot a layout file can name: an index entry holds a
+ * page's lengths in 32 bits (struct kvt_ssd_entry), so no kvtier writes a
+ * larger one (tiers/engine.c refuses a larger page_bytes with an SSD tier).
+ * fsck sizes its buffers by these fields: a damaged layout claiming a
+ * terabyte must be named as such, not turn into an allocation failure. */
+#define SPILL_MAX_SLOT_BYTES ((size_t)UINT32_MAX & ~(size_t)4095)
+
 static int read_layout(struct spill *s)
 {
     int rc = kvt_spill_opendir(s->dir, false, &s->dfd);
@@ -44,6 +51,14 @@ static int read_layout(struct spill *s)
                           KVT_SSD_FORMAT);
     if (rc)
         return spill_fail(s, rc, "%s", kvt_last_error());
+    const char *field = s->page_bytes > SPILL_MAX_SLOT_BYTES   ? "page_bytes"
+                        : s->slot_bytes > SPILL_MAX_SLOT_BYTES ? "slot_bytes"
+                                                               : NULL;
+    if (field)
+        return spill_fail(s, KVT_ECORRUPT, "%s/KVTIER is damaged: %s %zu is more than kvtier "
+                          "writes (at most %zu: an index entry holds a page's lengths in 32 "
+                          "bits)", s->dir, field, field[0] == 'p' ? s->page_bytes : s->slot_bytes,
+                          SPILL_MAX_SLOT_BYTES);
     return 0;
 }
 
