@@ -17,6 +17,7 @@
 
 #include "tiers/spill_dir.h"
 #include "tiers/ssd_store.h"
+#include "tiers/tool.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"
 
@@ -201,6 +202,73 @@ int spill_open(struct spill *s, const char *dir, enum spill_use use)
     if ((rc = read_layout(s)) != 0 || (rc = spill_lock(s, use)) != 0 ||
         (rc = list_segments(s)) != 0 || (rc = open_index(s, use)) != 0)
         spill_close(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------- a store to keep */
+
+static void store_refused(const char *cmd, const char *opt, const char *dir, const char *what,
+                          const char *override)
+{
+    if (override)
+        cli_error(cmd, 2, "%s %s holds %s. This command opens it with persist off, which "
+                  "would wipe it: name another directory, or give %s to let it go (nothing was "
+                  "changed)", opt, dir, what, override);
+    else
+        cli_error(cmd, 1, "%s %s holds %s: give a new or empty directory (nothing was changed)",
+                  opt, dir, what);
+}
+
+int spill_refuse_store(const char *cmd, const char *opt, const char *dir, const char *override)
+{
+    struct spill s;
+    char what[PATH_MAX + 700];
+    int rc = spill_open(&s, dir, USE_INSPECT);
+    if (rc == KVT_ECORRUPT) {
+        /* An engine wipes a damaged layout or index at open: what is in it
+         * may still be worth a look first. */
+        snprintf(what, sizeof(what), "a kvtier store that cannot be read as it is (%s; kvtier "
+                 "fsck %s says more)", s.err, dir);
+        store_refused(cmd, opt, dir, what, override);
+        return -EEXIST;
+    }
+    /* No layout file: nothing persisted (a foreign directory is the claim's
+     * to refuse). Other failures, and a directory an engine holds, are the
+     * engine's open to report: it wipes nothing it cannot read or lock. */
+    uint64_t pages = rc == 0 && s.ix ? kvt_index_count(s.ix) : 0;
+    size_t pb = s.page_bytes;
+    if (rc == 0)
+        spill_close(&s);
+    kvt_clear_error();
+    if (!pages)
+        return 0;
+    snprintf(what, sizeof(what), "a persisted kvtier store: %" PRIu64 " page%s of %zu bytes "
+             "(kvtier inspect %s shows them)", pages, pages == 1 ? "" : "s", pb, dir);
+    store_refused(cmd, opt, dir, what, override);
+    return -EEXIST;
+}
+
+int spill_discard(const char *dir)
+{
+    int dfd, rc = kvt_spill_opendir(dir, false, &dfd);
+    if (rc)
+        return rc;
+    int lock = kvt_spill_openat(dfd, dir, KVT_SPILL_LOCK, O_RDWR, 0, NULL);
+    if (lock < 0 && lock != -ENOENT) {
+        rc = lock;
+        goto out_dir;
+    }
+    kvt_clear_error();
+    /* Held: another engine opened the directory since ours closed; its
+     * pages are not ours to discard. */
+    if (lock >= 0 && flock(lock, LOCK_EX | LOCK_NB) != 0)
+        goto out_lock;
+    rc = kvt_spill_wipe(dfd, dir);
+out_lock:
+    if (lock >= 0)
+        close(lock);
+out_dir:
+    close(dfd);
     return rc;
 }
 
