@@ -5,9 +5,13 @@
 #ifndef KVT_TEST_HELPERS_H
 #define KVT_TEST_HELPERS_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -323,6 +327,71 @@ static inline uint64_t t_stored_pages(const char *dir, uint64_t n)
     }
     kvt_close(e);
     return ok;
+}
+
+/* While child pid runs a command with TMPDIR=top: waits until a directory
+ * in top holds name (KVTIER: the command's engine has opened its temporary
+ * spill directory). 0 when it does; -1 when the child ended first, or after
+ * two minutes (a failure, not a measurement). The child is not reaped. */
+static inline int t_wait_spill_file(const char *top, const char *name, pid_t pid)
+{
+    for (int tries = 0; tries < 12000; tries++) {
+        DIR *d = opendir(top);
+        struct dirent *de;
+        char path[512];
+        bool found = false;
+        while (d && !found && (de = readdir(d)) != NULL) {
+            snprintf(path, sizeof(path), "%s/%s/%s", top, de->d_name, name);
+            found = de->d_name[0] != '.' && access(path, F_OK) == 0;
+        }
+        if (d)
+            closedir(d);
+        if (found)
+            return 0;
+        siginfo_t si = { .si_pid = 0 };
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            return -1;
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* Entries in dir besides "." and "..". */
+static inline int t_dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL)
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* Runs main_fn(argv) in a child with TMPDIR=top and SIGINT, SIGTERM at
+ * their default actions, sends sig once its temporary spill directory has
+ * a KVTIER file (the engine is open: mid-run), and returns the child's
+ * wait status (-1 when it never got there). */
+static inline int t_interrupt_cmd(int (*main_fn)(int, char **), char **argv, const char *top,
+                                  int sig)
+{
+    int argc = 0, status = 0;
+    while (argv[argc])
+        argc++;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        setenv("TMPDIR", top, 1);
+        _exit(main_fn(argc, argv));
+    }
+    int ready = t_wait_spill_file(top, "KVTIER", pid);
+    kill(pid, ready == 0 ? sig : SIGKILL);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return ready == 0 ? status : -1;
 }
 
 #endif /* KVT_TEST_HELPERS_H */

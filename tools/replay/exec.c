@@ -246,10 +246,13 @@ int replay_exec(const struct replay_opts *o, struct replay_result *r)
         cli_error("replay", 1, "out of memory");
         goto out;
     }
-    if ((rc = spill_prepare(&x)) || (rc = open_engine(&x)))
+    /* A signal's flag is checked between the phases and before each request
+     * (cli_stop_check): ctx_free then removes the temporary directory. */
+    if ((rc = cli_stop_check()) || (rc = spill_prepare(&x)) || (rc = cli_stop_check()) ||
+        (rc = open_engine(&x)))
         goto out;
-    if ((rc = replay_requests(&x))) {
-        if (!x.said)
+    if ((rc = replay_requests(&x)) || (rc = cli_stop_check())) {
+        if (!x.said && !cli_stopped())
             cli_error("replay", 1, "%s (%s)", kvt_strerror(rc), kvt_last_error());
         goto out;
     }

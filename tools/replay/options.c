@@ -219,7 +219,11 @@ int replay_main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     struct replay_result r;
+    cli_stop_catch();
     rc = replay_exec(&o, &r);
+    int stopped = cli_stop_end("replay");
+    if (stopped)
+        return stopped;
     if (rc < 0)
         return rc == -EINVAL ? 2 : 1;
     replay_report_text(o.json ? stderr : stdout, &o, &r);

@@ -238,7 +238,11 @@ int run_main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     struct run_result r;
+    cli_stop_catch();
     rc = run_exec(&o, &r);
+    int stopped = cli_stop_end("run");
+    if (stopped)
+        return stopped;
     if (rc < 0)
         return rc == -EINVAL ? 2 : 1;
     uint32_t layers = o.layers && o.layers < o.model->layers ? o.layers : o.model->layers;

@@ -311,16 +311,18 @@ static int run_engine(struct run_ctx *x, struct run_result *r)
     r->gbps_d2h = run_raw_link(x->e, false);
     double t0 = cli_now();
     if ((rc = run_prefill(x))) {
-        if (!x->said)
+        if (!x->said && !cli_stopped())
             cli_error("run", 1, "prefill: %s (%s)", kvt_strerror(rc), kvt_last_error());
         return rc;
     }
     r->prefill_s = cli_now() - t0;
     if ((rc = run_decode(x, r))) {
-        if (!x->said)
+        if (!x->said && !cli_stopped())
             cli_error("run", 1, "decode: %s (%s)", kvt_strerror(rc), kvt_last_error());
         return rc;
     }
+    if ((rc = cli_stop_check()))
+        return rc;
     run_links_again(x, r);
     run_bound(r);
     return 0;
@@ -335,6 +337,8 @@ static int run_finish(struct run_ctx *x, struct run_result *r)
     int rc = run_verify(x, r);
     r->verify_s = cli_now() - t0;
     r->verified = rc == 0;
+    if (rc < 0)
+        return rc; /* stopped by a signal: no trace of half a run */
     if (rc)
         cli_error("run", 1,
                   "verification FAILED: step %u, sequence %u, layer %u, q head %u differs from "
@@ -363,7 +367,9 @@ int run_exec(const struct run_opts *o, struct run_result *r)
         cli_error("run", 1, "out of memory");
         goto out;
     }
-    if ((rc = spill_prepare(&x, r)) || (rc = run_engine(&x, r)))
+    /* A signal's flag is checked between the phases and in the loops
+     * (cli_stop_check): ctx_free then removes the temporary directory. */
+    if ((rc = spill_prepare(&x, r)) || (rc = cli_stop_check()) || (rc = run_engine(&x, r)))
         goto out;
     rc = run_finish(&x, r);
 out:
