@@ -216,51 +216,19 @@ static struct bads verify(struct fx *f, bool repair, uint64_t want_checked, int 
     return b;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *fp = fopen(path, "r");
-    assert_non_null(fp);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    rewind(fp);
-    char *s = calloc(1, (size_t)n + 1);
-    assert_non_null(s);
-    assert_int_equal(fread(s, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    return s;
-}
-
 /* Runs fn(argv...) with stdout and stderr captured into *out and *err
  * (malloc'ed, the caller frees); returns its exit code. */
 static int run(int (*fn)(int, char **), char **out, char **err, ...)
 {
-    char *argv[16], o[] = "/tmp/kvt_fsck_out_XXXXXX", e[] = "/tmp/kvt_fsck_err_XXXXXX";
-    int argc = 0, fo = mkstemp(o), fe = mkstemp(e);
+    char *argv[16];
+    int argc = 0;
     va_list ap;
     va_start(ap, err);
-    while ((argv[argc] = va_arg(ap, char *)) != NULL)
+    while (argc < 15 && (argv[argc] = va_arg(ap, char *)) != NULL)
         argc++;
     va_end(ap);
-    assert_true(fo >= 0 && fe >= 0);
-    fflush(stdout);
-    fflush(stderr);
-    int so = dup(1), se = dup(2);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    int rc = fn(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(so, 1);
-    dup2(se, 2);
-    close(so);
-    close(se);
-    close(fo);
-    close(fe);
-    *out = slurp(o);
-    *err = slurp(e);
-    unlink(o);
-    unlink(e);
-    return rc;
+    argv[argc] = NULL;
+    return t_run_cmd(fn, argv, out, err);
 }
 
 #define RUN(fn, ...) run(fn, &out, &err, __VA_ARGS__, (char *)NULL)
@@ -544,7 +512,7 @@ static void test_garbage_index(void **state)
     HAS(err, "damaged");
     free2(&out, &err);
 
-    char *now = slurp(path); /* left as it was */
+    char *now = t_slurp(path); /* left as it was */
     assert_memory_equal(now, junk, sizeof(junk));
     free(now);
 
