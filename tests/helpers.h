@@ -5,9 +5,13 @@
 #ifndef KVT_TEST_HELPERS_H
 #define KVT_TEST_HELPERS_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -223,6 +227,171 @@ static inline void t_filter_args(int argc, char **argv)
         cmocka_set_test_filter(argv[1]);
     if (argc > 2)
         cmocka_set_skip_filter(argv[2]);
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static inline char *t_slurp(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    rewind(fp);
+    char *s = calloc(1, (size_t)n + 1);
+    assert_non_null(s);
+    assert_int_equal(fread(s, 1, (size_t)n, fp), (size_t)n);
+    fclose(fp);
+    return s;
+}
+
+/* Runs a command's main (fsck_main, run_main, ...) on argv (NULL-ended)
+ * with stdout and stderr captured into *out and *err (malloc'ed, the caller
+ * frees); returns its exit status. */
+static inline int t_run_cmd(int (*fn)(int, char **), char **argv, char **out, char **err)
+{
+    char o[] = "/tmp/kvt-out-XXXXXX", e[] = "/tmp/kvt-err-XXXXXX";
+    int argc = 0, fo = mkstemp(o), fe = mkstemp(e);
+    while (argv[argc])
+        argc++;
+    assert_true(fo >= 0 && fe >= 0);
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    int rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    close(fo);
+    close(fe);
+    *out = t_slurp(o);
+    *err = t_slurp(e);
+    unlink(o);
+    unlink(e);
+    return rc;
+}
+
+/* A persisted store of n pages (t_fill, version 1) of T_STORE_PB bytes in
+ * dir, as an application leaves it; t_stored_pages counts those still
+ * there, exact. */
+#define T_STORE_PB 16384u
+
+static inline kvt_config t_store_config(const char *dir)
+{
+    kvt_config c;
+    kvt_config_init(&c);
+    c.page_bytes = T_STORE_PB;
+    c.hbm_bytes = 4 * T_STORE_PB;
+    c.dram_bytes = 8 * T_STORE_PB;
+    c.ssd_bytes = 64 * T_STORE_PB;
+    c.ssd_dir = dir;
+    c.device = KVT_DEVICE_HOST;
+    c.policy = "lru";
+    c.persist = 1;
+    return c;
+}
+
+static inline void t_store_pages(const char *dir, uint64_t n)
+{
+    kvt_config c = t_store_config(dir);
+    kvt_engine *e = NULL;
+    static _Alignas(4096) unsigned char page[T_STORE_PB];
+    t_opened(kvt_open(&c, &e));
+    for (uint64_t i = 0; i < n; i++) {
+        kvt_key k = t_key(i, 0, 0);
+        const void *src = page;
+        t_fill(page, T_STORE_PB, k, 1);
+        assert_int_equal(kvt_put(e, &k, 1, &src, 0), 0);
+    }
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_close(e);
+}
+
+static inline uint64_t t_stored_pages(const char *dir, uint64_t n)
+{
+    kvt_config c = t_store_config(dir);
+    kvt_engine *e = NULL;
+    static _Alignas(4096) unsigned char page[T_STORE_PB];
+    uint64_t ok = 0;
+    t_opened(kvt_open(&c, &e));
+    for (uint64_t i = 0; i < n; i++) {
+        kvt_key k = t_key(i, 0, 0);
+        void *dst = page;
+        int found = 0;
+        ok += kvt_get(e, &k, 1, &dst, 0, &found) == 0 && found && t_check(page, T_STORE_PB, k, 1);
+    }
+    kvt_close(e);
+    return ok;
+}
+
+/* While child pid runs a command with TMPDIR=top: waits until a directory
+ * in top holds name (KVTIER: the command's engine has opened its temporary
+ * spill directory). 0 when it does; -1 when the child ended first, or after
+ * two minutes (a failure, not a measurement). The child is not reaped. */
+static inline int t_wait_spill_file(const char *top, const char *name, pid_t pid)
+{
+    for (int tries = 0; tries < 12000; tries++) {
+        DIR *d = opendir(top);
+        struct dirent *de;
+        char path[512];
+        bool found = false;
+        while (d && !found && (de = readdir(d)) != NULL) {
+            snprintf(path, sizeof(path), "%s/%s/%s", top, de->d_name, name);
+            found = de->d_name[0] != '.' && access(path, F_OK) == 0;
+        }
+        if (d)
+            closedir(d);
+        if (found)
+            return 0;
+        siginfo_t si = { .si_pid = 0 };
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            return -1;
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* Entries in dir besides "." and "..". */
+static inline int t_dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL)
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* Runs main_fn(argv) in a child with TMPDIR=top and SIGINT, SIGTERM at
+ * their default actions, sends sig once its temporary spill directory has
+ * a KVTIER file (the engine is open: mid-run), and returns the child's
+ * wait status (-1 when it never got there). */
+static inline int t_interrupt_cmd(int (*main_fn)(int, char **), char **argv, const char *top,
+                                  int sig)
+{
+    int argc = 0, status = 0;
+    while (argv[argc])
+        argc++;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        setenv("TMPDIR", top, 1);
+        _exit(main_fn(argc, argv));
+    }
+    int ready = t_wait_spill_file(top, "KVTIER", pid);
+    kill(pid, ready == 0 ? sig : SIGKILL);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return ready == 0 ? status : -1;
 }
 
 #endif /* KVT_TEST_HELPERS_H */

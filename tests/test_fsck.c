@@ -12,9 +12,11 @@
  */
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -28,6 +30,7 @@
 #define FP_A 0xA11CEull
 #define FP_B 0xB0Bull
 #define MAXP 16
+#define NOBODY 65534    /* whom the unreadable test runs as, when it runs as root */
 
 struct fx {
     char dir[64];
@@ -213,51 +216,19 @@ static struct bads verify(struct fx *f, bool repair, uint64_t want_checked, int 
     return b;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *fp = fopen(path, "r");
-    assert_non_null(fp);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    rewind(fp);
-    char *s = calloc(1, (size_t)n + 1);
-    assert_non_null(s);
-    assert_int_equal(fread(s, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    return s;
-}
-
 /* Runs fn(argv...) with stdout and stderr captured into *out and *err
  * (malloc'ed, the caller frees); returns its exit code. */
 static int run(int (*fn)(int, char **), char **out, char **err, ...)
 {
-    char *argv[16], o[] = "/tmp/kvt_fsck_out_XXXXXX", e[] = "/tmp/kvt_fsck_err_XXXXXX";
-    int argc = 0, fo = mkstemp(o), fe = mkstemp(e);
+    char *argv[16];
+    int argc = 0;
     va_list ap;
     va_start(ap, err);
-    while ((argv[argc] = va_arg(ap, char *)) != NULL)
+    while (argc < 15 && (argv[argc] = va_arg(ap, char *)) != NULL)
         argc++;
     va_end(ap);
-    assert_true(fo >= 0 && fe >= 0);
-    fflush(stdout);
-    fflush(stderr);
-    int so = dup(1), se = dup(2);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    int rc = fn(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(so, 1);
-    dup2(se, 2);
-    close(so);
-    close(se);
-    close(fo);
-    close(fe);
-    *out = slurp(o);
-    *err = slurp(e);
-    unlink(o);
-    unlink(e);
-    return rc;
+    argv[argc] = NULL;
+    return t_run_cmd(fn, argv, out, err);
 }
 
 #define RUN(fn, ...) run(fn, &out, &err, __VA_ARGS__, (char *)NULL)
@@ -541,7 +512,7 @@ static void test_garbage_index(void **state)
     HAS(err, "damaged");
     free2(&out, &err);
 
-    char *now = slurp(path); /* left as it was */
+    char *now = t_slurp(path); /* left as it was */
     assert_memory_equal(now, junk, sizeof(junk));
     free(now);
 
@@ -789,6 +760,228 @@ static void test_index_as_is(void **state)
     kvt_index_close(ix);
 }
 
+/* ---------------------------------------------------------------- unreadable segments */
+
+/* Every page written reads back exactly through an engine with persist:
+ * the entries fsck kept are the engine's pages again. */
+static void read_back_all(struct fx *f)
+{
+    kvt_config c = t_config(PB, 2, 4);
+    kvt_engine *e = NULL;
+    uint8_t *want = malloc(PB), *got = aligned_alloc(4096, PB);
+    assert_non_null(want);
+    assert_non_null(got);
+    c.ssd_bytes = 64 * PB;
+    c.ssd_dir = f->dir;
+    c.persist = 1;
+    c.fingerprint = FP_A;
+    t_opened(kvt_open(&c, &e));
+    for (size_t i = 0; i < f->n; i++) {
+        void *dst = got;
+        int found = 0;
+        assert_int_equal(kvt_get(e, &f->key[i], 1, &dst, 0, &found), 0);
+        assert_true(found);
+        page_for(f->key[i], f->ent[i].codec != KVT_CODEC_NONE, want);
+        assert_memory_equal(got, want, PB);
+    }
+    kvt_close(e);
+    free(want);
+    free(got);
+}
+
+/* Entries in the index, or UINT64_MAX when it cannot be opened. */
+static uint64_t index_count(struct fx *f)
+{
+    struct kvt_index *ix;
+    if (kvt_index_open_readonly(f->dir, &ix) != 0)
+        return UINT64_MAX;
+    uint64_t n = kvt_index_count(ix);
+    kvt_index_close(ix);
+    return n;
+}
+
+/* Pages in slots 0..7, segment 0 holding the first four; the caller then
+ * makes segment 0 unreadable. */
+static void eight_pages(struct fx *f)
+{
+    put_pages(f, 8);
+    fx_done(f);
+}
+
+/* Checks that count their failures instead of asserting: they also run in
+ * a forked child, where a failed assert would unwind into the child's copy
+ * of the test runner. */
+#define CHECK(c) (!(c) ? (fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #c), 1) : 0)
+
+static int has(const char *s, const char *sub)
+{
+    if (strstr(s, sub))
+        return 0;
+    fprintf(stderr, "expected \"%s\" in:\n%s\n", sub, s);
+    return 1;
+}
+
+/* fsck_main's exit status and output, against what it must say. */
+static int run_has(int want_rc, const char *want1, const char *want2, char **argv3)
+{
+    char *out, *err;
+    int bad = CHECK(run(fsck_main, &out, &err, argv3[0], argv3[1], argv3[2], (char *)NULL) ==
+                    want_rc);
+    bad += has(out, want1) + (want2 ? has(out, want2) : 0);
+    free2(&out, &err);
+    return bad;
+}
+
+/* Segment 0 cannot be read for the reason `why` names: no page is called
+ * bad, the segment is reported unreadable with that reason and a fix, and
+ * --repair deletes nothing (exit 3 both times). Returns failed checks. */
+static int unreadable_checks(struct fx *f, const char *why)
+{
+    uint64_t checked = 0, nbad = UINT64_MAX;
+    int bad = 0;
+    bad += CHECK(fsck_verify(f->dir, false, NULL, NULL, &checked, &nbad) == 0);
+    bad += CHECK(checked == 8 && nbad == 0);
+    bad += run_has(3, "4 ok, 0 bad, 4 unreadable in 1 segment",
+                   "unreadable seg-000000.kvt (4 entries): ",
+                   (char *[]){ "fsck", f->dir, NULL });
+    bad += run_has(3, why, "to fix: ", (char *[]){ "fsck", f->dir, NULL });
+    bad += run_has(3, "\"entries\": 8, \"ok\": 4, \"bad\": 0,",
+                   "\"unreadable\": 4, \"unreadable_segments\": [{\"segment\": 0, "
+                   "\"entries\": 4,", (char *[]){ "fsck", "--json", f->dir });
+    bad += run_has(3, "--repair never deletes them", NULL,
+                   (char *[]){ "fsck", "--repair", f->dir });
+    nbad = UINT64_MAX;
+    bad += CHECK(fsck_verify(f->dir, true, NULL, NULL, &checked, &nbad) == 0);
+    bad += CHECK(checked == 8 && nbad == 0);
+    bad += CHECK(index_count(f) == 8);
+    return bad;
+}
+
+/* The file restored: all good, and every page reads back. */
+static void expect_restored(struct fx *f)
+{
+    char *out, *err;
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 0);
+    HAS(out, "checked 8 entries: 8 ok, 0 bad;");
+    free2(&out, &err);
+    read_back_all(f);
+}
+
+/* A second hard link (a `cp -al` or rsnapshot backup): the engine refuses
+ * the file ("Too many links") and keeps its pages; fsck --repair deleted
+ * them all. */
+static void test_hard_linked_segment(void **state)
+{
+    struct fx *f = *state;
+    char seg[128], backup[128];
+    eight_pages(f);
+    seg_path(f, 0, seg, sizeof(seg));
+    snprintf(backup, sizeof(backup), "%s.backup", f->dir);
+    assert_int_equal(link(seg, backup), 0);
+    assert_int_equal(unreadable_checks(f, "Too many links: it has 2 hard links"), 0);
+    assert_int_equal(unlink(backup), 0);
+    expect_restored(f);
+}
+
+/* The segment moved elsewhere and linked back: never followed, kept. */
+static void test_symlinked_segment(void **state)
+{
+    struct fx *f = *state;
+    char seg[128], moved[128];
+    eight_pages(f);
+    seg_path(f, 0, seg, sizeof(seg));
+    snprintf(moved, sizeof(moved), "%s.seg0", f->dir);
+    assert_int_equal(rename(seg, moved), 0);
+    assert_int_equal(symlink(moved, seg), 0);
+    assert_int_equal(unreadable_checks(f, "a symbolic link (to /tmp/kvt_fsck_"), 0);
+    assert_int_equal(unlink(seg), 0);
+    assert_int_equal(rename(moved, seg), 0);
+    expect_restored(f);
+}
+
+static int chown_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return lchown(p, NOBODY, NOBODY);
+}
+
+/* Segment 0 at mode 0000, checked and repaired by a user the mode applies
+ * to: this process when it is not root, else a child that gives the tree to
+ * nobody and becomes nobody (root reads any file). The child's status is
+ * its count of failed checks. */
+static void test_unreadable_segment(void **state)
+{
+    struct fx *f = *state;
+    char seg[128];
+    eight_pages(f);
+    seg_path(f, 0, seg, sizeof(seg));
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 &&
+            (nftw(f->dir, chown_one, 16, FTW_PHYS) != 0 || setgroups(0, NULL) != 0 ||
+             setresgid(NOBODY, NOBODY, NOBODY) != 0 || setresuid(NOBODY, NOBODY, NOBODY) != 0))
+            _exit(100);
+        if (chmod(seg, 0000) != 0 || open(seg, O_RDONLY) >= 0)
+            _exit(100); /* the mode does not stop this user */
+        _exit(unreadable_checks(f, "Permission denied (mode 0000)") ? 1 : 0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 100)
+        skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(index_count(f), 8);
+    assert_int_equal(chmod(seg, 0600), 0);
+    expect_restored(f);
+}
+
+/* ---------------------------------------------------------------- layout bounds */
+
+static void write_layout(struct fx *f, uint64_t page_bytes, uint64_t slot_bytes)
+{
+    char path[128], text[160];
+    int n = snprintf(text, sizeof(text),
+                     "kvtier-ssd 1\npage_bytes %" PRIu64 "\nslot_bytes %" PRIu64
+                     "\nslots_per_segment %u\n", page_bytes, slot_bytes, SPS);
+    snprintf(path, sizeof(path), "%s/KVTIER", f->dir);
+    write_file(path, text, (size_t)n);
+}
+
+/* A layout file claiming a 1 TiB slot (or page) names the field and what a
+ * slot can be; fsck allocated slot_bytes as the file said (ENOMEM). */
+static void test_layout_huge_slot(void **state)
+{
+    struct fx *f = *state;
+    char *out, *err;
+    const uint64_t tib = 1ull << 40;
+    put_pages(f, 2);
+    fx_done(f);
+    write_layout(f, PB, tib);
+    assert_int_equal(fsck_verify(f->dir, false, NULL, NULL, NULL, NULL), KVT_ECORRUPT);
+    assert_non_null(strstr(kvt_last_error(), "slot_bytes 1099511627776 is more than"));
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "KVTIER is damaged: slot_bytes 1099511627776 is more than kvtier writes (at most "
+             "4294963200");
+    free2(&out, &err);
+    assert_int_equal(RUN(fsck_main, "fsck", "--repair", f->dir), 1);
+    HAS(err, "slot_bytes 1099511627776");
+    free2(&out, &err);
+    assert_int_equal(RUN(inspect_main, "inspect", f->dir), 1);
+    HAS(err, "slot_bytes 1099511627776");
+    free2(&out, &err);
+    write_layout(f, tib, tib);
+    assert_int_equal(RUN(fsck_main, "fsck", f->dir), 1);
+    HAS(err, "page_bytes 1099511627776 is more than");
+    free2(&out, &err);
+    write_layout(f, PB, PB); /* as it was: nothing else changed */
+    verify(f, false, 2, 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -800,6 +993,8 @@ int main(void)
         T(test_usage),          T(test_index_as_is), T(test_segments_without_index),
         T(test_exchanged_keys), T(test_links_not_followed),
         T(test_inspect_sizes_not_through_links),
+        T(test_hard_linked_segment), T(test_symlinked_segment),
+        T(test_unreadable_segment), T(test_layout_huge_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

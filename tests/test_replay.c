@@ -277,6 +277,81 @@ static void test_replay_evicts(void **state)
         assert_true(r.hit_blocks <= reference_lru(97)); /* never more than with room for all */
 }
 
+/* ------------------------------------------------------------- the spill directory */
+
+/* Two requests 11.6 days apart, paced at the trace's speed: the replay
+ * serves the first, then waits for the second until a signal comes. Small
+ * tiers: 16 blocks of DRAM, 32 of SSD. */
+static void two_requests(char *path, size_t n, const char *dir)
+{
+    snprintf(path, n, "%s.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 10, "
+               "\"hash_ids\": [1, 2]}\n"
+               "{\"timestamp\": 1000000000, \"input_length\": 1000, \"output_length\": 10, "
+               "\"hash_ids\": [1, 3]}\n");
+    fclose(f);
+}
+
+/* --ssd-dir naming a persisted store: refused, saying what is there, and
+ * every page kept (0749676 wiped all of them with no word); with
+ * --overwrite-ssd-dir the replay takes it. Its own pages (persist off) are
+ * discarded at its end, so the next replay needs no option. */
+static void test_replay_keeps_persisted_store(void **state)
+{
+    char dir[64], trace[80], *out, *err;
+    assert_int_equal(t_tmpdir(dir, sizeof dir, "replay-store"), 0);
+    two_requests(trace, sizeof trace, dir);
+    /* getopt_long reorders argv: a fresh one for each call */
+#define ARGV(last) (char *[]){ "replay", trace, "--block-bytes", "64K", "--dram", "1M", "--ssd", \
+                               "2M", "--no-progress", "--ssd-dir", dir, last, NULL }
+    t_store_pages(dir, 10);
+    int rc = t_run_cmd(replay_main, ARGV(NULL), &out, &err);
+    uint64_t kept = t_stored_pages(dir, 10);
+    if (rc != 2 || !strstr(err, "holds a persisted kvtier store: 10 pages of 16384 bytes") ||
+        !strstr(err, "--overwrite-ssd-dir"))
+        fail_msg("exit %d, %llu of 10 pages kept, stderr:\n%s", rc, (unsigned long long)kept, err);
+    assert_int_equal(kept, 10);
+    free(out);
+    free(err);
+    assert_int_equal(t_run_cmd(replay_main, ARGV("--overwrite-ssd-dir"), &out, &err), 0);
+    free(out);
+    free(err);
+    rc = t_run_cmd(replay_main, ARGV(NULL), &out, &err);
+#undef ARGV
+    if (rc != 0)
+        fail_msg("a second replay on its own directory: exit %d, stderr:\n%s", rc, err);
+    free(out);
+    free(err);
+    unlink(trace);
+    t_rmtree(dir);
+}
+
+/* SIGINT or SIGTERM while the replay waits for its second request (the
+ * engine open): it stops, its temporary spill directory goes through the
+ * normal close path, and it ends by the signal. On 0749676 the signal's
+ * default action left the directory behind (1.8 GB on the Mooncake trace). */
+static void interrupted(int sig)
+{
+    char top[64], trace[80];
+    assert_int_equal(t_tmpdir(top, sizeof top, "replay-signal"), 0);
+    two_requests(trace, sizeof trace, top);
+    char *argv[] = { "replay", trace, "--block-bytes", "64K", "--dram", "1M", "--ssd", "2M",
+                     "--speed", "1", "--no-progress", NULL };
+    int status = t_interrupt_cmd(replay_main, argv, top, sig);
+    int left = t_dir_entries(top);
+    unlink(trace);
+    t_rmtree(top);
+    assert_int_not_equal(status, -1);
+    assert_int_equal(left, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), sig);
+}
+
+static void test_replay_sigint(void **state) { interrupted(SIGINT); }
+static void test_replay_sigterm(void **state) { interrupted(SIGTERM); }
+
 int main(int argc, char **argv)
 {
     t_filter_args(argc, argv);
@@ -288,6 +363,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_replay_evicts),
         cmocka_unit_test(test_replay_concurrent),
         cmocka_unit_test(test_replay_concurrent_full),
+        cmocka_unit_test(test_replay_keeps_persisted_store),
+        cmocka_unit_test(test_replay_sigint),
+        cmocka_unit_test(test_replay_sigterm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

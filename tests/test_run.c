@@ -404,8 +404,80 @@ static void test_verify_every(void **state)
     assert_int_equal(r.verified_steps, 1); /* 0 passed */
 }
 
-int main(void)
+/* ---------------------------------------------------------------- the spill directory */
+
+static char *small_args[] = { "run", "--layers", "2", "--batch", "2", "--context", "256",
+                              "--tokens", "3", "--no-progress" };
+#define N_SMALL (sizeof(small_args) / sizeof(small_args[0]))
+
+/* --ssd-dir naming a persisted store: refused, saying what is there, and
+ * every page kept (0749676 wiped all of them with no word); with
+ * --overwrite-ssd-dir the run takes it. The run's own pages (persist off)
+ * are discarded at its end, so the next run needs no option. */
+/* small_args, then --ssd-dir dir and last (NULL or an option): a fresh
+ * argv each time, as getopt_long reorders the one it parses. */
+static char **small_argv(char **argv, const char *dir, char *last)
 {
+    memcpy(argv, small_args, sizeof(small_args));
+    argv[N_SMALL] = "--ssd-dir";
+    argv[N_SMALL + 1] = (char *)dir;
+    argv[N_SMALL + 2] = last;
+    argv[N_SMALL + 3] = NULL;
+    return argv;
+}
+
+static void test_run_keeps_persisted_store(void **state)
+{
+    char dir[64], *out, *err, *argv[N_SMALL + 4];
+    (void)state;
+    assert_int_equal(t_tmpdir(dir, sizeof dir, "run-store"), 0);
+    t_store_pages(dir, 10);
+    int rc = t_run_cmd(run_main, small_argv(argv, dir, NULL), &out, &err);
+    uint64_t kept = t_stored_pages(dir, 10);
+    if (rc != 2 || !strstr(err, "holds a persisted kvtier store: 10 pages of 16384 bytes") ||
+        !strstr(err, "--overwrite-ssd-dir"))
+        fail_msg("exit %d, %llu of 10 pages kept, stderr:\n%s", rc, (unsigned long long)kept, err);
+    assert_int_equal(kept, 10);
+    free(out);
+    free(err);
+    assert_int_equal(t_run_cmd(run_main, small_argv(argv, dir, "--overwrite-ssd-dir"), &out, &err),
+                     0);
+    free(out);
+    free(err);
+    rc = t_run_cmd(run_main, small_argv(argv, dir, NULL), &out, &err);
+    if (rc != 0)
+        fail_msg("a second run on its own directory: exit %d, stderr:\n%s", rc, err);
+    free(out);
+    free(err);
+    t_rmtree(dir);
+}
+
+/* SIGINT or SIGTERM mid-run (the engine open): the run stops at its next
+ * check, its temporary spill directory goes through the normal close path,
+ * and it ends by the signal. On 0749676 the signal's default action left
+ * the directory behind (267 MiB). */
+static void interrupted(int sig)
+{
+    char top[64], *argv[N_SMALL + 1];
+    assert_int_equal(t_tmpdir(top, sizeof top, "run-signal"), 0);
+    memcpy(argv, small_args, sizeof(small_args));
+    argv[8] = "4096"; /* --tokens: far longer than the signal takes to come */
+    argv[N_SMALL] = NULL;
+    int status = t_interrupt_cmd(run_main, argv, top, sig);
+    int left = t_dir_entries(top);
+    t_rmtree(top);
+    assert_int_not_equal(status, -1);
+    assert_int_equal(left, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), sig);
+}
+
+static void test_run_sigint(void **state) { interrupted(SIGINT); }
+static void test_run_sigterm(void **state) { interrupted(SIGTERM); }
+
+int main(int argc, char **argv)
+{
+    t_filter_args(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel),      cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_attn_exp),
@@ -416,6 +488,8 @@ int main(void)
         cmocka_unit_test(test_run_nice0),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_corrupt_page),
         cmocka_unit_test(test_wrong_seed),  cmocka_unit_test(test_verify_every),
+        cmocka_unit_test(test_run_keeps_persisted_store),
+        cmocka_unit_test(test_run_sigint),  cmocka_unit_test(test_run_sigterm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

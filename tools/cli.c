@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,4 +280,72 @@ void cli_huge_free(struct cli_huge *h)
     if (h->map)
         munmap(h->map, h->map_len);
     *h = (struct cli_huge){ 0 };
+}
+
+/* ------------------------------------------------------------- stopping */
+
+/* The signal caught, 0 for none. A lock-free atomic: storing it is
+ * async-signal-safe, and the command's threads read it without a race. */
+static atomic_int stop_sig;
+static const int stop_sigs[2] = { SIGINT, SIGTERM };
+static struct sigaction stop_old[2];
+static bool stop_set[2];
+
+/* Only the flag: the loops see it at their next check and leave through the
+ * command's normal close path, which removes what it made. SA_RESETHAND:
+ * a second signal has its default effect, for a user who will not wait. */
+static void stop_handler(int sig)
+{
+    atomic_store_explicit(&stop_sig, sig, memory_order_relaxed);
+}
+
+void cli_stop_catch(void)
+{
+    struct sigaction sa = { .sa_handler = stop_handler, .sa_flags = SA_RESTART | SA_RESETHAND };
+    sigemptyset(&sa.sa_mask);
+    atomic_store(&stop_sig, 0);
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        /* A signal the caller ignores (SIGINT in a script's background job)
+         * stays ignored. */
+        stop_set[i] = sigaction(stop_sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN &&
+                      sigaction(stop_sigs[i], &sa, &stop_old[i]) == 0;
+    }
+}
+
+int cli_stopped(void)
+{
+    return atomic_load_explicit(&stop_sig, memory_order_relaxed);
+}
+
+int cli_stop_check(void)
+{
+    return cli_stopped() ? -EINTR : 0;
+}
+
+int cli_stop_end(const char *cmd)
+{
+    for (int i = 0; i < 2; i++)
+        if (stop_set[i])
+            sigaction(stop_sigs[i], &stop_old[i], NULL);
+    int sig = cli_stopped();
+    if (!sig)
+        return 0;
+    cli_error(cmd, 1, "stopped by %s; the temporary files it made are removed",
+              sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fflush(stdout);
+    raise(sig);
+    return 128 + sig;
+}
+
+/* Up to a deadline on the monotonic clock: the slices' own overshoot does
+ * not add up (replay --speed counts a request started 1 ms late). */
+void cli_sleep(double s)
+{
+    double end = cli_now() + s, left;
+    while (!cli_stopped() && (left = end - cli_now()) > 0) {
+        double d = left < 0.05 ? left : 0.05;
+        struct timespec ts = { 0, (long)(d * 1e9) };
+        nanosleep(&ts, NULL);
+    }
 }

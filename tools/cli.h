@@ -79,4 +79,26 @@ void cli_huge_free(struct cli_huge *h);
 /* Prints "kvtier <cmd>: <msg>" to stderr and returns 2 (usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* SIGINT and SIGTERM during a long command (run, replay). cli_stop_catch()
+ * makes each set a flag and nothing else (async-signal-safe); the command's
+ * loops poll it with cli_stopped() (the signal, or 0) or cli_stop_check()
+ * (-EINTR, or 0) and leave through the normal close path, which removes
+ * what the command made: its temporary spill directory, which a signal's
+ * default action left behind. A signal the caller ignores stays ignored;
+ * a second one has its default effect. cli_stop_end(cmd) puts the previous
+ * actions back; when a signal was caught it says "kvtier <cmd>: stopped by
+ * SIGINT" and raises it again, so that the caller (a shell) sees the
+ * command ended by it: a shell running a script stops after a child killed
+ * by SIGINT, not after one that exited 130. It returns 0 when none was
+ * caught, or 128 + the signal if the restored action did not end the
+ * process. */
+void cli_stop_catch(void);
+int cli_stopped(void);
+int cli_stop_check(void);
+int cli_stop_end(const char *cmd);
+/* Sleeps s seconds, less when cli_stopped(): in slices of 50 ms at most, so
+ * that a signal caught after the caller's last check, just before the sleep
+ * began, still ends it soon (a nanosleep it did not interrupt runs on). */
+void cli_sleep(double s);
+
 #endif

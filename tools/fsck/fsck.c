@@ -6,6 +6,16 @@
  * slots they named become free at the engine's next open (it rebuilds its
  * free map from the index), and their pages read as misses, never as wrong
  * data. tools/fsck/spill.h says how the directory is read and locked.
+ *
+ * A page is bad only when the entry itself is impossible, its file is gone
+ * or too short, the medium failed (-EIO), or its bytes were read and do not
+ * check out. A segment that cannot be opened or read for any other reason
+ * (a symbolic link, a second hard link, a mode that forbids reading) says
+ * nothing about the bytes in it: the engine keeps such pages and serves
+ * them once the file is readable again (docs/security.md), so fsck reports
+ * the segment as unreadable, with the reason and the fix, and --repair
+ * keeps its entries. Deleting them lost every page of a segment that a
+ * backup had hard-linked.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +37,7 @@ enum reason {
     R_DECODE, R_SHARED, R_COUNT
 };
 #define R_GOOD (-1)
+#define R_UNREADABLE (-2)   /* its segment could not be read: neither good nor bad, kept */
 
 static const char *const reason_names[R_COUNT] = {
     "bad-codec", "bad-length", "misaligned", "outside-segment", "no-segment",
@@ -36,7 +47,7 @@ static const char *const reason_names[R_COUNT] = {
 struct rec {
     kvt_key key;
     struct kvt_ssd_entry e;
-    int reason;         /* R_GOOD or an enum reason */
+    int reason;         /* R_GOOD, R_UNREADABLE or an enum reason */
     uint64_t aux;       /* for the report: crc found, file size, errno, entry kept */
 };
 
@@ -48,15 +59,29 @@ struct loc {
     size_t i;           /* in struct fsck.rec: key order breaks ties */
 };
 
+/* A segment that could not be opened or read, and what its name is. */
+struct useg {
+    uint32_t seg;
+    int err;            /* errno of the open or read */
+    mode_t mode;        /* of the name itself (not followed); 0 when unknown */
+    uint64_t nlink;
+    uint64_t entries;   /* entries left unchecked in it */
+    char target[160];   /* a symbolic link's text, read without following it */
+};
+
 struct fsck {
     struct spill sp;
     struct rec *rec;    /* every entry, in key order */
     size_t n, cap;
     struct kvt_codec *codec;
-    uint8_t *buf, *raw; /* slot_bytes read, page_bytes decoded */
-    int fd;             /* the segment being read, or -1 */
+    uint8_t *buf, *raw; /* the longest stored_len read, page_bytes decoded */
+    int fd;             /* segment fd_seg open, or -1 */
     uint32_t fd_seg;
-    uint64_t ok, bad, bytes_verified, repaired, by_reason[R_COUNT];
+    int fd_err;         /* fd_seg's open failed with this: its other entries too */
+    bool fd_tried;      /* fd_seg was opened (or tried) */
+    struct useg *useg;  /* by segment number: entries are read in that order */
+    size_t nuseg, useg_cap;
+    uint64_t ok, bad, unreadable, bytes_verified, repaired, by_reason[R_COUNT];
     bool progress, tty;
     double progress_at;
     uint64_t ticks;
@@ -92,8 +117,10 @@ static int check_entry(const struct spill *s, const struct kvt_ssd_entry *e, uin
         return R_MISALIGNED;
     if (e->offset / s->slot_bytes >= s->sps)
         return R_OUTSIDE;
+    /* A segment not listed as a file may still be there as a link or a
+     * directory, which makes it unreadable, not missing: the open says. */
     if (!(sf = spill_seg_find(s, e->segment)))
-        return R_NO_SEGMENT;
+        return R_GOOD;
     /* The engine reads the padded length with O_DIRECT: all of it must exist. */
     if (e->offset + spill_pad4k(e->stored_len) > sf->bytes) {
         *aux = sf->bytes;
@@ -112,20 +139,80 @@ static int loc_cmp(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
+/* Segment seg open for reading: 0, or the open's error. It is opened once:
+ * a failure stands for all its entries. */
 static int seg_open(struct fsck *f, uint32_t seg)
 {
     char name[32];
-    if (f->fd >= 0 && f->fd_seg == seg)
-        return 0;
+    if (f->fd_tried && f->fd_seg == seg)
+        return f->fd_err;
     if (f->fd >= 0)
         close(f->fd);
     kvt_spill_segment_name(seg, name, sizeof(name));
     f->fd = kvt_spill_openat(f->sp.dfd, f->sp.dir, name, O_RDONLY, 0, NULL);
     f->fd_seg = seg;
-    if (f->fd < 0) {
-        int rc = f->fd;
+    f->fd_tried = true;
+    f->fd_err = f->fd < 0 ? f->fd : 0;
+    if (f->fd < 0)
         f->fd = -1;
+    return f->fd_err;
+}
+
+/* Counts an entry of segment seg left unchecked; the first one records what
+ * the segment's name is, for the report. 0 or -ENOMEM. */
+static int useg_note(struct fsck *f, uint32_t seg, int err)
+{
+    if (f->nuseg && f->useg[f->nuseg - 1].seg == seg) {
+        f->useg[f->nuseg - 1].entries++;
+        return 0;
+    }
+    if (f->nuseg == f->useg_cap) {
+        size_t nc = f->useg_cap ? f->useg_cap * 2 : 8;
+        struct useg *nu = realloc(f->useg, nc * sizeof(*nu));
+        if (!nu)
+            return -ENOMEM;
+        f->useg = nu;
+        f->useg_cap = nc;
+    }
+    struct useg *u = &f->useg[f->nuseg++];
+    struct stat st;
+    char name[32];
+    *u = (struct useg){ .seg = seg, .err = err, .entries = 1 };
+    kvt_spill_segment_name(seg, name, sizeof(name));
+    if (fstatat(f->sp.dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        u->mode = st.st_mode;
+        u->nlink = (uint64_t)st.st_nlink;
+    }
+    ssize_t n = S_ISLNK(u->mode) ? readlinkat(f->sp.dfd, name, u->target, sizeof(u->target) - 1)
+                                 : -1;
+    u->target[n > 0 ? n : 0] = 0;
+    return 0;
+}
+
+/* A failed open or read of r's bytes. Only a file that is gone or too short
+ * and a failed medium (-EIO, which the engine also drops a page for) make a
+ * page bad; any other failure leaves it unchecked and kept. Out of memory
+ * or descriptors is fsck's own failure, returned. */
+static int read_failed(struct fsck *f, struct rec *r, int rc)
+{
+    struct stat st;
+    switch (rc) {
+    case -ENOMEM:
+    case -EMFILE:
+    case -ENFILE:
         return rc;
+    case -ENOENT: r->reason = R_NO_SEGMENT; break;
+    case -ENODATA:
+        r->reason = R_PAST_EOF;
+        r->aux = f->fd >= 0 && fstat(f->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+        break;
+    case -EIO:
+        r->reason = R_READ;
+        r->aux = EIO;
+        break;
+    default:
+        r->reason = R_UNREADABLE;
+        return useg_note(f, r->e.segment, -rc);
     }
     return 0;
 }
@@ -146,8 +233,9 @@ static int read_full(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
-/* Reads one entry's stored bytes and checks them. A bad page sets r->reason;
- * only a failure that is not the page's (out of memory) is returned. */
+/* Reads one entry's stored bytes and checks them. A bad or unreadable page
+ * sets r->reason; only a failure that is not the page's (out of memory) is
+ * returned. */
 static int verify(struct fsck *f, struct rec *r)
 {
     const struct kvt_ssd_entry *e = &r->e;
@@ -155,13 +243,8 @@ static int verify(struct fsck *f, struct rec *r)
     if (rc == 0)
         rc = read_full(f->fd, f->buf, e->stored_len, e->offset);
     if (rc) {
-        /* The listing said the file was there and long enough: it changed. */
-        struct stat st;
-        r->reason = rc == -ENOENT ? R_NO_SEGMENT : rc == -ENODATA ? R_PAST_EOF : R_READ;
-        r->aux = (uint64_t)-rc;
-        if (rc == -ENODATA)
-            r->aux = fstat(f->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
-        return 0;
+        kvt_clear_error(); /* the open's message: the report says it per segment */
+        return read_failed(f, r, rc);
     }
     f->bytes_verified += e->stored_len;
     /* The CRC binds the bytes to the key they are filed under: an entry
@@ -237,12 +320,14 @@ static int verify_all(struct fsck *f, struct loc *l, size_t nl)
     return 0;
 }
 
-static int fsck_alloc(struct fsck *f)
+/* Buffers for the longest stored page to read (not slot_bytes: the entries
+ * are what is read) and one decoded page. */
+static int fsck_alloc(struct fsck *f, size_t longest)
 {
     int rc = kvt_codec_new(KVT_CODEC_NONE, 0, f->sp.page_bytes, &f->codec);
     if (rc)
         return rc; /* a context of any codec decodes all of them */
-    f->buf = malloc(f->sp.slot_bytes);
+    f->buf = malloc(longest ? longest : 1);
     f->raw = malloc(f->sp.page_bytes);
     return f->buf && f->raw ? 0 : -ENOMEM;
 }
@@ -252,6 +337,7 @@ static int fsck_check(struct fsck *f)
 {
     struct loc *l = NULL;
     size_t nl = 0;   /* the entries check_entry passed, to be read */
+    size_t longest = 0;
     int rc;
     if ((rc = kvt_index_foreach(f->sp.ix, collect, f)) != 0) {
         snprintf(f->err, sizeof(f->err), "reading the index of %s: %s", f->sp.dir,
@@ -260,16 +346,18 @@ static int fsck_check(struct fsck *f)
     }
     if (f->n == 0)
         return 0;
-    if ((rc = fsck_alloc(f)) != 0 || !(l = malloc(f->n * sizeof(*l)))) {
-        rc = rc ? rc : -ENOMEM;
+    if (!(l = malloc(f->n * sizeof(*l)))) {
+        rc = -ENOMEM;
         goto out_fail;
     }
     for (size_t i = 0; i < f->n; i++) {
         struct rec *r = &f->rec[i];
-        if ((r->reason = check_entry(&f->sp, &r->e, &r->aux)) == R_GOOD)
-            l[nl++] = (struct loc){ r->e.offset, r->e.segment, i };
+        if ((r->reason = check_entry(&f->sp, &r->e, &r->aux)) != R_GOOD)
+            continue;
+        l[nl++] = (struct loc){ r->e.offset, r->e.segment, i };
+        longest = r->e.stored_len > longest ? r->e.stored_len : longest;
     }
-    if ((rc = verify_all(f, l, nl)) != 0)
+    if ((rc = fsck_alloc(f, longest)) != 0 || (rc = verify_all(f, l, nl)) != 0)
         goto out_fail;
     free(l);
     return 0;
@@ -285,6 +373,8 @@ static void fsck_tally(struct fsck *f)
     for (size_t i = 0; i < f->n; i++) {
         if (f->rec[i].reason == R_GOOD) {
             f->ok++;
+        } else if (f->rec[i].reason == R_UNREADABLE) {
+            f->unreadable++;
         } else {
             f->bad++;
             f->by_reason[f->rec[i].reason]++;
@@ -292,7 +382,8 @@ static void fsck_tally(struct fsck *f)
     }
 }
 
-/* One synced commit deletes them all, or none. */
+/* One synced commit deletes them all, or none. The entries of unreadable
+ * segments are not among them. */
 static int fsck_repair(struct fsck *f)
 {
     kvt_key *del = malloc((f->bad ? f->bad : 1) * sizeof(*del));
@@ -300,7 +391,7 @@ static int fsck_repair(struct fsck *f)
     if (!del)
         return -ENOMEM;
     for (size_t i = 0; i < f->n; i++)
-        if (f->rec[i].reason != R_GOOD)
+        if (f->rec[i].reason >= 0)
             del[m++] = f->rec[i].key;
     int rc = kvt_index_commit(f->sp.ix, NULL, NULL, 0, del, m, true);
     free(del);
@@ -321,6 +412,7 @@ static void fsck_free(struct fsck *f)
     free(f->buf);
     free(f->raw);
     free(f->rec);
+    free(f->useg);
     spill_close(&f->sp);
 }
 
@@ -380,6 +472,49 @@ static void bad_detail(const struct fsck *f, const struct rec *r, char *buf, siz
     }
 }
 
+/* Why segment u could not be read ("unreadable: <why>"), and what the user
+ * can do about it. */
+static void useg_why(const struct fsck *f, const struct useg *u, char *why, size_t n, char *fix,
+                     size_t m)
+{
+    char p[PATH_MAX + 40];
+    snprintf(p, sizeof(p), "%s/seg-%06" PRIu32 ".kvt", f->sp.dir, u->seg);
+    if (S_ISLNK(u->mode)) {
+        snprintf(why, n, "a symbolic link (to %s): kvtier follows no link inside its directory",
+                 u->target[0] ? u->target : "?");
+        snprintf(fix, m, "replace the link %s with the file it points to", p);
+    } else if (u->err == EMLINK || (S_ISREG(u->mode) && u->nlink > 1)) {
+        snprintf(why, n, "%s: it has %" PRIu64 " hard links (another name elsewhere, such as a "
+                 "backup made with cp -al or rsnapshot); kvtier uses only files with one link",
+                 strerror(EMLINK), u->nlink);
+        snprintf(fix, m, "give it one link: remove its other names, or make it a copy of its "
+                 "own (cp -p %s %s.copy && mv %s.copy %s)", p, p, p, p);
+    } else if (u->err == EACCES || u->err == EPERM) {
+        snprintf(why, n, "%s (mode %04o)", strerror(u->err), (unsigned)(u->mode & 07777));
+        snprintf(fix, m, "let the user who runs kvtier read and write it (chmod u+rw %s)", p);
+    } else if (u->mode && !S_ISREG(u->mode)) {
+        snprintf(why, n, "not a regular file (%s)", S_ISDIR(u->mode) ? "a directory"
+                                                    : S_ISFIFO(u->mode) ? "a FIFO"
+                                                    : "a device or socket");
+        snprintf(fix, m, "put the segment file back as %s", p);
+    } else {
+        snprintf(why, n, "%s", strerror(u->err));
+        snprintf(fix, m, "make %s a regular file kvtier can read, with one link", p);
+    }
+}
+
+static void fsck_text_unreadable(FILE *t, const struct fsck *f)
+{
+    char why[512], fix[5 * PATH_MAX];
+    for (size_t i = 0; i < f->nuseg; i++) {
+        const struct useg *u = &f->useg[i];
+        useg_why(f, u, why, sizeof(why), fix, sizeof(fix));
+        fprintf(t, "  unreadable seg-%06" PRIu32 ".kvt (%" PRIu64 " entr%s): %s\n"
+                   "    to fix: %s\n", u->seg, u->entries, u->entries == 1 ? "y" : "ies", why,
+                fix);
+    }
+}
+
 static void fsck_text(FILE *t, const struct fsck *f, bool repair)
 {
     char kb[48], d[256], b1[32];
@@ -392,27 +527,58 @@ static void fsck_text(FILE *t, const struct fsck *f, bool repair)
     }
     for (size_t i = 0; i < f->n; i++) {
         const struct rec *r = &f->rec[i];
-        if (r->reason == R_GOOD)
+        if (r->reason < 0)
             continue;
         bad_detail(f, r, d, sizeof(d));
         fprintf(t, "  bad %-20s %-15s segment %" PRIu32 " offset %" PRIu64 ": %s\n",
                 spill_key_str(&r->key, kb, sizeof(kb)), reason_names[r->reason], r->e.segment,
                 r->e.offset, d);
     }
+    fsck_text_unreadable(t, f);
     fprintf(t, "checked %zu entries: %" PRIu64 " ok, %" PRIu64 " bad", f->n, f->ok, f->bad);
     for (int k = 0, first = 1; k < R_COUNT; k++)
         if (f->by_reason[k]) {
             fprintf(t, "%s%s %" PRIu64, first ? " (" : ", ", reason_names[k], f->by_reason[k]);
             first = 0;
         }
-    fprintf(t, "%s; %s verified\n", f->bad ? ")" : "",
-            cli_bytes(b1, sizeof(b1), (double)f->bytes_verified));
+    if (f->bad)
+        fputc(')', t);
+    if (f->unreadable)
+        fprintf(t, ", %" PRIu64 " unreadable in %zu segment%s", f->unreadable, f->nuseg,
+                f->nuseg == 1 ? "" : "s");
+    fprintf(t, "; %s verified\n", cli_bytes(b1, sizeof(b1), (double)f->bytes_verified));
     if (repair && f->bad)
         fprintf(t, "repaired: deleted %" PRIu64 " bad entr%s from the index\n", f->repaired,
                 f->repaired == 1 ? "y" : "ies");
     else if (f->bad)
         fprintf(t, "run 'kvtier fsck --repair %s' to delete the bad entries from the index\n",
                 f->sp.dir);
+    if (f->unreadable)
+        fprintf(t, "the %" PRIu64 " entr%s of unreadable segments %s not checked and %s kept "
+                   "(--repair never deletes them; an engine keeps their pages and serves them "
+                   "once the file is readable): fix each file as said above, then run "
+                   "'kvtier fsck %s' again\n", f->unreadable, f->unreadable == 1 ? "y" : "ies",
+                f->unreadable == 1 ? "was" : "were", f->unreadable == 1 ? "is" : "are",
+                f->sp.dir);
+}
+
+static void fsck_json_unreadable(const struct fsck *f)
+{
+    char why[512], fix[5 * PATH_MAX];
+    printf(", \"unreadable\": %" PRIu64 ", \"unreadable_segments\": [", f->unreadable);
+    for (size_t i = 0; i < f->nuseg; i++) {
+        const struct useg *u = &f->useg[i];
+        useg_why(f, u, why, sizeof(why), fix, sizeof(fix));
+        printf("%s{\"segment\": %" PRIu32 ", \"entries\": %" PRIu64 ", \"error\": ",
+               i ? ", " : "", u->seg, u->entries);
+        cli_json_str(strerror(u->err));
+        printf(", \"why\": ");
+        cli_json_str(why);
+        printf(", \"fix\": ");
+        cli_json_str(fix);
+        putchar('}');
+    }
+    putchar(']');
 }
 
 static void fsck_json(const struct fsck *f, bool repair)
@@ -428,7 +594,7 @@ static void fsck_json(const struct fsck *f, bool repair)
     printf("}, \"bad_entries\": [");
     for (size_t i = 0, first = 1; i < f->n; i++) {
         const struct rec *r = &f->rec[i];
-        if (r->reason == R_GOOD)
+        if (r->reason < 0)
             continue;
         bad_detail(f, r, d, sizeof(d));
         printf("%s{\"id\": %" PRIu64 ", \"layer\": %" PRIu32 ", \"index\": %" PRIu32
@@ -439,7 +605,9 @@ static void fsck_json(const struct fsck *f, bool repair)
         putchar('}');
         first = 0;
     }
-    printf("], \"repair\": %s, \"repaired\": %" PRIu64 "}\n", repair ? "true" : "false",
+    putchar(']');
+    fsck_json_unreadable(f);
+    printf(", \"repair\": %s, \"repaired\": %" PRIu64 "}\n", repair ? "true" : "false",
            f->repaired);
 }
 
@@ -452,17 +620,29 @@ static void fsck_usage(FILE *f)
             "present, slot-aligned offset inside it, lengths the layout allows, no slot\n"
             "named twice), the CRC32C that binds its stored bytes to its key (an entry\n"
             "filed under another key fails it), and that it decodes to exactly one page.\n"
-            "Writes nothing without --repair. Needs the directory not to be in use by an\n"
-            "engine.\n"
+            "A page is bad only when that is proven; a segment file that cannot be read\n"
+            "(a symbolic link, a second hard link, no read permission) is reported as\n"
+            "unreadable, with the reason and the fix, and its pages are kept. Writes\n"
+            "nothing without --repair. Needs the directory not to be in use by an engine.\n"
             "\n"
             "options:\n"
             "  --repair     delete the bad entries from the index (one synced commit);\n"
-            "               their pages then read as misses\n"
+            "               their pages then read as misses. Entries of unreadable\n"
+            "               segments are kept\n"
             "  --json       one JSON object on stdout; text goes to stderr\n"
             "  -h, --help   this text\n"
             "\n"
-            "exit status: 0 all entries good (or repaired), 1 bad entries or an error,\n"
-            "2 usage error\n");
+            "exit status: 0 all entries good (or the bad ones repaired), 1 bad entries\n"
+            "or an error, 2 usage error, 3 no bad entry left but some segments could\n"
+            "not be read (their entries were kept, unchecked)\n");
+}
+
+/* 1 wins over 3: a bad entry left, or an error, is the thing to act on. */
+static int fsck_status(const struct fsck *f, int rc, bool repair)
+{
+    if (rc || (f->bad && !repair))
+        return 1;
+    return f->unreadable ? 3 : 0;
 }
 
 int fsck_main(int argc, char **argv)
@@ -483,12 +663,14 @@ int fsck_main(int argc, char **argv)
         if (o.json)
             fsck_json(&f, o.repair);
     }
+    int status = fsck_status(&f, rc, o.repair);
     fsck_free(&f);
-    return rc || (f.bad && !o.repair) ? 1 : 0;
+    return status;
 }
 
 /* fsck without output, for tests and other callers: fn sees each bad entry in
- * key order with its reason's name. Returns 0, or a negative error with
+ * key order with its reason's name (entries of unreadable segments are not
+ * bad: checked counts them, bad does not). Returns 0, or a negative error with
  * kvt_last_error() saying why (-ENOENT: not a spill directory; KVT_ECORRUPT:
  * a damaged layout file or index; -EBUSY: an engine holds the directory). */
 int fsck_verify(const char *dir, bool repair, fsck_bad_fn fn, void *ctx, uint64_t *checked,
@@ -498,7 +680,7 @@ int fsck_verify(const char *dir, bool repair, fsck_bad_fn fn, void *ctx, uint64_
     int rc = fsck_run(&f, dir, repair);
     if (rc == 0) {
         for (size_t i = 0; fn && i < f.n; i++)
-            if (f.rec[i].reason != R_GOOD)
+            if (f.rec[i].reason >= 0)
                 fn(ctx, &f.rec[i].key, reason_names[f.rec[i].reason]);
         if (checked)
             *checked = f.n;

@@ -17,6 +17,7 @@
 
 #include "tiers/spill_dir.h"
 #include "tiers/ssd_store.h"
+#include "tiers/tool.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"
 
@@ -29,6 +30,13 @@ __attribute__((format(printf, 3, 4))) static int spill_fail(struct spill *s, int
     va_end(ap);
     return rc;
 }
+
+/* The largest page or slot a layout file can name: an index entry holds a
+ * page's lengths in 32 bits (struct kvt_ssd_entry), so no kvtier writes a
+ * larger one (tiers/engine.c refuses a larger page_bytes with an SSD tier).
+ * fsck sizes its buffers by these fields: a damaged layout claiming a
+ * terabyte must be named as such, not turn into an allocation failure. */
+#define SPILL_MAX_SLOT_BYTES ((size_t)UINT32_MAX & ~(size_t)4095)
 
 static int read_layout(struct spill *s)
 {
@@ -44,6 +52,14 @@ static int read_layout(struct spill *s)
                           KVT_SSD_FORMAT);
     if (rc)
         return spill_fail(s, rc, "%s", kvt_last_error());
+    const char *field = s->page_bytes > SPILL_MAX_SLOT_BYTES   ? "page_bytes"
+                        : s->slot_bytes > SPILL_MAX_SLOT_BYTES ? "slot_bytes"
+                                                               : NULL;
+    if (field)
+        return spill_fail(s, KVT_ECORRUPT, "%s/KVTIER is damaged: %s %zu is more than kvtier "
+                          "writes (at most %zu: an index entry holds a page's lengths in 32 "
+                          "bits)", s->dir, field, field[0] == 'p' ? s->page_bytes : s->slot_bytes,
+                          SPILL_MAX_SLOT_BYTES);
     return 0;
 }
 
@@ -126,7 +142,8 @@ static int list_segments(struct spill *s)
     while (rc == 0 && (de = readdir(d)) != NULL) {
         struct stat st;
         uint32_t n;
-        /* A link is listed as absent: its pages are reported, never read. */
+        /* A link is listed as absent: never read; fsck reports its pages
+         * as unreadable, inspect counts no size through it. */
         if (!seg_name(de->d_name, &n) ||
             fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
             continue;
@@ -185,6 +202,73 @@ int spill_open(struct spill *s, const char *dir, enum spill_use use)
     if ((rc = read_layout(s)) != 0 || (rc = spill_lock(s, use)) != 0 ||
         (rc = list_segments(s)) != 0 || (rc = open_index(s, use)) != 0)
         spill_close(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------- a store to keep */
+
+static void store_refused(const char *cmd, const char *opt, const char *dir, const char *what,
+                          const char *override)
+{
+    if (override)
+        cli_error(cmd, 2, "%s %s holds %s. This command opens it with persist off, which "
+                  "would wipe it: name another directory, or give %s to let it go (nothing was "
+                  "changed)", opt, dir, what, override);
+    else
+        cli_error(cmd, 1, "%s %s holds %s: give a new or empty directory (nothing was changed)",
+                  opt, dir, what);
+}
+
+int spill_refuse_store(const char *cmd, const char *opt, const char *dir, const char *override)
+{
+    struct spill s;
+    char what[PATH_MAX + 700];
+    int rc = spill_open(&s, dir, USE_INSPECT);
+    if (rc == KVT_ECORRUPT) {
+        /* An engine wipes a damaged layout or index at open: what is in it
+         * may still be worth a look first. */
+        snprintf(what, sizeof(what), "a kvtier store that cannot be read as it is (%s; kvtier "
+                 "fsck %s says more)", s.err, dir);
+        store_refused(cmd, opt, dir, what, override);
+        return -EEXIST;
+    }
+    /* No layout file: nothing persisted (a foreign directory is the claim's
+     * to refuse). Other failures, and a directory an engine holds, are the
+     * engine's open to report: it wipes nothing it cannot read or lock. */
+    uint64_t pages = rc == 0 && s.ix ? kvt_index_count(s.ix) : 0;
+    size_t pb = s.page_bytes;
+    if (rc == 0)
+        spill_close(&s);
+    kvt_clear_error();
+    if (!pages)
+        return 0;
+    snprintf(what, sizeof(what), "a persisted kvtier store: %" PRIu64 " page%s of %zu bytes "
+             "(kvtier inspect %s shows them)", pages, pages == 1 ? "" : "s", pb, dir);
+    store_refused(cmd, opt, dir, what, override);
+    return -EEXIST;
+}
+
+int spill_discard(const char *dir)
+{
+    int dfd, rc = kvt_spill_opendir(dir, false, &dfd);
+    if (rc)
+        return rc;
+    int lock = kvt_spill_openat(dfd, dir, KVT_SPILL_LOCK, O_RDWR, 0, NULL);
+    if (lock < 0 && lock != -ENOENT) {
+        rc = lock;
+        goto out_dir;
+    }
+    kvt_clear_error();
+    /* Held: another engine opened the directory since ours closed; its
+     * pages are not ours to discard. */
+    if (lock >= 0 && flock(lock, LOCK_EX | LOCK_NB) != 0)
+        goto out_lock;
+    rc = kvt_spill_wipe(dfd, dir);
+out_lock:
+    if (lock >= 0)
+        close(lock);
+out_dir:
+    close(dfd);
     return rc;
 }
 

@@ -91,12 +91,35 @@ struct cmd_opts {
 int spill_parse_args(const char *cmd, int argc, char **argv, bool repair_ok,
                      void (*usage)(FILE *), struct cmd_opts *o);
 
+/* Before a command hands dir to an engine that would wipe what it holds
+ * (run and replay open it with persist off; crashtest needs it empty): 0
+ * when no page is indexed there (missing, empty, not kvtier's, an empty
+ * index; a directory that cannot be read or that an engine holds is left
+ * for the engine's open to report, which wipes nothing then). Otherwise it
+ * says on stderr, as "kvtier <cmd>: <opt> <dir> holds ...", how many pages
+ * of what size (or that the store cannot be read as it is, which an engine
+ * would wipe), naming override, the command's option that lets them go
+ * (NULL: none), and returns -EEXIST. Reads only; opens no engine. */
+int spill_refuse_store(const char *cmd, const char *opt, const char *dir, const char *override);
+
+/* After a command's engine, which opened dir with persist off, has closed:
+ * its pages there are discarded (kvt_spill_wipe: the segment and index
+ * files by name; an engine opening dir next would wipe them anyway), and the
+ * layout file and LOCK stay, so dir is still kvtier's and a later run may use
+ * it without spill_refuse_store taking those pages for a persisted store.
+ * Nothing is done while an engine holds LOCK. 0, or a negative error with
+ * kvt_last_error() saying why. */
+int spill_discard(const char *dir);
+
 /* The commands (tools/kvtier.c dispatches to them). */
 int inspect_main(int argc, char **argv);
 int fsck_main(int argc, char **argv);
 
 /* fsck without output, for tests and other callers: fn sees each bad entry in
- * key order with its reason's name. Returns 0, or a negative error with
+ * key order with its reason's name. *checked counts every entry, *bad the
+ * bad ones only: an entry of a segment that could not be read (a link, a
+ * second hard link, no permission) is neither, and repair keeps it.
+ * Returns 0, or a negative error with
  * kvt_last_error() saying why (-ENOENT: not a spill directory; KVT_ECORRUPT:
  * a damaged layout file or index; -EBUSY: an engine holds the directory). */
 typedef void (*fsck_bad_fn)(void *ctx, const kvt_key *k, const char *reason);

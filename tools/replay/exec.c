@@ -11,6 +11,7 @@
 
 #include "tiers/spill_dir.h"
 #include "tools/cli.h"
+#include "tools/fsck/spill.h"
 #include "tools/replay/replay_priv.h"
 
 /* Chunk buffers hold at most this much: a longer chain is fetched and
@@ -155,11 +156,14 @@ static void ctx_free(struct replay_ctx *x)
      * removal: anything else found there stays. */
     if (x->tmpdir[0] && kvt_spill_remove(x->tmpdir) < 0)
         cli_error("replay", 1, "%s", kvt_last_error());
+    if (x->discard && spill_discard(x->ssd_dir) < 0)
+        cli_error("replay", 1, "%s", kvt_last_error());
 }
 
 /* The spill directory (a temporary one unless --ssd-dir), made if missing
  * and claimed: it must be empty or kvtier's before anything is written
- * there; then the disk is measured raw in it. */
+ * there, and hold no persisted page the engine (persist off) would wipe
+ * unless --overwrite-ssd-dir; then the disk is measured raw in it. */
 static int spill_prepare(struct replay_ctx *x)
 {
     if (!x->r->slots[KVT_TIER_SSD])
@@ -189,6 +193,9 @@ static int spill_prepare(struct replay_ctx *x)
         cli_error("replay", 2, "--ssd-dir: %s", kvt_last_error());
         return -EINVAL;
     }
+    if (!x->tmpdir[0] && !x->o->overwrite_ssd_dir &&
+        spill_refuse_store("replay", "--ssd-dir", x->ssd_dir, "--overwrite-ssd-dir"))
+        return -EINVAL;
     replay_raw_before(x);
     return 0;
 }
@@ -200,6 +207,7 @@ static int open_engine(struct replay_ctx *x)
     int rc = kvt_open(&c, &x->e);
     if (rc)
         cli_error("replay", 1, "cannot open the engine: %s (%s)", kvt_strerror(rc), kvt_last_error());
+    x->discard = rc == 0 && c.ssd_bytes && !x->tmpdir[0];
     return rc;
 }
 
@@ -238,10 +246,13 @@ int replay_exec(const struct replay_opts *o, struct replay_result *r)
         cli_error("replay", 1, "out of memory");
         goto out;
     }
-    if ((rc = spill_prepare(&x)) || (rc = open_engine(&x)))
+    /* A signal's flag is checked between the phases and before each request
+     * (cli_stop_check): ctx_free then removes the temporary directory. */
+    if ((rc = cli_stop_check()) || (rc = spill_prepare(&x)) || (rc = cli_stop_check()) ||
+        (rc = open_engine(&x)))
         goto out;
-    if ((rc = replay_requests(&x))) {
-        if (!x.said)
+    if ((rc = replay_requests(&x)) || (rc = cli_stop_check())) {
+        if (!x.said && !cli_stopped())
             cli_error("replay", 1, "%s (%s)", kvt_strerror(rc), kvt_last_error());
         goto out;
     }

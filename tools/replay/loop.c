@@ -428,9 +428,7 @@ static void pace(struct replay_ctx *x, struct replay_worker *w, uint64_t req, do
     double at = start + (double)(x->tr.req[req].t_ms - x->tr.req[0].t_ms) / 1000.0 / s;
     double late = cli_now() - at;
     if (late < 0) {
-        double ahead = -late;
-        struct timespec ts = { (time_t)ahead, (long)((ahead - floor(ahead)) * 1e9) };
-        nanosleep(&ts, NULL);
+        cli_sleep(-late); /* cut short by SIGINT, SIGTERM */
     } else if (late > 1e-3) {
         w->part.late_requests++;
         w->part.max_late_s = late;
@@ -520,7 +518,7 @@ static void *worker_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&x->mu);
         uint64_t i = x->next;
-        bool go = x->rc == 0 && i < x->r->requests;
+        bool go = x->rc == 0 && i < x->r->requests && !cli_stopped(); /* SIGINT, SIGTERM */
         x->next += go;
         pthread_mutex_unlock(&x->mu);
         if (!go)

@@ -51,6 +51,8 @@ static void replay_usage(FILE *f)
             "  --dram X            the DRAM tier (default: a quarter of --capacity)\n"
             "  --ssd X             the SSD tier (default: the rest; 0 = no SSD tier)\n"
             "  --ssd-dir DIR       spill directory (default: a temporary one, removed at exit)\n"
+            "  --overwrite-ssd-dir let the replay wipe the pages a persisted kvtier store in\n"
+            "                      --ssd-dir holds (without it such a directory is refused)\n"
             "  --policy NAME       the engine's policy (default: the engine's own default)\n"
             "pace:\n"
             "  --speed S           max (default: as fast as possible), or S > 0: requests\n"
@@ -84,7 +86,8 @@ static const struct option replay_lo[] = {
     { "concurrency", 1, 0, 'C' },
     { "prefill-tokens-per-s", 1, 0, 'f' },                   { "trace", 1, 0, 't' },
     { "progress", 0, 0, 'p' }, { "no-progress", 0, 0, 'q' }, { "json", 0, 0, 'j' },
-    { "help", 0, 0, 'h' },     { 0, 0, 0, 0 },
+    { "help", 0, 0, 'h' },     { "overwrite-ssd-dir", 0, 0, 'O' },
+    { 0, 0, 0, 0 },
 };
 
 static const char *opt_name(int c)
@@ -164,6 +167,7 @@ static int opt_value(int c, const char *v, struct replay_opts *o)
     case 'p': o->progress = 1; return 0;
     case 'q': o->progress = 0; return 0;
     case 'j': o->json = true; return 0;
+    case 'O': o->overwrite_ssd_dir = true; return 0;
     default: return -EINVAL;
     }
 }
@@ -215,7 +219,11 @@ int replay_main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     struct replay_result r;
+    cli_stop_catch();
     rc = replay_exec(&o, &r);
+    int stopped = cli_stop_end("replay");
+    if (stopped)
+        return stopped;
     if (rc < 0)
         return rc == -EINVAL ? 2 : 1;
     replay_report_text(o.json ? stderr : stdout, &o, &r);

@@ -47,6 +47,7 @@ struct replay_opts {
     bool block_given;                /* --block-bytes was given */
     struct replay_cap capacity, dram, ssd;
     const char *ssd_dir;             /* NULL: a temporary one, removed at the end */
+    bool overwrite_ssd_dir;          /* ssd_dir may hold persisted pages: wiped */
     const char *policy;              /* NULL: the engine's default */
     const char *trace_out;           /* --trace FILE, or NULL */
     double speed;                    /* 0: as fast as possible; else trace time / speed */

@@ -70,6 +70,7 @@ struct replay_ctx {
     kvt_engine *e;
     const char *ssd_dir;
     char tmpdir[4096];        /* the temporary spill directory we made, or "" */
+    bool discard;             /* --ssd-dir held the engine's pages: discarded at the end */
     uint32_t longest;         /* blocks in the longest chain */
     uint32_t chunk;           /* blocks a worker's buf holds */
     struct replay_worker *w;  /* nw of them */

@@ -8,6 +8,7 @@
  * keeps a 64-bit hash of each q head's output bits, so the reference
  * compares without holding the outputs.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -66,7 +67,9 @@ int run_prefill(struct run_ctx *x)
             for (uint32_t i = 0; i < npages; i++) {
                 kvt_key k = { run_seq_id(s), l, i };
                 void *p;
-                int rc = kvt_create(x->e, k, &p);
+                int rc = cli_stop_check(); /* SIGINT, SIGTERM: no page is held here */
+                if (rc == 0)
+                    rc = kvt_create(x->e, k, &p);
                 if (rc)
                     return rc;
                 uint32_t nt = o->context - (uint64_t)i * pt < pt ? (uint32_t)(o->context - (uint64_t)i * pt) : pt;
@@ -281,6 +284,9 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     int rc = group_begin(x, r, g);
     for (uint64_t i = 0; i < total && !rc; i++) {
         bool more = i + 1 < total;
+        /* SIGINT, SIGTERM: g's first chunk is held, which kvt_close lets go. */
+        if ((rc = cli_stop_check()) != 0)
+            break;
         if (more) {
             next->s = g->s + 1 < o->batch ? g->s + 1 : 0;
             next->l = next->s ? g->l : (g->l + 1 < x->layers ? g->l + 1 : 0);
@@ -318,8 +324,9 @@ int run_decode(struct run_ctx *x, struct run_result *r)
 
 /* The reference pass: no kvtier, pages regenerated per thread, over the
  * steps o->verify_every picks (the first and the last always: the last has
- * seen every page the decode wrote). Returns 0 or 1 at the first mismatch
- * (r->bad_*); r->verified_steps counts the steps checked in full. */
+ * seen every page the decode wrote). Returns 0, 1 at the first mismatch
+ * (r->bad_*), or -EINTR when a signal stops the command; r->verified_steps
+ * counts the steps checked in full. */
 int run_verify(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
@@ -328,6 +335,8 @@ int run_verify(struct run_ctx *x, struct run_result *r)
     for (uint32_t step = 0; step < o->tokens; step++) {
         if (step % every && step + 1 < o->tokens)
             continue;
+        if (cli_stopped())
+            return -EINTR;
         for (uint32_t l = 0; l < x->layers; l++)
             for (uint32_t s = 0; s < o->batch; s++) {
                 uint32_t pos = (uint32_t)o->context + step;

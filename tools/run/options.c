@@ -65,6 +65,9 @@ static void run_usage(FILE *f)
             "                    (--chunk-pages; with --device N, a whole group)\n"
             "  --ssd N           SSD tier capacity, 0 = none (default: twice the KV)\n"
             "  --ssd-dir DIR     spill directory (default: a temporary one, removed at exit)\n"
+            "  --overwrite-ssd-dir\n"
+            "                    let the run wipe the pages a persisted kvtier store in\n"
+            "                    --ssd-dir holds (without it such a directory is refused)\n"
             "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none)\n"
             "  --policy P        decode or lru (default decode)\n"
             "  --device D        host (default), or a CUDA ordinal: pages in GPU memory and the\n"
@@ -97,6 +100,7 @@ static const struct option run_lo[] = {
     { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
     { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
     { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },     { "verify-every", 1, 0, 'V' },
+    { "overwrite-ssd-dir", 0, 0, 'O' },
     { 0, 0, 0, 0 },
 };
 
@@ -190,6 +194,7 @@ static int run_option(int c, const char *v, struct run_opts *o)
         if (cli_parse_device(v, &o->device))
             return cli_bad_value("run", "device", v, "host, auto or a CUDA ordinal");
         return 0;
+    case 'O': o->overwrite_ssd_dir = true; return 0;
     case 'n': o->progress = false; return 0;
     case 'j': o->json = true; return 0;
     default: return run_number(c, v, o);
@@ -233,7 +238,11 @@ int run_main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
     struct run_result r;
+    cli_stop_catch();
     rc = run_exec(&o, &r);
+    int stopped = cli_stop_end("run");
+    if (stopped)
+        return stopped;
     if (rc < 0)
         return rc == -EINVAL ? 2 : 1;
     uint32_t layers = o.layers && o.layers < o.model->layers ? o.layers : o.model->layers;

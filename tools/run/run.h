@@ -30,6 +30,7 @@ struct run_opts {
     uint64_t context;
     uint64_t hbm, dram, ssd; /* bytes, or RUN_AUTO; ssd 0 = no SSD tier */
     const char *ssd_dir;     /* NULL: a temporary directory, removed at the end */
+    bool overwrite_ssd_dir;  /* ssd_dir may hold persisted pages: the run wipes them */
     const char *policy;
     int codec, device;
     unsigned threads;

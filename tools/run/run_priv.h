@@ -113,6 +113,7 @@ struct run_ctx {
     uint64_t *hashes;        /* [step][layer][seq][q head] */
     char tmpdir[4096];
     const char *ssd_dir;
+    bool discard;            /* --ssd-dir held the engine's pages: discarded at the end */
     struct trace_json trace;
 };
 

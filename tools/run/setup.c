@@ -13,6 +13,7 @@
 #include "tiers/spill_dir.h"
 #include "tiers/tiers.h"
 #include "tools/cli.h"
+#include "tools/fsck/spill.h"
 #include "tools/run/run_priv.h"
 
 /* Pages per chunk of the CPU path's pipeline: --chunk-pages, or ~4 MiB (at
@@ -113,6 +114,8 @@ static void ctx_free(struct run_ctx *x)
      * removal: anything else found there stays. */
     if (x->tmpdir[0] && kvt_spill_remove(x->tmpdir) < 0)
         cli_error("run", 1, "%s", kvt_last_error());
+    if (x->discard && spill_discard(x->ssd_dir) < 0)
+        cli_error("run", 1, "%s", kvt_last_error());
 }
 
 static int ctx_alloc(struct run_ctx *x)
@@ -154,9 +157,11 @@ static int open_attention(struct run_ctx *x)
 }
 
 /* The spill directory, made if missing, must be one the engine will take
- * (empty, or kvtier's) before anything is written in it: else an argument
- * error naming what is in it, and nothing touched. */
-static int claim_spill_dir(const char *path)
+ * (empty, or kvtier's) before anything is written in it, and hold no
+ * persisted page the engine (persist off) would wipe, unless
+ * --overwrite-ssd-dir: else an argument error naming what is in it, and
+ * nothing touched. */
+static int claim_spill_dir(const char *path, bool overwrite)
 {
     int dfd;
     bool ours;
@@ -171,6 +176,8 @@ static int claim_spill_dir(const char *path)
         cli_error("run", 2, "--ssd-dir: %s", kvt_last_error());
         return -EINVAL;
     }
+    if (!overwrite && spill_refuse_store("run", "--ssd-dir", path, "--overwrite-ssd-dir"))
+        return -EINVAL;
     return 0;
 }
 
@@ -225,6 +232,7 @@ static int open_engine(struct run_ctx *x, struct run_result *r)
         cli_error("run", 1, "cannot open the engine: %s (%s)", kvt_strerror(rc), kvt_last_error());
         return rc;
     }
+    x->discard = c.ssd_bytes && !x->tmpdir[0];
     if ((rc = open_attention(x)))
         return rc;
     uint64_t *ids = malloc(o->batch * sizeof(uint64_t));
@@ -285,7 +293,7 @@ static int spill_prepare(struct run_ctx *x, struct run_result *r)
         }
         x->ssd_dir = x->tmpdir;
     }
-    int rc = claim_spill_dir(x->ssd_dir);
+    int rc = claim_spill_dir(x->ssd_dir, x->tmpdir[0] || x->o->overwrite_ssd_dir);
     if (rc == 0)
         run_raw_ssd(x->ssd_dir, x->pb, r);
     return rc;
@@ -303,16 +311,18 @@ static int run_engine(struct run_ctx *x, struct run_result *r)
     r->gbps_d2h = run_raw_link(x->e, false);
     double t0 = cli_now();
     if ((rc = run_prefill(x))) {
-        if (!x->said)
+        if (!x->said && !cli_stopped())
             cli_error("run", 1, "prefill: %s (%s)", kvt_strerror(rc), kvt_last_error());
         return rc;
     }
     r->prefill_s = cli_now() - t0;
     if ((rc = run_decode(x, r))) {
-        if (!x->said)
+        if (!x->said && !cli_stopped())
             cli_error("run", 1, "decode: %s (%s)", kvt_strerror(rc), kvt_last_error());
         return rc;
     }
+    if ((rc = cli_stop_check()))
+        return rc;
     run_links_again(x, r);
     run_bound(r);
     return 0;
@@ -327,6 +337,8 @@ static int run_finish(struct run_ctx *x, struct run_result *r)
     int rc = run_verify(x, r);
     r->verify_s = cli_now() - t0;
     r->verified = rc == 0;
+    if (rc < 0)
+        return rc; /* stopped by a signal: no trace of half a run */
     if (rc)
         cli_error("run", 1,
                   "verification FAILED: step %u, sequence %u, layer %u, q head %u differs from "
@@ -355,7 +367,9 @@ int run_exec(const struct run_opts *o, struct run_result *r)
         cli_error("run", 1, "out of memory");
         goto out;
     }
-    if ((rc = spill_prepare(&x, r)) || (rc = run_engine(&x, r)))
+    /* A signal's flag is checked between the phases and in the loops
+     * (cli_stop_check): ctx_free then removes the temporary directory. */
+    if ((rc = spill_prepare(&x, r)) || (rc = cli_stop_check()) || (rc = run_engine(&x, r)))
         goto out;
     rc = run_finish(&x, r);
 out:
