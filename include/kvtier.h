@@ -176,7 +176,9 @@ typedef struct kvt_config {
     const char *policy;         /* "decode" (default), "prefix", "lru" or "arc" (copied at
                                    open); see kvt_open */
     int codec;                  /* KVT_CODEC_* for pages stored on SSD */
-    int persist;                /* keep SSD pages across close/open (else wiped at open) */
+    int persist;                /* keep SSD pages across close/open (else wiped at open);
+                                   the capacity is then what the SSD holds, so that every
+                                   page held can be made durable */
     uint64_t fingerprint;       /* model/dtype/layout identity; another one never matches */
     int io_backend;             /* KVT_IO_* */
     unsigned queue_depth;       /* I/O requests in flight */
@@ -446,9 +448,12 @@ int kvt_get_stats(kvt_engine *e, kvt_stats *out);   /* writes the VER0 part only
 #endif
 
 /* Writes every dirty page down one tier and waits: on return every page has a
- * copy below HBM (and, with an SSD tier and persist, is durable).
- * Errors: KVT_EFULL (no room below for a dirty page; the rest are written),
- * KVT_EDEVICE, -EIO. */
+ * copy below HBM (and, with an SSD tier and persist, every page held when the
+ * call began is durable). A full cache (KVT_FLAG_EVICT) drops the policy's
+ * victims for room, as kvt_put does.
+ * Errors: KVT_EFULL (without persist: no room below for a dirty page; the
+ * rest are written), -ENOSPC (the disk is full: kvt_last_error() says how
+ * many pages are not durable), KVT_EDEVICE, -EIO. */
 int kvt_flush(kvt_engine *e);
 
 /* The page size this engine was opened with. */
