@@ -299,6 +299,17 @@ static int spill_prepare(struct run_ctx *x, struct run_result *r)
     return rc;
 }
 
+/* A failed phase, with kvt_last_error() when this thread has one (a worker
+ * thread's is its own: "()" said nothing). */
+static void run_said_error(const char *phase, int rc)
+{
+    const char *why = kvt_last_error();
+    if (why && why[0])
+        cli_error("run", 1, "%s: %s (%s)", phase, kvt_strerror(rc), why);
+    else
+        cli_error("run", 1, "%s: %s", phase, kvt_strerror(rc));
+}
+
 /* The engine opened, its links measured raw, the prefill and the timed
  * decode, the SSD measured again, the bound. */
 static int run_engine(struct run_ctx *x, struct run_result *r)
@@ -312,13 +323,13 @@ static int run_engine(struct run_ctx *x, struct run_result *r)
     double t0 = cli_now();
     if ((rc = run_prefill(x))) {
         if (!x->said && !cli_stopped())
-            cli_error("run", 1, "prefill: %s (%s)", kvt_strerror(rc), kvt_last_error());
+            run_said_error("prefill", rc);
         return rc;
     }
     r->prefill_s = cli_now() - t0;
     if ((rc = run_decode(x, r))) {
         if (!x->said && !cli_stopped())
-            cli_error("run", 1, "decode: %s (%s)", kvt_strerror(rc), kvt_last_error());
+            run_said_error("decode", rc);
         return rc;
     }
     if ((rc = cli_stop_check()))
