@@ -855,6 +855,52 @@ static void test_pfx_trace_malformed(void **state)
     assert_non_null(strstr(err, "NUL"));
 }
 
+/* A trace of one line of exactly len bytes (then '\n'): a request whose
+ * skipped "pad" string makes up the length. The caller frees it. */
+static char *pfx_line_of(size_t len)
+{
+    static const char head[] = "{\"timestamp\": 1, \"hash_ids\": [3], \"pad\": \"";
+    char *s = malloc(len + 2);
+    assert_non_null(s);
+    size_t h = strlen(head);
+    memcpy(s, head, h);
+    memset(s + h, 'a', len - h - 2);
+    memcpy(s + len - 2, "\"}\n", 4);
+    return s;
+}
+
+static int pfx_read_buf(const char *buf, size_t len, struct pfx_trace *t, char *err, size_t n)
+{
+    FILE *f = fmemopen((void *)buf, len, "r");
+    assert_non_null(f);
+    int e = pfx_trace_read(f, t, err, n);
+    fclose(f);
+    return e;
+}
+
+/* PFX_MAX_LINE bytes in a line, at most, from a buffer and from a file
+ * alike: a longer line is refused naming it, and the file reader stops
+ * there instead of holding the line. */
+static void test_pfx_trace_line_limit(void **state)
+{
+    for (size_t len = PFX_MAX_LINE; len <= PFX_MAX_LINE + 1; len++) {
+        char *s = pfx_line_of(len);
+        int want = len > PFX_MAX_LINE ? -E2BIG : 0;
+        struct pfx_trace t;
+        char err[256] = "", err2[256] = "";
+        assert_int_equal(pfx_trace_parse(s, len + 1, &t, err, sizeof err), want);
+        assert_int_equal(t.n_req, want ? 0 : 1);
+        pfx_trace_free(&t);
+        assert_int_equal(pfx_read_buf(s, len + 1, &t, err2, sizeof err2), want);
+        assert_int_equal(t.n_req, want ? 0 : 1);
+        pfx_trace_free(&t);
+        assert_string_equal(err, err2);
+        if (want)
+            assert_string_equal(err, "line 1: longer than 67108864 bytes");
+        free(s);
+    }
+}
+
 static int write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -1013,6 +1059,7 @@ int main(void)
         cmocka_unit_test(test_trace_round_trip),
         cmocka_unit_test(test_pfx_trace_parses),
         cmocka_unit_test(test_pfx_trace_malformed),
+        cmocka_unit_test(test_pfx_trace_line_limit),
         cmocka_unit_test(test_sim_prefix_by_hand),
         cmocka_unit_test(test_sim_prefix_chat_not_below_lru),
         cmocka_unit_test(test_trace_malformed),
