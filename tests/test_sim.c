@@ -219,6 +219,47 @@ static void test_trace_malformed(void **state)
     }
 }
 
+/* A line of a text trace holds at most SIM_MAX_LINE bytes: one longer (a
+ * comment here) is refused naming it, not read whole. */
+static void test_trace_line_limit(void **state)
+{
+    static const char head[] = "kvtier-trace 1\npage_bytes 4096\n";
+    for (size_t len = SIM_MAX_LINE; len <= SIM_MAX_LINE + 1; len++) {
+        size_t h = strlen(head);
+        char *s = malloc(h + len + 2);
+        assert_non_null(s);
+        memcpy(s, head, h);
+        s[h] = '#';
+        memset(s + h + 1, 'x', len - 1);
+        memcpy(s + h + len, "\n", 2);
+        struct sim_trace t;
+        char err[320] = "";
+        int e = t_read_text(s, &t, err, sizeof err);
+        if (len > SIM_MAX_LINE) {
+            assert_int_equal(e, -E2BIG);
+            assert_string_equal(err, "line 3: longer than 67108864 bytes");
+            assert_null(t.rec);
+        } else {
+            assert_int_equal(e, 0);
+            sim_trace_free(&t);
+        }
+        free(s);
+    }
+}
+
+/* A NUL inside a line is refused, not taken as the line's end. */
+static void test_trace_nul(void **state)
+{
+    static const char text[] = "kvtier-trace 1\npage_bytes 4096\nstep\0 garbage\n";
+    FILE *f = fmemopen((void *)text, sizeof text - 1, "r");
+    assert_non_null(f);
+    struct sim_trace t;
+    char err[320] = "";
+    assert_int_equal(sim_trace_read(f, &t, err, sizeof err), -EINVAL);
+    fclose(f);
+    assert_string_equal(err, "line 3: a NUL byte");
+}
+
 /* Records that parse but contradict each other: found when the world is
  * built, with the line. */
 static void test_trace_inconsistent(void **state)
@@ -1063,6 +1104,8 @@ int main(void)
         cmocka_unit_test(test_sim_prefix_by_hand),
         cmocka_unit_test(test_sim_prefix_chat_not_below_lru),
         cmocka_unit_test(test_trace_malformed),
+        cmocka_unit_test(test_trace_line_limit),
+        cmocka_unit_test(test_trace_nul),
         cmocka_unit_test(test_trace_inconsistent),
         cmocka_unit_test(test_generator_counts),
         cmocka_unit_test(test_generator_order),
