@@ -419,18 +419,35 @@ static void progress(struct replay_ctx *x, uint64_t done, uint64_t n, double ela
     fflush(stderr);
 }
 
-/* --speed S: request req starts at its timestamp / S after the first's. */
+double replay_due_s(uint64_t t_ms, uint64_t first_ms, double speed)
+{
+    return t_ms > first_ms ? (double)(t_ms - first_ms) / 1000.0 / speed : 0;
+}
+
+/* Sleeps until cli_now() reaches at, a second at a time: a delay is never
+ * converted to a time_t whole (a huge one overflowed it, and nanosleep then
+ * refused it at once), and a sleep a signal cut short goes on. */
+static void sleep_until(double at)
+{
+    double left;
+    while ((left = at - cli_now()) > 0) {
+        if (left > 1)
+            left = 1;
+        struct timespec ts = { (time_t)left, (long)((left - floor(left)) * 1e9) };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* --speed S: request req starts when it is due (replay_due_s). */
 static void pace(struct replay_ctx *x, struct replay_worker *w, uint64_t req, double start)
 {
     double s = x->o->speed;
     if (s <= 0)
         return;
-    double at = start + (double)(x->tr.req[req].t_ms - x->tr.req[0].t_ms) / 1000.0 / s;
+    double at = start + replay_due_s(x->tr.req[req].t_ms, x->tr.req[0].t_ms, s);
     double late = cli_now() - at;
     if (late < 0) {
-        double ahead = -late;
-        struct timespec ts = { (time_t)ahead, (long)((ahead - floor(ahead)) * 1e9) };
-        nanosleep(&ts, NULL);
+        sleep_until(at);
     } else if (late > 1e-3) {
         w->part.late_requests++;
         w->part.max_late_s = late;

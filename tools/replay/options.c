@@ -53,8 +53,9 @@ static void replay_usage(FILE *f)
             "  --ssd-dir DIR       spill directory (default: a temporary one, removed at exit)\n"
             "  --policy NAME       the engine's policy (default: the engine's own default)\n"
             "pace:\n"
-            "  --speed S           max (default: as fast as possible), or S > 0: requests\n"
-            "                      start at the trace's timestamps divided by S\n"
+            "  --speed S           max (default: as fast as possible), or S from 0.001 to\n"
+            "                      1e9: a request starts at its time after the first one's\n"
+            "                      divided by S (one stamped before the first: at once)\n"
             "  --requests N        replay the first N requests only (default: all)\n"
             "  --concurrency N     requests served at once, 1..%u (default 1), each by a\n"
             "                      thread taking the next request in trace order, as an\n"
@@ -150,8 +151,11 @@ static int opt_value(int c, const char *v, struct replay_opts *o)
             o->speed = 0;
             return 0;
         }
-        if (cli_parse_real(v, &o->speed) || !(o->speed > 0) || o->speed > 1e9)
-            return cli_bad_value("replay", "speed", v, "max, or a number above 0 (at most 1e9)");
+        if (cli_parse_real(v, &o->speed) || !(o->speed >= REPLAY_MIN_SPEED) ||
+            o->speed > REPLAY_MAX_SPEED)
+            return cli_bad_value("replay", "speed", v,
+                                 "max, or a number from 0.001 (1000 times slower than the "
+                                 "trace) to 1e9");
         return 0;
     case 'n': return cli_opt_count("replay", "requests", v, 1, UINT64_MAX, &o->requests);
     case 'C': {

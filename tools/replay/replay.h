@@ -39,6 +39,11 @@ struct replay_cap {
 #define REPLAY_DEFAULT_CAPACITY 0.1
 #define REPLAY_MAX_CONCURRENCY 64u
 #define REPLAY_DEFAULT_PREFILL 10000.0    /* tokens/s: an assumption, stated in --help */
+/* --speed: 1000 times slower than the trace at most (slower, a trace of
+ * minutes would take weeks: a mistyped value, not a plan), 1e9 times faster
+ * at most (beyond, nothing is paced anyway). */
+#define REPLAY_MIN_SPEED 1e-3
+#define REPLAY_MAX_SPEED 1e9
 
 struct replay_opts {
     const char *trace_path;
@@ -49,7 +54,8 @@ struct replay_opts {
     const char *ssd_dir;             /* NULL: a temporary one, removed at the end */
     const char *policy;              /* NULL: the engine's default */
     const char *trace_out;           /* --trace FILE, or NULL */
-    double speed;                    /* 0: as fast as possible; else trace time / speed */
+    double speed;                    /* 0: as fast as possible; else trace time / speed,
+                                        REPLAY_MIN_SPEED .. REPLAY_MAX_SPEED */
     double prefill_tps;              /* tokens/s of the modeled recompute */
     uint64_t requests;               /* replay the first N requests; 0 = all */
     unsigned concurrency;            /* requests served at once, a thread each */
