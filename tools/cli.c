@@ -162,14 +162,59 @@ void cli_json_str(const char *s)
     putchar('"');
 }
 
-int cli_getopt_error(const char *cmd, int c, char **argv)
+/* The long options of lo that --name (its first n bytes) names: exactly, or
+ * as the start of one or more (getopt_long takes a unique start). *count
+ * says how many; the first is returned, or NULL. */
+static const struct option *long_named(const struct option *lo, const char *name, size_t n,
+                                       int *count)
 {
-    if (c == ':')
-        cli_error(cmd, 2, "option '%s' needs a value", argv[optind - 1]);
-    else if (optopt)
+    const struct option *first = NULL;
+    *count = 0;
+    for (; lo && lo->name; lo++) {
+        if (strncmp(lo->name, name, n))
+            continue;
+        if (!lo->name[n]) { /* exact: no other counts */
+            *count = 1;
+            return lo;
+        }
+        if (!(*count)++)
+            first = lo;
+    }
+    return first;
+}
+
+int cli_getopt_error(const char *cmd, int c, char **argv, const struct option *lo)
+{
+    const char *arg = argv[optind - 1];
+    if (c == ':') {
+        cli_error(cmd, 2, "option '%s' needs a value", arg);
+        return -EINVAL;
+    }
+    /* optopt is the option's val for a long option given a value it does
+     * not take, 0 for one unknown or ambiguous, and the letter for a short
+     * one (arg is then not always its word: "-ab" stays at optind). */
+    if (!strncmp(arg, "--", 2)) {
+        size_t n = strcspn(arg + 2, "=");
+        int count;
+        const struct option *l = long_named(lo, arg + 2, n, &count);
+        if (optopt && l && count == 1 && l->val == optopt && arg[2 + n] == '=') {
+            cli_error(cmd, 2, "option '--%s' takes no value (given '%s')", l->name, arg);
+            return -EINVAL;
+        }
+        if (!optopt) {
+            if (count > 1)
+                cli_error(cmd, 2, "option '--%.*s' is ambiguous: it starts --%s and others "
+                          "(see kvtier %s --help)", (int)n, arg + 2, l->name, cmd);
+            else
+                cli_error(cmd, 2, "unknown option '--%.*s' (see kvtier %s --help)", (int)n,
+                          arg + 2, cmd);
+            return -EINVAL;
+        }
+    }
+    if (optopt > 0 && optopt < 128 && isgraph(optopt))
         cli_error(cmd, 2, "unknown option '-%c' (see kvtier %s --help)", optopt, cmd);
     else
-        cli_error(cmd, 2, "unknown option '%s' (see kvtier %s --help)", argv[optind - 1], cmd);
+        cli_error(cmd, 2, "unknown option '%s' (see kvtier %s --help)", arg, cmd);
     return -EINVAL;
 }
 

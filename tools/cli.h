@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 struct kvt_config;
+struct option;
 
 /* The number parsers take the whole string or nothing: it starts with a
  * digit (no space, sign, "inf", "nan" or hex) and has nothing after the
@@ -34,9 +35,10 @@ const char *cli_secs(char *buf, size_t n, double s);
 /* Prints s to stdout as a JSON string (quotes, escapes): names come from
  * argv, paths from the environment. */
 void cli_json_str(const char *s);
-/* getopt_long's own complaint (c is ':' or '?') as a clear error naming the
- * option; returns -EINVAL. */
-int cli_getopt_error(const char *cmd, int c, char **argv);
+/* getopt_long's own complaint (c is ':' or '?', with argv and lo as it was
+ * given them) as a clear error naming the option: unknown, ambiguous, one
+ * that needs a value, or a flag given one ("--json=1"). Returns -EINVAL. */
+int cli_getopt_error(const char *cmd, int c, char **argv, const struct option *lo);
 /* Option checks: each parses val, checks it against [lo, hi], and on failure
  * prints "bad value 'VAL' for --OPT: expected ..." and returns -EINVAL
  * (the command then exits 2). *out is written only on success. */

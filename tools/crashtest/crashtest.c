@@ -523,7 +523,7 @@ static int ct_parse(int argc, char **argv, struct ct_opts *o)
         case 'm': r = cli_opt_count("crashtest", "max-ms", optarg, 1, 600000, &o->max_ms); break;
         case 'p': o->progress = true; break;
         case 'j': o->json = true; break;
-        default: return cli_getopt_error("crashtest", c, argv);
+        default: return cli_getopt_error("crashtest", c, argv, ct_lo);
         }
     }
     if (r)

@@ -186,7 +186,7 @@ static int replay_parse(int argc, char **argv, struct replay_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("replay", c, argv);
+            return cli_getopt_error("replay", c, argv, replay_lo);
         if (opt_value(c, optarg, o))
             return -EINVAL;
         cap_given |= c == 'c';

@@ -336,7 +336,7 @@ int sim_parse(int argc, char **argv, struct sim_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("sim", c, argv);
+            return cli_getopt_error("sim", c, argv, sim_lo);
         if ((e = sim_option(c, optarg, o)))
             return e;
     }

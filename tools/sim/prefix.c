@@ -404,7 +404,7 @@ static int parse(int argc, char **argv, struct popts *o, char *capbuf, char *pol
             usage(stdout);
             return 1;
         default:
-            return cli_getopt_error("sim", c, argv);
+            return cli_getopt_error("sim", c, argv, lo);
         }
     }
     if (optind < argc)

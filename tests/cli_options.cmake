@@ -1,0 +1,51 @@
+# Option forms and values the commands must refuse or take exactly, end to
+# end: --opt=value of every kind; lists with an empty item; a fractional
+# block count; a policy that has nothing to say on a prefix trace; a
+# recompute rate that made the JSON say "inf"; a directory kvtier did not
+# make given to crashtest. Each refusal exits 2 with a message naming what
+# is wrong. Called with -DKVTIER=<the command> -DWORK=<a scratch directory>.
+
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}/foreign")
+file(WRITE "${WORK}/foreign/note.txt" "mine\n")
+
+# bad(<text stderr must hold> <args...>): exit 2 and stderr holding the text.
+function(bad want)
+  execute_process(COMMAND ${KVTIER} ${ARGN} WORKING_DIRECTORY "${WORK}" TIMEOUT 120
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  string(FIND "${err}" "${want}" at)
+  if(NOT rc EQUAL 2 OR at LESS 0)
+    message(FATAL_ERROR "kvtier ${ARGN}: want exit 2 and '${want}' on stderr, "
+                        "got exit ${rc}\nstderr: ${err}")
+  endif()
+endfunction()
+
+# ok(<out var> <args...>): exit 0; stdout in out var.
+function(ok out_var)
+  execute_process(COMMAND ${KVTIER} ${ARGN} WORKING_DIRECTORY "${WORK}" TIMEOUT 120
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "kvtier ${ARGN}: exit ${rc}\nstderr: ${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+# A flag given a value ("unknown option '-j'" before), an option whose value
+# is a number above 255 among the options (sim's), and --opt=value taken.
+bad("option '--json' takes no value" run --json=1)
+bad("option '--json' takes no value" sim --json=1)
+bad("option '--cold' takes no value" sim --cold=yes)
+bad("option '--quick' takes no value" bench hbm --quick=1)
+bad("option '--json' takes no value" plan --model llama3-8b --context 1k --json=true)
+bad("option '--progress' takes no value" replay t.jsonl --progress=1)
+bad("option '--json' takes no value" crashtest --json=)
+bad("option '--context' needs a value" plan --model llama3-8b --context)
+bad("unknown option '--nosuch'" run --nosuch=1)
+bad("unknown option '-x'" run -x)
+ok(out plan --model=llama3-8b --context=32k --batch=2 --json)
+string(JSON batch GET "${out}" batch)
+if(NOT batch EQUAL 2)
+  message(FATAL_ERROR "plan --batch=2: batch ${batch}\n${out}")
+endif()
+
+message(STATUS "option forms and values: refused naming them, or taken")
