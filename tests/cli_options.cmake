@@ -48,4 +48,29 @@ if(NOT batch EQUAL 2)
   message(FATAL_ERROR "plan --batch=2: batch ${batch}\n${out}")
 endif()
 
+# sim's prefix-cache lists: an empty item is not skipped, a block count is
+# whole, decode (which plans decode loops) is refused.
+# 50 requests of two blocks each, 100 distinct: every capacity below holds
+# a request.
+set(T "${WORK}/t.jsonl")
+set(trace "")
+foreach(i RANGE 0 49)
+  math(EXPR a "2 * ${i}")
+  math(EXPR b "2 * ${i} + 1")
+  string(APPEND trace "{\"timestamp\": ${i}, \"hash_ids\": [${a}, ${b}]}\n")
+endforeach()
+file(WRITE "${T}" "${trace}")
+bad("--capacity" sim --trace ${T} --capacity 0.05,,0.1)
+bad("--capacity" sim --trace ${T} --capacity ,0.1)
+bad("--capacity" sim --trace ${T} --capacity 0.1,)
+bad("--capacity" sim --trace ${T} --capacity 2.5)
+bad("--policies" sim --trace ${T} --policies decode)
+bad("--policies" sim --trace ${T} --policies lru,,arc)
+bad("--policies" sim --policies lru,,belady)
+ok(out sim --trace ${T} --capacity 0.5,3 --policies lru,belady --json)
+string(JSON c GET "${out}" results 2 capacity_blocks)
+if(NOT c EQUAL 3)
+  message(FATAL_ERROR "--capacity 3: capacity_blocks ${c}, want 3\n${out}")
+endif()
+
 message(STATUS "option forms and values: refused naming them, or taken")

@@ -174,12 +174,36 @@ static void test_opt_messages(void **state)
     assert_true(v == 1ull << 30);
 }
 
+/* A list is cut at every comma; an empty item is refused, not skipped. */
+static void test_split_list(void **state)
+{
+    (void)state;
+    char buf[32], *items[3];
+    int n = -1;
+    assert_int_equal(cli_split_list("lru,0.1,x", buf, sizeof buf, items, 3, &n), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(items[0], "lru");
+    assert_string_equal(items[1], "0.1");
+    assert_string_equal(items[2], "x");
+    assert_int_equal(cli_split_list("a", buf, sizeof buf, items, 3, &n), 0);
+    assert_int_equal(n, 1);
+    static const char *const bad[] = { "", ",", "a,,b", ",a", "a,", "a,b,,", "0.05,,0.1" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (cli_split_list(bad[i], buf, sizeof buf, items, 3, &n) != -EINVAL)
+            fail_msg("'%s' was taken as a list", bad[i]);
+    assert_int_equal(cli_split_list("a,b,c,d", buf, sizeof buf, items, 3, &n), -E2BIG);
+    char longer[40];
+    memset(longer, 'a', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    assert_int_equal(cli_split_list(longer, buf, sizeof buf, items, 3, &n), -EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size),     cmocka_unit_test(test_count),
         cmocka_unit_test(test_real),     cmocka_unit_test(test_device),
-        cmocka_unit_test(test_opt_messages),
+        cmocka_unit_test(test_opt_messages), cmocka_unit_test(test_split_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,6 +86,28 @@ int cli_parse_real(const char *s, double *out)
     return 0;
 }
 
+int cli_split_list(const char *val, char *buf, size_t n, char **items, int max, int *count)
+{
+    size_t len = strlen(val);
+    if (len >= n)
+        return -EINVAL;
+    memcpy(buf, val, len + 1);
+    *count = 0;
+    for (char *p = buf;; p++) {
+        char *end = p + strcspn(p, ",");
+        bool last = !*end;
+        if (end == p)
+            return -EINVAL; /* "a,,b", ",a", "a," or "": strtok would skip it */
+        if (*count == max)
+            return -E2BIG;
+        *end = '\0';
+        items[(*count)++] = p;
+        if (last)
+            return 0;
+        p = end;
+    }
+}
+
 int cli_parse_device(const char *s, int *out)
 {
     if (!strcmp(s, "auto")) {

@@ -23,6 +23,11 @@ int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_count(const char *s, uint64_t *out);
 /* A finite decimal number, "2", "0.5", "1e3"; no sign. */
 int cli_parse_real(const char *s, double *out);
+/* A list "a,b,c": val copied to buf[n] and cut at its commas, items[] then
+ * pointing into buf. Returns 0 with *count items (1 to max); -EINVAL for an
+ * empty item ("a,,b", ",a", "a,", "") or a val of n bytes or more; -E2BIG
+ * for more than max items. */
+int cli_split_list(const char *val, char *buf, size_t n, char **items, int max, int *count);
 /* "auto", "host" or an ordinal 0..1023 (digits only) -> KVT_DEVICE_* or the
  * ordinal; -EINVAL otherwise. */
 int cli_parse_device(const char *s, int *out);
