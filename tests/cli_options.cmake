@@ -73,4 +73,22 @@ if(NOT c EQUAL 3)
   message(FATAL_ERROR "--capacity 3: capacity_blocks ${c}, want 3\n${out}")
 endif()
 
+# replay's recompute rate: 1e-36 tokens/s made the TTFT figures inf. The
+# lowest rate it takes, on requests of 2^32 - 1 tokens, still gives JSON
+# numbers only.
+bad("--prefill-tokens-per-s" replay ${T} --block-bytes 64K --capacity 4M --prefill-tokens-per-s 1e-36)
+bad("--prefill-tokens-per-s" replay ${T} --block-bytes 64K --capacity 4M --prefill-tokens-per-s 0.5)
+file(WRITE "${WORK}/long.jsonl"
+     "{\"timestamp\": 0, \"input_length\": 4294967295, \"hash_ids\": [1, 2]}\n"
+     "{\"timestamp\": 5, \"input_length\": 4294967295, \"hash_ids\": [1, 2, 3]}\n")
+ok(out replay "${WORK}/long.jsonl" --prefill-tokens-per-s 1 --block-bytes 64K --capacity 4M
+   --no-progress --json)
+if(out MATCHES "[^a-z_\"](inf|nan|INF|NAN)")
+  message(FATAL_ERROR "replay --json printed a non-finite number\n${out}")
+endif()
+string(JSON p90 GET "${out}" ttft p90_recompute_s)
+if(NOT p90 GREATER 4e9)
+  message(FATAL_ERROR "p90_recompute_s ${p90}, want about 2^32 s\n${out}")
+endif()
+
 message(STATUS "option forms and values: refused naming them, or taken")

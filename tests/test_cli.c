@@ -198,12 +198,51 @@ static void test_split_list(void **state)
     assert_int_equal(cli_split_list(longer, buf, sizeof buf, items, 3, &n), -EINVAL);
 }
 
+static int json_nums(void *arg)
+{
+    (void)arg;
+    static const double v[] = { 1.5, 0, 1e300 * 1e300, -1e300 * 1e300, 0.0 / 0.0 };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        cli_json_num("%.6g", v[i]);
+        putchar(' ');
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* What a call printed on stdout. */
+static void captured_out(char *buf, size_t n, int (*fn)(void *))
+{
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    dup2(fileno(tmp), 1);
+    fn(NULL);
+    dup2(saved, 1);
+    close(saved);
+    rewind(tmp);
+    size_t got = fread(buf, 1, n - 1, tmp);
+    buf[got] = '\0';
+    fclose(tmp);
+}
+
+/* JSON has no inf or nan: they print as null. */
+static void test_json_num(void **state)
+{
+    (void)state;
+    char out[128];
+    captured_out(out, sizeof out, json_nums);
+    assert_string_equal(out, "1.5 0 null null null ");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size),     cmocka_unit_test(test_count),
         cmocka_unit_test(test_real),     cmocka_unit_test(test_device),
         cmocka_unit_test(test_opt_messages), cmocka_unit_test(test_split_list),
+        cmocka_unit_test(test_json_num),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -184,6 +184,14 @@ void cli_json_str(const char *s)
     putchar('"');
 }
 
+void cli_json_num(const char *fmt, double v)
+{
+    if (isfinite(v))
+        printf(fmt, v);
+    else
+        fputs("null", stdout);
+}
+
 /* The long options of lo that --name (its first n bytes) names: exactly, or
  * as the start of one or more (getopt_long takes a unique start). *count
  * says how many; the first is returned, or NULL. */

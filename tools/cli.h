@@ -40,6 +40,9 @@ const char *cli_secs(char *buf, size_t n, double s);
 /* Prints s to stdout as a JSON string (quotes, escapes): names come from
  * argv, paths from the environment. */
 void cli_json_str(const char *s);
+/* Prints v to stdout as a JSON number with fmt ("%.6g"): null when it is not
+ * finite, which JSON cannot say. */
+void cli_json_num(const char *fmt, double v);
 /* getopt_long's own complaint (c is ':' or '?', with argv and lo as it was
  * given them) as a clear error naming the option: unknown, ambiguous, one
  * that needs a value, or a flag given one ("--json=1"). Returns -EINVAL. */

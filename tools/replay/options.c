@@ -63,8 +63,9 @@ static void replay_usage(FILE *f)
             "                      blocks of one still being served, so hits differ a little\n"
             "                      from kvtier sim's, which serves one at a time\n"
             "  --prefill-tokens-per-s X\n"
-            "                      the recompute rate of the TTFT model (default %.0f, an\n"
-            "                      assumed single-GPU prefill rate of an 8B model: set yours)\n"
+            "                      the recompute rate of the TTFT model, 1 to 1e12 (default\n"
+            "                      %.0f, an assumed single-GPU prefill rate of an 8B model:\n"
+            "                      set yours)\n"
             "output:\n"
             "  --trace FILE        Chrome trace-event JSON of each request's calls and the\n"
             "                      engine's transfers (Perfetto, chrome://tracing)\n"
@@ -164,7 +165,9 @@ static int opt_value(int c, const char *v, struct replay_opts *o)
         o->concurrency = (unsigned)n;
         return rc;
     }
-    case 'f': return cli_opt_real("replay", opt_name(c), v, 0, true, 1e12, &o->prefill_tps);
+    case 'f':
+        return cli_opt_real("replay", opt_name(c), v, REPLAY_MIN_PREFILL, false, 1e12,
+                            &o->prefill_tps);
     case 'p': o->progress = 1; return 0;
     case 'q': o->progress = 0; return 0;
     case 'j': o->json = true; return 0;

@@ -39,6 +39,10 @@ struct replay_cap {
 #define REPLAY_DEFAULT_CAPACITY 0.1
 #define REPLAY_MAX_CONCURRENCY 64u
 #define REPLAY_DEFAULT_PREFILL 10000.0    /* tokens/s: an assumption, stated in --help */
+/* --prefill-tokens-per-s at least: a request's recompute time (up to 2^32
+ * tokens / this) must fit the float the percentiles are kept in, and did
+ * not at 1e-36 (the JSON said inf). */
+#define REPLAY_MIN_PREFILL 1.0
 /* --speed: 1000 times slower than the trace at most (slower, a trace of
  * minutes would take weeks: a mistyped value, not a plan), 1e9 times faster
  * at most (beyond, nothing is paced anyway). */
