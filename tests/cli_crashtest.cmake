@@ -31,7 +31,7 @@ expect(2 "--max-ms" --max-ms=-3)
 expect(2 "--dir" --dir "")
 expect(2 "unknown option '--bogus'" --bogus)
 expect(2 "unexpected argument 'extra'" extra)
-expect(1 "cannot open --dir ${WORK}/foreign" --dir "${WORK}/foreign" --cycles 1)
+expect(2 "--dir ${WORK}/foreign: .*notes.txt" --dir "${WORK}/foreign" --cycles 1)
 
 execute_process(COMMAND ${KVTIER} crashtest --cycles 50 --dir "${WORK}/loop" --json
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)

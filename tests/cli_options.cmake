@@ -91,4 +91,15 @@ if(NOT p90 GREATER 4e9)
   message(FATAL_ERROR "p90_recompute_s ${p90}, want about 2^32 s\n${out}")
 endif()
 
+# crashtest on a directory kvtier did not make: exit 2 saying what is in
+# it (not the library's "see kvt_last_error"), nothing changed.
+execute_process(COMMAND ${KVTIER} crashtest --dir "${WORK}/foreign" --cycles 1 TIMEOUT 120
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--dir ${WORK}/foreign: .*note.txt" OR err MATCHES "kvt_last_error")
+  message(FATAL_ERROR "crashtest on a foreign --dir: want exit 2 naming note.txt, got ${rc}\n${err}")
+endif()
+file(GLOB left RELATIVE "${WORK}/foreign" "${WORK}/foreign/*")
+if(NOT left STREQUAL "note.txt")
+  message(FATAL_ERROR "crashtest changed a foreign --dir: it holds '${left}'")
+endif()
 message(STATUS "option forms and values: refused naming them, or taken")

@@ -310,6 +310,12 @@ int cli_opt_path(const char *cmd, const char *opt, const char *val)
     return *val ? 0 : cli_bad_value(cmd, opt, val, "a path (not an empty string)");
 }
 
+const char *cli_kvt_why(int rc)
+{
+    const char *msg = kvt_last_error();
+    return msg && *msg ? msg : kvt_strerror(rc);
+}
+
 /* The option whose field starts msg ("hbm_bytes (0) is smaller ..."), or NULL. */
 static const char *config_option(const struct cli_field *map, const char *msg)
 {

@@ -63,6 +63,11 @@ int cli_opt_path(const char *cmd, const char *opt, const char *val);
 /* "bad value 'VAL' for --OPT: expected WANT" on stderr; returns -EINVAL. */
 int cli_bad_value(const char *cmd, const char *opt, const char *val, const char *want);
 
+/* Why a kvtier call that returned rc failed, for a person: kvt_last_error()
+ * when it says (it names the field, file or directory), else
+ * kvt_strerror(rc), whose "see kvt_last_error" is for programs. */
+const char *cli_kvt_why(int rc);
+
 /* A kvt_config field and the option that sets it. */
 struct cli_field {
     const char *field, *option;

@@ -492,7 +492,8 @@ static void ct_usage(FILE *f)
             "  --json        one JSON object on stdout\n"
             "\n"
             "Exit status: 0 every cycle passed, 1 a key lost or wrong (or the loop could not\n"
-            "run), 2 usage error.\n", MAX_KEYS);
+            "run), 2 usage error (a --dir kvtier did not make, or holding pages, too).\n",
+            MAX_KEYS);
 }
 
 static const struct option ct_lo[] = {
@@ -592,19 +593,23 @@ int crashtest_main(int argc, char **argv)
     kvt_config c = ct_config(o.dir, o.keys, 0);
     kvt_engine *e = NULL;
     if ((r = kvt_open(&c, &e)) != 0) {
-        cli_error("crashtest", 1, "cannot open --dir %s: %s (%s)", o.dir, kvt_strerror(r),
-                  kvt_last_error());
+        /* The rest of c is fixed: KVT_ECONFIG is the directory given (not
+         * kvtier's, not empty), and kvt_last_error says what is in it. */
+        if (r == KVT_ECONFIG)
+            cli_error("crashtest", 2, "--dir %s: %s", o.dir, kvt_last_error());
+        else
+            cli_error("crashtest", 1, "cannot open --dir %s: %s", o.dir, cli_kvt_why(r));
         if (made[0])
             rmdir(made);
-        return 1;
+        return r == KVT_ECONFIG ? 2 : 1;
     }
     kvt_stats s;
     bool fresh = kvt_get_stats(e, &s) == 0 && s.pages == 0;
     kvt_close(e);
     if (!fresh) {
-        cli_error("crashtest", 1, "--dir %s holds pages already: give a new or empty directory",
+        cli_error("crashtest", 2, "--dir %s holds pages already: give a new or empty directory",
                   o.dir);
-        return 1;
+        return 2;
     }
     fprintf(stderr, "kvtier crashtest: seed %" PRIu64 " (--seed replays the operations; kill "
             "times follow the clock)\n", o.seed);
