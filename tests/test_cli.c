@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -236,13 +237,77 @@ static void test_json_num(void **state)
     assert_string_equal(out, "1.5 0 null null null ");
 }
 
+/* What a child that ran body between cli_json_errors_begin(argv) and
+ * _end(rc) printed on stdout, and its exit status. */
+static int json_errors_child(char *buf, size_t n, char **argv, int argc, void (*body)(void),
+                             int rc)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        if (!freopen("/dev/null", "w", stderr)) /* the messages: not in the test's output */
+            _exit(99);
+        cli_json_errors_begin(argc, argv);
+        body();
+        int code = cli_json_errors_end(rc);
+        fflush(NULL);
+        _exit(code);
+    }
+    close(p[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < n - 1 && (r = read(p[0], buf + got, n - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(p[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void fails_quietly(void) { cli_error("run", 1, "first \"why\""); cli_error("run", 1, "then"); }
+static void reports_then_fails(void) { printf("{\"report\": 1}\n"); cli_error("fsck", 1, "bad"); }
+static void says_nothing(void) {}
+
+/* --json: an error is one JSON object on stdout with the first message,
+ * unless the command printed its report; without --json, nothing. */
+static void test_json_errors(void **state)
+{
+    (void)state;
+    char out[512];
+    char *json[] = { "kvtier", "run", "--batch", "0", "--json", NULL };
+    char *plain[] = { "kvtier", "run", "--batch", "0", NULL };
+    char *abbrev[] = { "kvtier", "run", "--js", NULL };
+    char *after[] = { "kvtier", "run", "--", "--json", NULL };
+    assert_int_equal(json_errors_child(out, sizeof out, json, 5, fails_quietly, 2), 2);
+    assert_string_equal(out, "{\"error\": \"first \\\"why\\\"\", \"command\": \"run\", "
+                             "\"exit\": 2}\n");
+    assert_int_equal(json_errors_child(out, sizeof out, json, 5, reports_then_fails, 1), 1);
+    assert_string_equal(out, "{\"report\": 1}\n");
+    assert_int_equal(json_errors_child(out, sizeof out, abbrev, 3, says_nothing, 1), 1);
+    assert_string_equal(out, "{\"error\": \"exit status 1 (the reason is on stderr)\", "
+                             "\"command\": \"run\", \"exit\": 1}\n");
+    assert_int_equal(json_errors_child(out, sizeof out, json, 5, says_nothing, 0), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(json_errors_child(out, sizeof out, plain, 4, fails_quietly, 2), 2);
+    assert_string_equal(out, "");
+    assert_int_equal(json_errors_child(out, sizeof out, after, 4, fails_quietly, 2), 2);
+    assert_string_equal(out, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size),     cmocka_unit_test(test_count),
         cmocka_unit_test(test_real),     cmocka_unit_test(test_device),
         cmocka_unit_test(test_opt_messages), cmocka_unit_test(test_split_list),
-        cmocka_unit_test(test_json_num),
+        cmocka_unit_test(test_json_num),      cmocka_unit_test(test_json_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

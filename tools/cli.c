@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "include/kvtier.h"
 #include "tiers/tool.h"
@@ -158,9 +159,85 @@ const char *cli_secs(char *buf, size_t n, double s)
     return buf;
 }
 
+/* --json: an error is also one JSON object on stdout. The first message
+ * cli_error prints is kept, and stdout counts what goes through it, so that
+ * a command that printed its report (and exits 1 on what it found) gets no
+ * second object. Written by the main thread before and after the command;
+ * by cli_error, which the commands call from it. */
+static struct {
+    bool on;
+    char cmd[64];
+    char msg[1024];
+    unsigned long long out_bytes;
+} json_err;
+
+static ssize_t json_out_write(void *cookie, const char *buf, size_t n)
+{
+    (void)cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(STDOUT_FILENO, buf + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return done ? (ssize_t)done : -1;
+        done += (size_t)w;
+    }
+    json_err.out_bytes += n;
+    return (ssize_t)n;
+}
+
+/* "--json", "--json=...", or a start of it getopt_long would take. */
+static bool is_json_flag(const char *a)
+{
+    if (strncmp(a, "--", 2) || !a[2])
+        return false;
+    size_t n = strcspn(a + 2, "=");
+    return n <= 4 && !strncmp(a + 2, "json", n);
+}
+
+void cli_json_errors_begin(int argc, char **argv)
+{
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        json_err.on |= is_json_flag(argv[i]);
+    if (!json_err.on)
+        return;
+    snprintf(json_err.cmd, sizeof json_err.cmd, "%s", argc > 1 ? argv[1] : "");
+    fflush(stdout);
+    FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){ .write = json_out_write });
+    if (f)
+        stdout = f; /* glibc's stdout is a variable: printf and putchar follow it */
+    else
+        json_err.on = false;
+}
+
+int cli_json_errors_end(int rc)
+{
+    if (!json_err.on)
+        return rc;
+    fflush(stdout);
+    if (rc != 0 && json_err.out_bytes == 0) {
+        char why[64];
+        snprintf(why, sizeof why, "exit status %d (the reason is on stderr)", rc);
+        printf("{\"error\": ");
+        cli_json_str(json_err.msg[0] ? json_err.msg : why);
+        printf(", \"command\": ");
+        cli_json_str(json_err.cmd);
+        printf(", \"exit\": %d}\n", rc);
+        fflush(stdout);
+    }
+    return rc;
+}
+
 int cli_error(const char *cmd, int code, const char *fmt, ...)
 {
     va_list ap;
+    if (json_err.on && !json_err.msg[0]) {
+        va_start(ap, fmt);
+        vsnprintf(json_err.msg, sizeof json_err.msg, fmt, ap);
+        va_end(ap);
+        snprintf(json_err.cmd, sizeof json_err.cmd, "%s", cmd);
+    }
     fprintf(stderr, "kvtier %s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);

@@ -94,4 +94,13 @@ void cli_huge_free(struct cli_huge *h);
 /* Prints "kvtier <cmd>: <msg>" to stderr and returns 2 (usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The kvtier command's --json errors (docs/commands.md): with --json among
+ * argv (argv[1] the command), an error is also one JSON object on stdout,
+ * {"error": <the first cli_error message>, "command": ..., "exit": rc},
+ * unless the command printed its report. main calls _begin before the
+ * command (it puts a counting stream in stdout's place) and returns
+ * _end(rc) after it. */
+void cli_json_errors_begin(int argc, char **argv);
+int cli_json_errors_end(int rc);
+
 #endif
