@@ -34,7 +34,7 @@ expect(2 "unknown option '--bogus'" --bogus)
 expect(2 "unexpected argument 'extra'" extra)
 expect(2 "--evict goes with --full" --evict)
 expect(2 "--threads: expected a whole number from 1 to 8" --full --threads 9)
-expect(1 "cannot open --dir ${WORK}/foreign" --dir "${WORK}/foreign" --cycles 1)
+expect(2 "--dir ${WORK}/foreign: .*notes.txt" --dir "${WORK}/foreign" --cycles 1)
 
 # crash_loop(<name> <args...>): the loop in its own directory, every cycle
 # passing: nothing lost, nothing wrong.

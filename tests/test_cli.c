@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -174,12 +175,139 @@ static void test_opt_messages(void **state)
     assert_true(v == 1ull << 30);
 }
 
+/* A list is cut at every comma; an empty item is refused, not skipped. */
+static void test_split_list(void **state)
+{
+    (void)state;
+    char buf[32], *items[3];
+    int n = -1;
+    assert_int_equal(cli_split_list("lru,0.1,x", buf, sizeof buf, items, 3, &n), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(items[0], "lru");
+    assert_string_equal(items[1], "0.1");
+    assert_string_equal(items[2], "x");
+    assert_int_equal(cli_split_list("a", buf, sizeof buf, items, 3, &n), 0);
+    assert_int_equal(n, 1);
+    static const char *const bad[] = { "", ",", "a,,b", ",a", "a,", "a,b,,", "0.05,,0.1" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (cli_split_list(bad[i], buf, sizeof buf, items, 3, &n) != -EINVAL)
+            fail_msg("'%s' was taken as a list", bad[i]);
+    assert_int_equal(cli_split_list("a,b,c,d", buf, sizeof buf, items, 3, &n), -E2BIG);
+    char longer[40];
+    memset(longer, 'a', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    assert_int_equal(cli_split_list(longer, buf, sizeof buf, items, 3, &n), -EINVAL);
+}
+
+static int json_nums(void *arg)
+{
+    (void)arg;
+    static const double v[] = { 1.5, 0, 1e300 * 1e300, -1e300 * 1e300, 0.0 / 0.0 };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        cli_json_num("%.6g", v[i]);
+        putchar(' ');
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* What a call printed on stdout. */
+static void captured_out(char *buf, size_t n, int (*fn)(void *))
+{
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    dup2(fileno(tmp), 1);
+    fn(NULL);
+    dup2(saved, 1);
+    close(saved);
+    rewind(tmp);
+    size_t got = fread(buf, 1, n - 1, tmp);
+    buf[got] = '\0';
+    fclose(tmp);
+}
+
+/* JSON has no inf or nan: they print as null. */
+static void test_json_num(void **state)
+{
+    (void)state;
+    char out[128];
+    captured_out(out, sizeof out, json_nums);
+    assert_string_equal(out, "1.5 0 null null null ");
+}
+
+/* What a child that ran body between cli_json_errors_begin(argv) and
+ * _end(rc) printed on stdout, and its exit status. */
+static int json_errors_child(char *buf, size_t n, char **argv, int argc, void (*body)(void),
+                             int rc)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        if (!freopen("/dev/null", "w", stderr)) /* the messages: not in the test's output */
+            _exit(99);
+        cli_json_errors_begin(argc, argv);
+        body();
+        int code = cli_json_errors_end(rc);
+        fflush(NULL);
+        _exit(code);
+    }
+    close(p[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < n - 1 && (r = read(p[0], buf + got, n - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(p[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void fails_quietly(void) { cli_error("run", 1, "first \"why\""); cli_error("run", 1, "then"); }
+static void reports_then_fails(void) { printf("{\"report\": 1}\n"); cli_error("fsck", 1, "bad"); }
+static void says_nothing(void) {}
+
+/* --json: an error is one JSON object on stdout with the first message,
+ * unless the command printed its report; without --json, nothing. */
+static void test_json_errors(void **state)
+{
+    (void)state;
+    char out[512];
+    char *json[] = { "kvtier", "run", "--batch", "0", "--json", NULL };
+    char *plain[] = { "kvtier", "run", "--batch", "0", NULL };
+    char *abbrev[] = { "kvtier", "run", "--js", NULL };
+    char *after[] = { "kvtier", "run", "--", "--json", NULL };
+    assert_int_equal(json_errors_child(out, sizeof out, json, 5, fails_quietly, 2), 2);
+    assert_string_equal(out, "{\"error\": \"first \\\"why\\\"\", \"command\": \"run\", "
+                             "\"exit\": 2}\n");
+    assert_int_equal(json_errors_child(out, sizeof out, json, 5, reports_then_fails, 1), 1);
+    assert_string_equal(out, "{\"report\": 1}\n");
+    assert_int_equal(json_errors_child(out, sizeof out, abbrev, 3, says_nothing, 1), 1);
+    assert_string_equal(out, "{\"error\": \"exit status 1 (the reason is on stderr)\", "
+                             "\"command\": \"run\", \"exit\": 1}\n");
+    assert_int_equal(json_errors_child(out, sizeof out, json, 5, says_nothing, 0), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(json_errors_child(out, sizeof out, plain, 4, fails_quietly, 2), 2);
+    assert_string_equal(out, "");
+    assert_int_equal(json_errors_child(out, sizeof out, after, 4, fails_quietly, 2), 2);
+    assert_string_equal(out, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size),     cmocka_unit_test(test_count),
         cmocka_unit_test(test_real),     cmocka_unit_test(test_device),
-        cmocka_unit_test(test_opt_messages),
+        cmocka_unit_test(test_opt_messages), cmocka_unit_test(test_split_list),
+        cmocka_unit_test(test_json_num),      cmocka_unit_test(test_json_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

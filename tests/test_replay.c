@@ -7,6 +7,7 @@
  * The files of tools/replay/ are compiled into this program (they have no
  * main), so their functions are called directly.
  */
+#include <math.h>
 #include <unistd.h>
 
 #include "tests/helpers.h"
@@ -352,6 +353,22 @@ static void interrupted(int sig)
 static void test_replay_sigint(void **state) { interrupted(SIGINT); }
 static void test_replay_sigterm(void **state) { interrupted(SIGTERM); }
 
+/* ------------------------------------------------------------- --speed */
+
+/* A request is due at its distance from the first one / speed; one stamped
+ * before the first is due at once, not 2^64 ms later. */
+static void test_due(void **state)
+{
+    assert_true(replay_due_s(1000, 1000, 1) == 0);
+    assert_true(replay_due_s(3000, 1000, 1) == 2);
+    assert_true(replay_due_s(3000, 1000, 1000) == 0.002);
+    assert_true(replay_due_s(3000, 1000, 0.001) == 2000);
+    assert_true(replay_due_s(0, 1000, 1) == 0);
+    assert_true(replay_due_s(0, UINT64_MAX / 1000, 1e-3) == 0);
+    double far = replay_due_s(UINT64_MAX / 1000, 0, REPLAY_MIN_SPEED);
+    assert_true(isfinite(far) && far > 1e16);
+}
+
 int main(int argc, char **argv)
 {
     t_filter_args(argc, argv);
@@ -359,6 +376,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_key),
         cmocka_unit_test(test_block_bytes),
         cmocka_unit_test(test_lru),
+        cmocka_unit_test(test_due),
         cmocka_unit_test(test_replay_fits),
         cmocka_unit_test(test_replay_evicts),
         cmocka_unit_test(test_replay_concurrent),

@@ -219,6 +219,47 @@ static void test_trace_malformed(void **state)
     }
 }
 
+/* A line of a text trace holds at most SIM_MAX_LINE bytes: one longer (a
+ * comment here) is refused naming it, not read whole. */
+static void test_trace_line_limit(void **state)
+{
+    static const char head[] = "kvtier-trace 1\npage_bytes 4096\n";
+    for (size_t len = SIM_MAX_LINE; len <= SIM_MAX_LINE + 1; len++) {
+        size_t h = strlen(head);
+        char *s = malloc(h + len + 2);
+        assert_non_null(s);
+        memcpy(s, head, h);
+        s[h] = '#';
+        memset(s + h + 1, 'x', len - 1);
+        memcpy(s + h + len, "\n", 2);
+        struct sim_trace t;
+        char err[320] = "";
+        int e = t_read_text(s, &t, err, sizeof err);
+        if (len > SIM_MAX_LINE) {
+            assert_int_equal(e, -E2BIG);
+            assert_string_equal(err, "line 3: longer than 67108864 bytes");
+            assert_null(t.rec);
+        } else {
+            assert_int_equal(e, 0);
+            sim_trace_free(&t);
+        }
+        free(s);
+    }
+}
+
+/* A NUL inside a line is refused, not taken as the line's end. */
+static void test_trace_nul(void **state)
+{
+    static const char text[] = "kvtier-trace 1\npage_bytes 4096\nstep\0 garbage\n";
+    FILE *f = fmemopen((void *)text, sizeof text - 1, "r");
+    assert_non_null(f);
+    struct sim_trace t;
+    char err[320] = "";
+    assert_int_equal(sim_trace_read(f, &t, err, sizeof err), -EINVAL);
+    fclose(f);
+    assert_string_equal(err, "line 3: a NUL byte");
+}
+
 /* Records that parse but contradict each other: found when the world is
  * built, with the line. */
 static void test_trace_inconsistent(void **state)
@@ -855,6 +896,52 @@ static void test_pfx_trace_malformed(void **state)
     assert_non_null(strstr(err, "NUL"));
 }
 
+/* A trace of one line of exactly len bytes (then '\n'): a request whose
+ * skipped "pad" string makes up the length. The caller frees it. */
+static char *pfx_line_of(size_t len)
+{
+    static const char head[] = "{\"timestamp\": 1, \"hash_ids\": [3], \"pad\": \"";
+    char *s = malloc(len + 2);
+    assert_non_null(s);
+    size_t h = strlen(head);
+    memcpy(s, head, h);
+    memset(s + h, 'a', len - h - 2);
+    memcpy(s + len - 2, "\"}\n", 4);
+    return s;
+}
+
+static int pfx_read_buf(const char *buf, size_t len, struct pfx_trace *t, char *err, size_t n)
+{
+    FILE *f = fmemopen((void *)buf, len, "r");
+    assert_non_null(f);
+    int e = pfx_trace_read(f, t, err, n);
+    fclose(f);
+    return e;
+}
+
+/* PFX_MAX_LINE bytes in a line, at most, from a buffer and from a file
+ * alike: a longer line is refused naming it, and the file reader stops
+ * there instead of holding the line. */
+static void test_pfx_trace_line_limit(void **state)
+{
+    for (size_t len = PFX_MAX_LINE; len <= PFX_MAX_LINE + 1; len++) {
+        char *s = pfx_line_of(len);
+        int want = len > PFX_MAX_LINE ? -E2BIG : 0;
+        struct pfx_trace t;
+        char err[256] = "", err2[256] = "";
+        assert_int_equal(pfx_trace_parse(s, len + 1, &t, err, sizeof err), want);
+        assert_int_equal(t.n_req, want ? 0 : 1);
+        pfx_trace_free(&t);
+        assert_int_equal(pfx_read_buf(s, len + 1, &t, err2, sizeof err2), want);
+        assert_int_equal(t.n_req, want ? 0 : 1);
+        pfx_trace_free(&t);
+        assert_string_equal(err, err2);
+        if (want)
+            assert_string_equal(err, "line 1: longer than 67108864 bytes");
+        free(s);
+    }
+}
+
 static int write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -1013,9 +1100,12 @@ int main(void)
         cmocka_unit_test(test_trace_round_trip),
         cmocka_unit_test(test_pfx_trace_parses),
         cmocka_unit_test(test_pfx_trace_malformed),
+        cmocka_unit_test(test_pfx_trace_line_limit),
         cmocka_unit_test(test_sim_prefix_by_hand),
         cmocka_unit_test(test_sim_prefix_chat_not_below_lru),
         cmocka_unit_test(test_trace_malformed),
+        cmocka_unit_test(test_trace_line_limit),
+        cmocka_unit_test(test_trace_nul),
         cmocka_unit_test(test_trace_inconsistent),
         cmocka_unit_test(test_generator_counts),
         cmocka_unit_test(test_generator_order),

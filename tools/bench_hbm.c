@@ -156,7 +156,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("bench hbm", c, argv);
+            return cli_getopt_error("bench hbm", c, argv, bench_lo);
         if (bench_option(c, optarg, o))
             return -EINVAL;
     }

@@ -195,7 +195,7 @@ static int ssd_parse(int argc, char **argv, struct ssd_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("bench ssd", c, argv);
+            return cli_getopt_error("bench ssd", c, argv, ssd_lo);
         if (ssd_option(c, optarg, o))
             return -EINVAL;
     }

@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "include/kvtier.h"
 #include "tiers/tool.h"
@@ -88,6 +89,28 @@ int cli_parse_real(const char *s, double *out)
     return 0;
 }
 
+int cli_split_list(const char *val, char *buf, size_t n, char **items, int max, int *count)
+{
+    size_t len = strlen(val);
+    if (len >= n)
+        return -EINVAL;
+    memcpy(buf, val, len + 1);
+    *count = 0;
+    for (char *p = buf;; p++) {
+        char *end = p + strcspn(p, ",");
+        bool last = !*end;
+        if (end == p)
+            return -EINVAL; /* "a,,b", ",a", "a," or "": strtok would skip it */
+        if (*count == max)
+            return -E2BIG;
+        *end = '\0';
+        items[(*count)++] = p;
+        if (last)
+            return 0;
+        p = end;
+    }
+}
+
 int cli_parse_device(const char *s, int *out)
 {
     if (!strcmp(s, "auto")) {
@@ -138,9 +161,85 @@ const char *cli_secs(char *buf, size_t n, double s)
     return buf;
 }
 
+/* --json: an error is also one JSON object on stdout. The first message
+ * cli_error prints is kept, and stdout counts what goes through it, so that
+ * a command that printed its report (and exits 1 on what it found) gets no
+ * second object. Written by the main thread before and after the command;
+ * by cli_error, which the commands call from it. */
+static struct {
+    bool on;
+    char cmd[64];
+    char msg[1024];
+    unsigned long long out_bytes;
+} json_err;
+
+static ssize_t json_out_write(void *cookie, const char *buf, size_t n)
+{
+    (void)cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(STDOUT_FILENO, buf + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return done ? (ssize_t)done : -1;
+        done += (size_t)w;
+    }
+    json_err.out_bytes += n;
+    return (ssize_t)n;
+}
+
+/* "--json", "--json=...", or a start of it getopt_long would take. */
+static bool is_json_flag(const char *a)
+{
+    if (strncmp(a, "--", 2) || !a[2])
+        return false;
+    size_t n = strcspn(a + 2, "=");
+    return n <= 4 && !strncmp(a + 2, "json", n);
+}
+
+void cli_json_errors_begin(int argc, char **argv)
+{
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        json_err.on |= is_json_flag(argv[i]);
+    if (!json_err.on)
+        return;
+    snprintf(json_err.cmd, sizeof json_err.cmd, "%s", argc > 1 ? argv[1] : "");
+    fflush(stdout);
+    FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){ .write = json_out_write });
+    if (f)
+        stdout = f; /* glibc's stdout is a variable: printf and putchar follow it */
+    else
+        json_err.on = false;
+}
+
+int cli_json_errors_end(int rc)
+{
+    if (!json_err.on)
+        return rc;
+    fflush(stdout);
+    if (rc != 0 && json_err.out_bytes == 0) {
+        char why[64];
+        snprintf(why, sizeof why, "exit status %d (the reason is on stderr)", rc);
+        printf("{\"error\": ");
+        cli_json_str(json_err.msg[0] ? json_err.msg : why);
+        printf(", \"command\": ");
+        cli_json_str(json_err.cmd);
+        printf(", \"exit\": %d}\n", rc);
+        fflush(stdout);
+    }
+    return rc;
+}
+
 int cli_error(const char *cmd, int code, const char *fmt, ...)
 {
     va_list ap;
+    if (json_err.on && !json_err.msg[0]) {
+        va_start(ap, fmt);
+        vsnprintf(json_err.msg, sizeof json_err.msg, fmt, ap);
+        va_end(ap);
+        snprintf(json_err.cmd, sizeof json_err.cmd, "%s", cmd);
+    }
     fprintf(stderr, "kvtier %s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -164,14 +263,67 @@ void cli_json_str(const char *s)
     putchar('"');
 }
 
-int cli_getopt_error(const char *cmd, int c, char **argv)
+void cli_json_num(const char *fmt, double v)
 {
-    if (c == ':')
-        cli_error(cmd, 2, "option '%s' needs a value", argv[optind - 1]);
-    else if (optopt)
+    if (isfinite(v))
+        printf(fmt, v);
+    else
+        fputs("null", stdout);
+}
+
+/* The long options of lo that --name (its first n bytes) names: exactly, or
+ * as the start of one or more (getopt_long takes a unique start). *count
+ * says how many; the first is returned, or NULL. */
+static const struct option *long_named(const struct option *lo, const char *name, size_t n,
+                                       int *count)
+{
+    const struct option *first = NULL;
+    *count = 0;
+    for (; lo && lo->name; lo++) {
+        if (strncmp(lo->name, name, n))
+            continue;
+        if (!lo->name[n]) { /* exact: no other counts */
+            *count = 1;
+            return lo;
+        }
+        if (!(*count)++)
+            first = lo;
+    }
+    return first;
+}
+
+int cli_getopt_error(const char *cmd, int c, char **argv, const struct option *lo)
+{
+    const char *arg = argv[optind - 1];
+    if (c == ':') {
+        cli_error(cmd, 2, "option '%s' needs a value", arg);
+        return -EINVAL;
+    }
+    /* optopt is the option's val for a long option given a value it does
+     * not take, 0 for one unknown or ambiguous, and the letter for a short
+     * one (arg is then not always its word: "-ab" stays at optind). */
+    if (!strncmp(arg, "--", 2)) {
+        size_t n = strcspn(arg + 2, "=");
+        int count;
+        const struct option *l = long_named(lo, arg + 2, n, &count);
+        if (optopt && l && count == 1 && l->val == optopt && arg[2 + n] == '=') {
+            cli_error(cmd, 2, "option '--%s' takes no value (given '%s')", l->name, arg);
+            return -EINVAL;
+        }
+        if (!optopt) {
+            if (count > 1)
+                cli_error(cmd, 2, "option '--%.*s' is ambiguous: it starts --%s and others "
+                          "(see kvtier %s --help)", (int)n, arg + 2, l->name, cmd);
+            else
+                cli_error(cmd, 2, "unknown option '--%.*s' (see kvtier %s --help)", (int)n,
+                          arg + 2, cmd);
+            return -EINVAL;
+        }
+    }
+    if (optopt > 0 && optopt < 128 && isgraph(optopt))
         cli_error(cmd, 2, "unknown option '-%c' (see kvtier %s --help)", optopt, cmd);
     else
-        cli_error(cmd, 2, "unknown option '%s' (see kvtier %s --help)", argv[optind - 1], cmd);
+        cli_error(cmd, 2, "unknown option '%s' (see kvtier %s --help)", arg, cmd);
     return -EINVAL;
 }
 
@@ -235,6 +387,12 @@ int cli_opt_real(const char *cmd, const char *opt, const char *val, double lo, b
 int cli_opt_path(const char *cmd, const char *opt, const char *val)
 {
     return *val ? 0 : cli_bad_value(cmd, opt, val, "a path (not an empty string)");
+}
+
+const char *cli_kvt_why(int rc)
+{
+    const char *msg = kvt_last_error();
+    return msg && *msg ? msg : kvt_strerror(rc);
 }
 
 /* The option whose field starts msg ("hbm_bytes (0) is smaller ..."), or NULL. */

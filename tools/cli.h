@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 struct kvt_config;
+struct option;
 
 /* The number parsers take the whole string or nothing: it starts with a
  * digit (no space, sign, "inf", "nan" or hex) and has nothing after the
@@ -22,6 +23,11 @@ int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_count(const char *s, uint64_t *out);
 /* A finite decimal number, "2", "0.5", "1e3"; no sign. */
 int cli_parse_real(const char *s, double *out);
+/* A list "a,b,c": val copied to buf[n] and cut at its commas, items[] then
+ * pointing into buf. Returns 0 with *count items (1 to max); -EINVAL for an
+ * empty item ("a,,b", ",a", "a,", "") or a val of n bytes or more; -E2BIG
+ * for more than max items. */
+int cli_split_list(const char *val, char *buf, size_t n, char **items, int max, int *count);
 /* "auto", "host" or an ordinal 0..1023 (digits only) -> KVT_DEVICE_* or the
  * ordinal; -EINVAL otherwise. */
 int cli_parse_device(const char *s, int *out);
@@ -34,9 +40,13 @@ const char *cli_secs(char *buf, size_t n, double s);
 /* Prints s to stdout as a JSON string (quotes, escapes): names come from
  * argv, paths from the environment. */
 void cli_json_str(const char *s);
-/* getopt_long's own complaint (c is ':' or '?') as a clear error naming the
- * option; returns -EINVAL. */
-int cli_getopt_error(const char *cmd, int c, char **argv);
+/* Prints v to stdout as a JSON number with fmt ("%.6g"): null when it is not
+ * finite, which JSON cannot say. */
+void cli_json_num(const char *fmt, double v);
+/* getopt_long's own complaint (c is ':' or '?', with argv and lo as it was
+ * given them) as a clear error naming the option: unknown, ambiguous, one
+ * that needs a value, or a flag given one ("--json=1"). Returns -EINVAL. */
+int cli_getopt_error(const char *cmd, int c, char **argv, const struct option *lo);
 /* Option checks: each parses val, checks it against [lo, hi], and on failure
  * prints "bad value 'VAL' for --OPT: expected ..." and returns -EINVAL
  * (the command then exits 2). *out is written only on success. */
@@ -52,6 +62,11 @@ int cli_opt_real(const char *cmd, const char *opt, const char *val, double lo, b
 int cli_opt_path(const char *cmd, const char *opt, const char *val);
 /* "bad value 'VAL' for --OPT: expected WANT" on stderr; returns -EINVAL. */
 int cli_bad_value(const char *cmd, const char *opt, const char *val, const char *want);
+
+/* Why a kvtier call that returned rc failed, for a person: kvt_last_error()
+ * when it says (it names the field, file or directory), else
+ * kvt_strerror(rc), whose "see kvt_last_error" is for programs. */
+const char *cli_kvt_why(int rc);
 
 /* A kvt_config field and the option that sets it. */
 struct cli_field {
@@ -100,5 +115,13 @@ int cli_stop_end(const char *cmd);
  * that a signal caught after the caller's last check, just before the sleep
  * began, still ends it soon (a nanosleep it did not interrupt runs on). */
 void cli_sleep(double s);
+/* The kvtier command's --json errors (docs/commands.md): with --json among
+ * argv (argv[1] the command), an error is also one JSON object on stdout,
+ * {"error": <the first cli_error message>, "command": ..., "exit": rc},
+ * unless the command printed its report. main calls _begin before the
+ * command (it puts a counting stream in stdout's place) and returns
+ * _end(rc) after it. */
+void cli_json_errors_begin(int argc, char **argv);
+int cli_json_errors_end(int rc);
 
 #endif

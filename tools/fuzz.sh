@@ -10,18 +10,22 @@
 #   --parallel   run the targets at once (one process each), not one by one
 #   TARGET       layout index page sim_trace prefix_trace cli (default: all)
 #
-# Each run starts from tests/fuzz/corpus/<target> (read only) and keeps what
-# it finds in build-fuzz/fuzz-corpus/<target>, so a second run goes on from
-# the first. A crash, a hang past 10 s, more than 2 GiB of memory or a broken
-# rule saves the input as build-fuzz/fuzz-artifacts/<target>-<kind>-<sha1>;
-# replay one with build-fuzz/tests/fuzz/fuzz_<target> FILE. Logs are in
-# build-fuzz/fuzz-logs/. Runs under nice -n 10: the machine may be shared.
+# Unlike the suite's short runs (ctest -R '^fuzz_': a fixed seed), each run
+# here starts from a random seed. It reads tests/fuzz/corpus/<target> and
+# tests/fuzz/regress/<target> (read only) and keeps the inputs it grows in
+# build-fuzz/fuzz-corpus/<target>, so a second run goes on from the first.
+# A crash, a hang past 10 s, more than 2 GiB of memory or a broken rule
+# saves the input as build-fuzz/fuzz-findings/<target>/<kind>-<sha1>;
+# replay one with build-fuzz/tests/fuzz/fuzz_<target> FILE, and keep it
+# for good by copying it to tests/fuzz/regress/<target>/ (the suite then
+# runs it every time; docs/reliability.md). Logs are in build-fuzz/fuzz-logs/.
+# Runs under nice -n 10: the machine may be shared.
 # Exit 0 when nothing was found, 1 when anything was, 2 on bad usage.
 set -euo pipefail
 
 all=(layout index page sim_trace prefix_trace cli)
 time_s=1800 runs="" parallel=0 targets=()
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --time) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: bad value '${2:-}' for --time: expected seconds" >&2; exit 2; }
@@ -45,19 +49,22 @@ cc=$(command -v clang-14 || command -v clang || true)
 cmake -S . -B "$bdir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_FUZZ=ON \
       -DKVT_BUILD_TESTS=OFF -DKVT_WITH_CUDA=OFF >/dev/null
 cmake --build "$bdir" -j"$(nproc 2>/dev/null || echo 2)" --target fuzzers >/dev/null
-mkdir -p "$bdir/fuzz-corpus" "$bdir/fuzz-artifacts" "$bdir/fuzz-logs"
+mkdir -p "$bdir/fuzz-corpus" "$bdir/fuzz-logs"
+start="$bdir/fuzz-logs/.start"  # findings newer than this are this run's
+touch "$start"
 
 limit=(-max_total_time="$time_s")
 [ -z "$runs" ] || limit=(-runs="$runs")
 
 run_one() { # target
-  local t=$1 dict=()
+  local t=$1 dict=() regress=()
   [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
-  mkdir -p "$bdir/fuzz-corpus/$t"
+  [ -d "tests/fuzz/regress/$t" ] && regress=("tests/fuzz/regress/$t")
+  mkdir -p "$bdir/fuzz-corpus/$t" "$bdir/fuzz-findings/$t"
   nice -n 10 "$bdir/tests/fuzz/fuzz_$t" "${limit[@]}" -rss_limit_mb=2048 -timeout=10 \
     -close_fd_mask=3 -print_final_stats=1 "${dict[@]}" \
-    -artifact_prefix="$bdir/fuzz-artifacts/$t-" "$bdir/fuzz-corpus/$t" "tests/fuzz/corpus/$t" \
-    >"$bdir/fuzz-logs/$t.log" 2>&1
+    -artifact_prefix="$bdir/fuzz-findings/$t/" "$bdir/fuzz-corpus/$t" "tests/fuzz/corpus/$t" \
+    "${regress[@]}" >"$bdir/fuzz-logs/$t.log" 2>&1
 }
 
 # One line per target from its log: executions, seconds, coverage (edges
@@ -69,7 +76,7 @@ report() { # target rc
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   corp=$(ls "$bdir/fuzz-corpus/$t" | wc -l)
-  found=$(ls "$bdir/fuzz-artifacts" | grep -c "^$t-" || true)
+  found=$(find "$bdir/fuzz-findings/$t" -type f -newer "$start" | wc -l)
   printf '%-13s executions %-10s seconds %-6s cov %-5s ft %-6s corpus %-6s findings %s%s\n' \
     "$t" "${execs:-?}" "${secs:-?}" "${cov:-?}" "${ft:-?}" "$corp" "$found" \
     "$([ "$rc" -ne 0 ] && echo " (exit $rc: see $log)")"
@@ -86,4 +93,10 @@ else
 fi
 bad=0
 for t in "${targets[@]}"; do report "$t" "${rcs[$t]}" || bad=1; done
-[ "$bad" -eq 0 ] || { echo "fuzz.sh: findings in $bdir/fuzz-artifacts (logs in $bdir/fuzz-logs)" >&2; exit 1; }
+[ "$bad" -eq 0 ] && exit 0
+echo "fuzz.sh: findings (logs in $bdir/fuzz-logs); to keep one as a regression input:" >&2
+for t in "${targets[@]}"; do
+  find "$bdir/fuzz-findings/$t" -type f -newer "$start" \
+    -exec echo "  cp {} tests/fuzz/regress/$t/" \; >&2
+done
+exit 1

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "include/kvtier.h"
+#include "tools/cli.h"
 
 int bench_main(int argc, char **argv);
 int plan_main(int argc, char **argv);
@@ -41,12 +42,8 @@ static void usage(FILE *f)
             "Run 'kvtier <command> --help' for a command's options.\n");
 }
 
-int main(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
@@ -72,7 +69,18 @@ int main(int argc, char **argv)
         return replay_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "crashtest"))
         return crashtest_main(argc - 1, argv + 1);
-    fprintf(stderr, "kvtier: unknown command '%s'\n\n", cmd);
+    cli_error(cmd, 2, "unknown command (see kvtier --help)");
+    fputc('\n', stderr);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    cli_json_errors_begin(argc, argv);
+    return cli_json_errors_end(run_command(argc, argv));
 }

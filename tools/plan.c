@@ -394,7 +394,7 @@ static int plan_parse(int argc, char **argv, struct plan_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("plan", c, argv);
+            return cli_getopt_error("plan", c, argv, plan_lo);
         if ((r = plan_option(c, li, optarg, o, &a)))
             return r;
     }

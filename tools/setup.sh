@@ -85,10 +85,12 @@ else
   echo "setup: no CUDA toolkit (nvcc): the mock CUDA runtime's run is skipped"
 fi
 
-# A short run of each libFuzzer target (tests/fuzz: the layout file, the
-# index records, the page decoder, the trace parsers, the CLI's parsers),
-# KVT_FUZZ_SECONDS (20) each from its seed corpus; the long runs are
-# tools/fuzz.sh (docs/reliability.md). libFuzzer is in libclang-rt-14-dev.
+# Each libFuzzer target (tests/fuzz: the layout file, the index records, the
+# page decoder, the trace parsers, the CLI's parsers) on every checked-in
+# input (its seed corpus and regression inputs), then a short run from a
+# fixed seed for a fixed number of executions: the same verdict on the same
+# code every time. The long random runs are tools/fuzz.sh
+# (docs/reliability.md). libFuzzer is in libclang-rt-14-dev.
 echo "setup: short fuzz runs (libFuzzer + ASan + UBSan)"
 pkgs=(clang-14 libclang-rt-14-dev)
 install_missing

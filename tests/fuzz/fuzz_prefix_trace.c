@@ -59,12 +59,20 @@ static void check_trace(const struct pfx_trace *t)
     check_dense(t);
 }
 
+/* Field by field: struct pfx_req has padding, whose bytes nothing sets. */
+static bool same_req(const struct pfx_req *x, const struct pfx_req *y)
+{
+    return x->t_ms == y->t_ms && x->in_tokens == y->in_tokens &&
+           x->out_tokens == y->out_tokens && x->n == y->n && x->first == y->first &&
+           x->line == y->line;
+}
+
 static void check_same(const struct pfx_trace *a, const struct pfx_trace *b)
 {
     fuzz_check(a->n_req == b->n_req && a->n_hash == b->n_hash && a->distinct == b->distinct,
                "parse and read agree on the sizes");
     for (size_t i = 0; i < a->n_req; i++)
-        fuzz_check(!memcmp(&a->req[i], &b->req[i], sizeof(a->req[i])), "the same requests");
+        fuzz_check(same_req(&a->req[i], &b->req[i]), "the same requests");
     if (a->n_hash)
         fuzz_check(!memcmp(a->hash, b->hash, a->n_hash * sizeof(*a->hash)) &&
                        !memcmp(a->block, b->block, a->n_hash * sizeof(*a->block)),

@@ -366,7 +366,8 @@ static void ct_usage(FILE *f)
             "  --json        one JSON object on stdout\n"
             "\n"
             "Exit status: 0 every cycle passed, 1 a key lost or wrong (or the loop could not\n"
-            "run), 2 usage error.\n", CT_MAX_KEYS, CT_FILLER_KEYS, CT_MAX_THREADS);
+            "run), 2 usage error (a --dir kvtier did not make, or holding pages, too).\n",
+            CT_MAX_KEYS, CT_FILLER_KEYS, CT_MAX_THREADS);
 }
 
 static const struct option ct_lo[] = {
@@ -406,7 +407,7 @@ static int ct_parse(int argc, char **argv, struct ct_opts *o)
             threads_given = true;
             break;
         case 'j': o->json = true; break;
-        default: return cli_getopt_error("crashtest", c, argv);
+        default: return cli_getopt_error("crashtest", c, argv, ct_lo);
         }
     }
     if (r)
@@ -487,16 +488,20 @@ int crashtest_main(int argc, char **argv)
      * open would wipe a store of another page size and drop the entries of
      * other fingerprints. */
     if (!made[0] && spill_refuse_store("crashtest", "--dir", o.dir, NULL))
-        return 1;
+        return 2;
     /* The directory must be one kvtier can use before a child is forked. */
     kvt_config c = ct_config(&o, 0);
     kvt_engine *e = NULL;
     if ((r = kvt_open(&c, &e)) != 0) {
-        cli_error("crashtest", 1, "cannot open --dir %s: %s (%s)", o.dir, kvt_strerror(r),
-                  kvt_last_error());
+        /* The rest of c is fixed: KVT_ECONFIG is the directory given (not
+         * kvtier's, not empty), and kvt_last_error says what is in it. */
+        if (r == KVT_ECONFIG)
+            cli_error("crashtest", 2, "--dir %s: %s", o.dir, kvt_last_error());
+        else
+            cli_error("crashtest", 1, "cannot open --dir %s: %s", o.dir, cli_kvt_why(r));
         if (made[0])
             rmdir(made);
-        return 1;
+        return r == KVT_ECONFIG ? 2 : 1;
     }
     kvt_close(e);
     fprintf(stderr, "kvtier crashtest: seed %" PRIu64 " (--seed replays the operations; kill "

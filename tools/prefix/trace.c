@@ -414,8 +414,6 @@ static int builder_end(struct builder *b, int r)
 
 static int parse_chunk(struct builder *b, struct parser *ps, const char *line, size_t len)
 {
-    if (!line)
-        line = "";  /* an empty first line: read_line had nothing to allocate (NULL + 0 is UB) */
     ps->p = line;
     ps->end = line + len;
     if (memchr(line, '\0', len))
@@ -423,67 +421,99 @@ static int parse_chunk(struct builder *b, struct parser *ps, const char *line, s
     return parse_line(ps, b);
 }
 
+/* Where the lines come from: a buffer, or a file read a line at a time.
+ * Both readers run parse_lines over one, so that they cannot disagree on
+ * where a line ends, its number, or how long it may be (the fuzzer's rule:
+ * the buffer and the file read alike). */
+struct line_src {
+    const char *buf;      /* a buffer of len bytes, read from off, or */
+    size_t len, off;
+    FILE *f;              /* a file, each line read into line[cap] */
+    char *line;
+    size_t cap;
+};
+
+/* The next line of a buffer (without its '\n'). 1 = a line, 0 = the end,
+ * -E2BIG = longer than PFX_MAX_LINE. */
+static int buf_line(struct line_src *s, const char **p, size_t *n)
+{
+    if (s->off >= s->len)
+        return 0;
+    const char *at = s->buf + s->off, *nl = memchr(at, '\n', s->len - s->off);
+    size_t l = nl ? (size_t)(nl - at) : s->len - s->off;
+    if (l > PFX_MAX_LINE)
+        return -E2BIG;
+    *p = at;
+    *n = l;
+    s->off += l + 1;
+    return 1;
+}
+
+/* The next line of a file, read into s->line: grown to PFX_MAX_LINE bytes
+ * at most, so that a longer line costs no more memory than that. Returns
+ * as buf_line, or -ENOMEM, -EIO. */
+static int file_line(struct line_src *s, const char **p, size_t *n)
+{
+    size_t len = 0;
+    int c;
+    while ((c = getc_unlocked(s->f)) != EOF && c != '\n') {
+        if (len == s->cap) {
+            if (s->cap >= PFX_MAX_LINE)
+                return -E2BIG;
+            size_t nc = s->cap ? s->cap * 2 : 4096;
+            nc = nc < PFX_MAX_LINE ? nc : PFX_MAX_LINE;
+            char *nb = realloc(s->line, nc);
+            if (!nb)
+                return -ENOMEM;
+            s->line = nb;
+            s->cap = nc;
+        }
+        s->line[len++] = (char)c;
+    }
+    if (ferror(s->f))
+        return -EIO;
+    if (c == EOF && len == 0)
+        return 0;
+    *p = s->line ? s->line : ""; /* an empty first line has no buffer (NULL + 0 is UB) */
+    *n = len;
+    return 1;
+}
+
+static int parse_lines(struct builder *b, struct line_src *src, char *err, size_t errlen)
+{
+    struct parser ps = { .err = err, .errlen = errlen };
+    for (;;) {
+        if (ps.line == UINT32_MAX)
+            return fail(&ps, "more than %u lines", UINT32_MAX - 1), -E2BIG;
+        ps.line++;
+        const char *line;
+        size_t len;
+        int r = src->f ? file_line(src, &line, &len) : buf_line(src, &line, &len);
+        if (r == -E2BIG)
+            return fail(&ps, "longer than %u bytes", PFX_MAX_LINE), -E2BIG;
+        if (r == -EIO)
+            return fail(&ps, "read error"), -EIO;
+        if (r <= 0)
+            return r;
+        if ((r = parse_chunk(b, &ps, line, len)) < 0)
+            return r;
+    }
+}
+
 int pfx_trace_parse(const char *buf, size_t len, struct pfx_trace *t, char *err, size_t errlen)
 {
     struct builder b;
     builder_init(&b, t);
-    struct parser ps = { .err = err, .errlen = errlen };
-    int r = 0;
-    for (size_t off = 0; off < len && r == 0;) {
-        const char *nl = memchr(buf + off, '\n', len - off);
-        size_t l = nl ? (size_t)(nl - (buf + off)) : len - off;
-        ps.line++;
-        r = l > PFX_MAX_LINE ? (fail(&ps, "longer than %u bytes", PFX_MAX_LINE), -E2BIG)
-                             : parse_chunk(&b, &ps, buf + off, l);
-        off += l + 1;
-    }
-    return builder_end(&b, r);
-}
-
-/* Reads one line (without its '\n') into *buf, growing it up to
- * PFX_MAX_LINE. 1 = a line, 0 = end of file, <0 = error. */
-static int read_line(FILE *f, char **buf, size_t *cap, size_t *len)
-{
-    *len = 0;
-    int c = EOF;
-    while ((c = getc_unlocked(f)) != EOF && c != '\n') {
-        if (*len + 1 >= *cap) {
-            if (*cap > PFX_MAX_LINE)
-                return -E2BIG;
-            size_t nc = *cap ? *cap * 2 : 4096;
-            char *nb = realloc(*buf, nc);
-            if (!nb)
-                return -ENOMEM;
-            *buf = nb;
-            *cap = nc;
-        }
-        (*buf)[(*len)++] = (char)c;
-    }
-    if (ferror(f))
-        return -EIO;
-    return c == EOF && *len == 0 ? 0 : 1;
+    struct line_src src = { .buf = buf, .len = len };
+    return builder_end(&b, parse_lines(&b, &src, err, errlen));
 }
 
 int pfx_trace_read(FILE *f, struct pfx_trace *t, char *err, size_t errlen)
 {
     struct builder b;
     builder_init(&b, t);
-    struct parser ps = { .err = err, .errlen = errlen };
-    char *line = NULL;
-    size_t cap = 0, len;
-    int r;
-    for (;;) {
-        ps.line++;
-        if ((r = read_line(f, &line, &cap, &len)) <= 0)
-            break;
-        if ((r = parse_chunk(&b, &ps, line, len)) < 0)
-            goto out;
-    }
-    if (r == -E2BIG)
-        fail(&ps, "longer than %u bytes", PFX_MAX_LINE);
-    else if (r == -EIO)
-        fail(&ps, "read error");
-out:
-    free(line);
+    struct line_src src = { .f = f };
+    int r = parse_lines(&b, &src, err, errlen);
+    free(src.line);
     return builder_end(&b, r);
 }

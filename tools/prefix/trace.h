@@ -46,10 +46,13 @@ struct pfx_trace {
 
 /* Reads a trace from f into *t (initialised here). Returns 0; -EINVAL for a
  * malformed trace (err says "line N: what is wrong"), -E2BIG past
- * PFX_MAX_REFS references or PFX_MAX_LINE bytes in a line, -ENOMEM, -EIO. On
- * error *t is empty. The caller frees t with pfx_trace_free. */
+ * PFX_MAX_REFS references, PFX_MAX_LINE bytes in a line or 2^32 - 1 lines
+ * (err names the line), -ENOMEM, -EIO. A line is never held past
+ * PFX_MAX_LINE bytes. On error *t is empty. The caller frees t with
+ * pfx_trace_free. */
 int pfx_trace_read(FILE *f, struct pfx_trace *t, char *err, size_t errlen);
-/* The same from a buffer (no NUL needed): the fuzzers' entry. */
+/* The same from a buffer (no NUL needed), line by line exactly as
+ * pfx_trace_read: the fuzzers' entry. */
 int pfx_trace_parse(const char *buf, size_t len, struct pfx_trace *t, char *err, size_t errlen);
 void pfx_trace_free(struct pfx_trace *t);
 

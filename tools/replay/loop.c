@@ -419,16 +419,21 @@ static void progress(struct replay_ctx *x, uint64_t done, uint64_t n, double ela
     fflush(stderr);
 }
 
-/* --speed S: request req starts at its timestamp / S after the first's. */
+double replay_due_s(uint64_t t_ms, uint64_t first_ms, double speed)
+{
+    return t_ms > first_ms ? (double)(t_ms - first_ms) / 1000.0 / speed : 0;
+}
+
+/* --speed S: request req starts when it is due (replay_due_s). */
 static void pace(struct replay_ctx *x, struct replay_worker *w, uint64_t req, double start)
 {
     double s = x->o->speed;
     if (s <= 0)
         return;
-    double at = start + (double)(x->tr.req[req].t_ms - x->tr.req[0].t_ms) / 1000.0 / s;
+    double at = start + replay_due_s(x->tr.req[req].t_ms, x->tr.req[0].t_ms, s);
     double late = cli_now() - at;
     if (late < 0) {
-        cli_sleep(-late); /* cut short by SIGINT, SIGTERM */
+        cli_sleep(-late); /* in slices: never a huge time_t; cut short by SIGINT, SIGTERM */
     } else if (late > 1e-3) {
         w->part.late_requests++;
         w->part.max_late_s = late;

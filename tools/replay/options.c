@@ -55,8 +55,9 @@ static void replay_usage(FILE *f)
             "                      --ssd-dir holds (without it such a directory is refused)\n"
             "  --policy NAME       the engine's policy (default: the engine's own default)\n"
             "pace:\n"
-            "  --speed S           max (default: as fast as possible), or S > 0: requests\n"
-            "                      start at the trace's timestamps divided by S\n"
+            "  --speed S           max (default: as fast as possible), or S from 0.001 to\n"
+            "                      1e9: a request starts at its time after the first one's\n"
+            "                      divided by S (one stamped before the first: at once)\n"
             "  --requests N        replay the first N requests only (default: all)\n"
             "  --concurrency N     requests served at once, 1..%u (default 1), each by a\n"
             "                      thread taking the next request in trace order, as an\n"
@@ -64,8 +65,9 @@ static void replay_usage(FILE *f)
             "                      blocks of one still being served, so hits differ a little\n"
             "                      from kvtier sim's, which serves one at a time\n"
             "  --prefill-tokens-per-s X\n"
-            "                      the recompute rate of the TTFT model (default %.0f, an\n"
-            "                      assumed single-GPU prefill rate of an 8B model: set yours)\n"
+            "                      the recompute rate of the TTFT model, 1 to 1e12 (default\n"
+            "                      %.0f, an assumed single-GPU prefill rate of an 8B model:\n"
+            "                      set yours)\n"
             "output:\n"
             "  --trace FILE        Chrome trace-event JSON of each request's calls and the\n"
             "                      engine's transfers (Perfetto, chrome://tracing)\n"
@@ -153,8 +155,11 @@ static int opt_value(int c, const char *v, struct replay_opts *o)
             o->speed = 0;
             return 0;
         }
-        if (cli_parse_real(v, &o->speed) || !(o->speed > 0) || o->speed > 1e9)
-            return cli_bad_value("replay", "speed", v, "max, or a number above 0 (at most 1e9)");
+        if (cli_parse_real(v, &o->speed) || !(o->speed >= REPLAY_MIN_SPEED) ||
+            o->speed > REPLAY_MAX_SPEED)
+            return cli_bad_value("replay", "speed", v,
+                                 "max, or a number from 0.001 (1000 times slower than the "
+                                 "trace) to 1e9");
         return 0;
     case 'n': return cli_opt_count("replay", "requests", v, 1, UINT64_MAX, &o->requests);
     case 'C': {
@@ -163,7 +168,9 @@ static int opt_value(int c, const char *v, struct replay_opts *o)
         o->concurrency = (unsigned)n;
         return rc;
     }
-    case 'f': return cli_opt_real("replay", opt_name(c), v, 0, true, 1e12, &o->prefill_tps);
+    case 'f':
+        return cli_opt_real("replay", opt_name(c), v, REPLAY_MIN_PREFILL, false, 1e12,
+                            &o->prefill_tps);
     case 'p': o->progress = 1; return 0;
     case 'q': o->progress = 0; return 0;
     case 'j': o->json = true; return 0;
@@ -186,7 +193,7 @@ static int replay_parse(int argc, char **argv, struct replay_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("replay", c, argv);
+            return cli_getopt_error("replay", c, argv, replay_lo);
         if (opt_value(c, optarg, o))
             return -EINVAL;
         cap_given |= c == 'c';

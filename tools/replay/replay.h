@@ -39,6 +39,15 @@ struct replay_cap {
 #define REPLAY_DEFAULT_CAPACITY 0.1
 #define REPLAY_MAX_CONCURRENCY 64u
 #define REPLAY_DEFAULT_PREFILL 10000.0    /* tokens/s: an assumption, stated in --help */
+/* --prefill-tokens-per-s at least: a request's recompute time (up to 2^32
+ * tokens / this) must fit the float the percentiles are kept in, and did
+ * not at 1e-36 (the JSON said inf). */
+#define REPLAY_MIN_PREFILL 1.0
+/* --speed: 1000 times slower than the trace at most (slower, a trace of
+ * minutes would take weeks: a mistyped value, not a plan), 1e9 times faster
+ * at most (beyond, nothing is paced anyway). */
+#define REPLAY_MIN_SPEED 1e-3
+#define REPLAY_MAX_SPEED 1e9
 
 struct replay_opts {
     const char *trace_path;
@@ -50,7 +59,8 @@ struct replay_opts {
     bool overwrite_ssd_dir;          /* ssd_dir may hold persisted pages: wiped */
     const char *policy;              /* NULL: the engine's default */
     const char *trace_out;           /* --trace FILE, or NULL */
-    double speed;                    /* 0: as fast as possible; else trace time / speed */
+    double speed;                    /* 0: as fast as possible; else trace time / speed,
+                                        REPLAY_MIN_SPEED .. REPLAY_MAX_SPEED */
     double prefill_tps;              /* tokens/s of the modeled recompute */
     uint64_t requests;               /* replay the first N requests; 0 = all */
     unsigned concurrency;            /* requests served at once, a thread each */

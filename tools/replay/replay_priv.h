@@ -106,6 +106,11 @@ void replay_raw_after(struct replay_ctx *x);
 
 /* loop.c: every request of the trace; 0, or an error after its message. */
 int replay_requests(struct replay_ctx *x);
+/* Seconds after the replay's start at which a request stamped t_ms is due
+ * under --speed speed (> 0): its time since the first request's, divided
+ * by speed. One stamped earlier than the first (the format allows it) is
+ * due at once, never 2^64 ms later. */
+double replay_due_s(uint64_t t_ms, uint64_t first_ms, double speed);
 
 /* evict.c */
 int replay_lru_init(struct replay_lru *l, uint32_t blocks);

@@ -196,7 +196,9 @@ static void json_u64(const char *k, uint64_t v, bool comma)
 
 static void json_dbl(const char *k, double v, bool comma)
 {
-    printf("\"%s\": %.6g%s", k, v, comma ? ", " : "");
+    printf("\"%s\": ", k);
+    cli_json_num("%.6g", v);
+    printf("%s", comma ? ", " : "");
 }
 
 static void json_config(const struct replay_opts *o, const struct replay_result *r)

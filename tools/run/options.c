@@ -214,7 +214,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("run", c, argv);
+            return cli_getopt_error("run", c, argv, run_lo);
         if (run_option(c, optarg, o))
             return -EINVAL;
     }

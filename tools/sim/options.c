@@ -197,23 +197,22 @@ static int opt_double(const char *opt, const char *val, double lo, bool lo_ok, d
 static int opt_policies(struct sim_opts *o, const char *val)
 {
     static char buf[256];
-    if (strlen(val) >= sizeof buf)
-        return bad_value("policies", val, "a few policy names separated by commas");
-    strcpy(buf, val);
-    o->n_pol = 0;
-    char *save = NULL;
-    for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-        if (o->n_pol == SIM_MAX_POL)
-            return bad_value("policies", val, "at most 8 names");
-        const struct kvt_policy_ops *ops = kvt_policy_find(p);
+    char *items[SIM_MAX_POL];
+    int n, r = cli_split_list(val, buf, sizeof buf, items, SIM_MAX_POL, &n);
+    if (r == -E2BIG)
+        return bad_value("policies", val, "at most 8 names");
+    if (r)
+        return bad_value("policies", val, "policy names separated by commas, none empty");
+    for (int i = 0; i < n; i++) {
+        const struct kvt_policy_ops *ops = kvt_policy_find(items[i]);
         if (!ops) {
-            cli_error("sim", 2, "no policy '%s' for --policies (decode, lru, arc, prefix, belady)", p);
+            cli_error("sim", 2, "no policy '%s' for --policies (decode, lru, arc, prefix, belady)",
+                      items[i]);
             return -EINVAL;
         }
-        o->pol_names[o->n_pol++] = ops->name;
+        o->pol_names[i] = ops->name;
     }
-    if (!o->n_pol)
-        return bad_value("policies", val, "policy names separated by commas");
+    o->n_pol = n;
     o->pol_given = true;
     return 0;
 }
@@ -336,7 +335,7 @@ int sim_parse(int argc, char **argv, struct sim_opts *o)
             return 1;
         }
         if (c == '?' || c == ':')
-            return cli_getopt_error("sim", c, argv);
+            return cli_getopt_error("sim", c, argv, sim_lo);
         if ((e = sim_option(c, optarg, o)))
             return e;
     }

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -341,16 +342,41 @@ static void usage(FILE *f)
 static int opt_list(const char *opt, const char *val, char *buf, size_t n, char **items, int max,
                     int *count)
 {
-    if (strlen(val) >= n || !*val)
-        return cli_bad_value("sim", opt, val, "a list separated by commas");
-    strcpy(buf, val);
-    *count = 0;
-    for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-        if (*count == max)
-            return cli_bad_value("sim", opt, val, "at most 8 items");
-        items[(*count)++] = p;
+    int r = cli_split_list(val, buf, n, items, max, count);
+    if (r == -E2BIG)
+        return cli_bad_value("sim", opt, val, "at most 8 items");
+    if (r)
+        return cli_bad_value("sim", opt, val, "a list separated by commas, no item empty");
+    return 0;
+}
+
+/* A capacity: a fraction of the distinct blocks in (0, 1], or a whole
+ * number of blocks above 1 (cap_blocks' range). */
+static int opt_capacity(const char *val, double *out)
+{
+    double v;
+    if (cli_parse_real(val, &v) == 0 && v > 0 &&
+        (v <= 1 || (v == floor(v) && v <= (double)UINT32_MAX - 1))) {
+        *out = v;
+        return 0;
     }
-    return *count ? 0 : cli_bad_value("sim", opt, val, "a list separated by commas");
+    return cli_bad_value("sim", "capacity", val,
+                         "a fraction of the distinct blocks in (0, 1], or a whole number of "
+                         "blocks up to 4294967294");
+}
+
+/* The policies a prefix trace can run: the engine's lru, arc and prefix (if
+ * built) and Belady's MIN. decode plans decode loops: it has nothing to say
+ * on a prefix trace, so it is refused, not run. */
+static bool prefix_policy(const char *name)
+{
+    static const char *const online[] = { "lru", "arc", "prefix" };
+    if (!strcmp(name, "belady"))
+        return true;
+    for (size_t i = 0; i < sizeof(online) / sizeof(online[0]); i++)
+        if (!strcmp(name, online[i]))
+            return kvt_policy_find(name) != NULL;
+    return false;
 }
 
 static int parse(int argc, char **argv, struct popts *o, char *capbuf, char *polbuf)
@@ -376,7 +402,7 @@ static int parse(int argc, char **argv, struct popts *o, char *capbuf, char *pol
             if (opt_list("capacity", optarg, capbuf, 256, items, PFX_MAX_CAPS, &n))
                 return -EINVAL;
             for (int i = 0; i < n; i++)
-                if (cli_opt_real("sim", "capacity", items[i], 0, true, 1e12, &o->caps[i]))
+                if (opt_capacity(items[i], &o->caps[i]))
                     return -EINVAL;
             o->n_caps = n;
             break;
@@ -384,8 +410,7 @@ static int parse(int argc, char **argv, struct popts *o, char *capbuf, char *pol
             if (opt_list("policies", optarg, polbuf, 256, items, PFX_MAX_POLS, &n))
                 return -EINVAL;
             for (int i = 0; i < n; i++) {
-                const struct kvt_policy_ops *ops = kvt_policy_find(items[i]);
-                if (strcmp(items[i], "belady") && (!ops || ops->offline))
+                if (!prefix_policy(items[i]))
                     return cli_bad_value("sim", "policies", items[i],
                                          "lru, arc, prefix, belady (decode plans decode loops: "
                                          "it has nothing to say on a prefix trace)");
@@ -404,7 +429,7 @@ static int parse(int argc, char **argv, struct popts *o, char *capbuf, char *pol
             usage(stdout);
             return 1;
         default:
-            return cli_getopt_error("sim", c, argv);
+            return cli_getopt_error("sim", c, argv, lo);
         }
     }
     if (optind < argc)

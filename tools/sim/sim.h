@@ -49,9 +49,11 @@ struct sim_trace {
     uint64_t accesses, steps; /* counts of those records */
 };
 
-/* Reads a trace from f into *t (which it initialises). name is used in
- * messages only. On error returns -EINVAL (a malformed trace: err says
- * "line N: what is wrong"), -ENOMEM or -EIO, and *t is empty. */
+/* Reads a trace from f into *t (which it initialises). On error returns
+ * -EINVAL (a malformed trace: err says "line N: what is wrong"), -E2BIG (a
+ * line longer than SIM_MAX_LINE bytes, named in err: it is not read whole),
+ * -ENOMEM or -EIO, and *t is empty. */
+#define SIM_MAX_LINE (64u << 20)  /* bytes in a line, at most: as PFX_MAX_LINE */
 int sim_trace_read(FILE *f, struct sim_trace *t, char *err, size_t errlen);
 /* Writes t in the text format; -EIO when the stream fails. */
 int sim_trace_write(FILE *f, const struct sim_trace *t);

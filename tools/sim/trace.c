@@ -275,27 +275,78 @@ static int rd_line(struct reader *r, char *s)
     return rd_record(r, tok, ntok);
 }
 
+/* Reads one line (with its '\n', if any, then a NUL) into *buf, grown to
+ * SIM_MAX_LINE + 2 bytes at most, so that an endless line costs no more
+ * memory than that. Returns its length, 0 at the end of the file, -E2BIG
+ * past SIM_MAX_LINE bytes, -ENOMEM, -EIO. */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap)
+{
+    size_t len = 0;
+    int c = 0;
+    while (c != '\n' && (c = getc_unlocked(f)) != EOF) {
+        if (len + 2 > *cap) {
+            if (len > SIM_MAX_LINE)
+                return -E2BIG;
+            size_t nc = *cap ? *cap * 2 : 4096;
+            nc = nc < SIM_MAX_LINE + 2 ? nc : SIM_MAX_LINE + 2;
+            char *nb = realloc(*buf, nc);
+            if (!nb)
+                return -ENOMEM;
+            *buf = nb;
+            *cap = nc;
+        }
+        (*buf)[len++] = (char)c;
+    }
+    if (ferror(f))
+        return -EIO;
+    if (len - (c == '\n') > SIM_MAX_LINE)
+        return -E2BIG;
+    if (len)
+        (*buf)[len] = '\0';
+    return (ssize_t)len;
+}
+
+static int read_lines(FILE *f, struct reader *r)
+{
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t n = 0;
+    int e = 0;
+    for (;;) {
+        if (r->line == UINT32_MAX - 1) {
+            e = rd_err(r, "too many lines");
+            break;
+        }
+        r->line++;
+        if ((n = read_line(f, &buf, &cap)) <= 0) {
+            r->line -= n == 0;
+            break;
+        }
+        if (memchr(buf, '\0', (size_t)n)) {
+            e = rd_err(r, "a NUL byte");
+            break;
+        }
+        if ((e = rd_line(r, buf)))
+            break;
+    }
+    free(buf);
+    if (n == -E2BIG) {
+        rd_err(r, "longer than %u bytes", SIM_MAX_LINE);
+        e = -E2BIG;
+    } else if (n == -EIO) {
+        sim_seterr(r->err, r->errlen, "read error after line %u", r->line - 1);
+        e = -EIO;
+    } else if (n == -ENOMEM) {
+        e = -ENOMEM;
+    }
+    return e;
+}
+
 int sim_trace_read(FILE *f, struct sim_trace *t, char *err, size_t errlen)
 {
     *t = (struct sim_trace){ 0 };
     struct reader r = { .t = t, .err = err, .errlen = errlen };
-    char *buf = NULL;
-    size_t cap = 0;
-    int e = 0;
-    while (getline(&buf, &cap, f) >= 0) {
-        if (r.line == UINT32_MAX - 1) {
-            e = rd_err(&r, "too many lines");
-            break;
-        }
-        r.line++;
-        if ((e = rd_line(&r, buf)))
-            break;
-    }
-    free(buf);
-    if (!e && ferror(f)) {
-        sim_seterr(err, errlen, "read error after line %u", r.line);
-        e = -EIO;
-    }
+    int e = read_lines(f, &r);
     if (!e && r.line == 0)
         e = sim_seterr(err, errlen, "empty file: not a kvtier trace");
     if (!e && !t->page_bytes)

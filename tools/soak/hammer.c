@@ -557,7 +557,7 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'r': r = cli_opt_count("hammer", "report", optarg, 0, 86400, &v); o->report_s = (unsigned)v; break;
         case 'm': r = cli_opt_count("hammer", "min-ops", optarg, 0, UINT64_MAX, &o->min_ops); break;
         case 'h': exit(usage(0));
-        default: r = cli_getopt_error("hammer", c, argv); break;
+        default: r = cli_getopt_error("hammer", c, argv, lo); break;
         }
         if (r) {
             if (r != -EINVAL)
