@@ -395,7 +395,8 @@ static void test_engine_uses_the_space_there_is(void **state)
     kvt_close(e);
 }
 
-/* A file system that cannot hold what the decode keeps on SSD: the run ends
+/* A file system that cannot hold what the decode keeps on SSD (KV 129 MiB,
+ * HBM 20 MiB and DRAM 8 MiB, 52 MiB free): the run ends
  * with an error that names the lack of space (exit 1), never a wrong
  * output, a crash or a hang. */
 static void test_no_room_for_the_kv(void **state)
@@ -405,7 +406,8 @@ static void test_no_room_for_the_kv(void **state)
     cur = &f;
     char spill[700];
     snprintf(spill, sizeof spill, "%s/spill", f.mnt);
-    char *args[] = { "--layers", "3", "--ssd-dir", spill, "--no-progress", NULL };
+    char *args[] = { "--layers", "4", "--hbm", "20M", "--dram", "8M", "--ssd-dir", spill,
+                     "--no-progress", NULL };
     static struct outcome o;
     run_kvtier(&f, args, false, &o);
     int code = WIFEXITED(o.status) ? WEXITSTATUS(o.status) : -1;
