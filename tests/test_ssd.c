@@ -1828,6 +1828,77 @@ static void test_flush_more_than_ssd(void **state)
     assert_no_errors(e);
 }
 
+/* More pages dirty in HBM than DRAM has slots (issue 32, the review of the
+ * full-engine fix): the flush writes them through DRAM to SSD in turn. It
+ * dropped the DRAM copies it had just made (those pages were in HBM, so the
+ * copies looked free), answered KVT_EFULL without persist's room, and a
+ * cache evicted every page on SSD instead. Now: 0, nothing evicted, every
+ * page back after a reopen. */
+static void test_flush_more_dirty_than_dram(void **state)
+{
+    struct fx *f = *state;
+    enum { HBM = 8, DRAM = 4 };
+    for (int cache = 0; cache < 2; cache++) {
+        kvt_config c = fx_config(f, HBM, DRAM, 64, 1);
+        c.flags = cache ? KVT_FLAG_EVICT : 0;
+        kvt_engine *e = fx_open_cfg(f, &c);
+        for (uint32_t i = 0; i < 20; i++) /* on SSD: a cache would evict these first */
+            put_ok(e, t_key(181, 1, i), 1);
+        assert_int_equal(kvt_flush(e), 0);
+        for (uint32_t i = 0; i < HBM; i++)
+            create_v(e, t_key(181, 0, i), 1);
+        assert_int_equal(kvt_flush(e), 0);
+        kvt_stats st = t_stats(e);
+        assert_int_equal(st.evicted_pages, 0);
+        assert_int_equal(st.pages, 20 + HBM);
+        e = fx_reopen(f);
+        assert_int_equal(t_stats(e).pages, 20 + HBM);
+        for (uint32_t i = 0; i < HBM; i++)
+            expect_get(e, t_key(181, 0, i), 1);
+        for (uint32_t i = 0; i < 20; i++)
+            expect_get(e, t_key(181, 1, i), 1);
+        fx_close(f);
+        rm_tree(f->dir);
+        assert_int_equal(mkdir(f->dir, 0700), 0);
+    }
+}
+
+/* A page kvt_create made and the caller has not released is not written by
+ * a flush: its slot still holds whatever was there (here a dropped key's
+ * bytes), and a crash then served them under the new key, checksum and
+ * all. After the crash the created key is absent. */
+static void test_created_page_is_not_flushed(void **state)
+{
+    struct fx *f = *state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        kvt_config c = fx_config(f, 4, 8, 64, 1);
+        c.device = KVT_DEVICE_HOST;
+        kvt_engine *e = NULL;
+        if (kvt_open(&c, &e))
+            _exit(2);
+        kvt_key k1 = t_key(191, 0, 1), k2 = t_key(191, 0, 2);
+        static _Alignas(4096) unsigned char page[PB];
+        memset(page, 'S', PB);
+        const void *src = page;
+        void *d = NULL;
+        if (kvt_put(e, &k1, 1, &src, 0) || kvt_acquire(e, &k1, 1, &d) ||
+            kvt_release(e, &k1, 1, 0) || kvt_drop(e, &k1, 1))
+            _exit(3);
+        if (kvt_create(e, k2, &d) || kvt_flush(e))
+            _exit(4);
+        _exit(0); /* a crash: no close, k2 still the caller's */
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    kvt_engine *e = fx_open(f, 4, 8, 64, 1);
+    expect_missing(e, t_key(191, 0, 2));
+    assert_no_errors(e);
+}
+
 /* acquire_async of SSD-only pages (one repeated): the ticket covers the SSD
  * reads and the DRAM->HBM copies. */
 static void test_acquire_async_from_ssd(void **state)
@@ -1904,6 +1975,8 @@ int main(void)
         T2(test_flush_more_than_ssd),
         T2(test_persist_full_swaps_pages),
         T2(test_acquire_async_from_ssd),
+        T2(test_flush_more_dirty_than_dram),
+        T1(test_created_page_is_not_flushed, P_PSYNC_NONE),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -220,6 +220,30 @@ static void test_replace(void **state)
     kvt_index_close(ix);
 }
 
+/* A deletion queued for one version deletes only the entry that names its
+ * slot: a newer write of the key, committed first, keeps its entry (issue
+ * 32: a drop while the page's write was in flight, then a put of the key,
+ * lost the new version's entry, and the engine took the page as on SSD). */
+static void test_delete_where(void **state)
+{
+    struct kvt_index *ix = open_ok(*state, true, 0, NULL);
+    kvt_key k = t_key(8, 0, 0);
+    struct kvt_ssd_entry newer = entry_for(k, 12, FP), e;
+    assert_int_equal(kvt_index_commit(ix, &k, &newer, 1, NULL, 0, false), 0);
+    struct kvt_index_where old = { newer.segment, newer.offset + 4096 };
+    assert_int_equal(kvt_index_delete_where(ix, &k, &old, 1), 0);
+    assert_int_equal(kvt_index_get(ix, &k, &e), 0);
+    assert_entry(&e, k, 12, FP);
+    struct kvt_index_where same = { newer.segment, newer.offset };
+    kvt_key missing = t_key(9, 0, 0);
+    kvt_key both[2] = { k, missing };
+    struct kvt_index_where at[2] = { same, same };
+    assert_int_equal(kvt_index_delete_where(ix, both, at, 2), 0);
+    assert_int_equal(kvt_index_get(ix, &k, &e), KVT_ENOTFOUND);
+    assert_int_equal(kvt_index_delete_where(ix, both, NULL, 2), -EINVAL);
+    kvt_index_close(ix);
+}
+
 static void test_delete(void **state)
 {
     struct kvt_index *ix = open_ok(*state, true, 0, NULL);
@@ -1027,6 +1051,7 @@ int main(void)
         T(test_put_get_roundtrip),
         T(test_replace),
         T(test_delete),
+        T(test_delete_where),
         T(test_bad_batch_applies_nothing),
         T(test_reopen_finds_all),
         T(test_persist0_wipes),

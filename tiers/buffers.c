@@ -444,6 +444,15 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
         size_t k = 0;
         for (; k < n && r == 0; k++) {
             uint32_t old = kvt_ptable_find(&e->pt, &keys[k]);
+            if (keeps_old(e, old) && e->pt.live > kvt_capacity(e)) {
+                /* More pages than the SSD holds durably (a store reopened
+                 * with less room, slots gone bad): a rewrite could not be
+                 * made durable. Refused; the old version stays. */
+                r = kvt_fail(KVT_EFULL, "every tier is full: %u pages held, more than the %llu "
+                             "the SSD holds durably; an overwrite is refused", e->pt.live,
+                             (unsigned long long)kvt_capacity(e));
+                break;
+            }
             if (!keeps_old(e, old) && (tight || kvt_admit(e) < 0)) {
                 /* Full (or room_ahead's room is the new keys'): an overwrite
                  * may give up the old page to make room. If the put then

@@ -163,7 +163,15 @@ static bool usable_dram_evict(void *ctx, uint32_t pg)
 
 static bool usable_dram_free(void *ctx, uint32_t pg)
 {
+    kvt_engine *e = ctx;
+    if (e->dram.flushing && e->ssd && !(kvt_pg(&e->pt, pg)->flags & PG_VALID_SSD))
+        return false; /* its HBM copy would be dirty again: written instead */
     return can_leave(ctx, pg, KVT_LEAVE_FREE);
+}
+
+void kvt_dram_flushing(kvt_engine *e, bool on)
+{
+    e->dram.flushing = on;
 }
 
 static bool usable_dram_write(void *ctx, uint32_t pg)
@@ -188,7 +196,8 @@ static int evict_in_order(kvt_engine *e, uint32_t need, uint32_t *coming)
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_evict, e);
         if (v == KVT_NONE)
             break;
-        if (kvt_pg(&e->pt, v)->flags & (PG_VALID_HBM | PG_VALID_SSD)) {
+        uint16_t f = kvt_pg(&e->pt, v)->flags;
+        if ((f & PG_VALID_SSD) || ((f & PG_VALID_HBM) && !e->dram.flushing)) {
             kvt_page_drop_copy(e, v, KVT_TIER_DRAM);
             continue;
         }

@@ -130,7 +130,8 @@ static uint32_t next_dirty(kvt_engine *e, bool all, uint32_t *at, struct usable_
         return e->pol->victim(e->pol_priv, KVT_TIER_HBM, usable_hbm, u);
     for (; *at < e->pt.used; (*at)++) {
         const struct kvt_page *p = kvt_pg(&e->pt, *at);
-        if ((p->flags & PG_HASHED) && p->xfer == XFER_NONE && kvt_page_dirty_flags(p->flags))
+        if ((p->flags & PG_HASHED) && p->xfer == XFER_NONE && kvt_page_dirty_flags(p->flags) &&
+            !(p->flags & PG_CREATED))
             return (*at)++;
     }
     return KVT_NONE;

@@ -25,7 +25,7 @@
  * not make them all durable and kvt_close would lose some; with HBM + DRAM
  * + SSD pages, a flushed copy given up for room came back older or not at
  * all after a crash (docs/design.md#when-the-engine-is-full). */
-static uint64_t capacity(const kvt_engine *e)
+uint64_t kvt_capacity(const kvt_engine *e)
 {
     if (e->ssd && e->cfg.persist)
         return kvt_ssd_durable_room(e);
@@ -35,13 +35,13 @@ static uint64_t capacity(const kvt_engine *e)
 
 uint64_t kvt_room(const kvt_engine *e)
 {
-    uint64_t cap = capacity(e);
+    uint64_t cap = kvt_capacity(e);
     return e->pt.live < cap ? cap - e->pt.live : 0;
 }
 
 int kvt_admit(kvt_engine *e)
 {
-    uint64_t cap = capacity(e);
+    uint64_t cap = kvt_capacity(e);
     if (e->pt.live < cap)
         return 0;
     return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (%s)",
@@ -450,6 +450,7 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
     kvt_page_now_valid(e, pg, KVT_TIER_HBM);
     kvt_page_indexed(e, pg);
     kvt_page_pin(e, pg);
+    kvt_page_created(e, pg);
     *dev_ptr = hbm_ptr(e, pg);
     kvt_mover_kick(e);
 out:
@@ -652,7 +653,26 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
  * FLUSH_STUCK_ROUNDS such rounds a cache (KVT_FLAG_EVICT) drops the
  * policy's victim, as a put would, and goes on; any other engine says what
  * stops it. */
+static int flush_hbm_rounds(kvt_engine *e);
+
+/* Whether a flush that finds no room below may drop a cache's victim. With
+ * persist the capacity leaves the SSD room for every page held, so only an
+ * engine over it (reopened with less room) drops any: a flush that dropped
+ * pages it did not need to lost them. */
+static bool may_evict(const kvt_engine *e)
+{
+    return !(e->ssd && e->cfg.persist) || kvt_room(e) == 0;
+}
+
 static int flush_hbm(kvt_engine *e)
+{
+    kvt_dram_flushing(e, true);
+    int r = flush_hbm_rounds(e);
+    kvt_dram_flushing(e, false);
+    return r;
+}
+
+static int flush_hbm_rounds(kvt_engine *e)
 {
     unsigned stuck = 0;
     for (;;) {
@@ -669,8 +689,8 @@ static int flush_hbm(kvt_engine *e)
         int m = kvt_make_room_dram(e, (uint32_t)(e->hbm.dirty ? e->hbm.dirty : 1), &w);
         if (m == -EAGAIN)
             kvt_wait_on(e, &w, false);
-        else if (m == KVT_EFULL && kvt_evict_one(e) == 0)
-            kvt_clear_error(); /* a cache drops the policy's victim for room, as a put does */
+        else if (m == KVT_EFULL && may_evict(e) && kvt_evict_one(e) == 0)
+            kvt_clear_error(); /* a full cache drops the policy's victim, as a put does */
         else if (m < 0 && e->hbm.dirty >= dirty)
             return r; /* no room anywhere and no progress */
         if (e->failed)
@@ -681,7 +701,7 @@ static int flush_hbm(kvt_engine *e)
             stuck++;
         if (stuck < FLUSH_STUCK_ROUNDS)
             continue;
-        if (kvt_evict_one(e) == 0) {
+        if (may_evict(e) && kvt_evict_one(e) == 0) {
             stuck = 0;
             continue;
         }
@@ -714,7 +734,17 @@ static int flush_persist(kvt_engine *e)
             break;
         if ((missing = kvt_ssd_flush_pass(e, &fs)) <= 0)
             break;
-        stuck = missing < prev ? 0 : stuck + 1;
+        if (fs.on_device) { /* copies up or down in flight hold them: wait for the device */
+            int w = kvt_wait_fence(e, KVT_H2D, kvt_copy_last(e, KVT_H2D), false);
+            if (w == 0)
+                w = kvt_wait_fence(e, KVT_D2H, kvt_copy_last(e, KVT_D2H), false);
+            if (w < 0) {
+                r = kvt_fail(w, "a copy failed: %s", kvt_strerror(w));
+                missing = 0;
+                break;
+            }
+        }
+        stuck = missing < prev || fs.on_device ? 0 : stuck + 1;
         prev = missing;
     }
     if (missing < 0)

@@ -291,9 +291,15 @@ void kvt_page_pin(kvt_engine *e, uint32_t pg)
     kvt_page_sync(e, pg, true);
 }
 
+void kvt_page_created(kvt_engine *e, uint32_t pg)
+{
+    page_flags(e, pg, PG_CREATED, 0);
+}
+
 void kvt_page_unpin(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
+    page_flags(e, pg, 0, PG_CREATED); /* released: the caller's bytes are the page's */
     if (--p->pins == 0) {
         e->st.pinned_pages--;
         page_let_go(e);

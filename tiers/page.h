@@ -48,6 +48,9 @@ enum {
                                  data bad (permissions, resources): the copy stays; the next
                                  load reports ssd_read_err once, later ones try again */
     PG_PUT_CRC = 1u << 14,    /* crc holds the CRC32C of the page's bytes: see crc */
+    PG_CREATED = 1u << 15,    /* made by kvt_create and not released yet: its bytes are the
+                                 caller's to write (the slot's old bytes until then), so no
+                                 flush or write-back takes them down */
 };
 
 #define PG_VALID_ALL (PG_VALID_HBM | PG_VALID_DRAM | PG_VALID_SSD)

@@ -378,7 +378,7 @@ uint64_t kvt_ssd_read_all(kvt_engine *e)
 static bool needs_ssd_copy(const struct kvt_page *p)
 {
     return (p->flags & PG_HASHED) && (p->flags & (PG_VALID_HBM | PG_VALID_DRAM)) &&
-           !(p->flags & PG_VALID_SSD);
+           !(p->flags & (PG_VALID_SSD | PG_CREATED));
 }
 
 static bool still_missing(kvt_engine *e, const struct kvt_flush_item *it)
@@ -394,7 +394,7 @@ int kvt_ssd_flush_begin(kvt_engine *e, struct kvt_flush_set *fs)
     size_t n = 0;
     for (uint32_t pg = 0; pg < e->pt.used; pg++)
         n += needs_ssd_copy(kvt_pg(&e->pt, pg));
-    *fs = (struct kvt_flush_set){ malloc((n ? n : 1) * sizeof(*fs->items)), 0, 0 };
+    *fs = (struct kvt_flush_set){ malloc((n ? n : 1) * sizeof(*fs->items)), 0, 0, 0 };
     if (!fs->items)
         return kvt_fail(-ENOMEM, "out of memory");
     for (uint32_t pg = 0; pg < e->pt.used; pg++)
@@ -434,8 +434,14 @@ int64_t kvt_ssd_flush_pass(kvt_engine *e, struct kvt_flush_set *fs)
     if (e->failed)
         return kvt_check_failed(e);
     int64_t missing = 0;
-    for (size_t i = 0; i < fs->n; i++)
-        missing += still_missing(e, &fs->items[i]);
+    fs->on_device = 0;
+    for (size_t i = 0; i < fs->n; i++) {
+        if (!still_missing(e, &fs->items[i]))
+            continue;
+        uint8_t x = kvt_pg(&e->pt, fs->items[i].pg)->xfer;
+        fs->on_device += x == XFER_UP || x == XFER_DOWN;
+        missing++;
+    }
     return missing;
 }
 
@@ -443,9 +449,10 @@ int kvt_ssd_flush_error(kvt_engine *e, const struct kvt_flush_set *fs, int64_t m
 {
     /* The error as it happened: a full tier, a full disk, a refused file;
      * -EIO only when the writes themselves failed on the medium. */
-    int err = fs->err;
-    if (!err)
-        err = e->ssd_tier.write_err ? e->ssd_tier.write_err : -EIO;
+    int err = fs->err ? fs->err : e->ssd_tier.write_err;
+    if (!err) /* no write failed: the pages stayed in other calls' hands */
+        return kvt_fail(-EBUSY, "%lld pages could not be written to SSD: other calls kept them "
+                        "busy (copies in flight) through every pass", (long long)missing);
     return kvt_fail(err, "%lld pages could not be written to SSD (%s)", (long long)missing,
                     kvt_strerror(err));
 }

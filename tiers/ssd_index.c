@@ -103,7 +103,10 @@ static int ix_grow(struct kvt_index *ix)
     mdb_env_info(ix->env, &ei);
     if (ei.me_mapsize > SIZE_MAX / 2)
         return MDB_MAP_FULL;
-    return ix_remap(ix, ei.me_mapsize * 2);
+    size_t to = ix_map_cap(ei.me_mapsize * 2);
+    if (to <= ei.me_mapsize)
+        return MDB_MAP_FULL;
+    return ix_remap(ix, to);
 }
 
 static void ix_set_lazy(struct kvt_index *ix, int on)
@@ -222,7 +225,25 @@ struct batch {
     size_t n;
     const kvt_key *del_keys;
     size_t m;
+    const struct kvt_index_where *del_at;   /* NULL: delete whatever the key names */
 };
+
+/* Whether the entry under k still names where: a deletion for a dropped
+ * page must not take the entry a newer write of the same key put there
+ * meanwhile (a drop while its write was in flight, then a put: the new
+ * version's entry went, and the engine took the page as on SSD). */
+static int names(MDB_txn *txn, MDB_dbi dbi, MDB_val *k, const struct kvt_index_where *where)
+{
+    MDB_val v;
+    int rc = mdb_get(txn, dbi, k, &v);
+    if (rc)
+        return rc;
+    struct kvt_ssd_entry e;
+    if (v.mv_size != sizeof(e))
+        return 0; /* not an entry this version reads: it goes */
+    memcpy(&e, v.mv_data, sizeof(e));
+    return e.segment == where->segment && e.offset == where->offset ? 0 : MDB_NOTFOUND;
+}
 
 static int commit_body(struct kvt_index *ix, MDB_txn *txn, void *arg)
 {
@@ -238,7 +259,9 @@ static int commit_body(struct kvt_index *ix, MDB_txn *txn, void *arg)
     }
     for (size_t j = 0; j < b->m; j++) {
         k = key_encode(&b->del_keys[j], &kb);
-        rc = mdb_del(txn, ix->pages, &k, NULL);
+        rc = b->del_at ? names(txn, ix->pages, &k, &b->del_at[j]) : 0;
+        if (rc == 0)
+            rc = mdb_del(txn, ix->pages, &k, NULL);
         if (rc != 0 && rc != MDB_NOTFOUND)
             return rc;
     }
@@ -256,11 +279,30 @@ static int check_batch(const struct batch *b)
     return 0;
 }
 
+static int index_commit(struct kvt_index *ix, const struct batch *bp, bool sync);
+
 int kvt_index_commit(struct kvt_index *ix, const kvt_key *put_keys,
                      const struct kvt_ssd_entry *put_vals, size_t n, const kvt_key *del_keys,
                      size_t m, bool sync)
 {
-    struct batch b = { put_keys, put_vals, n, del_keys, m };
+    struct batch b = { put_keys, put_vals, n, del_keys, m, NULL };
+    return index_commit(ix, &b, sync);
+}
+
+int kvt_index_delete_where(struct kvt_index *ix, const kvt_key *keys,
+                           const struct kvt_index_where *where, size_t m)
+{
+    struct batch b = { NULL, NULL, 0, keys, m, where };
+    if (m && !where)
+        return kvt_fail(-EINVAL, "kvt_index_delete_where: NULL array with a nonzero count");
+    return index_commit(ix, &b, false);
+}
+
+static int index_commit(struct kvt_index *ix, const struct batch *bp, bool sync)
+{
+    struct batch b = *bp;
+    size_t n = b.n, m = b.m;
+    const struct kvt_ssd_entry *put_vals = b.put_vals;
     int rc;
     if (!ix)
         return kvt_fail(-EINVAL, "kvt_index_commit: index is NULL");

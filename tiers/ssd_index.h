@@ -78,6 +78,18 @@ int kvt_index_open_repair(const char *dir, struct kvt_index **out);
 
 void kvt_index_close(struct kvt_index *ix);
 
+/* Where an entry's bytes are (struct kvt_ssd_entry's segment and offset). */
+struct kvt_index_where {
+    uint32_t segment;
+    uint64_t offset;
+};
+/* One write transaction deleting each keys[i] only while its entry still
+ * names where[i]: a deletion queued for one version never takes the entry
+ * a later write of the same key made. Durable as kvt_index_commit's
+ * deleting commits are. Returns 0 or -errno/KVT_E*. */
+int kvt_index_delete_where(struct kvt_index *ix, const kvt_key *keys,
+                           const struct kvt_index_where *where, size_t m);
+
 /* One write transaction: put n entries (replacing existing keys) and delete m
  * keys (missing ones ignored). With sync, the commit is durable on return
  * (LMDB's lazy flag is off for that commit); without, it is durable at the

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "tiers/ssd_index.h"
 #include "tiers/tiers.h"
@@ -54,6 +55,19 @@ struct kvt_index {
 
 /* LMDB returns positive errno values and its own MDB_* block; callers see
  * -errno and KVT_E* only. */
+/* The map size the index may use: at most RLIMIT_FSIZE, whole pages. The
+ * data file grows to what the map holds, and a write past the limit raises
+ * SIGXFSZ, which would kill the host; a map that cannot grow is MDB_MAP_FULL
+ * (-ENOSPC) instead. */
+static inline size_t ix_map_cap(size_t bytes)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        (uint64_t)bytes <= (uint64_t)rl.rlim_cur)
+        return bytes;
+    return (size_t)(rl.rlim_cur & ~(rlim_t)4095);
+}
+
 static inline int ix_err(int rc)
 {
     switch (rc) {

@@ -319,7 +319,7 @@ static int try_open(struct kvt_index *ix, size_t map_bytes, struct open_scan *s)
     if ((rc = mdb_env_create(&ix->env)) != 0)
         return ix_err(rc);
     mdb_env_set_maxdbs(ix->env, 2);
-    mdb_env_set_mapsize(ix->env, map_bytes);
+    mdb_env_set_mapsize(ix->env, ix_map_cap(map_bytes));
     rc = mdb_env_open(ix->env, where,
                       MDB_NOLOCK | MDB_NOTLS | ix_lazy_flag(ix->persist) |
                       (s->mode == IX_READONLY ? MDB_RDONLY : 0), 0600);

@@ -549,16 +549,25 @@ static void pipe_commit(kvt_engine *e)
 }
 
 /* Deletions queued by drops: one transaction, committed before any write
- * taken after them, so a key dropped and written again ends up present. */
+ * taken after them, so a key dropped and written again ends up present.
+ * Each deletes its entry only while it names the dropped page's slot: a
+ * write of a newer version may have committed first (a drop while the
+ * page's write was in flight, then a put of the key). */
 static int pipe_deletes(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n)
 {
     kvt_key *k = malloc((n ? n : 1) * sizeof(*k));
-    if (!k)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < n; i++)
+    struct kvt_index_where *w = malloc((n ? n : 1) * sizeof(*w));
+    int r = -ENOMEM;
+    if (!k || !w)
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
         k[i] = dels[i].key;
-    int r = kvt_index_commit(kvt_ssd_index(e->ssd), NULL, NULL, 0, k, n, false);
+        kvt_ssd_where(e->ssd, dels[i].slot, &w[i].segment, &w[i].offset);
+    }
+    r = kvt_index_delete_where(kvt_ssd_index(e->ssd), k, w, n);
+out:
     free(k);
+    free(w);
     return r;
 }
 

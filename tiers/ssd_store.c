@@ -526,10 +526,11 @@ static int seg_grow(struct kvt_ssd *s, uint32_t seg, uint32_t want)
      * (ext4 does), blocks of slots not handed out yet that the disk then
      * lacks for the ones that are. At most half of what is free. */
     struct statvfs vfs;
-    uint64_t room = fstatvfs(fd, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 : 0;
     uint32_t step = s->grow_slots;
-    if (room && room / s->slot_bytes < step)
-        step = (uint32_t)(room / s->slot_bytes);
+    if (fstatvfs(fd, &vfs) == 0) {
+        uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 / s->slot_bytes;
+        step = room < step ? (uint32_t)room : step; /* 0: the slot asked for alone */
+    }
     for (;;) {
         uint32_t to = have + step;
         to = to < want ? want : to > cap ? cap : to;
@@ -629,6 +630,11 @@ static void seg_drop_if_empty(struct kvt_ssd *s, uint32_t seg)
  * full disk is not asked again for a second (the slot stays free). */
 static int seg_ready_for(struct kvt_ssd *s, uint32_t seg, uint32_t idx)
 {
+    /* Every slot handed out is checked against the limit as it is now, the
+     * ones whose blocks are there too: a write past it raises SIGXFSZ. */
+    if (idx >= fsize_slots_now(s))
+        return kvt_fail(-EFBIG, "%s: slot %u of segment %u lies past the file size limit "
+                        "(RLIMIT_FSIZE)", s->dir, idx, seg);
     int r = seg_open(s, seg, true);
     if (r < 0 || idx < s->seg_ready[seg])
         return r;

@@ -166,6 +166,11 @@ struct kvt_dram {
      * engine every eviction asks for one and the DRAM-only pages would be
      * walked past each time. */
     uint32_t red_head, red_tail;
+    /* A flush is bringing dirty HBM pages down (kvt_dram_flushing): room in
+     * DRAM comes from writing to SSD the DRAM copies HBM also holds, not
+     * from dropping them, which would make those pages dirty again (more
+     * dirty pages than DRAM slots then never went down). */
+    bool flushing;
 };
 
 /* ------------------------------------------------------------- SSD (ssd.c) */
@@ -480,6 +485,8 @@ void kvt_page_settle(kvt_engine *e, uint32_t pg);
 /* A slot of tier (HBM or DRAM) for pg from the free ones, stored; KVT_NONE
  * when none is free. */
 uint32_t kvt_page_take_slot(kvt_engine *e, uint32_t pg, int tier);
+/* A page kvt_create made: not written down until its release (PG_CREATED). */
+void kvt_page_created(kvt_engine *e, uint32_t pg);
 void kvt_page_now_valid(kvt_engine *e, uint32_t pg, int tier);
 /* The copy of tier is given up (another tier holds the page, or it goes). */
 void kvt_page_drop_copy(kvt_engine *e, uint32_t pg, int tier);
@@ -580,6 +587,8 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w);
 void kvt_dram_restore_spare(kvt_engine *e);
 /* Bulk, for benchmarks: drops every DRAM copy that SSD also holds. */
 void kvt_dram_drop_redundant(kvt_engine *e);
+/* A flush's write-backs begin (on) or end: see struct kvt_dram, flushing. */
+void kvt_dram_flushing(kvt_engine *e, bool on);
 
 /* ------------------------------------------------------------- ssd.c */
 
@@ -624,6 +633,8 @@ struct kvt_flush_set {
     struct kvt_flush_item *items;
     size_t n;
     int err;    /* why a write could not be queued, for the answer */
+    uint32_t on_device; /* of those still missing after a pass, the ones with a copy to or
+                           from HBM in flight: the pass waits for the device, not the SSD */
 };
 /* Lists the pages into *fs (which the caller ends with kvt_ssd_flush_end).
  * -ENOMEM. */
@@ -697,6 +708,9 @@ bool kvt_mover_is_self(const kvt_engine *e);
 
 /* ------------------------------------------------------------- manager.c */
 
+/* Pages the engine may hold: HBM + DRAM + SSD, or with persist what the
+ * SSD holds durably. */
+uint64_t kvt_capacity(const kvt_engine *e);
 /* 0 when one more page fits in the engine's capacity, else KVT_EFULL. */
 int kvt_admit(kvt_engine *e);
 /* How many more pages fit in the engine's capacity (HBM + DRAM + SSD slots,
