@@ -647,27 +647,38 @@ static int set_fsize(rlim_t bytes)
     return setrlimit(RLIMIT_FSIZE, &lim);
 }
 
-/* Pages up to n go to SSD (DRAM and HBM hold 12, and a spare) and each reads back; the
- * puts past what the limit lets the SSD hold fail with KVT_EFULL. Returns
- * how many were stored in *stored. */
-static int store_under_limit(struct fx *f, kvt_engine *e, uint64_t n, uint64_t *stored)
+/* With the limit at 64 slots (set before, or now when lower is set): 200
+ * puts, one page each. Those up to what HBM, DRAM (12, and a spare) and
+ * the 64 slots hold are stored and read back; the rest fail with
+ * KVT_EFULL; no slot is retired. Closes e. */
+static int store_under_limit(kvt_engine *e, bool lower)
 {
-    int bad = 0, r = 0;
-    (void)f;
-    *stored = 0;
-    for (uint64_t i = 0; i < n && r == 0; i++)
+    int bad = lower ? CHECK(set_fsize(64 * PB) == 0) : 0, r = 0;
+    uint64_t stored = 0;
+    for (uint64_t i = 0; i < 200 && r == 0; i++)
         if ((r = try_put_pages(e, i, 1)) == 0)
-            (*stored)++;
+            stored++;
     bad += CHECK(r == 0 || r == KVT_EFULL);
     bad += CHECK(t_stats(e).ssd_bad_slots == 0);
     static _Alignas(4096) unsigned char page[PB];
-    for (uint64_t i = 0; i < *stored; i++) {
+    for (uint64_t i = 0; i < stored; i++) {
         kvt_key k = t_key(i, 0, 0);
         void *dst = page;
         int found = 0;
         bad += CHECK(kvt_get(e, &k, 1, &dst, 0, &found) == 0 && found && t_check(page, PB, k, 1));
     }
+    if (CHECK(stored > 64 && stored <= 64 + 13))
+        fprintf(stderr, "stored %llu\n", (unsigned long long)stored), bad++;
+    kvt_close(e);
     return bad;
+}
+
+static kvt_engine *open_unlimited(struct fx *f, int *bad)
+{
+    kvt_config c = cfg(f, 0);
+    kvt_engine *e = NULL;
+    *bad += CHECK(t_open_io(&c, &e) == 0);
+    return e;
 }
 
 /* The limit below the first segment (256 pages) at open: the 64 slots
@@ -675,34 +686,16 @@ static int store_under_limit(struct fx *f, kvt_engine *e, uint64_t n, uint64_t *
 static int fsize_at_open(struct fx *f)
 {
     int bad = CHECK(set_fsize(64 * PB) == 0);
-    kvt_config c = cfg(f, 0);
-    kvt_engine *e = NULL;
-    bad += CHECK(t_open_io(&c, &e) == 0);
-    if (!e)
-        return bad;
-    uint64_t stored = 0;
-    bad += store_under_limit(f, e, 200, &stored);
-    if (CHECK(stored > 64 && stored <= 64 + 13))
-        return fprintf(stderr, "stored %llu\n", (unsigned long long)stored), bad + 1;
-    kvt_close(e);
-    return bad;
+    kvt_engine *e = open_unlimited(f, &bad);
+    return e ? store_under_limit(e, false) + bad : bad;
 }
 
 /* The limit lowered while the engine is open: the same. */
 static int fsize_while_open(struct fx *f)
 {
-    kvt_config c = cfg(f, 0);
-    kvt_engine *e = NULL;
-    int bad = CHECK(t_open_io(&c, &e) == 0);
-    if (!e)
-        return bad;
-    bad += CHECK(set_fsize(64 * PB) == 0);
-    uint64_t stored = 0;
-    bad += store_under_limit(f, e, 200, &stored);
-    if (CHECK(stored > 64 && stored <= 64 + 13))
-        return fprintf(stderr, "stored %llu\n", (unsigned long long)stored), bad + 1;
-    kvt_close(e);
-    return bad;
+    int bad = 0;
+    kvt_engine *e = open_unlimited(f, &bad);
+    return e ? store_under_limit(e, true) + bad : bad;
 }
 
 /* The limit lowered after the segment grew past it: slots whose blocks are
@@ -710,9 +703,8 @@ static int fsize_while_open(struct fx *f)
  * SIGXFSZ). */
 static int fsize_after_growth(struct fx *f)
 {
-    kvt_config c = cfg(f, 0);
-    kvt_engine *e = NULL;
-    int bad = CHECK(t_open_io(&c, &e) == 0);
+    int bad = 0;
+    kvt_engine *e = open_unlimited(f, &bad);
     if (!e)
         return bad;
     bad += CHECK(try_put_pages(e, 0, 150) == 0);
@@ -721,13 +713,7 @@ static int fsize_after_growth(struct fx *f)
         kvt_key k = t_key(i, 0, 0);
         bad += CHECK(kvt_drop(e, &k, 1) == 0);
     }
-    bad += CHECK(set_fsize(64 * PB) == 0);
-    uint64_t stored = 0;
-    bad += store_under_limit(f, e, 200, &stored);
-    if (CHECK(stored > 64 && stored <= 64 + 13))
-        return fprintf(stderr, "stored %llu\n", (unsigned long long)stored), bad + 1;
-    kvt_close(e);
-    return bad;
+    return store_under_limit(e, true) + bad;
 }
 
 /* The limit below one slot: the open fails, saying so. */
