@@ -220,6 +220,15 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A 64 MiB file system for the test (the teardown removes it) and the path
+ * of a spill directory on it. */
+static void fs_spill(struct fs *f, char *spill, size_t n)
+{
+    fs_make(f, 64);
+    cur = f;
+    snprintf(spill, n, "%s/spill", f->mnt);
+}
+
 static uint64_t free_bytes(const char *path)
 {
     struct statvfs v;
@@ -322,10 +331,8 @@ static void print_ending(const char *out)
 static void test_less_room_than_the_segment(void **state)
 {
     static struct fs f;
-    fs_make(&f, 64);
-    cur = &f;
     char spill[700];
-    snprintf(spill, sizeof spill, "%s/spill", f.mnt);
+    fs_spill(&f, spill, sizeof spill);
     uint64_t before = free_bytes(f.mnt);
     char *args[] = { "--layers", "1", "--ssd-dir", spill, "--no-progress", NULL };
     static struct outcome o;
@@ -348,10 +355,8 @@ static void test_less_room_than_the_segment(void **state)
 static void test_engine_uses_the_space_there_is(void **state)
 {
     static struct fs f;
-    fs_make(&f, 64);
-    cur = &f;
     char spill[700];
-    snprintf(spill, sizeof spill, "%s/spill", f.mnt);
+    fs_spill(&f, spill, sizeof spill);
     enum { PB = 256 << 10, N = 400 };
     kvt_config c = t_config(PB, 2, 4);
     c.ssd_dir = spill;
@@ -402,10 +407,8 @@ static void test_engine_uses_the_space_there_is(void **state)
 static void test_no_room_for_the_kv(void **state)
 {
     static struct fs f;
-    fs_make(&f, 64);
-    cur = &f;
     char spill[700];
-    snprintf(spill, sizeof spill, "%s/spill", f.mnt);
+    fs_spill(&f, spill, sizeof spill);
     char *args[] = { "--layers", "4", "--hbm", "20M", "--dram", "8M", "--ssd-dir", spill,
                      "--no-progress", NULL };
     static struct outcome o;
@@ -423,10 +426,8 @@ static void test_no_room_for_the_kv(void **state)
 static void test_fills_mid_decode(void **state)
 {
     static struct fs f;
-    fs_make(&f, 64);
-    cur = &f;
     char spill[700];
-    snprintf(spill, sizeof spill, "%s/spill", f.mnt);
+    fs_spill(&f, spill, sizeof spill);
     /* KV 65 MiB, HBM and DRAM 48 MiB: the SSD tier (one preallocated 32 MiB
      * segment) is on the decode's path; the test takes the rest of the file
      * system after the first step */
