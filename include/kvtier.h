@@ -450,7 +450,9 @@ int kvt_get_stats(kvt_engine *e, kvt_stats *out);   /* writes the VER0 part only
 /* Writes every dirty page down one tier and waits: on return every page has a
  * copy below HBM (and, with an SSD tier and persist, every page held when the
  * call began is durable). A full cache (KVT_FLAG_EVICT) drops the policy's
- * victims for room, as kvt_put does.
+ * victims for room, as kvt_put does. A page kvt_create made is written only
+ * after its release; a page a caller has acquired and is writing is written
+ * as its bytes are at that moment: release what you wrote, then flush.
  * Errors: KVT_EFULL (without persist: no room below for a dirty page; the
  * rest are written), -ENOSPC (the disk is full: kvt_last_error() says how
  * many pages are not durable), KVT_EDEVICE, -EIO. */
