@@ -394,4 +394,19 @@ static inline int t_interrupt_cmd(int (*main_fn)(int, char **), char **argv, con
     return ready == 0 ? status : -1;
 }
 
+/* t_interrupt_cmd, then the checks every command owes a signal: it ended
+ * by that signal and left nothing in top (its temporary spill directory
+ * went through the close path). Removes top. */
+static inline void t_expect_interrupted(int (*main_fn)(int, char **), char **argv,
+                                        const char *top, int sig)
+{
+    int status = t_interrupt_cmd(main_fn, argv, top, sig);
+    int left = t_dir_entries(top);
+    t_rmtree(top);
+    assert_int_not_equal(status, -1);
+    assert_int_equal(left, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), sig);
+}
+
 #endif /* KVT_TEST_HELPERS_H */

@@ -424,7 +424,7 @@ static bool old_on_the_move(kvt_engine *e, const kvt_key *keys, size_t n)
  * (kvt_ssd_durable_room). A cache may lose a key for room anyway. */
 static bool keeps_old(const kvt_engine *e, uint32_t old)
 {
-    return old != KVT_NONE && e->ssd && e->cfg.persist && !(e->cfg.flags & KVT_FLAG_EVICT);
+    return old != KVT_NONE && kvt_persisted(e) && !(e->cfg.flags & KVT_FLAG_EVICT);
 }
 
 /* Reserves a record and a slot for each of the batch's n pages (locked; may

@@ -161,12 +161,18 @@ static bool usable_dram_evict(void *ctx, uint32_t pg)
     return can_leave(e, pg, e->ssd ? KVT_LEAVE_ANY : KVT_LEAVE_FREE);
 }
 
+/* Whether a DRAM copy with these flags goes for free: SSD holds the page,
+ * or HBM does and no flush is bringing dirty pages down (dropping it then
+ * makes the HBM copy dirty again: it is written to SSD instead). */
+static bool goes_free(const kvt_engine *e, uint16_t f)
+{
+    return (f & PG_VALID_SSD) || ((f & PG_VALID_HBM) && !(e->dram.flushing && e->ssd));
+}
+
 static bool usable_dram_free(void *ctx, uint32_t pg)
 {
     kvt_engine *e = ctx;
-    if (e->dram.flushing && e->ssd && !(kvt_pg(&e->pt, pg)->flags & PG_VALID_SSD))
-        return false; /* its HBM copy would be dirty again: written instead */
-    return can_leave(ctx, pg, KVT_LEAVE_FREE);
+    return can_leave(e, pg, KVT_LEAVE_FREE) && goes_free(e, kvt_pg(&e->pt, pg)->flags);
 }
 
 void kvt_dram_flushing(kvt_engine *e, bool on)
@@ -196,8 +202,7 @@ static int evict_in_order(kvt_engine *e, uint32_t need, uint32_t *coming)
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, usable_dram_evict, e);
         if (v == KVT_NONE)
             break;
-        uint16_t f = kvt_pg(&e->pt, v)->flags;
-        if ((f & PG_VALID_SSD) || ((f & PG_VALID_HBM) && !e->dram.flushing)) {
+        if (goes_free(e, kvt_pg(&e->pt, v)->flags)) {
             kvt_page_drop_copy(e, v, KVT_TIER_DRAM);
             continue;
         }

@@ -330,7 +330,7 @@ KVT_API void kvt_close(kvt_engine *e)
         return;
     /* A persisted engine never loses a page at close: everything goes to
      * SSD first. A failure here can only be reported on stderr. */
-    if (e->ssd && e->cfg.persist && !e->failed) {
+    if (kvt_persisted(e) && !e->failed) {
         int r = kvt_flush(e);
         if (r < 0)
             fprintf(stderr, "kvtier: flush at close failed: %s (%s)\n", kvt_strerror(r),

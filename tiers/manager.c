@@ -27,7 +27,7 @@
  * all after a crash (docs/design.md#when-the-engine-is-full). */
 uint64_t kvt_capacity(const kvt_engine *e)
 {
-    if (e->ssd && e->cfg.persist)
+    if (kvt_persisted(e))
         return kvt_ssd_durable_room(e);
     return (uint64_t)e->hbm.arena.nslots + e->dram.arena.nslots - 1 +
            (e->ssd ? kvt_ssd_usable_slots(e->ssd) : 0);
@@ -46,8 +46,8 @@ int kvt_admit(kvt_engine *e)
         return 0;
     return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (%s)",
                     e->pt.live, (unsigned long long)cap,
-                    e->ssd && e->cfg.persist ? "what the SSD holds durably, with persist"
-                                             : "HBM + DRAM + SSD");
+                    kvt_persisted(e) ? "what the SSD holds durably, with persist"
+                                     : "HBM + DRAM + SSD");
 }
 
 static void *hbm_ptr(kvt_engine *e, uint32_t pg)
@@ -661,7 +661,7 @@ static int flush_hbm_rounds(kvt_engine *e);
  * pages it did not need to lost them. */
 static bool may_evict(const kvt_engine *e)
 {
-    return !(e->ssd && e->cfg.persist) || kvt_room(e) == 0;
+    return !kvt_persisted(e) || kvt_room(e) == 0;
 }
 
 static int flush_hbm(kvt_engine *e)
@@ -763,7 +763,7 @@ KVT_API int kvt_flush(kvt_engine *e)
     int r = kvt_check_failed(e);
     /* With persist, every page goes to SSD and the index is synced. */
     if (r == 0)
-        r = e->ssd && e->cfg.persist ? flush_persist(e) : flush_hbm(e);
+        r = kvt_persisted(e) ? flush_persist(e) : flush_hbm(e);
     kvt_unlock(e);
     return r;
 }

@@ -466,6 +466,13 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
 /* The device back-end's private state (tests fail host batches through it). */
 void *kvt_engine_device_priv(kvt_engine *e);
 int kvt_check_failed(kvt_engine *e);
+/* With persist and an SSD tier, the SSD is the store of record: the
+ * capacity is what it holds durably, flush and close make every page held
+ * durable (docs/design.md#when-the-engine-is-full). */
+static inline bool kvt_persisted(const kvt_engine *e)
+{
+    return e->ssd && e->cfg.persist;
+}
 
 /* ------------------------------------------------------------- page.c (page.h) */
 
