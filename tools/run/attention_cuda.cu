@@ -21,6 +21,8 @@ struct attn_cuda {
     float scale;
     float *q, *out;          /* device: q_heads * head_dim each */
     const void **pages;      /* device: max_pages pointers */
+    cudaEvent_t ev[2];       /* around the kernel: its time on the device */
+    bool queued;             /* a launch not yet finished */
 };
 
 /* One block per q head, blockDim.x = head_dim threads. T: float (fp32 KV)
@@ -91,6 +93,8 @@ extern "C" int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t m
         e = cudaMalloc((void **)&a->out, qf);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&a->pages, (size_t)max_pages * sizeof(void *));
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreate(&a->ev[i]);
     if (e != cudaSuccess) {
         attn_cuda_free(a);
         return cuda_fail(e, "attention buffers", err, errlen);
@@ -99,23 +103,31 @@ extern "C" int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t m
     return 0;
 }
 
-extern "C" int attn_cuda_run(struct attn_cuda *a, const float *q, uint32_t n_tokens,
-                             void *const *pages, uint32_t npages, float *out, char *err,
-                             size_t errlen)
+extern "C" int attn_cuda_launch(struct attn_cuda *a, const float *q, uint32_t n_tokens,
+                                void *const *pages, uint32_t npages, char *err, size_t errlen)
 {
     const struct attn_shape *s = &a->s;
+    if (a->queued) {
+        snprintf(err, errlen, "a run is queued and not finished");
+        return -EBUSY;
+    }
     if (!n_tokens || npages > a->max_pages ||
         npages != (n_tokens + s->page_tokens - 1) / s->page_tokens) {
         snprintf(err, errlen, "%u pages for %u tokens (at most %u)", npages, n_tokens,
                  a->max_pages);
         return -EINVAL;
     }
+    /* Plain cudaMemcpy from pageable memory: the host buffers may be
+     * rewritten once it returns, and the kernel, on the same (legacy
+     * default) stream, runs after it. */
     size_t qf = (size_t)s->q_heads * s->head_dim * sizeof(float);
     cudaError_t e = cudaSetDevice(a->ordinal);
     if (e == cudaSuccess)
         e = cudaMemcpy(a->q, q, qf, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
         e = cudaMemcpy(a->pages, pages, (size_t)npages * sizeof(void *), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(a->ev[0], 0);
     if (e != cudaSuccess)
         return cuda_fail(e, "attention inputs", err, errlen);
     if (s->bf16)
@@ -128,8 +140,30 @@ extern "C" int attn_cuda_run(struct attn_cuda *a, const float *q, uint32_t n_tok
             s->head_dim, s->page_tokens, a->scale);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(e, "attention launch", err, errlen);
-    if ((e = cudaMemcpy(out, a->out, qf, cudaMemcpyDeviceToHost)) != cudaSuccess)
+    if ((e = cudaEventRecord(a->ev[1], 0)) != cudaSuccess)
+        return cuda_fail(e, "attention launch", err, errlen);
+    a->queued = true;
+    return 0;
+}
+
+extern "C" int attn_cuda_finish(struct attn_cuda *a, float *out, double *kernel_s, char *err,
+                                size_t errlen)
+{
+    if (!a->queued) {
+        snprintf(err, errlen, "no run is queued");
+        return -EINVAL;
+    }
+    a->queued = false;
+    size_t qf = (size_t)a->s.q_heads * a->s.head_dim * sizeof(float);
+    float ms = 0.0f;
+    cudaError_t e = cudaSetDevice(a->ordinal);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(out, a->out, qf, cudaMemcpyDeviceToHost); /* waits for the kernel */
+    if (e == cudaSuccess)
+        e = cudaEventElapsedTime(&ms, a->ev[0], a->ev[1]);
+    if (e != cudaSuccess)
         return cuda_fail(e, "attention kernel", err, errlen);
+    *kernel_s = (double)ms * 1e-3;
     return 0;
 }
 
@@ -138,6 +172,11 @@ extern "C" void attn_cuda_free(struct attn_cuda *a)
     if (!a)
         return;
     cudaSetDevice(a->ordinal);
+    if (a->queued)
+        cudaDeviceSynchronize(); /* the kernel still reads the buffers freed below */
+    for (int i = 0; i < 2; i++)
+        if (a->ev[i])
+            cudaEventDestroy(a->ev[i]);
     cudaFree(a->q);
     cudaFree(a->out);
     cudaFree((void *)a->pages);

@@ -11,7 +11,12 @@
  * a page at a time, with a barrier between the steps.
  *
  * Built only where CMake finds nvcc (KVT_HAVE_CUDA_ATTN). Every call makes
- * the context's device current on the calling thread and is synchronous.
+ * the context's device current on the calling thread. A run is split in two
+ * so that the caller can acquire the next group while the kernel computes:
+ * attn_cuda_launch returns once the kernel is queued, attn_cuda_finish waits
+ * for it. One run at a time per context (the query, output and pointer
+ * buffers are the context's), and the pages must stay resident until
+ * attn_cuda_finish returns.
  */
 #ifndef KVT_ATTENTION_CUDA_H
 #define KVT_ATTENTION_CUDA_H
@@ -33,12 +38,20 @@ struct attn_cuda;
 int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t max_pages,
                   struct attn_cuda **out, char *err, size_t errlen);
 
-/* out[q_heads][head_dim] = attention of q[q_heads][head_dim] (host memory)
- * over tokens [0, n_tokens) of the pages at the device addresses pages[i]
- * (npages = the pages those tokens cover, at most max_pages). Waits for the
- * result. 0, or -EIO (-ENOMEM for GPU memory) with a message in err. */
-int attn_cuda_run(struct attn_cuda *a, const float *q, uint32_t n_tokens, void *const *pages,
-                  uint32_t npages, float *out, char *err, size_t errlen);
+/* Queues the attention of q[q_heads][head_dim] (host memory, copied before
+ * the call returns) over tokens [0, n_tokens) of the pages at the device
+ * addresses pages[i] (npages = the pages those tokens cover, at most
+ * max_pages; the array is copied too). 0, or -EIO (-ENOMEM for GPU memory)
+ * with a message in err; -EBUSY if a run is queued and not finished. */
+int attn_cuda_launch(struct attn_cuda *a, const float *q, uint32_t n_tokens, void *const *pages,
+                     uint32_t npages, char *err, size_t errlen);
+
+/* Waits for the queued run and writes its out[q_heads][head_dim] (host
+ * memory). *kernel_s: the kernel's own time on the device (CUDA events
+ * around it), not the wait's. 0, or -EIO with a message in err; -EINVAL if
+ * no run is queued. */
+int attn_cuda_finish(struct attn_cuda *a, float *out, double *kernel_s, char *err,
+                     size_t errlen);
 
 void attn_cuda_free(struct attn_cuda *a);
 

@@ -230,16 +230,30 @@ static int group_run_cpu(struct run_ctx *x, struct run_result *r, struct group *
     return rc ? rc : rr;
 }
 
+/* The attention of g on the GPU over the whole group, with next's begin
+ * (its acquire: copies up, bookkeeping) while the kernel computes. */
+static int group_run_gpu(struct run_ctx *x, struct run_result *r, struct group *g,
+                         struct group *next)
+{
+    double t0;
+    int rc = run_gpu_launch(x, g, &t0);
+    if (rc) {
+        run_release_chunk(x, g, 0, g->np);
+        return rc;
+    }
+    if (next)
+        rc = group_begin(x, r, next);
+    int rf = run_gpu_finish(x, r, g, t0);
+    return rc ? rc : rf;
+}
+
 /* The attention of g, then next's begin: on the GPU over the whole group,
  * or on the CPU chunk by chunk. */
 static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
                      struct group *next)
 {
     run_fill_query(&x->sh, x->o->seed, g->s, g->l, g->pos, x->feed.q);
-    if (!x->gpu)
-        return group_run_cpu(x, r, g, next);
-    int rc = run_gpu_group(x, r, g);
-    return rc ? rc : next ? group_begin(x, r, next) : 0;
+    return x->gpu ? group_run_gpu(x, r, g, next) : group_run_cpu(x, r, g, next);
 }
 
 static uint64_t *hash_slot(struct run_ctx *x, uint32_t step, uint32_t layer, uint32_t seq)

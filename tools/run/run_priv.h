@@ -149,10 +149,14 @@ int run_verify(struct run_ctx *x, struct run_result *r);
 int run_release_chunk(struct run_ctx *x, struct group *g, uint32_t c0, uint32_t c1);
 
 /* gpu.c: the attention on the GPU. open: the kernel for the engine's
- * device (an error, said, where this build has none); group: x->feed.out =
- * the attention of x->feed.q over g's acquired pages, then g released. */
+ * device (an error, said, where this build has none); launch: queues the
+ * attention of x->feed.q over g's acquired pages and returns, so that the
+ * next group can be acquired while it computes; finish: waits for it,
+ * x->feed.out = its result, then g released. A launch that returned 0 is
+ * always finished (g's pages stay pinned until the kernel is done). */
 int run_gpu_open(struct run_ctx *x);
-int run_gpu_group(struct run_ctx *x, struct run_result *r, struct group *g);
+int run_gpu_launch(struct run_ctx *x, struct group *g, double *t0);
+int run_gpu_finish(struct run_ctx *x, struct run_result *r, struct group *g, double t0);
 void run_gpu_free(struct run_ctx *x);
 
 /* links.c */
