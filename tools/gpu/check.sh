@@ -7,7 +7,9 @@
 # With no GPU visible it runs the same steps on the host back-end, shortened,
 # and says so (summary.json: "device": "host-fallback").
 # Env overrides: KVT_RUN_ARGS (step c's options), KVT_SSD_DIR (step e's dir),
-# KVT_TEST_JOBS (tests at once), KVT_CHECK_BUDGET_S (the deadline, 480 s).
+# KVT_TEST_JOBS (tests at once), KVT_CHECK_BUDGET_S (the deadline, 480 s),
+# KVT_CHECK_SKIP (step names or prefixes to skip, e.g. "bench_" for a rerun
+# that needs only the decode and the suite).
 set -u
 C=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/kvt-gpu-out}
@@ -47,6 +49,12 @@ STEPS=""
 # step NAME TIMEOUT CMD... : stdout to $R/NAME.out, stderr to $R/NAME.err
 step() {
   local name=$1 to=$2; shift 2
+  local skip
+  for skip in ${KVT_CHECK_SKIP:-}; do
+    case $name in "$skip"*)
+      echo "== $name: SKIPPED (KVT_CHECK_SKIP)"; STEPS="$STEPS $name:skipped:0"; return;;
+    esac
+  done
   local left=$((DEADLINE - $(date +%s)))
   if [ $left -lt 10 ]; then
     echo "== $name: SKIPPED, the pass's deadline is reached"; STEPS="$STEPS $name:deadline:0"; return
@@ -85,36 +93,43 @@ for pb in 128K 256K; do
   step "bench_hbm_${pb}_loop" 90 env KVT_CUDA_COPY=loop "$K" bench hbm $DEV $HB --page-bytes $pb --json
 done
 
-# (c) the long decode. llama3-8b, all 32 layers: 128 KiB of KV per token, in
-# 128 KiB pages. 64k context = 8 GiB of KV, HBM 2 GiB (KV = 4x HBM), the rest
-# in DRAM: each step loads about 6 GiB over the link. Its length is set from
-# (b)'s 128K dram->hbm figure so that the decode lasts about 35 s; the CPU
-# reference checks five of its steps (--verify-every T/4: 0, T/4, T/2, 3T/4
-# and the last), since it costs far more per step than the GPU decode
-# (docs/gpu.md, Known limits).
-# The host fallback runs the same arithmetic on a 2k context (256 MiB of KV,
-# 64 MiB HBM: 192 MiB a step) for about 2 s.
-if [ $MODE = cuda ]; then
-  SHAPE="--context 64k --hbm 2G --dram 8G --threads 16 --nice 0"; STEP_BYTES=$((6 << 30)); TARGET_S=35; MIN_T=32
-else
-  SHAPE="--context 2k --hbm 64M --dram 256M"; STEP_BYTES=$((192 << 20)); TARGET_S=2; MIN_T=8
-fi
-GBPS=$([ -n "$PY" ] && "$PY" -c 'import json,sys
-try: print(next(l["gbps"] for l in json.load(open(sys.argv[1]))["links"] if l["link"] == "dram->hbm"))
-except Exception: print(0)' "$R/bench_hbm_128K.out" 2>/dev/null || echo 0)
-TOKENS=$(awk -v g="$GBPS" -v s="$TARGET_S" -v b="$STEP_BYTES" -v m="$MIN_T" \
-  'BEGIN { t = int(s * g * 1e9 / b); if (t < m) t = m; if (t > 1024) t = 1024; print t }')
-EVERY=$(( (TOKENS + 2) / 4 )); [ $EVERY -ge 1 ] || EVERY=1 # ceil((T-1)/4): five steps
-echo "   bench_hbm_128K's dram->hbm: ${GBPS} GB/s, so --tokens $TOKENS --verify-every $EVERY"
-RUN_ARGS=${KVT_RUN_ARGS:---model llama3-8b --layers 0 --batch 1 $SHAPE --tokens $TOKENS --verify-every $EVERY --ssd 0}
-step run_long $([ $MODE = cuda ] && echo 300 || echo 120) "$K" run $DEV $RUN_ARGS --no-progress --json
-
-# (d) a short traced decode (Perfetto / chrome://tracing), every step checked
+# (c) a short traced decode (Perfetto / chrome://tracing), every step checked.
+# It runs before the long one, whose length it helps set.
 if [ $MODE = cuda ]; then
   step run_trace 120 "$K" run --device 0 --model llama3-8b --layers 0 --batch 1 --context 8k --tokens 4 --hbm 256M --dram 1G --ssd 0 --threads 16 --nice 0 --no-progress --json --trace "$R/trace.json"
 else
   step run_trace 60 "$K" run --device host --model llama3-8b --layers 2 --batch 1 --context 1k --tokens 2 --no-progress --json --trace "$R/trace.json"
 fi
+
+# (d) the long decode. llama3-8b, all 32 layers: 128 KiB of KV per token, in
+# 128 KiB pages. 64k context = 8 GiB of KV, HBM 2 GiB (KV = 4x HBM), the rest
+# in DRAM: each step loads about 6 GiB over the link. Its length is set for
+# about 45 s of decode (30 s is asked for) from the slower of two estimates
+# of a step: the link's (6 GiB at (b)'s 128K dram->hbm figure) and the
+# compute's ((c)'s time per step, times 8 for 8x the context: the kernel's
+# time grows with the tokens it reads). The CPU reference checks five of its steps (--verify-every T/4:
+# 0, T/4, T/2, 3T/4 and the last), since it costs far more per step than the
+# GPU decode (docs/gpu.md, Known limits).
+# The host fallback runs the same arithmetic on a 2k context (256 MiB of KV,
+# 64 MiB HBM: 192 MiB a step) for about 2 s.
+if [ $MODE = cuda ]; then
+  SHAPE="--context 64k --hbm 2G --dram 8G --threads 16 --nice 0"; STEP_BYTES=$((6 << 30)); TARGET_S=45; MIN_T=16; SCALE=8
+else
+  SHAPE="--context 2k --hbm 64M --dram 256M"; STEP_BYTES=$((192 << 20)); TARGET_S=2; MIN_T=8; SCALE=0
+fi
+GBPS=$([ -n "$PY" ] && "$PY" -c 'import json,sys
+try: print(next(l["gbps"] for l in json.load(open(sys.argv[1]))["links"] if l["link"] == "dram->hbm"))
+except Exception: print(0)' "$R/bench_hbm_128K.out" 2>/dev/null || echo 0)
+TRACE_STEP_S=$([ -n "$PY" ] && "$PY" -c 'import json,sys
+try: d = json.load(open(sys.argv[1])); print(d["wall_s"] / d["steps"])
+except Exception: print(0)' "$R/run_trace.out" 2>/dev/null || echo 0)
+TOKENS=$(awk -v g="$GBPS" -v s="$TARGET_S" -v b="$STEP_BYTES" -v m="$MIN_T" -v ts="$TRACE_STEP_S" -v k="$SCALE" \
+  'BEGIN { link = g > 0 ? b / (g * 1e9) : 0; comp = ts * k; st = link > comp ? link : comp;
+           t = st > 0 ? int(s / st) : m; if (t < m) t = m; if (t > 1024) t = 1024; print t }')
+EVERY=$(( (TOKENS + 2) / 4 )); [ $EVERY -ge 1 ] || EVERY=1 # ceil((T-1)/4): five steps
+echo "   a step: link ${GBPS} GB/s (bench_hbm_128K), run_trace ${TRACE_STEP_S} s x $SCALE; so --tokens $TOKENS --verify-every $EVERY"
+RUN_ARGS=${KVT_RUN_ARGS:---model llama3-8b --layers 0 --batch 1 $SHAPE --tokens $TOKENS --verify-every $EVERY --ssd 0}
+step run_long $([ $MODE = cuda ] && echo 300 || echo 120) "$K" run $DEV $RUN_ARGS --no-progress --json
 
 # (e) DRAM<->SSD on this machine's disk
 SSD_DIR=${KVT_SSD_DIR:-/var/tmp}
