@@ -60,6 +60,10 @@ if [ "$mode" = run ]; then
   exec ./build/kvtier run
 fi
 
+# The layering check of the plain suite (tests/layering) reads the library's
+# AST through libclang's Python binding.
+pkgs=(python3 python3-clang-14)
+install_missing
 build build -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=OFF -DKVT_DEBUG=OFF
 (cd build && ctest --output-on-failure -j"$jobs")
 echo "setup: the same suite under AddressSanitizer + UndefinedBehaviorSanitizer"
