@@ -205,7 +205,7 @@ void kvt_settle(kvt_engine *e)
     settle_ring(e, KVT_H2D);
     settle_ring(e, KVT_D2H);
     if (e->dram.arena.nfree == 0)
-        kvt_dram_restore_spare(e);
+        e->up.dram_settled(e);
 }
 
 /* ------------------------------------------------------------- waits */
@@ -229,7 +229,7 @@ int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall)
     if (w->kind != KVT_WAIT_SSD)
         return 0;
     uint64_t t0 = kvt_now_ns();
-    while (e->ssd_tier.progress == w->v && kvt_ssd_waiting(e) && !e->failed)
+    while (e->ssd_tier.progress == w->v && e->up.ssd_busy(e) && !e->failed)
         pthread_cond_wait(&e->ssd_tier.cv, &e->lock);
     if (stall)
         e->st.stall_ns += kvt_now_ns() - t0;

@@ -231,6 +231,12 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     kvt_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return NULL;
+    e->up = (struct kvt_up_calls){
+        .ssd_forget = kvt_ssd_forget,
+        .dram_settled = kvt_dram_restore_spare,
+        .ssd_busy = kvt_ssd_waiting,
+        .wake_mover = kvt_mover_wake,
+    };
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
 #if KVT_DEBUG
@@ -377,10 +383,3 @@ KVT_API size_t kvt_page_bytes(const kvt_engine *e) { return e->page_bytes; }
 KVT_API const char *kvt_device_name(const kvt_engine *e) { return e->hbm.dev->name; }
 void *kvt_engine_device_priv(kvt_engine *e) { return e->hbm.dev_priv; }
 
-int kvt_check_failed(kvt_engine *e)
-{
-    if (!e->failed)
-        return 0;
-    return kvt_fail(e->failed, "the engine failed earlier (%s); close it",
-                    kvt_strerror(e->failed));
-}

@@ -206,7 +206,7 @@ void kvt_page_destroy(kvt_engine *e, uint32_t pg)
      * until it ends (kvt_page_read_end): forgotten now, the slot would be
      * freed, and written again, under it. */
     if (kvt_pg(&e->pt, pg)->xfer != XFER_SSD_READ)
-        kvt_ssd_forget(e, pg);
+        e->up.ssd_forget(e, pg);
     kvt_ptable_remove(&e->pt, pg);
     page_flags(e, pg, PG_ZOMBIE, PG_VALID_ALL);
     kvt_page_settle(e, pg);
@@ -383,7 +383,7 @@ void kvt_page_read_ok(kvt_engine *e, uint32_t pg)
 void kvt_page_read_end(kvt_engine *e, uint32_t pg)
 {
     if (kvt_pg(&e->pt, pg)->flags & PG_ZOMBIE)
-        kvt_ssd_forget(e, pg); /* the slot kvt_page_destroy left for the read */
+        e->up.ssd_forget(e, pg); /* the slot kvt_page_destroy left for the read */
 }
 
 void kvt_page_read_failed(kvt_engine *e, uint32_t pg)

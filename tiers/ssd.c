@@ -170,7 +170,7 @@ static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
     t->queue[t->queued++] = req;
     if (!t->busy++)
         e->pace.ssd_mark_ns = kvt_now_ns(); /* the disk starts working: see ssd_pipe.c */
-    kvt_mover_wake(e);
+    e->up.wake_mover(e);
     return 0;
 }
 
@@ -304,7 +304,7 @@ void kvt_ssd_forget(kvt_engine *e, uint32_t pg)
     }
     t->dels[t->ndels++] = (struct kvt_ssd_del){ p->key, p->ssd_slot };
     p->ssd_slot = KVT_NONE;
-    kvt_mover_wake(e);
+    e->up.wake_mover(e);
 }
 
 /* ------------------------------------------------------------- read errors */

@@ -364,6 +364,24 @@ struct kvt_put_crc_odds {
     uint32_t probe;   /* pages put while it did not pay */
 };
 
+/* What the lower layers tell the upper ones, registered at open by the
+ * API layer (engine.c) before anything else runs: the core and the tiers
+ * never name a file above them (tests/layering/rules.txt). Each is called
+ * under the engine lock. */
+struct kvt_up_calls {
+    /* The page core forgets pg's SSD slot (its record goes, or a read that
+     * kept the slot ends): the SSD tier queues the slot's deletion. */
+    void (*ssd_forget)(kvt_engine *e, uint32_t pg);
+    /* Copies were settled and DRAM has no free slot: the DRAM tier gives
+     * back its spare slot if a copy can go for free. */
+    void (*dram_settled)(kvt_engine *e);
+    /* Whether SSD work is queued or on the disk, which a wait for SSD
+     * progress waits on. */
+    bool (*ssd_busy)(const kvt_engine *e);
+    /* The tiers queued work for the mover thread. */
+    void (*wake_mover)(kvt_engine *e);
+};
+
 struct kvt_engine {
     pthread_mutex_t lock;
     size_t page_bytes;
@@ -399,6 +417,7 @@ struct kvt_engine {
     struct kvt_slot_wait slots;
     struct kvt_pace pace;
     struct kvt_put_crc_odds put_crc;
+    struct kvt_up_calls up;         /* set once at open (engine.c), then read only */
 };
 
 /* The arena of tier (KVT_TIER_HBM or KVT_TIER_DRAM), for code that takes
@@ -465,7 +484,14 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
                         kvt_engine **out);
 /* The device back-end's private state (tests fail host batches through it). */
 void *kvt_engine_device_priv(kvt_engine *e);
-int kvt_check_failed(kvt_engine *e);
+/* 0, or the error that failed the engine, said again (kvt_last_error). */
+static inline int kvt_check_failed(kvt_engine *e)
+{
+    if (!e->failed)
+        return 0;
+    return kvt_fail(e->failed, "the engine failed earlier (%s); close it",
+                    kvt_strerror(e->failed));
+}
 /* With persist and an SSD tier, the SSD is the store of record: the
  * capacity is what it holds durably, flush and close make every page held
  * durable (docs/design.md#when-the-engine-is-full). */
