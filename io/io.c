@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "include/kvtier.h"
 #include "io/io.h"
@@ -150,4 +151,11 @@ int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)
     *v = d;
     *cap = c;
     return 0;
+}
+
+int kvt_io_sync(const struct kvt_syncer *s, int fd)
+{
+    if (s->ops)
+        return s->ops->sync(s->arg, fd);
+    return fdatasync(fd) == 0 ? 0 : -errno;
 }

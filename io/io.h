@@ -206,6 +206,26 @@ struct kvt_io_powerloss_result {
  * file back; the rest are still tried). out may be NULL. */
 int kvt_io_faulty_powerloss_apply(struct kvt_io_faulty *plan, struct kvt_io_powerloss_result *out);
 
+/* How the SSD store and its index make their files durable. A syncer with
+ * no ops: fdatasync, and LMDB's own commits. Tests hand in a power-loss
+ * model (the test-support library's kvt_io_faulty_sync_ops) that sees each
+ * sync and each index commit; the product never names it. */
+struct kvt_sync_ops {
+    int (*sync)(void *arg, int fd);          /* fdatasync(fd): 0 or -errno */
+    /* The index file, open as fd: its image now is durable. 0 or -errno. */
+    int (*index_track)(void *arg, int fd);
+    /* Before an index commit: nonzero stops it (the power is gone); syncs:
+     * the commit syncs the file. */
+    int (*index_begin)(void *arg, bool syncs);
+    void (*index_durable)(void *arg);        /* the index file's image now survives */
+};
+struct kvt_syncer {
+    const struct kvt_sync_ops *ops;          /* NULL: plain syncs */
+    void *arg;
+};
+/* fdatasync(fd) through s: 0 or -errno. */
+int kvt_io_sync(const struct kvt_syncer *s, int fd);
+
 /* Grows *v (an array of request pointers, *cap entries) to hold need
  * entries, doubling from 16. 0 or -ENOMEM (nothing changed). Shared by the
  * back-ends' completion lists, which must never allocate on a completion. */

@@ -3,7 +3,6 @@
  */
 #include <string.h>
 
-#include "policy/belady.h"
 #include "policy/policy.h"
 
 static const struct kvt_policy_ops *const policies[] = {
@@ -11,7 +10,6 @@ static const struct kvt_policy_ops *const policies[] = {
     &kvt_policy_decode_ops,
     &kvt_policy_prefix_ops,
     &kvt_policy_arc_ops,
-    &kvt_policy_belady_ops,
 };
 
 bool kvt_policy_ops_ok(const struct kvt_policy_ops *o)

@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "include/kvtier.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 
 #define T_PAGE 4096u
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "lab/lab.h"
 #include "tiers/tiers.h"
 
 #define PB ((size_t)T_PAGE)

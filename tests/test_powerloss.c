@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "lab/lab.h"
 #include "kvt_build.h"
 #include "io/io.h"
 #include "tiers/tiers.h"

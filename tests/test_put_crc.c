@@ -15,7 +15,7 @@
 #include "helpers.h"
 #include "io/codec.h"
 #include "tiers/tiers.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 
 /* 3 MiB pages: a put copies them in three 1 MiB pieces, checksumming each. */
 #define PB ((size_t)3 << 20)

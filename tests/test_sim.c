@@ -11,7 +11,8 @@
 #include <unistd.h>
 
 #include "tests/helpers.h"
-#include "policy/belady.h"
+#include "lab/belady.h"
+#include "lab/lab.h"
 #include "tiers/tiers.h"
 #include "tools/presets.h"
 #include "tools/sim/sim.h"
@@ -49,7 +50,7 @@ static void t_run(const struct sim_trace *t, const char *policy, const struct si
     char err[320] = "";
     struct sim_world *w;
     assert_int_equal(sim_world_build(t, &w, err, sizeof err), 0);
-    const struct kvt_policy_ops *ops = kvt_policy_find(policy);
+    const struct kvt_policy_ops *ops = kvt_lab_policy_find(policy);
     assert_non_null(ops);
     int e = sim_run(w, ops, m, r, err, sizeof err);
     if (e)
@@ -299,7 +300,7 @@ static void test_trace_inconsistent(void **state)
     struct sim_model m = t_model(1);
     m.cold = true;
     struct sim_result r;
-    assert_int_equal(sim_run(w, kvt_policy_find("lru"), &m, &r, err, sizeof err), 0);
+    assert_int_equal(sim_run(w, kvt_lab_policy_find("lru"), &m, &r, err, sizeof err), 0);
     /* (1,0,0) fetched, dropped, made anew in HBM (no fetch), written down
      * when (1,0,1) is made in the one slot. */
     assert_int_equal(r.pages[SIM_H2D], 1);
@@ -420,7 +421,7 @@ static bool not_zero(void *ctx, uint32_t pg) { return pg != 0; }
 
 static void test_belady_api(void **state)
 {
-    const struct kvt_policy_ops *ops = kvt_policy_find("belady");
+    const struct kvt_policy_ops *ops = kvt_lab_policy_find("belady");
     assert_non_null(ops);
     assert_ptr_equal(ops, &kvt_policy_belady_ops);
     assert_true(ops->offline); /* an engine refuses it: test_config */
@@ -661,7 +662,7 @@ static void test_cost_dirty_write_back(void **state)
     assert_int_equal(t_read_text(big, &t, err, sizeof err), 0);
     struct sim_world *w;
     assert_int_equal(sim_world_build(&t, &w, err, sizeof err), 0);
-    assert_int_equal(sim_run(w, kvt_policy_find("lru"), &m, &r, err, sizeof err), -ENOSPC);
+    assert_int_equal(sim_run(w, kvt_lab_policy_find("lru"), &m, &r, err, sizeof err), -ENOSPC);
     assert_non_null(strstr(err, "cannot hold one group of 2 pages"));
     sim_world_free(w);
     sim_trace_free(&t);
@@ -700,7 +701,7 @@ static void run_three(const struct sim_gen *g, double frac, struct sim_model m,
         m.hbm_pages = sim_world_max_group(w);
     static const char *const names[3] = { "decode", "belady", "lru" };
     for (int i = 0; i < (with_lru ? 3 : 2); i++)
-        assert_int_equal(sim_run(w, kvt_policy_find(names[i]), &m, &r[i], err, sizeof err), 0);
+        assert_int_equal(sim_run(w, kvt_lab_policy_find(names[i]), &m, &r[i], err, sizeof err), 0);
     sim_world_free(w);
     sim_trace_free(&t);
 }
@@ -709,7 +710,7 @@ static void run_three(const struct sim_gen *g, double frac, struct sim_model m,
  * (prefetch trades bytes for stall and is checked on its own below). */
 static void test_decode_vs_belady_sweep(void **state)
 {
-    if (!kvt_policy_find("decode"))
+    if (!kvt_lab_policy_find("decode"))
         skip();
     static const double fracs[] = { 0.10, 0.25, 0.50, 0.75, 0.95 };
     static const uint32_t shapes[][4] = {
@@ -742,7 +743,7 @@ static void test_decode_vs_belady_sweep(void **state)
  * decode moves, and decode stays within 2% of MIN. */
 static void test_decode_llama_half(void **state)
 {
-    if (!kvt_policy_find("decode"))
+    if (!kvt_lab_policy_find("decode"))
         skip();
     struct sim_gen g = llama(8, 8192);
     struct sim_model m = t_model(1);
@@ -762,7 +763,7 @@ static void test_decode_llama_half(void **state)
  * prefetch hides the transfers, stall <= 2% of the run. */
 static void test_decode_compute_bound_stall(void **state)
 {
-    if (!kvt_policy_find("decode"))
+    if (!kvt_lab_policy_find("decode"))
         skip();
     struct sim_gen g = llama(8, 2048);
     struct sim_model m = t_model(1);
@@ -782,7 +783,7 @@ static void test_decode_compute_bound_stall(void **state)
  * link's bandwidth. */
 static void test_decode_transfer_bound_step(void **state)
 {
-    if (!kvt_policy_find("decode"))
+    if (!kvt_lab_policy_find("decode"))
         skip();
     struct sim_gen g = llama(8, 2048);
     struct sim_model m = t_model(1);

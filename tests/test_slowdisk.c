@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "helpers.h"
+#include "lab/lab.h"
 #include "io/io.h"
 #include "tiers/tiers.h"
 #include "tools/run/run.h"

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "lab/lab.h"
 #include "io/codec.h"
 #include "io/io.h"
 #include "tiers/tiers.h"

@@ -42,10 +42,11 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "lab/lab.h"
 #include "kvt_build.h"
 #include "io/io.h"
 #include "tiers/tiers.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 
 #define PB ((size_t)16384)
 #define FP 0x5EED5EED0001ull

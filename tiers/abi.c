@@ -122,7 +122,7 @@ KVT_API int kvt_open_sized(const kvt_config *cfg, size_t cfg_size, kvt_engine **
     if (out)
         *out = NULL;
     int r = abi_config_in(&c, cfg, cfg_size);
-    return r < 0 ? r : kvt_open_with_hooks(&c, NULL, out);
+    return r < 0 ? r : kvt_open_ex(&c, NULL, out);
 }
 
 KVT_API int kvt_get_stats_sized(kvt_engine *e, kvt_stats *out, size_t out_size)

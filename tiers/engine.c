@@ -76,6 +76,11 @@ int kvt_config_validate(const kvt_config *c)
         return kvt_fail(KVT_ECONFIG, "device must be a CUDA ordinal >= 0, KVT_DEVICE_HOST or "
                                      "KVT_DEVICE_AUTO (got %d)", c->device);
     const struct kvt_policy_ops *pol = c->policy ? kvt_policy_find(c->policy) : NULL;
+    /* Valid, but not for an engine (the simulator's, in the test-support
+     * library): */
+    if (c->policy && strcmp(c->policy, "belady") == 0)
+        return kvt_fail(KVT_ENOTSUP, "policy \"belady\" needs the whole future trace: it runs "
+                                     "only in the simulator (kvtier sim)");
     if (c->policy && !pol)
         return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"decode\", \"prefix\", "
                                      "\"lru\" or \"arc\")", c->policy);
@@ -90,10 +95,6 @@ int kvt_config_validate(const kvt_config *c)
         return kvt_fail(KVT_ECONFIG, "queue_depth must be 1..4096 (got %u)", c->queue_depth);
     if (!(c->host_link_gbps >= 0) || isinf(c->host_link_gbps))
         return kvt_fail(KVT_ECONFIG, "host_link_gbps must be >= 0 (got %g)", c->host_link_gbps);
-    /* Valid, but not for an engine: */
-    if (pol && pol->offline)
-        return kvt_fail(KVT_ENOTSUP, "policy \"%s\" needs the whole future trace: it runs "
-                                     "only in the simulator (kvtier sim)", c->policy);
     if (c->ssd_bytes && c->ssd_bytes < c->page_bytes)
         return kvt_fail(KVT_ECONFIG, "ssd_bytes (%zu) is smaller than one page (page_bytes = %zu)",
                         c->ssd_bytes, c->page_bytes);
@@ -111,18 +112,18 @@ int kvt_config_validate(const kvt_config *c)
 }
 
 /* The back-end for cfg->device: host, CUDA, or (AUTO) CUDA when it opens. */
-static int pick_device(const kvt_config *c, struct kvt_device_faulty *faulty,
+static int pick_device(const kvt_config *c, const struct kvt_open_with *with,
                        const struct kvt_device_ops **ops, void **priv)
 {
     struct kvt_device_params p = { .ordinal = c->device < 0 ? 0 : c->device,
                                    .link_gbps = c->host_link_gbps,
-                                   .faulty = faulty };
+                                   .faulty = with->device_arg };
     const char *env = getenv("KVT_HOST_LINK_GBPS");
     if (p.link_gbps == 0 && env)
         p.link_gbps = atof(env);
-    if (faulty) {
-        *ops = &kvt_device_faulty_ops;
-        return kvt_device_faulty_ops.open(&p, priv);
+    if (with->device) {
+        *ops = with->device;
+        return with->device->open(&p, priv);
     }
 #if KVT_HAVE_CUDA
     if (c->device >= 0 || c->device == KVT_DEVICE_AUTO) {
@@ -271,12 +272,11 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     return e;
 }
 
-int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hooks,
-                        kvt_engine **out)
+int kvt_open_ex(const kvt_config *cfg, const struct kvt_open_with *with, kvt_engine **out)
 {
-    static const struct kvt_test_hooks none = { NULL, NULL };
-    if (!hooks)
-        hooks = &none;
+    static const struct kvt_open_with none;
+    if (!with)
+        with = &none;
     int r;
     kvt_clear_error();
     if (out)
@@ -289,7 +289,7 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
     if (!e)
         return kvt_fail(-ENOMEM, "out of memory");
 
-    if ((r = pick_device(cfg, hooks->device, &e->hbm.dev, &e->hbm.dev_priv)) < 0) {
+    if ((r = pick_device(cfg, with, &e->hbm.dev, &e->hbm.dev_priv)) < 0) {
         if (!kvt_last_error()[0])
             kvt_fail(r, "could not open the device back-end: %s", kvt_strerror(r));
         goto out_engine;
@@ -303,7 +303,7 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
         goto out_copy;
     if ((r = open_policy(e)) < 0)
         goto out_copy;
-    if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e, hooks->io)) < 0)
+    if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e, with)) < 0)
         goto out_ssd;
     /* Write back ahead of need while fewer than 1/8 of HBM slots are free or
      * clean, so that an eviction seldom waits for a D2H copy. */

@@ -64,18 +64,18 @@ static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
  * never held back by it at the default depth of 32. */
 #define SSD_INFLIGHT_BYTES ((size_t)16 << 20)
 
-/* The I/O back-end: the faulty one with its plan (tests), or the one the
- * config names. */
-static int open_io(kvt_engine *e, struct kvt_io_faulty *faulty)
+/* The I/O back-end: the one the opener handed in (tests: the faulty one,
+ * with its plan), or the one the config names. */
+static int open_io(kvt_engine *e, const struct kvt_open_with *with)
 {
     struct kvt_io_params p = { .depth = e->cfg.queue_depth,
                                .fixed_base = e->dram.arena.base,
                                .fixed_len = e->dram.alloc_bytes,
-                               .faulty = faulty,
+                               .faulty = with->io_arg,
                                .max_bytes = SSD_INFLIGHT_BYTES };
     kvt_callers_init(e, &p);
-    if (faulty) {
-        e->io = &kvt_io_faulty_ops;
+    if (with->io) {
+        e->io = with->io;
         int fr = e->io->open(&p, &e->io_priv);
         if (fr < 0)
             e->io = NULL;
@@ -93,7 +93,7 @@ static int open_io(kvt_engine *e, struct kvt_io_faulty *faulty)
     return 0;
 }
 
-int kvt_ssd_tier_open(kvt_engine *e, struct kvt_io_faulty *io)
+int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_open_with *with)
 {
     size_t pb = e->page_bytes;
     uint32_t nslots = (uint32_t)(e->cfg.ssd_bytes / pb);
@@ -118,8 +118,8 @@ int kvt_ssd_tier_open(kvt_engine *e, struct kvt_io_faulty *io)
     }
     if (info.message[0])
         fprintf(stderr, "kvtier: %s\n", info.message);
-    kvt_ssd_set_faulty(e->ssd, io); /* tests: its power-loss model sees the syncs */
-    return open_io(e, io);
+    kvt_ssd_set_syncer(e->ssd, &with->sync); /* tests: a power-loss model sees the syncs */
+    return open_io(e, with);
 }
 
 void kvt_ssd_tier_close(kvt_engine *e)

@@ -116,12 +116,12 @@ static void ix_set_lazy(struct kvt_index *ix, int on)
     pthread_rwlock_unlock(&ix->remap);
 }
 
-void kvt_index_set_faulty(struct kvt_index *ix, struct kvt_io_faulty *plan)
+void kvt_index_set_syncer(struct kvt_index *ix, const struct kvt_syncer *s)
 {
     int fd;
-    ix->plan = plan;
-    if (plan && mdb_env_get_fd(ix->env, &fd) == 0)
-        (void)kvt_io_faulty_index_track(plan, fd);
+    ix->sync = *s;
+    if (s->ops && mdb_env_get_fd(ix->env, &fd) == 0)
+        (void)s->ops->index_track(s->arg, fd);
 }
 
 /* The power-loss model's view of a commit (tests): refused once the power
@@ -130,13 +130,11 @@ void kvt_index_set_faulty(struct kvt_index *ix, struct kvt_io_faulty *plan)
  * state is durable from here on. */
 static int ix_plan_begin(struct kvt_index *ix, bool sync)
 {
-    if (!ix->plan)
-        return 0;
-    int rc = kvt_io_faulty_index_begin(ix->plan, sync || ix->persist);
+    int rc = ix_model_begin(ix, sync || ix->persist);
     if (rc)
         return kvt_fail(rc, "SSD index: the power is gone (a power-loss test)");
     if (!sync && ix->persist)
-        kvt_io_faulty_index_durable(ix->plan);
+        ix_model_durable(ix);
     return 0;
 }
 
@@ -329,8 +327,8 @@ static int index_commit(struct kvt_index *ix, const struct batch *bp, bool sync)
     if (rc)
         return kvt_fail(ix_err(rc), "SSD index: commit of %zu puts and %zu deletes failed: %s", n,
                         m, ix_strerror(rc));
-    if (ix->plan && sync)
-        kvt_io_faulty_index_durable(ix->plan);
+    if (sync)
+        ix_model_durable(ix);
     for (size_t i = 0; i < n; i++)
         max_gen_raise(ix, put_vals[i].generation);
     return 0;
@@ -341,12 +339,12 @@ int kvt_index_sync(struct kvt_index *ix)
     if (!ix)
         return kvt_fail(-EINVAL, "kvt_index_sync: index is NULL");
     int rc = atomic_load(&ix->broken);
-    if (!rc && ix->plan && (rc = kvt_io_faulty_index_begin(ix->plan, true)) != 0)
+    if (!rc && (rc = ix_model_begin(ix, true)) != 0)
         return kvt_fail(rc, "SSD index: the power is gone (a power-loss test)");
     if (!rc)
         rc = mdb_env_sync(ix->env, 1);
-    if (!rc && ix->plan)
-        kvt_io_faulty_index_durable(ix->plan);
+    if (!rc)
+        ix_model_durable(ix);
     return rc ? kvt_fail(ix_err(rc), "SSD index: sync failed: %s", ix_strerror(rc)) : 0;
 }
 
@@ -491,8 +489,7 @@ int kvt_index_bad_put(struct kvt_index *ix, const uint32_t *segment, const uint6
     if (rc)
         return kvt_fail(ix_err(rc), "SSD index: recording %zu bad slots failed: %s", n,
                         ix_strerror(rc));
-    if (ix->plan)
-        kvt_io_faulty_index_durable(ix->plan);
+    ix_model_durable(ix);
     return 0;
 }
 

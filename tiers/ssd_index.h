@@ -46,6 +46,7 @@ struct kvt_ssd_entry {
 uint32_t kvt_ssd_bind(const kvt_key *k, uint64_t fingerprint, uint64_t generation);
 
 struct kvt_index;
+struct kvt_syncer;
 
 struct kvt_index_open_info {
     uint64_t dropped_fingerprint;   /* entries of another fingerprint removed at open */
@@ -127,9 +128,8 @@ int kvt_index_bad_put(struct kvt_index *ix, const uint32_t *segment, const uint6
 typedef int (*kvt_index_bad_fn)(void *ctx, uint32_t segment, uint64_t offset);
 int kvt_index_bad_foreach(struct kvt_index *ix, kvt_index_bad_fn fn, void *ctx);
 
-/* Tests: the faulty I/O plan whose power-loss model sees this index's syncs
- * (io/io.h). NULL: none. Set once, right after open. */
-struct kvt_io_faulty;
-void kvt_index_set_faulty(struct kvt_index *ix, struct kvt_io_faulty *plan);
+/* Tests: a power-loss model that sees this index's commits (the ops of
+ * s NULL: none). */
+void kvt_index_set_syncer(struct kvt_index *ix, const struct kvt_syncer *s);
 
 #endif /* KVT_SSD_INDEX_H */

@@ -49,7 +49,7 @@ struct kvt_index {
     pthread_rwlock_t remap;     /* shared: any transaction; exclusive: remap, flag flips */
     _Atomic uint64_t max_gen;
     _Atomic int broken;         /* nonzero after a failed remap left no map */
-    struct kvt_io_faulty *plan; /* tests: the power-loss model told of each sync, or NULL */
+    struct kvt_syncer sync;     /* tests: a power-loss model told of each commit, or no ops */
     char path[];                /* <dir>/index */
 };
 
@@ -139,5 +139,17 @@ typedef int (*ix_body)(struct kvt_index *ix, MDB_txn *txn, void *arg);
  * doubles the map and runs the whole body again: nothing of an aborted
  * attempt remains. Returns an LMDB or kvtier error (ix_err maps it). */
 int kvt_ix_write(struct kvt_index *ix, ix_body body, void *arg);
+
+/* The power-loss model (tests), told of a commit: 0 without one. */
+static inline int ix_model_begin(struct kvt_index *ix, bool syncs)
+{
+    return ix->sync.ops ? ix->sync.ops->index_begin(ix->sync.arg, syncs) : 0;
+}
+
+static inline void ix_model_durable(struct kvt_index *ix)
+{
+    if (ix->sync.ops)
+        ix->sync.ops->index_durable(ix->sync.arg);
+}
 
 #endif /* KVT_SSD_INDEX_LMDB_H */

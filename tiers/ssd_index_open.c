@@ -531,10 +531,9 @@ void kvt_index_close(struct kvt_index *ix)
     /* A clean close keeps what unsynced batches committed (a power-loss
      * test's dead machine syncs nothing). */
     if (ix->persist && !atomic_load(&ix->broken) &&
-        (!ix->plan || kvt_io_faulty_index_begin(ix->plan, true) == 0)) {
+        ix_model_begin(ix, true) == 0) {
         mdb_env_sync(ix->env, 1);
-        if (ix->plan)
-            kvt_io_faulty_index_durable(ix->plan);
+        ix_model_durable(ix);
     }
     mdb_env_close(ix->env);
     ix_free(ix);

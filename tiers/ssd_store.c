@@ -45,7 +45,7 @@ struct kvt_ssd {
     uint64_t bad_loaded;        /* of bad, those the index already records */
     bool persist;
     struct kvt_index *ix;
-    struct kvt_io_faulty *plan; /* tests: syncs go through its power-loss model */
+    struct kvt_syncer sync;     /* tests: syncs go through a power-loss model */
 };
 
 /* A segment is opened on first use: read-write, or read-only when the file
@@ -739,15 +739,15 @@ int kvt_ssd_sync(struct kvt_ssd *s)
         if (!s->seg_dirty[i])
             continue;
         s->seg_dirty[i] = 0;
-        int e = s->seg_fd[i] >= 0 ? kvt_io_faulty_sync(s->plan, s->seg_fd[i]) : 0;
+        int e = s->seg_fd[i] >= 0 ? kvt_io_sync(&s->sync, s->seg_fd[i]) : 0;
         if (e < 0 && !r)
             r = kvt_fail(e, "fdatasync of segment %u failed: %s", i, strerror(-e));
     }
     return r;
 }
 
-void kvt_ssd_set_faulty(struct kvt_ssd *s, struct kvt_io_faulty *plan)
+void kvt_ssd_set_syncer(struct kvt_ssd *s, const struct kvt_syncer *sync)
 {
-    s->plan = plan;
-    kvt_index_set_faulty(s->ix, plan);
+    s->sync = *sync;
+    kvt_index_set_syncer(s->ix, sync);
 }

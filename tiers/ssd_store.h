@@ -52,6 +52,7 @@
 #define KVT_SSD_SEGMENT_BYTES (1ull << 30) /* target segment size */
 
 struct kvt_ssd;
+struct kvt_syncer;
 
 struct kvt_ssd_open_info {
     bool wiped;             /* the directory was emptied (persist=0, damage, layout change) */
@@ -105,10 +106,9 @@ void kvt_ssd_where(const struct kvt_ssd *s, uint32_t slot, uint32_t *segment, ui
 void kvt_ssd_dirty(struct kvt_ssd *s, uint32_t slot);
 /* fdatasync of every segment written since the last call. */
 int kvt_ssd_sync(struct kvt_ssd *s);
-/* Tests: the faulty I/O plan whose power-loss model sees the segments' and
- * the index's syncs (io/io.h); NULL: none. Right after open. */
-struct kvt_io_faulty;
-void kvt_ssd_set_faulty(struct kvt_ssd *s, struct kvt_io_faulty *plan);
+/* Tests: a power-loss model that sees the segments' and the index's syncs
+ * (the ops of sync NULL: none). */
+void kvt_ssd_set_syncer(struct kvt_ssd *s, const struct kvt_syncer *sync);
 
 /* Reads the KVTIER file of dir, or of the directory open as dfd (named dir
  * in messages). 0, -ENOENT, KVT_ECORRUPT, or -errno (a link: -ELOOP). */

@@ -471,17 +471,20 @@ void kvt_assert_mover(kvt_engine *e, const char *fn);
 
 /* ------------------------------------------------------------- engine.c */
 
-/* Test hooks, given at open and kept by that engine alone: the faulty
- * back-ends, each with its fault plan (NULL: the back-end the config names).
- * A plan must outlive the engine; the test re-arms it and reads its counts
- * (tiers/device.h, io/io.h). */
-struct kvt_test_hooks {
-    struct kvt_device_faulty *device;
-    struct kvt_io_faulty *io;
+/* Back-ends handed in by the opener instead of those the config names: how
+ * the test-support library opens an engine over its fault-injecting device
+ * and I/O (lab/hooks.c kvt_open_with_hooks); the product never names them.
+ * NULL ops: the config's. The args are the back-ends' own (their params'
+ * faulty fields) and must outlive the engine. */
+struct kvt_open_with {
+    const struct kvt_device_ops *device;
+    void *device_arg;
+    const struct kvt_io_ops *io;
+    void *io_arg;
+    struct kvt_syncer sync;         /* the SSD store's and index's syncs */
 };
-/* kvt_open with hooks (NULL: none). */
-int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hooks,
-                        kvt_engine **out);
+/* kvt_open with back-ends (NULL: none). */
+int kvt_open_ex(const kvt_config *cfg, const struct kvt_open_with *with, kvt_engine **out);
 /* The device back-end's private state (tests fail host batches through it). */
 void *kvt_engine_device_priv(kvt_engine *e);
 /* 0, or the error that failed the engine, said again (kvt_last_error). */
@@ -625,8 +628,8 @@ void kvt_dram_flushing(kvt_engine *e, bool on);
 
 /* ------------------------------------------------------------- ssd.c */
 
-/* Opens the SSD tier; io: the faulty I/O back-end's plan (tests), or NULL. */
-int kvt_ssd_tier_open(kvt_engine *e, struct kvt_io_faulty *io);
+/* Opens the SSD tier, over the I/O back-end and syncer of with, if any. */
+int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_open_with *with);
 void kvt_ssd_tier_close(kvt_engine *e);
 /* Queues an SSD read of pg into its (allocated) DRAM slot. */
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);

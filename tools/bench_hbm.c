@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "include/kvtier.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 #include "tools/cli.h"
 
 struct bench_opts {

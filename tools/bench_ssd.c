@@ -35,7 +35,7 @@
 #include "include/kvtier.h"
 #include "io/codec.h"
 #include "tiers/spill_dir.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 #include "tools/cli.h"
 
 struct ssd_opts {

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "include/kvtier.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 #include "tools/cli.h"
 
 /* 1024^k for the suffix at *p (k, m, g, t in any case, then optionally "b"

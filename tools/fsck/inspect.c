@@ -13,7 +13,7 @@
 
 #include "tiers/spill_dir.h"
 #include "tiers/ssd_store.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"
 

@@ -11,7 +11,7 @@
 
 #include <pthread.h>
 
-#include "tiers/tool.h"
+#include "lab/tool.h"
 #include "tools/cli.h"
 #include "tools/prefix/trace.h"
 #include "tools/replay/replay.h"

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "include/kvtier.h"
+#include "lab/lab.h"
 #include "tools/run/attention.h"
 #include "tools/presets.h"
 

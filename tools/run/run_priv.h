@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tiers/tool.h"
+#include "lab/tool.h"
 #include "tools/run/attention.h"
 #include "tools/run/run.h"
 #include "tools/run/trace_json.h"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "tools/cli.h"
 #include "tools/sim/command.h"
 #include "tools/sim/prefix.h"
@@ -106,10 +107,10 @@ int sim_main(int argc, char **argv)
         goto out;
     if (!o.pol_given)
         for (size_t i = 0; i < sizeof(sim_default_policies) / sizeof(sim_default_policies[0]); i++)
-            if (!kvt_policy_find(sim_default_policies[i]))
+            if (!kvt_lab_policy_find(sim_default_policies[i]))
                 rp->skipped[rp->n_skipped++] = sim_default_policies[i];
     for (int i = 0; i < o.n_pol; i++) {
-        int e = sim_run(w, kvt_policy_find(o.pol_names[i]), &rp->m, &rp->res[rp->n], err, sizeof err);
+        int e = sim_run(w, kvt_lab_policy_find(o.pol_names[i]), &rp->m, &rp->res[rp->n], err, sizeof err);
         if (e) {
             r = cli_error("sim", e == -ENOSPC ? 2 : 1, "%s: %s", o.pol_names[i], err);
             goto out;

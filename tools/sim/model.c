@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/belady.h"
+#include "lab/belady.h"
 #include "tools/sim/sim_priv.h"
 
 const char *const sim_link_name[SIM_LINKS] = { "dram->hbm", "ssd->dram", "hbm->dram",

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "tools/cli.h"
 #include "tools/sim/command.h"
 
@@ -204,7 +205,7 @@ static int opt_policies(struct sim_opts *o, const char *val)
     if (r)
         return bad_value("policies", val, "policy names separated by commas, none empty");
     for (int i = 0; i < n; i++) {
-        const struct kvt_policy_ops *ops = kvt_policy_find(items[i]);
+        const struct kvt_policy_ops *ops = kvt_lab_policy_find(items[i]);
         if (!ops) {
             cli_error("sim", 2, "no policy '%s' for --policies (decode, lru, arc, prefix, belady)",
                       items[i]);
@@ -360,7 +361,7 @@ int sim_parse(int argc, char **argv, struct sim_opts *o)
         o->hbm_frac = 0.5;
     if (!o->pol_given)
         for (size_t i = 0; i < sizeof(sim_default_policies) / sizeof(sim_default_policies[0]); i++)
-            if (kvt_policy_find(sim_default_policies[i]))
+            if (kvt_lab_policy_find(sim_default_policies[i]))
                 o->pol_names[o->n_pol++] = sim_default_policies[i];
     return o->trace_path ? 0 : sim_shape(o);
 }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lab/lab.h"
 #include "policy/policy.h"
 #include "tools/cli.h"
 #include "tools/prefix/trace.h"
@@ -375,7 +376,7 @@ static bool prefix_policy(const char *name)
         return true;
     for (size_t i = 0; i < sizeof(online) / sizeof(online[0]); i++)
         if (!strcmp(name, online[i]))
-            return kvt_policy_find(name) != NULL;
+            return kvt_lab_policy_find(name) != NULL;
     return false;
 }
 
@@ -548,7 +549,7 @@ int sim_prefix_main(int argc, char **argv)
             struct presult *out = &res[c * o.n_pols + p];
             e = !strcmp(o.pols[p], "belady")
                     ? run_belady(&t, n_req, cap, out)
-                    : run_policy(&t, n_req, kvt_policy_find(o.pols[p]), cap, out);
+                    : run_policy(&t, n_req, kvt_lab_policy_find(o.pols[p]), cap, out);
             out->cap_frac = o.caps[c];
             if (e == -ENOSPC)
                 r = cli_error("sim", 2, "capacity %g (%u blocks) cannot hold a request of the "

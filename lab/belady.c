@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/belady.h"
+#include "lab/belady.h"
 
 #define T KVT_POLICY_TIERS
 #define NEVER UINT32_MAX /* no next use (positions are below 2^32 - 1) */

@@ -17,7 +17,7 @@
 #include "io/io.h"
 #include "io/raw_bench.h"
 #include "tiers/tiers.h"
-#include "tiers/tool.h"
+#include "lab/tool.h"
 
 static double tool_now(void)
 {

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "io/io.h"
+#include "lab/lab.h"
 
 /* The private copy of a request that the inner back-end reads short. */
 struct shadow {
@@ -751,3 +752,32 @@ int kvt_io_faulty_powerloss_apply(struct kvt_io_faulty *plan, struct kvt_io_powe
         *out = res;
     return err;
 }
+
+/* ------------------------------------------------------------- as a syncer */
+
+static int sync_op(void *arg, int fd)
+{
+    return kvt_io_faulty_sync(arg, fd);
+}
+
+static int index_track_op(void *arg, int fd)
+{
+    return kvt_io_faulty_index_track(arg, fd);
+}
+
+static int index_begin_op(void *arg, bool syncs)
+{
+    return kvt_io_faulty_index_begin(arg, syncs);
+}
+
+static void index_durable_op(void *arg)
+{
+    kvt_io_faulty_index_durable(arg);
+}
+
+const struct kvt_sync_ops kvt_io_faulty_sync_ops = {
+    .sync = sync_op,
+    .index_track = index_track_op,
+    .index_begin = index_begin_op,
+    .index_durable = index_durable_op,
+};

@@ -1,0 +1,34 @@
+/*
+ * lab.h — the test-support library (libkvtier_lab.a, lab/): what the tests
+ * and the command use to look inside an engine and to break it on purpose —
+ * the fault-injecting device and I/O back-ends, Belady's MIN, the raw
+ * benchmarks and the tools' view of an engine (lab/tool.h). It is linked by
+ * the tests and by `kvtier`, never into libkvtier: the product never calls
+ * it (tests/layering checks), and reaches its back-ends only when an opener
+ * hands them in (kvt_open_ex).
+ */
+#ifndef KVT_LAB_H
+#define KVT_LAB_H
+
+#include "tiers/tiers.h"
+
+/* Test hooks, given at open and kept by that engine alone: the faulty
+ * back-ends, each with its fault plan (NULL: the back-end the config names).
+ * A plan must outlive the engine; the test re-arms it and reads its counts
+ * (tiers/device.h, io/io.h). */
+struct kvt_test_hooks {
+    struct kvt_device_faulty *device;
+    struct kvt_io_faulty *io;
+};
+/* kvt_open with hooks (NULL: none): the faulty back-ends opened in place
+ * of the config's, and the I/O plan's power-loss model told of every sync. */
+int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hooks,
+                        kvt_engine **out);
+
+/* An I/O plan's power-loss model as the SSD store's syncer (arg: the plan). */
+extern const struct kvt_sync_ops kvt_io_faulty_sync_ops;
+
+/* The policies by name, the offline ones (belady) too: for the simulator. */
+const struct kvt_policy_ops *kvt_lab_policy_find(const char *name);
+
+#endif /* KVT_LAB_H */
