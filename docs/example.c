@@ -1,4 +1,4 @@
-/* docs/example.c: a decode loop over three tiers (the README's example). */
+/* docs/example.c: a decode loop over three tiers (docs/api.md; the README shows an excerpt). */
 #include <stdio.h>
 #include <string.h>
 

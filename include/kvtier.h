@@ -105,12 +105,13 @@ typedef enum {
 
 /* kvt_config and kvt_stats grow at the end, and only there. Each published
  * layout's size is kept as KVT_CONFIG_SIZE_VER<n> / KVT_STATS_SIZE_VER<n>
- * (VER0 is the layout of DESIGN.md §3). A field added after VER0 means "the
- * default" when it is 0, and it extends the size: one placed in an older
- * layout's tail padding would be ignored, not refused, by that library.
+ * (VER0 is the layout of the first published API: docs/api.md). A field
+ * added after VER0 means "the default" when it is 0, and it extends the
+ * size: one placed in an older layout's tail padding would be ignored, not
+ * refused, by that library.
  *
  * Every call that reads or writes one of them takes the size the caller was
- * compiled with: the *_sized functions. The names of DESIGN.md §3
+ * compiled with: the *_sized functions. The names of the first API
  * (kvt_config_init, kvt_config_check, kvt_open, kvt_get_stats) are inline
  * wrappers that pass sizeof from this header, so a program compiled against
  * any version of it tells the library its own size. The library then
@@ -201,7 +202,8 @@ typedef struct kvt_config {
 #define KVT_FLAG_EVICT 1u
 
 /* The published layouts of kvt_config: VER0 ends with queue_depth
- * (DESIGN.md §3), VER1 with on_transfer_arg (kvtier 0.1), VER2 with flags. */
+ * (the first published API, docs/api.md), VER1 with on_transfer_arg
+ * (kvtier 0.1), VER2 with flags. */
 #define KVT_CONFIG_SIZE_VER0 offsetof(kvt_config, host_link_gbps)
 #define KVT_CONFIG_SIZE_VER1 (offsetof(kvt_config, on_transfer_arg) + sizeof(void *))
 #define KVT_CONFIG_SIZE_VER2 (offsetof(kvt_config, flags) + sizeof(uint64_t))
@@ -425,8 +427,8 @@ typedef struct kvt_stats {               /* counters since open; grows at the en
 } kvt_stats;
 
 /* The published layouts of kvt_stats: VER0 ends with errors_corrupt
- * (DESIGN.md §3), VER1 with prefetch_inflight_max (kvtier 0.1), VER2 with
- * evicted_pages. */
+ * (the first published API, docs/api.md), VER1 with prefetch_inflight_max
+ * (kvtier 0.1), VER2 with evicted_pages. */
 #define KVT_STATS_SIZE_VER0 offsetof(kvt_stats, capacity_pages)
 #define KVT_STATS_SIZE_VER1 (offsetof(kvt_stats, prefetch_inflight_max) + sizeof(uint64_t))
 #define KVT_STATS_SIZE_VER2 (offsetof(kvt_stats, evicted_pages) + sizeof(uint64_t))

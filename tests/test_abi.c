@@ -2,9 +2,10 @@
  * test_abi.c — the growable ABI of include/kvtier.h ("growable structs"):
  * the *_sized calls read and write exactly the caller's size, refuse sizes
  * that are no layout, and refuse a newer caller's config that sets a field
- * this library does not know; the VER0 part is DESIGN.md §3's layout; the
- * §3 prototypes still declare the same functions; the version macros and
- * the library agree.
+ * this library does not know; the VER0 part is the layout of the first
+ * published API (docs/api.md#the-first-published-api); its prototypes
+ * still declare the same functions; the version macros and the library
+ * agree.
  *
  * The other halves: tests/abi/old_caller.c (a program built against older
  * headers), tests/abi/exports.cmake (nothing exported that the header does
@@ -12,7 +13,7 @@
  */
 #include "helpers.h"
 
-/* Every prototype of DESIGN.md §3, verbatim (generated from
+/* Every prototype of the first published API, verbatim (generated from
  * tests/abi/design3.h by from_design3.cmake): each must still declare the
  * function kvtier.h declares, or this file does not compile. */
 #include "design3_protos.h"
@@ -244,10 +245,10 @@ static void test_stats_write_exactly_the_callers_size(void **state)
     kvt_close(e);
 }
 
-/* ------------------------------------------------------ the §3 names */
+/* ----------------------------------------------- the design3.h names */
 
-/* The §3 names are functions: their addresses can be taken and called, and
- * pass this header's size. */
+/* The design3.h names are functions: their addresses can be taken and
+ * called, and pass this header's size. */
 static void test_design3_names_are_functions(void **state)
 {
     void (*init)(kvt_config *) = kvt_config_init;

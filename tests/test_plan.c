@@ -5,8 +5,9 @@
  * pages, the split over the tiers, the decode-step bound, the bench file, and
  * the command's exit codes for bad arguments.
  *
- * The seed documents (/work/shared/seeds/, in Chinese) were checked entry by
- * entry. Their "GB"/"MB" are binary (GiB/MiB): Llama-3 8B at 1K tokens is
+ * The sizing tables the project started from (in Chinese; not part of this
+ * repository, so what they say is quoted here) were checked entry by entry.
+ * Their "GB"/"MB" are binary (GiB/MiB): Llama-3 8B at 1K tokens is
  * 134,217,728 B = 128 MiB, which the table writes "128 MB". Per token, FP16:
  *   Llama-3 8B      2*32*8*128*2  = 131,072 B (128 KiB)
  *   Llama-3 70B     2*80*8*128*2  = 327,680 B (320 KiB)

@@ -1,6 +1,7 @@
 # Checks that tests/abi/design3.h (COPY) is still, byte for byte, the code
-# block of section 3 of DESIGN.md (DESIGN_MD). DESIGN.md lives beside the
-# repository, not in it: without it the test prints SKIP and passes as a skip.
+# block of section 3 of the project's original design document (DESIGN_MD),
+# which lives beside the repository, not in it (docs/api.md#the-first-published-api):
+# without it the test prints SKIP and passes as a skip.
 #   cmake -DDESIGN_MD=.../DESIGN.md -DCOPY=tests/abi/design3.h -P design3_copy.cmake
 cmake_minimum_required(VERSION 3.18)
 if(NOT EXISTS "${DESIGN_MD}")

@@ -1,6 +1,6 @@
 /*
- * design3_layout.c — offsets and sizes of the structs of DESIGN.md §3, from
- * its code block verbatim (design3.h); see design3_layout.h.
+ * design3_layout.c — offsets and sizes of the structs of the first published
+ * API (docs/api.md), from its code block verbatim (design3.h); see design3_layout.h.
  */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /*
- * design3_layout.h — the fields of DESIGN.md §3's kvt_config and kvt_stats,
- * and their offsets and sizes as §3's own declarations (design3.h) lay them
- * out. test_abi.c checks that the VER0 part of include/kvtier.h's structs is
+ * design3_layout.h — the fields of the first published API's kvt_config
+ * and kvt_stats, and their offsets and sizes as design3.h's own
+ * declarations lay them out. test_abi.c checks that the VER0 part of include/kvtier.h's structs is
  * that layout, field for field. The offsets come from design3_layout.c, a
  * translation unit of their own: the two headers define the same struct
  * names differently.

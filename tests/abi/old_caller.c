@@ -4,16 +4,16 @@
  * kvt_config or kvt_stats, nor read past its kvt_config.
  *
  * Built twice (tests/CMakeLists.txt), each time against one OLD_HEADER:
- *  - design3.h: the code block of DESIGN.md §3, verbatim. It has no sizes,
+ *  - design3.h: the first published API, verbatim (docs/api.md). It has no sizes,
  *    so the calls bind to the plain symbols, which take the VER0 layout.
  *  - kvtier_ver0.h: include/kvtier.h with kvt_config and kvt_stats cut back
- *    to their §3 fields (ver0_header.cmake). The calls are its inline
+ *    to their design3.h fields (ver0_header.cmake). The calls are its inline
  *    wrappers and pass the smaller sizeof to the *_sized functions.
  * Each struct lies in a frame whose guard bytes follow it directly and are
  * checked after every call that is given the struct. The guard's pattern
  * read as a later config field would refuse the open (host_link_gbps < 0)
  * or crash the first transfer report (on_transfer), so a read past the
- * struct fails the test too. The rest is code as §3 writes it.
+ * struct fails the test too. The rest is code as design3.h writes it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,7 +25,7 @@
 
 #include OLD_HEADER
 
-/* §3 names KVT_DEVICE_HOST but does not define it; this is kvtier.h's value. */
+/* design3.h names KVT_DEVICE_HOST but does not define it; this is kvtier.h's value. */
 #ifndef KVT_DEVICE_HOST
 #define KVT_DEVICE_HOST (-1)
 #endif

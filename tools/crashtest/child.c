@@ -10,7 +10,7 @@
  * KVT_FLAG_EVICT, drop the policy's victims, checked keys included),
  * DRAM copies are given up under the flush, and write-backs race the
  * overwrites. A flushed overwrite lost there read back as an older version
- * (the race docs/design.md#full describes).
+ * (the race docs/design.md#when-the-engine-is-full describes).
  */
 #include <pthread.h>
 #include <stdlib.h>

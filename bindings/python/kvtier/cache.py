@@ -1,6 +1,6 @@
 """KVTierCache: a transformers Cache whose keys and values live in kvtier pages.
 
-Layout (layer-first, DESIGN.md §2): one page holds the K and the V of
+Layout (layer-first, docs/design.md#concepts): one page holds the K and the V of
 page_tokens consecutive tokens of one batch row for one layer, as
 [2][kv_heads][page_tokens][head_dim] in the model's dtype, zero-padded up to
 page_bytes (a multiple of 4096). Key: id = the row's sequence id, layer =
