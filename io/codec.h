@@ -50,12 +50,4 @@ uint32_t kvt_crc32c(uint32_t crc, const void *p, size_t n);
  * length: kvt_crc32c(crc_a, B, len_b) without reading B. O(log len_b). */
 uint32_t kvt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
-/* For `kvtier bench`: encodes and decodes a bf16 page of N(0, 1) values
- * (fixed seed) of page_bytes with codec at the default level, each for about
- * seconds on the calling thread. Returns 0 with the ratio (raw / stored) and
- * GB/s of raw bytes (1e9) per core for each direction; -EINVAL, -ENOMEM, or
- * KVT_ECORRUPT if the page did not come back intact. */
-int kvt_codec_bench(int codec, size_t page_bytes, double seconds, double *ratio, double *comp_gbps,
-                    double *decomp_gbps);
-
 #endif /* KVT_CODEC_H */

@@ -22,7 +22,6 @@
 
 #include "include/kvtier.h"
 #include "io/io.h"
-#include "io/raw_bench.h"
 
 static atomic_flag fallback_said = ATOMIC_FLAG_INIT;
 
@@ -113,30 +112,6 @@ int kvt_io_open(int which, const struct kvt_io_params *p, const struct kvt_io_op
         return -EINVAL;
     }
 }
-
-#if !KVT_HAVE_URING
-/* The baseline needs io_uring itself; the command reports it missing. */
-int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
-                     uint64_t n, bool write, double *gbps)
-{
-    (void)dfd, (void)name, (void)span, (void)block, (void)depth, (void)n, (void)write, (void)gbps;
-    return -ENOSYS;
-}
-
-int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t block,
-                             unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps)
-{
-    (void)batch;
-    return kvt_io_raw_bench(dfd, name, span, block, depth, n, write, gbps);
-}
-
-int kvt_io_raw_list(int dfd, const char *name, size_t block, unsigned depth, const uint64_t *offs,
-                    const uint32_t *sizes, size_t nsizes, double *gbps)
-{
-    (void)dfd, (void)name, (void)block, (void)depth, (void)offs, (void)sizes, (void)nsizes, (void)gbps;
-    return -ENOSYS;
-}
-#endif
 
 int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)
 {

@@ -1,6 +1,6 @@
 /*
- * io_uring.c — the io_uring back-end, and the raw io_uring baseline of
- * `kvtier bench ssd` (io/raw_bench.h). The only file that includes liburing.
+ * io_uring.c — the io_uring back-end. With lab/raw_bench.c (the raw
+ * baseline of `kvtier bench ssd`), the only file that includes liburing.
  *
  * One ring per context, driven by a reaper thread of its own. The owner
  * (io.h: the engine's mover) only queues requests and takes completions;
@@ -48,10 +48,8 @@
 #include <liburing.h>
 
 #include "io/io.h"
-#include "io/raw_bench.h"
+#include "io/uring.h"
 
-#define URING_CHUNK ((size_t)1 << 30) /* the kernel's limit per registered buffer */
-#define URING_BATCH 64                /* CQEs taken per peek */
 #define URING_WAKE ((void *)1)        /* user_data of the eventfd poll */
 
 /* Requests waiting for a slot, oldest first. */
@@ -96,10 +94,8 @@ struct uring {
     int broken;              /* a ring error that cannot be retried; 0 = healthy */
 };
 
-/* COOP_TASKRUN saves an interrupt per completion: completions are run when
- * the reaper next enters the kernel, which it does anyway to wait. Kernels
- * before 5.19 refuse the flags, and run without them. */
-static int uring_init_ring(struct io_uring *ring, unsigned depth)
+/* uring.h */
+int kvt_uring_init_ring(struct io_uring *ring, unsigned depth)
 {
     unsigned entries = depth < 8 ? 8 : depth;
     struct io_uring_params p;
@@ -111,9 +107,8 @@ static int uring_init_ring(struct io_uring *ring, unsigned depth)
     return rc;
 }
 
-/* Registers [base, base+len) as buffers of at most URING_CHUNK bytes; the
- * buffer index of an address is then its offset / URING_CHUNK. */
-static int uring_register_region(struct io_uring *ring, void *base, size_t len, size_t piece)
+/* uring.h */
+int kvt_uring_register_region(struct io_uring *ring, void *base, size_t len, size_t piece)
 {
     unsigned n = (unsigned)((len + piece - 1) / piece);
     struct iovec *iov = calloc(n, sizeof(*iov));
@@ -436,7 +431,7 @@ static void uring_setup_fixed(struct uring *u, const struct kvt_io_params *p)
         snprintf(tail, room, "unregistered buffers (no arena given)");
         return;
     }
-    int rc = uring_register_region(&u->ring, p->fixed_base, p->fixed_len, URING_CHUNK);
+    int rc = kvt_uring_register_region(&u->ring, p->fixed_base, p->fixed_len, URING_CHUNK);
     if (rc) {
         snprintf(tail, room, "unregistered buffers: %s%s", strerror(-rc),
                  rc == -ENOMEM ? " (RLIMIT_MEMLOCK?)" : "");
@@ -468,7 +463,7 @@ static int uring_open(const struct kvt_io_params *p, void **priv)
     int rc = u->wake_fd < 0 ? -errno : 0;
     if (rc)
         goto out_free;
-    rc = uring_init_ring(&u->ring, p->depth + 1);
+    rc = kvt_uring_init_ring(&u->ring, p->depth + 1);
     if (rc)
         goto out_efd;
     /* A kernel that clamps the ring gives fewer SQEs than asked: the slot
@@ -630,191 +625,3 @@ const struct kvt_io_ops kvt_io_uring_ops = {
     .inflight = uring_inflight,
     .describe = uring_describe,
 };
-
-/* ------------------------------------------------------------ raw baseline */
-
-struct bench {
-    struct io_uring ring;
-    int fd;
-    bool write, fixed;
-    char *bufs;              /* one buffer per block of the span, as the engine's DRAM
-                                arena gives each page its own slot; a few reused
-                                buffers measure something else (docs/design.md#huge-pages) */
-    size_t block;
-    uint64_t nblocks, issued, completed, bytes;
-    uint64_t batch_end;      /* requests issued stop here until all complete */
-    unsigned batch;          /* requests per batch (0: one stream) */
-    const uint64_t *offs;    /* a list of blocks to read (kvt_io_raw_list), or NULL */
-    const uint32_t *sizes;   /* its batches' sizes, nsizes of them */
-    size_t nsizes, next_size;
-    int err;
-};
-
-/* Slot s issues the next block of the sequential cycle through the span. */
-static void bench_issue(struct bench *b, unsigned s)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&b->ring);
-    uint64_t blk = b->issued++ % b->nblocks;
-    char *buf = b->bufs + (size_t)blk * b->block;
-    uint64_t off = b->offs ? b->offs[b->issued - 1] : blk * b->block;
-    int bi = (int)(((size_t)blk * b->block) / URING_CHUNK);
-    if (b->fixed && b->write)
-        io_uring_prep_write_fixed(sqe, b->fd, buf, (unsigned)b->block, off, bi);
-    else if (b->fixed)
-        io_uring_prep_read_fixed(sqe, b->fd, buf, (unsigned)b->block, off, bi);
-    else if (b->write)
-        io_uring_prep_write(sqe, b->fd, buf, (unsigned)b->block, off);
-    else
-        io_uring_prep_read(sqe, b->fd, buf, (unsigned)b->block, off);
-    io_uring_sqe_set_data(sqe, (void *)(uintptr_t)s);
-}
-
-/* The end of the batch after the one ending at b->batch_end. */
-static uint64_t bench_next_end(struct bench *b)
-{
-    if (!b->sizes)
-        return b->batch_end + b->batch;
-    while (b->next_size < b->nsizes && !b->sizes[b->next_size])
-        b->next_size++; /* an empty batch waits for nothing */
-    return b->batch_end + (b->next_size < b->nsizes ? b->sizes[b->next_size++] : 0);
-}
-
-/* Where issuing stops now: n, or the end of the current batch. */
-static uint64_t bench_limit(const struct bench *b, uint64_t n)
-{
-    return b->batch && b->batch_end < n ? b->batch_end : n;
-}
-
-/* Keeps depth requests in flight until n have completed (in batches: until
- * the batch's have, then the next batch starts). No resubmission of short
- * transfers: the bytes that moved are what is counted. After an error no
- * new request is issued, but the loop runs until every request issued has
- * completed, since the kernel writes into bufs until then. */
-static void bench_loop(struct bench *b, unsigned depth, uint64_t n)
-{
-    struct io_uring_cqe *cqes[URING_BATCH];
-    b->batch_end = 0;
-    b->batch_end = bench_next_end(b);
-    for (unsigned s = 0; s < depth && b->issued < bench_limit(b, n); s++)
-        bench_issue(b, s);
-    while (b->completed < b->issued) {
-        int rc = io_uring_submit_and_wait(&b->ring, 1);
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-            b->err = rc;
-            return; /* the ring is gone; queue_exit cancels and waits */
-        }
-        unsigned k = io_uring_peek_batch_cqe(&b->ring, cqes, URING_BATCH);
-        for (unsigned i = 0; i < k; i++) {
-            int res = cqes[i]->res;
-            unsigned s = (unsigned)(uintptr_t)io_uring_cqe_get_data(cqes[i]);
-            b->completed++;
-            if (res <= 0 && !b->err)
-                b->err = res ? res : -EIO;
-            if (res > 0)
-                b->bytes += (uint64_t)res;
-            if (!b->err && b->issued < bench_limit(b, n))
-                bench_issue(b, s);
-        }
-        io_uring_cq_advance(&b->ring, k);
-        if (b->batch && !b->err && b->completed == b->issued && b->issued < n) {
-            b->batch_end = bench_next_end(b); /* the batch is done: the next one */
-            for (unsigned s = 0; s < depth && b->issued < bench_limit(b, n); s++)
-                bench_issue(b, s);
-        }
-    }
-}
-
-static double bench_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-int kvt_io_raw_bench(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
-                     uint64_t n, bool write, double *gbps)
-{
-    return kvt_io_raw_bench_batched(dfd, name, span, block, depth, n, 0, write, gbps);
-}
-
-static int bench_run(int dfd, const char *name, struct bench b, unsigned depth, uint64_t n,
-                     double *gbps);
-
-int kvt_io_raw_bench_batched(int dfd, const char *name, uint64_t span, size_t block,
-                             unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps)
-{
-    if (!name || !gbps || !block || block % 4096 || block > URING_CHUNK || !depth || !n ||
-        span < block)
-        return -EINVAL;
-    struct bench b = { .write = write, .block = block, .nblocks = span / block, .batch = batch };
-    return bench_run(dfd, name, b, depth, n, gbps);
-}
-
-int kvt_io_raw_list(int dfd, const char *name, size_t block, unsigned depth, const uint64_t *offs,
-                    const uint32_t *sizes, size_t nsizes, double *gbps)
-{
-    uint64_t n = 0, most = 0;
-    for (size_t i = 0; i < nsizes; i++) {
-        n += sizes ? sizes[i] : 0;
-        most = sizes && sizes[i] > most ? sizes[i] : most;
-    }
-    if (!name || !gbps || !offs || !sizes || !block || block % 4096 || block > URING_CHUNK ||
-        !depth || !n)
-        return -EINVAL;
-    for (uint64_t i = 0; i < n; i++)
-        if (offs[i] % 4096)
-            return -EINVAL;
-    /* A buffer per request of the largest batch: batch i's request k reads
-     * into buffer (its number) mod `most`, no two in flight at once. */
-    struct bench b = { .block = block, .nblocks = most, .batch = 1, .offs = offs,
-                       .sizes = sizes, .nsizes = nsizes };
-    return bench_run(dfd, name, b, depth, n, gbps);
-}
-
-static int bench_run(int dfd, const char *name, struct bench b, unsigned depth, uint64_t n,
-                     double *gbps)
-{
-    bool write = b.write;
-    size_t block = b.block;
-    /* O_NONBLOCK: a FIFO in the file's place must not hang the open (it
-     * changes nothing for a regular file). */
-    b.fd = openat(dfd, name,
-                  (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (b.fd < 0)
-        return -errno;
-    struct stat st;
-    if (fstat(b.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(b.fd);
-        return -EINVAL;
-    }
-    size_t region = (size_t)b.nblocks * block;
-    /* Memory of the kind the engine's arenas are (huge pages where THP
-     * allows): on a virtual disk the DMA target's physical layout moves the
-     * figure (docs/design.md#huge-pages). */
-    int rc = 0;
-    b.bufs = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (b.bufs == MAP_FAILED) {
-        b.bufs = NULL;
-        rc = -ENOMEM;
-        goto out_close;
-    }
-    (void)madvise(b.bufs, region, MADV_HUGEPAGE);
-    memset(b.bufs, 0x5a, region); /* fault the pages in before timing */
-    rc = uring_init_ring(&b.ring, depth);
-    if (rc)
-        goto out_free;
-    b.fixed = uring_register_region(&b.ring, b.bufs, region, URING_CHUNK) == 0;
-
-    double t0 = bench_now();
-    bench_loop(&b, depth, n);
-    double secs = bench_now() - t0;
-    rc = b.err;
-    if (!rc)
-        *gbps = secs > 0 ? (double)b.bytes / secs / 1e9 : 0.0;
-    io_uring_queue_exit(&b.ring);
-out_free:
-    munmap(b.bufs, region);
-out_close:
-    close(b.fd);
-    return rc;
-}

@@ -31,4 +31,15 @@ extern const struct kvt_sync_ops kvt_io_faulty_sync_ops;
 /* The policies by name, the offline ones (belady) too: for the simulator. */
 const struct kvt_policy_ops *kvt_lab_policy_find(const char *name);
 
+/* A page of little-endian bf16 values drawn from N(0, 1), the same for the
+ * same seed (lab/codec_bench.c). */
+void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed);
+/* For `kvtier bench`: encodes and decodes a bf16 page of N(0, 1) values
+ * (fixed seed) of page_bytes with codec at the default level, each for about
+ * seconds on the calling thread. Returns 0 with the ratio (raw / stored) and
+ * GB/s of raw bytes (1e9) per core for each direction; -EINVAL, -ENOMEM, or
+ * KVT_ECORRUPT if the page did not come back intact. */
+int kvt_codec_bench(int codec, size_t page_bytes, double seconds, double *ratio, double *comp_gbps,
+                    double *decomp_gbps);
+
 #endif /* KVT_LAB_H */

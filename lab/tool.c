@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "io/io.h"
-#include "io/raw_bench.h"
+#include "lab/raw_bench.h"
 #include "tiers/tiers.h"
 #include "lab/tool.h"
 

@@ -6,6 +6,7 @@
  */
 #include <zstd.h>
 
+#include "lab/lab.h"
 #include "tests/helpers.h"
 #include "io/codec.h"
 
@@ -17,7 +18,7 @@ extern uint32_t kvt_crc32c_path(int i, uint32_t crc, const void *p, size_t n);
 extern int kvt_crc32c_path_chosen(void);
 extern int kvt_crc32c_fold_k(int i, uint64_t k[2]);
 extern int kvt_crc32c_shift_k(int i, uint64_t *k, size_t *chain);
-extern void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed);
+
 
 #define PAGE (256u * 1024u)
 #define GUARD 64u

@@ -15,7 +15,7 @@
 
 #include "tests/helpers.h"
 #include "io/io.h"
-#include "io/raw_bench.h"
+#include "lab/raw_bench.h"
 #include "io/sched_attr.h"
 
 #define FILE_BYTES (8u << 20)

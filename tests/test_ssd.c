@@ -28,11 +28,9 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "lab/lab.h"
 #include "tiers/ssd_index.h"
 #include "tiers/ssd_store.h"
-
-/* In io/codec.c, for tests and the bench (not in a header). */
-void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed);
 
 #define PB ((size_t)16 << 10)
 #define FP 0x5EEDF00D0001ull

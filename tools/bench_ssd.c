@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lab/lab.h"
 #include "include/kvtier.h"
 #include "io/codec.h"
 #include "tiers/spill_dir.h"

@@ -32,7 +32,7 @@
 #define PAGE 4096
 #define FP 0x6b767469657231ull
 
-void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed); /* io/codec.c */
+void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed); /* lab/codec_bench.c */
 
 static int die(const char *what, int r)
 {

@@ -1,11 +1,10 @@
 /*
- * raw_bench.h — the raw O_DIRECT throughput baseline (internal).
+ * raw_bench.h — the raw O_DIRECT throughput baseline (test support).
  *
  * Not part of the I/O interface (io.h): the engine never calls it. It is
  * the disk with no engine, the baseline `kvtier bench ssd` and `kvtier run`
- * hold the engine's SSD figures to; tools reach it through tiers/tool.h.
- * Defined in io/io_uring.c, the one file that includes liburing (io/io.c
- * gives -ENOSYS in a build without it).
+ * hold the engine's SSD figures to; tools reach it through lab/tool.h.
+ * Defined in lab/raw_bench.c (-ENOSYS in a build without io_uring).
  */
 #ifndef KVT_RAW_BENCH_H
 #define KVT_RAW_BENCH_H
