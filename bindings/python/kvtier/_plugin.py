@@ -43,8 +43,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Union
 
-from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull, check
-from .engine import Engine, Key, _key_array
+from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull
+from .engine import Engine, Key
 
 # key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
 SETTINGS = {
@@ -383,11 +383,8 @@ class ChunkIO:
             ptrs, staged = self._page_addrs([addrs[i] for i in part])
             for b, src in staged:
                 ctypes.memmove(b, src, self.tail)   # the padding stays zero
-            keys = _key_array(self.keys([names[i] for i in part]))
-            arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
             try:
-                check(self.engine._L.kvt_put(self.engine._handle(), keys, len(keys), arr, 0),
-                      "kvt_put")
+                self.engine.put_addresses(self.keys([names[i] for i in part]), ptrs)
             except (KvtFull, KvtBusy):
                 break
             for i in part:
@@ -405,11 +402,7 @@ class ChunkIO:
         for s in range(0, len(names), self.part):
             pn, pa = names[s:s + self.part], addrs[s:s + self.part]
             ptrs, staged = self._page_addrs(pa)
-            keys = _key_array(self.keys(pn))
-            arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
-            found = (ctypes.c_int * len(ptrs))()
-            check(self.engine._L.kvt_get(self.engine._handle(), keys, len(keys), arr, 0, found),
-                  "kvt_get")
+            found = self.engine.get_addresses(self.keys(pn), ptrs)
             n = self.n_pages
             got = [all(found[i * n:(i + 1) * n]) for i in range(len(pn))]
             for i, (b, dst) in enumerate(staged):

@@ -25,7 +25,8 @@ import os
 import torch
 from transformers.cache_utils import Cache
 
-from .engine import Engine, _integer, _key_id
+from ._convert import integer, key_id
+from .engine import Engine
 
 _MASK64 = (1 << 64) - 1
 
@@ -68,7 +69,7 @@ class KVTierCache(Cache):
     def __init__(self, engine=None, *, page_tokens=16, n_layers=None, config=None,
                  seq_ids=None, **engine_config):
         super().__init__()
-        page_tokens = _integer(page_tokens, "page_tokens")
+        page_tokens = integer(page_tokens, "page_tokens")
         if page_tokens < 1:
             raise ValueError("page_tokens must be at least 1")
         if engine is not None and engine_config:
@@ -82,7 +83,7 @@ class KVTierCache(Cache):
         self._n_layers = n_layers
         # Key ids: integers in 0..2**64-1, refused otherwise (never truncated or wrapped).
         self._seq_ids = (None if seq_ids is None else
-                         [_key_id(i, f"seq_ids[{n}]") for n, i in enumerate(seq_ids)])
+                         [key_id(i, f"seq_ids[{n}]") for n, i in enumerate(seq_ids)])
         if self._seq_ids is not None and len(set(self._seq_ids)) != len(self._seq_ids):
             # Two rows with one id would write the same keys: each would read
             # the other's K/V.

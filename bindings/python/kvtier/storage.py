@@ -16,6 +16,7 @@ page stored by another model read as a miss.
 
 import hashlib
 
+from ._convert import Borrowed, buffer_addresses
 from ._lib import KVT_ALL_LAYERS, KvtBusy, KvtFull
 from .engine import Engine, Key, make_config
 
@@ -162,9 +163,9 @@ class KVTierStorage:
     def _check_sizes(self, values):
         # What engine.put() checks per part, for the whole batch at once:
         # sizes, and host/CUDA sides (mixed, or CUDA on a host engine).
-        from .engine import _Borrowed
-        with _Borrowed() as b:
-            self.engine._addresses(b, values, writable=False, what="set")
+        with Borrowed() as b:
+            buffer_addresses(b, values, self.page_bytes, self.engine.device_name,
+                             writable=False, what="set")
 
     # ------------------------------------------------------------- upkeep
 
