@@ -256,13 +256,26 @@ def chunk_layout(chunk_bytes, page_bytes=None):
     return page_bytes, -(-chunk_bytes // page_bytes)
 
 
-def page_keys(name, n_pages):
-    """The kvtier keys of the n_pages pages of the chunk called name (str or
-    bytes: the engine's key plus whatever makes it unique to this shard).
-    id and index carry 96 bits of blake2b(name), layer the page number; the
-    collision stance is kvtier.storage.key_hash's (about n**2 / 2**97)."""
+def page_keys(name: str | bytes, n_pages: int) -> list[Key]:
+    """The kvtier keys of the n_pages pages stored under name (str, taken as
+    UTF-8, or bytes): the package's one scheme from names to kvt_keys, used
+    by every store of it (KVTierStorage and key_hash, the LMCache, SGLang and
+    vLLM plug-ins). id and index carry 96 bits of blake2b(name, person
+    "kvtier-chunk"), little-endian; layer is the page number, never
+    KVT_ALL_LAYERS. Stable across processes and machines (no
+    PYTHONHASHSEED), which persistence needs.
+
+    Collision stance: among n stored pages some two names collide with
+    probability about n**2 / 2**97 (about 1e-11 at a billion pages). We
+    treat that as impossible and do not store the full name to check it; a
+    collision would serve one name's bytes for another's. TypeError for a
+    name that is neither str nor bytes."""
     if isinstance(name, str):
-        name = name.encode()
+        name = name.encode("utf-8")
+    elif isinstance(name, (bytes, bytearray, memoryview)):
+        name = bytes(name)
+    else:
+        raise TypeError(f"kvtier keys are named by str or bytes, not {type(name).__name__}")
     if n_pages >= KVT_ALL_LAYERS:
         raise ValueError(f"a chunk of {n_pages} pages")
     d = hashlib.blake2b(name, digest_size=12, person=b"kvtier-chunk").digest()
@@ -324,8 +337,10 @@ def close_engine(engine: Engine, persist: bool, log: logging.Logger, who: str) -
 class ChunkIO:
     """Whole chunks of chunk_bytes in the pages of an Engine (borrowed).
 
-    Chunks are named (page_keys) and given as host addresses that stay valid
-    and unchanged during the call. The full pages of a chunk are read and
+    Chunks are named (page_keys) and given as addresses that stay valid and
+    unchanged during the call: host memory, or, with on_device, CUDA memory
+    on an engine of the cuda back-end (whole pages only: a padded last page
+    needs a host bounce page). The full pages of a chunk are read and
     written by kvtier in place (kvt_put copies them into its DRAM tier,
     kvt_get copies into them: one copy each way, the disk side is DMA). A
     last page that the chunk only partly fills is staged in a bounce page (a
@@ -362,6 +377,12 @@ class ChunkIO:
                 out.append(a + (self.n_pages - 1) * self.page_bytes)
         return out, staged
 
+    def _check_side(self, on_device):
+        if on_device and self.padded:
+            raise ValueError(f"kvtier: chunks of {self.chunk_bytes} bytes in pages of "
+                             f"{self.page_bytes} pass through a host bounce page; CUDA "
+                             "memory cannot")
+
     def exists(self, names):
         """[bool] per chunk: every page of it is held."""
         if not names:
@@ -370,12 +391,13 @@ class ChunkIO:
         n = self.n_pages
         return [all(w >= 0 for w in where[i * n:(i + 1) * n]) for i in range(len(names))]
 
-    def put(self, names, addrs, skip_existing=True):
+    def put(self, names, addrs, skip_existing=True, on_device=False):
         """Stores the chunks; [bool] per chunk (held after the call). Chunks
         already held are skipped when skip_existing (content-named keys hold
         the same bytes). A full or busy store fails the part it hit and every
         later one; earlier parts stay stored."""
         names, addrs = list(names), list(addrs)
+        self._check_side(on_device)
         ok = self.exists(names) if skip_existing else [False] * len(names)
         todo = [i for i, held in enumerate(ok) if not held]
         for s in range(0, len(todo), self.part):
@@ -384,25 +406,27 @@ class ChunkIO:
             for b, src in staged:
                 ctypes.memmove(b, src, self.tail)   # the padding stays zero
             try:
-                self.engine.put_addresses(self.keys([names[i] for i in part]), ptrs)
+                self.engine.put_addresses(self.keys([names[i] for i in part]), ptrs,
+                                          on_device=on_device)
             except (KvtFull, KvtBusy):
                 break
             for i in part:
                 ok[i] = True
         return ok
 
-    def get(self, names, addrs):
+    def get(self, names, addrs, on_device=False):
         """Copies the chunks held into addrs; [bool] per chunk. A chunk with
         a page missing or damaged is False (its memory may have been partly
         written)."""
         names, addrs = list(names), list(addrs)
+        self._check_side(on_device)
         if not names:
             return []
         ok = []
         for s in range(0, len(names), self.part):
             pn, pa = names[s:s + self.part], addrs[s:s + self.part]
             ptrs, staged = self._page_addrs(pa)
-            found = self.engine.get_addresses(self.keys(pn), ptrs)
+            found = self.engine.get_addresses(self.keys(pn), ptrs, on_device=on_device)
             n = self.n_pages
             got = [all(found[i * n:(i + 1) * n]) for i in range(len(pn))]
             for i, (b, dst) in enumerate(staged):
