@@ -1,4 +1,5 @@
-"""What kvtier's engine plug-ins share (kvtier.sglang, kvtier.lmcache, kvtier.vllm).
+"""What kvtier's engine plug-ins and its store share (kvtier.storage and
+kvtier.sglang, kvtier.lmcache, kvtier.vllm).
 
 For plug-in code (none of this is public API):
 
@@ -20,7 +21,8 @@ For plug-in code (none of this is public API):
   from MemAvailable and the free space of the spill directory's file system.
 - chunk_layout(chunk_bytes, page_bytes=None) -> (page_bytes, n_pages): how a
   chunk of the engine's size is cut into kvtier pages (the last may be padded).
-- page_keys(name, n_pages) -> [Key]: the kvtier keys of one chunk's pages.
+- page_keys(name, n_pages) -> [Key]: the kvtier keys of one chunk's pages;
+  the package's one scheme from names (str/bytes) to kvt_keys.
 - open_engine(settings, page_bytes, fingerprint, engine, rank=None)
   -> (Engine, dict): an Engine on the host back-end with defaults filled in
   (the dict is the configuration used, for logs and get_stats()).
@@ -33,6 +35,8 @@ For plug-in code (none of this is public API):
   it in place); a padded last page goes through a bounce page.
 """
 
+from __future__ import annotations
+
 import ctypes
 import hashlib
 import logging
@@ -41,13 +45,13 @@ import os
 import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull
 from .engine import Engine, Key
 
 # key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
-SETTINGS = {
+SETTINGS: dict[str, tuple[str, str]] = {
     "spill_dir": ("str", "directory of the SSD tier (made if missing)"),
     "dram_bytes": ("bytes", "capacity of kvtier's DRAM tier"),
     "ssd_bytes": ("bytes", "capacity of the SSD tier (0: no SSD tier)"),
@@ -157,13 +161,13 @@ def read_settings(raw: Optional[Mapping[str, object]], prefix: str = "",
     return out
 
 
-def model_fingerprint(**parts):
+def model_fingerprint(**parts: object) -> str:
     """'k1=v1;k2=v2' over the sorted parts: the identity of what a chunk's
     bytes mean (model, dtype, layout, shard). Stable across processes."""
     return ";".join(f"{k}={parts[k]}" for k in sorted(parts))
 
 
-def _short_hash(text):
+def _short_hash(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6, person=b"kvtier-dir").hexdigest()
 
 
@@ -209,7 +213,7 @@ def _expand_home(path: str) -> str:
     return os.path.expanduser(path)
 
 
-def _mem_available():
+def _mem_available() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -220,7 +224,7 @@ def _mem_available():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def _free_disk(path):
+def _free_disk(path: str) -> int:
     p = Path(path)
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -228,7 +232,7 @@ def _free_disk(path):
     return st.f_bavail * st.f_frsize
 
 
-def default_capacities(page_bytes, spill_dir):
+def default_capacities(page_bytes: int, spill_dir: str) -> dict[str, int]:
     """DRAM: an eighth of the available memory, at most 8 GiB, at least 4
     pages (kvtier puts in batches of half its DRAM). SSD: a quarter of the free
     space where spill_dir lives (segment files are allocated as they fill, so
@@ -239,7 +243,7 @@ def default_capacities(page_bytes, spill_dir):
     return {"dram_bytes": dram, "ssd_bytes": ssd}
 
 
-def chunk_layout(chunk_bytes, page_bytes=None):
+def chunk_layout(chunk_bytes: int, page_bytes: int | None = None) -> tuple[int, int]:
     """(page_bytes, n_pages) for chunks of chunk_bytes. Default: one page per
     chunk (rounded up to 4 KiB) up to MAX_DEFAULT_PAGE, else the fewest equal
     pages of at most that size. n_pages * page_bytes >= chunk_bytes; only the
@@ -283,7 +287,8 @@ def page_keys(name: str | bytes, n_pages: int) -> list[Key]:
     return [Key(i, p, x) for p in range(n_pages)]
 
 
-def open_engine(settings, page_bytes, fingerprint, engine, rank=None):
+def open_engine(settings: Mapping[str, Any], page_bytes: int, fingerprint: str, engine: str,
+                rank: int | str | None = None) -> tuple[Engine, dict[str, Any]]:
     """Opens kvtier for a plug-in: settings from read_settings() (page_bytes
     there is ignored: the plug-in has decided it), defaults for what is
     missing. Returns (Engine, config used). Owned by the caller (close())."""
@@ -347,7 +352,7 @@ class ChunkIO:
     second copy of that page's bytes). Thread-safe as the Engine is (bounce
     pages are made per call)."""
 
-    def __init__(self, engine, chunk_bytes):
+    def __init__(self, engine: Engine, chunk_bytes: int) -> None:
         self.engine = engine
         self.chunk_bytes = chunk_bytes
         self.page_bytes = engine.page_bytes
@@ -359,11 +364,12 @@ class ChunkIO:
         # nothing: parts of at most that many pages say which chunks failed.
         self.part = max(1, (dram_pages - 1) // 2 // self.n_pages)
 
-    def keys(self, names):
+    def keys(self, names: Iterable[str | bytes]) -> list[Key]:
         """Every page key of the chunks, chunk by chunk."""
         return [k for n in names for k in page_keys(n, self.n_pages)]
 
-    def _page_addrs(self, addrs):
+    def _page_addrs(self, addrs: Iterable[int]
+                    ) -> tuple[list[int], list[tuple[ctypes.Array, int]]]:
         """Per-page addresses; the padded last pages point at bounce pages,
         returned as [(bounce, chunk address of the tail), ...]."""
         out, staged = [], []
@@ -377,13 +383,13 @@ class ChunkIO:
                 out.append(a + (self.n_pages - 1) * self.page_bytes)
         return out, staged
 
-    def _check_side(self, on_device):
+    def _check_side(self, on_device: bool) -> None:
         if on_device and self.padded:
             raise ValueError(f"kvtier: chunks of {self.chunk_bytes} bytes in pages of "
                              f"{self.page_bytes} pass through a host bounce page; CUDA "
                              "memory cannot")
 
-    def exists(self, names):
+    def exists(self, names: Sequence[str | bytes]) -> list[bool]:
         """[bool] per chunk: every page of it is held."""
         if not names:
             return []
@@ -391,7 +397,8 @@ class ChunkIO:
         n = self.n_pages
         return [all(w >= 0 for w in where[i * n:(i + 1) * n]) for i in range(len(names))]
 
-    def put(self, names, addrs, skip_existing=True, on_device=False):
+    def put(self, names: Iterable[str | bytes], addrs: Iterable[int], skip_existing: bool = True,
+            on_device: bool = False) -> list[bool]:
         """Stores the chunks; [bool] per chunk (held after the call). Chunks
         already held are skipped when skip_existing (content-named keys hold
         the same bytes). A full or busy store fails the part it hit and every
@@ -414,7 +421,8 @@ class ChunkIO:
                 ok[i] = True
         return ok
 
-    def get(self, names, addrs, on_device=False):
+    def get(self, names: Iterable[str | bytes], addrs: Iterable[int],
+            on_device: bool = False) -> list[bool]:
         """Copies the chunks held into addrs; [bool] per chunk. A chunk with
         a page missing or damaged is False (its memory may have been partly
         written)."""

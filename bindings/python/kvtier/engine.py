@@ -28,6 +28,8 @@ A with-block that ends by an exception does not replace it with the close()
 refusal: the engine then closes when the views and the engine are garbage.
 """
 
+from __future__ import annotations
+
 import ctypes
 import dataclasses
 import gc
@@ -36,22 +38,39 @@ import itertools
 import os
 import threading
 import weakref
-from collections import namedtuple
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from . import _lib
 from ._convert import (Borrowed, OutOfRange, buffer_addresses, cint, integer, key_array, key_id,
                        uint)
 from ._lib import KvtConfig, KvtSchedule, KvtStats, check
 
-Key = namedtuple("Key", "id layer index")
-Key.__doc__ = "The identity of one page: (id, layer, index); see kvt_key."
+if TYPE_CHECKING:
+    import numpy
+    import torch
 
-Exists = namedtuple("Exists", "prefix where")
-Exists.__doc__ = ("Result of Engine.exists(): prefix = number of leading keys held, "
-                  "where[i] = fastest tier holding key i (0 HBM, 1 DRAM, 2 SSD, -1 none).")
+__all__ = ["CONFIG_FIELDS", "DevicePage", "Engine", "Exists", "Key", "OutOfRange", "Pinned",
+           "Stats", "Ticket", "ViewsAlive", "make_config", "version"]
+
+# A key as the calls take it: a Key or any (id, layer, index) of integers.
+KeyLike = Sequence[int]
 
 
-def version():
+class Key(NamedTuple):
+    """The identity of one page: (id, layer, index); see kvt_key."""
+    id: int
+    layer: int
+    index: int
+
+
+class Exists(NamedTuple):
+    """Result of Engine.exists(): prefix = number of leading keys held,
+    where[i] = fastest tier holding key i (0 HBM, 1 DRAM, 2 SSD, -1 none)."""
+    prefix: int
+    where: list[int]
+
+
+def version() -> tuple[int, str]:
     """(number, string) of the linked library, e.g. (100, '0.1.0')."""
     L = _lib.lib()
     return int(L.kvt_version_number()), L.kvt_version_string().decode()
@@ -69,7 +88,8 @@ class DevicePage:
     or its engine closed, reading __cuda_array_interface__ raises ValueError.
     Made by hand (owner None) it only describes ptr."""
 
-    def __init__(self, ptr, nbytes, device_ordinal=0, owner=None):
+    def __init__(self, ptr: int, nbytes: int, device_ordinal: int = 0,
+                 owner: Pinned | None = None) -> None:
         self.ptr = ptr
         self.nbytes = nbytes
         self._owner = owner
@@ -77,7 +97,7 @@ class DevicePage:
                      "version": 3, "strides": None, "stream": None}
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         if self._owner is not None:
             self._owner._check_usable()
         return self._cai
@@ -155,7 +175,7 @@ CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir"
                  "host_link_gbps", "prefetch_bytes", "flags")
 
 
-def make_config(**kw):
+def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
     """A kvt_config from keyword arguments (names as in kvt_config); fields not
     given keep kvt_config_init()'s defaults. Returns (config, keepalive): the
     config's char pointers point into keepalive, which must outlive its use.
@@ -204,15 +224,15 @@ def make_config(**kw):
 class Stats:
     """kvt_stats, every field in header order. Per-tier fields are 3-tuples
     indexed by tier (0 HBM, 1 DRAM, 2 SSD)."""
-    resident_pages: tuple
-    hits: tuple
-    misses: tuple
-    bytes_up: tuple
-    bytes_down: tuple
+    resident_pages: tuple[int, int, int]
+    hits: tuple[int, int, int]
+    misses: tuple[int, int, int]
+    bytes_up: tuple[int, int, int]
+    bytes_down: tuple[int, int, int]
     stall_ns: int
     errors_io: int
     errors_corrupt: int
-    capacity_pages: tuple
+    capacity_pages: tuple[int, int, int]
     pinned_pages: int
     pages: int
     meta_bytes: int
@@ -227,14 +247,14 @@ class Stats:
     evicted_pages: int
 
     @classmethod
-    def _from_c(cls, s):
+    def _from_c(cls, s: KvtStats) -> Stats:
         vals = {}
         for name, ctype in KvtStats._fields_:
             v = getattr(s, name)
             vals[name] = tuple(int(x) for x in v) if isinstance(v, ctypes.Array) else int(v)
         return cls(**vals)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (header order)."""
         return dataclasses.asdict(self)
 
@@ -252,7 +272,8 @@ class Pinned:
     Used as a context manager it releases on exit, with dirty=self.dirty
     (True for create())."""
 
-    def __init__(self, engine, keys, ptrs, dirty=False):
+    def __init__(self, engine: Engine, keys: Iterable[Any], ptrs: Iterable[int],
+                 dirty: bool = False) -> None:
         self._engine = engine
         self.keys = [Key(k.id, k.layer, k.index) for k in keys]
         self.ptrs = list(ptrs)
@@ -261,7 +282,7 @@ class Pinned:
         self.page_bytes = engine.page_bytes
         self.on_device = engine.device_name == "cuda"
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.ptrs)
 
     def _check_usable(self):
@@ -277,25 +298,25 @@ class Pinned:
             raise ValueError(f"a CUDA page has no host {what}; use cuda_array() or torch()")
         return self._engine._export(self, i, what)
 
-    def memoryview(self, i=0):
+    def memoryview(self, i: int = 0) -> memoryview:
         """A writable memoryview of page i (host back-end only), no copy. A
         view: see the class doc."""
         return memoryview(self._host_page(i, "memoryview()")).cast("B")
 
-    def numpy(self, i=0, dtype="uint8"):
+    def numpy(self, i: int = 0, dtype: Any = "uint8") -> numpy.ndarray:
         """A writable numpy view of page i (host back-end), no copy. A view:
         see the class doc."""
         import numpy as np
         return np.frombuffer(self._host_page(i, "numpy()"), dtype=np.uint8).view(dtype)
 
-    def cuda_array(self, i=0):
+    def cuda_array(self, i: int = 0) -> DevicePage:
         """A DevicePage (``__cuda_array_interface__``) for page i on the CUDA
         back-end. A view: see the class doc."""
         if not self.on_device:
             raise ValueError("the host back-end has no CUDA pages; use numpy()/memoryview()")
         return self._engine._export(self, i, "cuda_array()")
 
-    def torch(self, i=0, dtype=None):
+    def torch(self, i: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
         """A torch tensor viewing page i (uint8, or dtype), no copy: CPU on the
         host back-end, CUDA on the cuda back-end. A view: see the class doc."""
         import torch
@@ -308,7 +329,7 @@ class Pinned:
             t = torch.frombuffer(self._host_page(i, "torch()"), dtype=torch.uint8)
         return t if dtype is None else t.view(dtype)
 
-    def release(self, dirty=None):
+    def release(self, dirty: bool | None = None) -> None:
         """kvt_release() of these pages (dirty defaults to self.dirty). Once
         only; later calls are no-ops."""
         if self.released:
@@ -316,10 +337,10 @@ class Pinned:
         self._engine.release(self.keys, self.dirty if dirty is None else dirty)
         self.released = True
 
-    def __enter__(self):
+    def __enter__(self) -> Pinned:
         return self
 
-    def __exit__(self, exc_type, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         # After close() the engine freed the pins itself: nothing to release.
         if not self.released and not self._engine.closed:
             self.release()
@@ -333,17 +354,17 @@ class Ticket:
     """An asynchronous acquire: wait() (or Engine.wait) once, then use .pages.
     Owned by the engine until waited; close() waits for forgotten tickets."""
 
-    def __init__(self, engine, value, pinned):
+    def __init__(self, engine: Engine, value: int, pinned: Pinned) -> None:
         self._engine = engine
         self.value = value
         self._pinned = pinned
         self.done = False
 
-    def wait(self):
+    def wait(self) -> Pinned:
         """kvt_wait(); returns the Pinned pages. On error the pins are gone."""
         return self._engine.wait(self)
 
-    def wait_stream(self, stream=None):
+    def wait_stream(self, stream: Any = None) -> Pinned:
         """kvt_wait_stream(); returns the Pinned pages (usable by work queued
         on the stream after this call)."""
         return self._engine.wait_stream(self, stream)
@@ -357,7 +378,7 @@ class Engine:
     defaults. The engine owns the library handle until close() (also via
     ``with``). Thread-safe like kvt_engine, except close()."""
 
-    def __init__(self, **config):
+    def __init__(self, **config: Any) -> None:
         # First, so that __del__ of an engine whose open failed finds a closed one.
         self._h = None
         self._closing = True
@@ -382,7 +403,7 @@ class Engine:
     # ---- lifetime
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._h is None
 
     def _handle(self):
@@ -390,7 +411,7 @@ class Engine:
             raise ValueError("the kvtier engine is closed")
         return self._h
 
-    def close(self):
+    def close(self) -> None:
         """kvt_close(): waits for forgotten tickets, flushes, frees. Idempotent.
 
         Refuses with ValueError, changing nothing, while a view made by a
@@ -424,10 +445,10 @@ class Engine:
         h, self._h = self._h, None
         self._L.kvt_close(h)
 
-    def __enter__(self):
+    def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, exc_type, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if exc_type is None:
             self.close()
             return
@@ -476,7 +497,7 @@ class Engine:
 
     # ---- engine-managed pages
 
-    def create(self, key):
+    def create(self, key: KeyLike) -> Pinned:
         """kvt_create(): a new pinned page in HBM, contents undefined. Returns a
         Pinned (dirty=True) of one page; write it, then release()."""
         k = key_array([key])
@@ -484,7 +505,7 @@ class Engine:
         check(self._L.kvt_create(self._handle(), k[0], ctypes.byref(ptr)), "kvt_create")
         return Pinned(self, k, [ptr.value], dirty=True)
 
-    def acquire(self, keys):
+    def acquire(self, keys: Iterable[KeyLike]) -> Pinned:
         """kvt_acquire(): pins the pages in HBM (blocking until resident) and
         returns them as Pinned. On error nothing is pinned."""
         k = key_array(keys)
@@ -492,7 +513,7 @@ class Engine:
         check(self._L.kvt_acquire(self._handle(), k, len(k), ptrs), "kvt_acquire")
         return Pinned(self, k, ptrs)
 
-    def acquire_async(self, keys):
+    def acquire_async(self, keys: Iterable[KeyLike]) -> Ticket:
         """kvt_acquire_async(): returns a Ticket at once; the pins are held from
         now on and the contents are valid after wait()."""
         k = key_array(keys)
@@ -512,7 +533,7 @@ class Engine:
                 raise ValueError("ticket already waited for (or from another engine)")
             ticket.done = True
 
-    def wait(self, ticket):
+    def wait(self, ticket: Ticket) -> Pinned:
         """kvt_wait(); returns the ticket's Pinned pages. On error the pins
         have been dropped and the KvtError is raised."""
         self._consume(ticket)
@@ -522,7 +543,7 @@ class Engine:
             check(rc, "kvt_wait")
         return ticket._pinned
 
-    def wait_stream(self, ticket, stream=None):
+    def wait_stream(self, ticket: Ticket, stream: Any = None) -> Pinned:
         """kvt_wait_stream(); stream is a torch.cuda.Stream, a raw cudaStream_t
         int, or None (the legacy default stream). Returns the Pinned pages.
         A bad stream raises before the ticket is consumed (it can be waited
@@ -535,23 +556,23 @@ class Engine:
             check(rc, "kvt_wait_stream")
         return ticket._pinned
 
-    def release(self, keys, dirty=False):
+    def release(self, keys: Iterable[KeyLike], dirty: bool = False) -> None:
         """kvt_release() of pinned keys; dirty=True says the caller wrote them."""
         k = key_array(keys)
         check(self._L.kvt_release(self._handle(), k, len(k), 1 if dirty else 0), "kvt_release")
 
-    def drop(self, keys):
+    def drop(self, keys: Iterable[KeyLike]) -> None:
         """kvt_drop(): removes the pages from every tier (absent keys ignored)."""
         k = key_array(keys)
         check(self._L.kvt_drop(self._handle(), k, len(k)), "kvt_drop")
 
-    def drop_id(self, id):
+    def drop_id(self, id: int) -> None:
         """kvt_drop_id(): removes every page of sequence/hash id."""
         check(self._L.kvt_drop_id(self._handle(), key_id(id, "id")), "kvt_drop_id")
 
     # ---- engine-owned buffers
 
-    def put(self, keys, srcs):
+    def put(self, keys: Iterable[KeyLike], srcs: Iterable[Any]) -> None:
         """kvt_put(): copies one page_bytes buffer per key into kvtier. The
         buffers are borrowed for the call; all must live on the same side
         (host, or CUDA when the engine runs on CUDA). Wrong sizes raise
@@ -564,7 +585,7 @@ class Engine:
             ptrs, on_device = self._addresses(b, srcs, writable=False, what="put")
             check(self._L.kvt_put(self._handle(), k, len(k), ptrs, on_device), "kvt_put")
 
-    def get(self, keys, dsts=None):
+    def get(self, keys: Iterable[KeyLike], dsts: Iterable[Any] | None = None) -> list[Any | None]:
         """kvt_get(): copies each page into dsts[i] (borrowed, page_bytes,
         writable). Returns a list with dsts[i] where found, None where the key
         is in no tier. Without dsts, new bytearrays are allocated (owned by the
@@ -581,7 +602,8 @@ class Engine:
             check(self._L.kvt_get(self._handle(), k, len(k), ptrs, on_device, found), "kvt_get")
         return [d if f else None for d, f in zip(dsts, found)]
 
-    def put_addresses(self, keys, addrs, on_device=False):
+    def put_addresses(self, keys: Iterable[KeyLike], addrs: Iterable[int],
+                      on_device: bool = False) -> None:
         """kvt_put() from raw addresses (ints), page_bytes of memory each:
         host memory, or CUDA memory with on_device (cuda back-end). They are
         not checked: each must be valid and unchanged for the call (a wrong
@@ -592,7 +614,8 @@ class Engine:
         check(self._L.kvt_put(self._handle(), k, len(k), ptrs, 1 if on_device else 0),
               "kvt_put")
 
-    def get_addresses(self, keys, addrs, on_device=False):
+    def get_addresses(self, keys: Iterable[KeyLike], addrs: Iterable[int],
+                      on_device: bool = False) -> list[bool]:
         """kvt_get() into raw addresses (ints), page_bytes of writable memory
         each, unchecked as for put_addresses(). Returns [bool] per key: True
         where the page was copied, False where the key is in no tier (or its
@@ -605,13 +628,13 @@ class Engine:
         return [bool(f) for f in found]
 
     @staticmethod
-    def _pointers(addrs, n):
+    def _pointers(addrs: Iterable[int], n: int) -> ctypes.Array:
         addrs = [uint(a, 8 * ctypes.sizeof(ctypes.c_void_p), "address") for a in addrs]
         if len(addrs) != n:
             raise ValueError(f"{n} keys but {len(addrs)} addresses")
         return (ctypes.c_void_p * n)(*addrs)
 
-    def exists(self, keys):
+    def exists(self, keys: Iterable[KeyLike]) -> Exists:
         """kvt_exists(): Exists(prefix, where) — the hit-prefix length and the
         fastest tier of each key (-1 when none)."""
         k = key_array(keys)
@@ -624,7 +647,8 @@ class Engine:
 
     # ---- decode position
 
-    def set_schedule(self, ids, n_layers, order="layer", window_pages=0, sink_pages=0):
+    def set_schedule(self, ids: Iterable[int], n_layers: int, order: str | int = "layer",
+                     window_pages: int = 0, sink_pages: int = 0) -> None:
         """kvt_set_schedule(): the sequences of the batch in compute order, the
         layer count and the loop order ('layer' = for layer {for seq}, 'seq' =
         for seq {for layer}, or a KVT_ORDER_* int). Everything is copied."""
@@ -637,20 +661,20 @@ class Engine:
                         sink_pages=uint(sink_pages, 32, "sink_pages"))
         check(self._L.kvt_set_schedule(self._handle(), ctypes.byref(s)), "kvt_set_schedule")
 
-    def advance(self, id, layer):
+    def advance(self, id: int, layer: int) -> None:
         """kvt_advance(): "now computing (id, layer)"."""
         check(self._L.kvt_advance(self._handle(), key_id(id, "id"), uint(layer, 32, "layer")),
               "kvt_advance")
 
     # ---- statistics
 
-    def stats(self):
+    def stats(self) -> Stats:
         """kvt_get_stats() as a Stats dataclass (a snapshot; owned by the caller)."""
         s = KvtStats()
         check(self._L.kvt_get_stats_sized(self._handle(), ctypes.byref(s), ctypes.sizeof(s)),
               "kvt_get_stats")
         return Stats._from_c(s)
 
-    def flush(self):
+    def flush(self) -> None:
         """kvt_flush(): every dirty page gets a copy below HBM (durable with persist)."""
         check(self._L.kvt_flush(self._handle()), "kvt_flush")

@@ -114,7 +114,8 @@ class KVTierStorage:
         self._dtype = dtype
         self._shape = shape
         self._lock = threading.Lock()
-        self._known: set[Key] = set()  # pages set through this object (clear() of a borrowed engine)
+        # Pages set through this object: what clear() drops on a borrowed engine.
+        self._known: set[Key] = set()
         self._counts = {"get": 0, "get_hit": 0, "set": 0, "set_stored": 0, "set_skipped": 0,
                         "set_failed": 0}
         self._batches: dict[str, list[float]] | None = (
