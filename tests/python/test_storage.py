@@ -212,3 +212,55 @@ def test_shard_names_are_sglangs(make_engine):
     e.put(_plugin.page_keys("k\0tp0of1\x000", 1), [bytes(PB)])
     s = KVTierStorage(e, shard="tp0of1")
     assert s.exists("k") and s.exists(b"k") and not s.exists("j")
+
+
+class HostPool:
+    """The part of SGLang's host pool (HostKVCache) the store reads: a
+    layer_first pool of 2 layers, whose page is 4 regions (K and V of each
+    layer) listed per layer, (K0, V0, K1, V1), while its flat page is all K
+    then all V. Regions of 6000 bytes: two 4 KiB kvtier pages, the last
+    padded."""
+
+    page_size, layout, layer_num, region = 4, "layer_first", 2, 6000
+
+    def __init__(self, pages):
+        self.buf = torch.zeros((pages, 2 * self.layer_num, self.region), dtype=torch.uint8)
+
+    def get_page_buffer_meta(self, indices):
+        pages = (indices[::self.page_size] // self.page_size).tolist()
+        ptrs = [self.buf[p, j].data_ptr() for p in pages for j in range(2 * self.layer_num)]
+        return ptrs, [self.region] * len(ptrs)
+
+    def get_dummy_flat_data_page(self):
+        return torch.zeros(2 * self.layer_num * self.region, dtype=torch.uint8)
+
+    def flat(self, p):
+        return torch.cat([self.buf[p, j] for j in (0, 2, 1, 3)])
+
+
+def token_indices(pages, page_size=HostPool.page_size):
+    return torch.cat([torch.arange(p * page_size, (p + 1) * page_size) for p in pages])
+
+
+def test_host_pool_v1_and_flat_pages(tmp_path):
+    # What the SGLang plug-in does, on a store of its own engine: regions
+    # in chunks of two kvtier pages, written from and read into the pool in
+    # place (batch_*_v1), and flat pages that read what either stored.
+    pool = HostPool(10)
+    g = torch.Generator().manual_seed(3)
+    pool.buf[:4] = torch.randint(0, 256, pool.buf[:4].shape, dtype=torch.uint8, generator=g)
+    keys = doc_keys(5)
+    with KVTierStorage(**config(tmp_path, page_bytes=PAGE, persist=False)) as s:
+        s.register_mem_pool_host(pool)
+        assert s.value_bytes == 4 * pool.region and s.io.n_pages == 2 and s.io.padded
+        assert s.batch_set_v1(keys[:4], token_indices(range(4))) == [True] * 4
+        assert s.batch_exists(keys) == 4
+        assert s.batch_get_v1(keys, token_indices(range(5, 10))) == [True] * 4 + [False]
+        assert torch.equal(pool.buf[5:9], pool.buf[:4])
+        flat = s.batch_get(keys)
+        assert all(torch.equal(flat[i], pool.flat(i)) for i in range(4)) and flat[4] is None
+        assert s.set(keys[4], pool.flat(2))
+        assert s.batch_get_v1([keys[4]], token_indices([9])) == [True]
+        assert torch.equal(pool.buf[9], pool.buf[2])
+        st = s.get_stats()
+        assert st["set_stored"] == 5 and st["get_hit"] == 9
