@@ -57,7 +57,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Tuple
 
 import numpy as np
 from vllm.v1.kv_offload.base import LookupResult, Medium, RequestOffloadingContext
