@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import kvtier
+from kvtier import _plugin
 from kvtier.storage import KVTierStorage, key_hash
 from conftest import PAGE, subprocess_env
 
@@ -129,7 +130,7 @@ def test_value_for_the_wrong_side_stores_nothing(tmp_path):
 
     keys, pages = doc_keys(3), doc_pages(3)
     with KVTierStorage(**config(tmp_path, dram_bytes=2 * PB)) as s:
-        assert s._put_chunk == 1
+        assert s.io.part == 1
         with pytest.raises(ValueError, match="CUDA"):
             s.batch_set(keys, pages[:2] + [FakeCudaArray()])
         assert s.batch_exists(keys) == 0 and s.get_stats()["bytes_put"] == 0
@@ -168,8 +169,98 @@ def test_clear_on_a_borrowed_engine_drops_own_keys(make_engine):
 
 def test_key_hash_is_stable():
     # Fixed expectations: a change of hash would orphan every persisted page.
-    # Golden values recorded when the scheme was chosen (blake2b-96, person
-    # "kvtier-key", little-endian id then index).
+    # The package's one scheme (kvtier._plugin.page_keys, used by this store
+    # and the LMCache, SGLang and vLLM plug-ins): blake2b-96, person
+    # "kvtier-chunk", little-endian id then index, layer = page number.
     k = key_hash("abc")
-    assert k == (896404703403910862, kvtier.KVT_ALL_LAYERS, 1786089147)
+    assert k == (15698866219942942924, 0, 345938653)
     assert key_hash(b"abc") == k and key_hash("abd") != k
+    assert _plugin.page_keys("abc", 2) == [k, (k.id, 1, k.index)]
+    with pytest.raises(TypeError):
+        key_hash(42)
+
+
+def old_key_hash(key):
+    """The scheme KVTierStorage used before it and the plug-ins shared one:
+    person "kvtier-key", layer KVT_ALL_LAYERS."""
+    d = hashlib.blake2b(key.encode(), digest_size=12, person=b"kvtier-key").digest()
+    return (int.from_bytes(d[:8], "little"), kvtier.KVT_ALL_LAYERS,
+            int.from_bytes(d[8:], "little"))
+
+
+def test_pages_of_the_old_key_scheme_read_as_misses(tmp_path):
+    # A spill directory persisted under the old scheme: its pages load, but
+    # no key of the current scheme names them (their layer, KVT_ALL_LAYERS,
+    # is never a page number), so every lookup misses; clear() removes them.
+    keys, pages = doc_keys(3), doc_pages(3)
+    cfg = config(tmp_path)
+    with kvtier.Engine(**cfg) as e:
+        e.put([old_key_hash(k) for k in keys], pages)
+    with KVTierStorage(**cfg) as s:
+        assert s.batch_exists(keys) == 0 and s.get(keys[0]) is None
+        assert s.engine.exists([old_key_hash(k) for k in keys]).prefix == 3
+        assert s.batch_set(keys, doc_pages(3, seed=1))
+        assert torch.equal(s.get(keys[0]).view(torch.float32), doc_pages(3, seed=1)[0])
+        s.clear()
+        assert s.engine.stats().pages == 0
+
+
+def test_shard_names_are_sglangs(make_engine):
+    # The SGLang plug-in's names (key NUL shard NUL region) as it persisted
+    # them before it became this class.
+    e = make_engine(page_bytes=PB)
+    e.put(_plugin.page_keys("k\0tp0of1\x000", 1), [bytes(PB)])
+    s = KVTierStorage(e, shard="tp0of1")
+    assert s.exists("k") and s.exists(b"k") and not s.exists("j")
+
+
+class HostPool:
+    """The part of SGLang's host pool (HostKVCache) the store reads: a
+    layer_first pool of 2 layers, whose page is 4 regions (K and V of each
+    layer) listed per layer, (K0, V0, K1, V1), while its flat page is all K
+    then all V. Regions of 6000 bytes: two 4 KiB kvtier pages, the last
+    padded."""
+
+    page_size, layout, layer_num, region = 4, "layer_first", 2, 6000
+
+    def __init__(self, pages):
+        self.buf = torch.zeros((pages, 2 * self.layer_num, self.region), dtype=torch.uint8)
+
+    def get_page_buffer_meta(self, indices):
+        pages = (indices[::self.page_size] // self.page_size).tolist()
+        ptrs = [self.buf[p, j].data_ptr() for p in pages for j in range(2 * self.layer_num)]
+        return ptrs, [self.region] * len(ptrs)
+
+    def get_dummy_flat_data_page(self):
+        return torch.zeros(2 * self.layer_num * self.region, dtype=torch.uint8)
+
+    def flat(self, p):
+        return torch.cat([self.buf[p, j] for j in (0, 2, 1, 3)])
+
+
+def token_indices(pages, page_size=HostPool.page_size):
+    return torch.cat([torch.arange(p * page_size, (p + 1) * page_size) for p in pages])
+
+
+def test_host_pool_v1_and_flat_pages(tmp_path):
+    # What the SGLang plug-in does, on a store of its own engine: regions
+    # in chunks of two kvtier pages, written from and read into the pool in
+    # place (batch_*_v1), and flat pages that read what either stored.
+    pool = HostPool(10)
+    g = torch.Generator().manual_seed(3)
+    pool.buf[:4] = torch.randint(0, 256, pool.buf[:4].shape, dtype=torch.uint8, generator=g)
+    keys = doc_keys(5)
+    with KVTierStorage(**config(tmp_path, page_bytes=PAGE, persist=False)) as s:
+        s.register_mem_pool_host(pool)
+        assert s.value_bytes == 4 * pool.region and s.io.n_pages == 2 and s.io.padded
+        assert s.batch_set_v1(keys[:4], token_indices(range(4))) == [True] * 4
+        assert s.batch_exists(keys) == 4
+        assert s.batch_get_v1(keys, token_indices(range(5, 10))) == [True] * 4 + [False]
+        assert torch.equal(pool.buf[5:9], pool.buf[:4])
+        flat = s.batch_get(keys)
+        assert all(torch.equal(flat[i], pool.flat(i)) for i in range(4)) and flat[4] is None
+        assert s.set(keys[4], pool.flat(2))
+        assert s.batch_get_v1([keys[4]], token_indices([9])) == [True]
+        assert torch.equal(pool.buf[9], pool.buf[2])
+        st = s.get_stats()
+        assert st["set_stored"] == 5 and st["get_hit"] == 9

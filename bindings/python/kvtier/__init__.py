@@ -3,13 +3,19 @@
 - Engine: the whole C API (engine.py); errors are KvtError subclasses.
 - KVTierCache: a transformers Cache whose K/V live in kvtier pages (cache.py).
 - KVTierStorage: a HiCache/LMCache-shaped storage backend keyed by content
-  hashes (storage.py).
+  hashes (storage.py); kvtier.sglang registers it with SGLang.
+- The engine plug-ins: kvtier.sglang, kvtier.lmcache, kvtier.vllm (each
+  imports its engine).
 
 The library is found through KVTIER_LIB, beside this package, in the
 repository's build/ directory, or on the system library path. Importing this
 package does not load it; the first call does. The adapters import torch and
 transformers only when they are used.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from ._lib import (KVT_ALL_LAYERS, KVT_FLAG_EVICT, KVT_CODEC_NONE, KVT_CODEC_ZSTD, KVT_CODEC_ZSTD_SHUFFLE16,
                    KVT_DEVICE_AUTO, KVT_DEVICE_HOST, KVT_IO_AUTO, KVT_IO_PSYNC, KVT_IO_URING,
@@ -22,7 +28,7 @@ from .engine import (CONFIG_FIELDS, DevicePage, Engine, Exists, Key, OutOfRange,
                      Ticket, ViewsAlive, make_config, version)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # The adapters pull in torch (and transformers); load them on first use so
     # that the plain binding works without either installed.
     if name == "KVTierCache":

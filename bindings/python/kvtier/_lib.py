@@ -12,6 +12,8 @@ writes only what these declarations hold; an older one zeroes the counters it
 does not keep and refuses a config that sets a field it does not know.
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import errno as _errno
@@ -160,7 +162,7 @@ def _candidates():
         yield Path(found)
 
 
-def find_library():
+def find_library() -> str:
     """The path of the libkvtier to load (KVTIER_LIB, beside the package, the
     repository's build/ directory, then the system). Raises OSError if none."""
     tried = []
@@ -217,7 +219,7 @@ _lib = None
 lib_path = None
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded library (loaded once, on first use, so that importing the
     package never fails just because the library is not built yet)."""
     global _lib, lib_path
@@ -238,7 +240,7 @@ class KvtError(Exception):
     name ('KVT_ENOTFOUND', 'EBUSY', ...), message (kvt_strerror), detail
     (kvt_last_error, possibly empty), func (the C function)."""
 
-    def __init__(self, code, message="", detail="", func=""):
+    def __init__(self, code: int, message: str = "", detail: str = "", func: str = "") -> None:
         self.code = code
         self.name = error_name(code)
         self.message = message
@@ -251,7 +253,7 @@ class KvtError(Exception):
         super().__init__(text)
 
     @property
-    def errno(self):
+    def errno(self) -> int | None:
         """The OS errno (positive) for an OS error, else None."""
         return -self.code if KVT_EBASE < self.code < 0 else None
 
@@ -314,7 +316,7 @@ _LIB_NAMES_BY_CODE = {
 }
 
 
-def error_name(code):
+def error_name(code: int) -> str:
     """'KVT_EFULL' for library codes, 'EBUSY' for -EBUSY, else the number."""
     if code in _LIB_NAMES_BY_CODE:
         return _LIB_NAMES_BY_CODE[code]
@@ -323,17 +325,17 @@ def error_name(code):
     return str(code)
 
 
-def strerror(code):
+def strerror(code: int) -> str:
     """kvt_strerror(code) as str."""
     return lib().kvt_strerror(int(code)).decode("utf-8", "replace")
 
 
-def last_error():
+def last_error() -> str:
     """kvt_last_error() of the calling thread as str ('' when there is none)."""
     return lib().kvt_last_error().decode("utf-8", "replace")
 
 
-def make_error(code, func=""):
+def make_error(code: int, func: str = "") -> KvtError:
     """The exception for a negative return value. Reads kvt_last_error()
     first: it is thread-local and only valid until this thread's next call."""
     detail = last_error()
@@ -341,7 +343,7 @@ def make_error(code, func=""):
     return _CLASSES.get(code, KvtError)(code, message, detail, func)
 
 
-def check(rc, func):
+def check(rc: int, func: str) -> int:
     """Raises the mapped KvtError when rc < 0; returns rc otherwise."""
     if rc < 0:
         raise make_error(rc, func)

@@ -1,4 +1,5 @@
-"""What kvtier's engine plug-ins share (kvtier.sglang, kvtier.lmcache, kvtier.vllm).
+"""What kvtier's engine plug-ins and its store share (kvtier.storage and
+kvtier.sglang, kvtier.lmcache, kvtier.vllm).
 
 For plug-in code (none of this is public API):
 
@@ -20,7 +21,8 @@ For plug-in code (none of this is public API):
   from MemAvailable and the free space of the spill directory's file system.
 - chunk_layout(chunk_bytes, page_bytes=None) -> (page_bytes, n_pages): how a
   chunk of the engine's size is cut into kvtier pages (the last may be padded).
-- page_keys(name, n_pages) -> [Key]: the kvtier keys of one chunk's pages.
+- page_keys(name, n_pages) -> [Key]: the kvtier keys of one chunk's pages;
+  the package's one scheme from names (str/bytes) to kvt_keys.
 - open_engine(settings, page_bytes, fingerprint, engine, rank=None)
   -> (Engine, dict): an Engine on the host back-end with defaults filled in
   (the dict is the configuration used, for logs and get_stats()).
@@ -33,6 +35,8 @@ For plug-in code (none of this is public API):
   it in place); a padded last page goes through a bounce page.
 """
 
+from __future__ import annotations
+
 import ctypes
 import hashlib
 import logging
@@ -41,13 +45,13 @@ import os
 import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
-from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull, check
-from .engine import Engine, Key, _key_array
+from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull
+from .engine import Engine, Key
 
 # key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
-SETTINGS = {
+SETTINGS: dict[str, tuple[str, str]] = {
     "spill_dir": ("str", "directory of the SSD tier (made if missing)"),
     "dram_bytes": ("bytes", "capacity of kvtier's DRAM tier"),
     "ssd_bytes": ("bytes", "capacity of the SSD tier (0: no SSD tier)"),
@@ -157,13 +161,13 @@ def read_settings(raw: Optional[Mapping[str, object]], prefix: str = "",
     return out
 
 
-def model_fingerprint(**parts):
+def model_fingerprint(**parts: object) -> str:
     """'k1=v1;k2=v2' over the sorted parts: the identity of what a chunk's
     bytes mean (model, dtype, layout, shard). Stable across processes."""
     return ";".join(f"{k}={parts[k]}" for k in sorted(parts))
 
 
-def _short_hash(text):
+def _short_hash(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6, person=b"kvtier-dir").hexdigest()
 
 
@@ -209,7 +213,7 @@ def _expand_home(path: str) -> str:
     return os.path.expanduser(path)
 
 
-def _mem_available():
+def _mem_available() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -220,7 +224,7 @@ def _mem_available():
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def _free_disk(path):
+def _free_disk(path: str) -> int:
     p = Path(path)
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -228,7 +232,7 @@ def _free_disk(path):
     return st.f_bavail * st.f_frsize
 
 
-def default_capacities(page_bytes, spill_dir):
+def default_capacities(page_bytes: int, spill_dir: str) -> dict[str, int]:
     """DRAM: an eighth of the available memory, at most 8 GiB, at least 4
     pages (kvtier puts in batches of half its DRAM). SSD: a quarter of the free
     space where spill_dir lives (segment files are allocated as they fill, so
@@ -239,7 +243,7 @@ def default_capacities(page_bytes, spill_dir):
     return {"dram_bytes": dram, "ssd_bytes": ssd}
 
 
-def chunk_layout(chunk_bytes, page_bytes=None):
+def chunk_layout(chunk_bytes: int, page_bytes: int | None = None) -> tuple[int, int]:
     """(page_bytes, n_pages) for chunks of chunk_bytes. Default: one page per
     chunk (rounded up to 4 KiB) up to MAX_DEFAULT_PAGE, else the fewest equal
     pages of at most that size. n_pages * page_bytes >= chunk_bytes; only the
@@ -256,13 +260,26 @@ def chunk_layout(chunk_bytes, page_bytes=None):
     return page_bytes, -(-chunk_bytes // page_bytes)
 
 
-def page_keys(name, n_pages):
-    """The kvtier keys of the n_pages pages of the chunk called name (str or
-    bytes: the engine's key plus whatever makes it unique to this shard).
-    id and index carry 96 bits of blake2b(name), layer the page number; the
-    collision stance is kvtier.storage.key_hash's (about n**2 / 2**97)."""
+def page_keys(name: str | bytes, n_pages: int) -> list[Key]:
+    """The kvtier keys of the n_pages pages stored under name (str, taken as
+    UTF-8, or bytes): the package's one scheme from names to kvt_keys, used
+    by every store of it (KVTierStorage and key_hash, the LMCache, SGLang and
+    vLLM plug-ins). id and index carry 96 bits of blake2b(name, person
+    "kvtier-chunk"), little-endian; layer is the page number, never
+    KVT_ALL_LAYERS. Stable across processes and machines (no
+    PYTHONHASHSEED), which persistence needs.
+
+    Collision stance: among n stored pages some two names collide with
+    probability about n**2 / 2**97 (about 1e-11 at a billion pages). We
+    treat that as impossible and do not store the full name to check it; a
+    collision would serve one name's bytes for another's. TypeError for a
+    name that is neither str nor bytes."""
     if isinstance(name, str):
-        name = name.encode()
+        name = name.encode("utf-8")
+    elif isinstance(name, (bytes, bytearray, memoryview)):
+        name = bytes(name)
+    else:
+        raise TypeError(f"kvtier keys are named by str or bytes, not {type(name).__name__}")
     if n_pages >= KVT_ALL_LAYERS:
         raise ValueError(f"a chunk of {n_pages} pages")
     d = hashlib.blake2b(name, digest_size=12, person=b"kvtier-chunk").digest()
@@ -270,7 +287,8 @@ def page_keys(name, n_pages):
     return [Key(i, p, x) for p in range(n_pages)]
 
 
-def open_engine(settings, page_bytes, fingerprint, engine, rank=None):
+def open_engine(settings: Mapping[str, Any], page_bytes: int, fingerprint: str, engine: str,
+                rank: int | str | None = None) -> tuple[Engine, dict[str, Any]]:
     """Opens kvtier for a plug-in: settings from read_settings() (page_bytes
     there is ignored: the plug-in has decided it), defaults for what is
     missing. Returns (Engine, config used). Owned by the caller (close())."""
@@ -324,15 +342,17 @@ def close_engine(engine: Engine, persist: bool, log: logging.Logger, who: str) -
 class ChunkIO:
     """Whole chunks of chunk_bytes in the pages of an Engine (borrowed).
 
-    Chunks are named (page_keys) and given as host addresses that stay valid
-    and unchanged during the call. The full pages of a chunk are read and
+    Chunks are named (page_keys) and given as addresses that stay valid and
+    unchanged during the call: host memory, or, with on_device, CUDA memory
+    on an engine of the cuda back-end (whole pages only: a padded last page
+    needs a host bounce page). The full pages of a chunk are read and
     written by kvtier in place (kvt_put copies them into its DRAM tier,
     kvt_get copies into them: one copy each way, the disk side is DMA). A
     last page that the chunk only partly fills is staged in a bounce page (a
     second copy of that page's bytes). Thread-safe as the Engine is (bounce
     pages are made per call)."""
 
-    def __init__(self, engine, chunk_bytes):
+    def __init__(self, engine: Engine, chunk_bytes: int) -> None:
         self.engine = engine
         self.chunk_bytes = chunk_bytes
         self.page_bytes = engine.page_bytes
@@ -344,11 +364,12 @@ class ChunkIO:
         # nothing: parts of at most that many pages say which chunks failed.
         self.part = max(1, (dram_pages - 1) // 2 // self.n_pages)
 
-    def keys(self, names):
+    def keys(self, names: Iterable[str | bytes]) -> list[Key]:
         """Every page key of the chunks, chunk by chunk."""
         return [k for n in names for k in page_keys(n, self.n_pages)]
 
-    def _page_addrs(self, addrs):
+    def _page_addrs(self, addrs: Iterable[int]
+                    ) -> tuple[list[int], list[tuple[ctypes.Array, int]]]:
         """Per-page addresses; the padded last pages point at bounce pages,
         returned as [(bounce, chunk address of the tail), ...]."""
         out, staged = [], []
@@ -362,7 +383,13 @@ class ChunkIO:
                 out.append(a + (self.n_pages - 1) * self.page_bytes)
         return out, staged
 
-    def exists(self, names):
+    def _check_side(self, on_device: bool) -> None:
+        if on_device and self.padded:
+            raise ValueError(f"kvtier: chunks of {self.chunk_bytes} bytes in pages of "
+                             f"{self.page_bytes} pass through a host bounce page; CUDA "
+                             "memory cannot")
+
+    def exists(self, names: Sequence[str | bytes]) -> list[bool]:
         """[bool] per chunk: every page of it is held."""
         if not names:
             return []
@@ -370,12 +397,14 @@ class ChunkIO:
         n = self.n_pages
         return [all(w >= 0 for w in where[i * n:(i + 1) * n]) for i in range(len(names))]
 
-    def put(self, names, addrs, skip_existing=True):
+    def put(self, names: Iterable[str | bytes], addrs: Iterable[int], skip_existing: bool = True,
+            on_device: bool = False) -> list[bool]:
         """Stores the chunks; [bool] per chunk (held after the call). Chunks
         already held are skipped when skip_existing (content-named keys hold
         the same bytes). A full or busy store fails the part it hit and every
         later one; earlier parts stay stored."""
         names, addrs = list(names), list(addrs)
+        self._check_side(on_device)
         ok = self.exists(names) if skip_existing else [False] * len(names)
         todo = [i for i, held in enumerate(ok) if not held]
         for s in range(0, len(todo), self.part):
@@ -383,33 +412,29 @@ class ChunkIO:
             ptrs, staged = self._page_addrs([addrs[i] for i in part])
             for b, src in staged:
                 ctypes.memmove(b, src, self.tail)   # the padding stays zero
-            keys = _key_array(self.keys([names[i] for i in part]))
-            arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
             try:
-                check(self.engine._L.kvt_put(self.engine._handle(), keys, len(keys), arr, 0),
-                      "kvt_put")
+                self.engine.put_addresses(self.keys([names[i] for i in part]), ptrs,
+                                          on_device=on_device)
             except (KvtFull, KvtBusy):
                 break
             for i in part:
                 ok[i] = True
         return ok
 
-    def get(self, names, addrs):
+    def get(self, names: Iterable[str | bytes], addrs: Iterable[int],
+            on_device: bool = False) -> list[bool]:
         """Copies the chunks held into addrs; [bool] per chunk. A chunk with
         a page missing or damaged is False (its memory may have been partly
         written)."""
         names, addrs = list(names), list(addrs)
+        self._check_side(on_device)
         if not names:
             return []
         ok = []
         for s in range(0, len(names), self.part):
             pn, pa = names[s:s + self.part], addrs[s:s + self.part]
             ptrs, staged = self._page_addrs(pa)
-            keys = _key_array(self.keys(pn))
-            arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
-            found = (ctypes.c_int * len(ptrs))()
-            check(self.engine._L.kvt_get(self.engine._handle(), keys, len(keys), arr, 0, found),
-                  "kvt_get")
+            found = self.engine.get_addresses(self.keys(pn), ptrs, on_device=on_device)
             n = self.n_pages
             got = [all(found[i * n:(i + 1) * n]) for i in range(len(pn))]
             for i, (b, dst) in enumerate(staged):

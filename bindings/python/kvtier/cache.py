@@ -20,17 +20,21 @@ DynamicCache; on a layer's first update the inputs themselves are returned,
 as DynamicCache does. So the values, dtype, shape and strides are the same.
 """
 
+from __future__ import annotations
+
 import os
+from typing import Any, Iterable, Iterator
 
 import torch
 from transformers.cache_utils import Cache
 
-from .engine import Engine, _integer, _key_id
+from ._convert import integer, key_id
+from .engine import Engine
 
 _MASK64 = (1 << 64) - 1
 
 
-def page_bytes_for(num_kv_heads, head_dim, dtype, page_tokens):
+def page_bytes_for(num_kv_heads: int, head_dim: int, dtype: torch.dtype, page_tokens: int) -> int:
     """page_bytes for pages of page_tokens tokens (K and V, all kv heads) of
     dtype, rounded up to the next multiple of 4096 (kvt_config requires it)."""
     esize = torch.empty((), dtype=dtype).element_size()
@@ -65,10 +69,11 @@ class KVTierCache(Cache):
     Not supported: beam search (reorder_cache), crop, contrastive search.
     """
 
-    def __init__(self, engine=None, *, page_tokens=16, n_layers=None, config=None,
-                 seq_ids=None, **engine_config):
+    def __init__(self, engine: Engine | None = None, *, page_tokens: int = 16,
+                 n_layers: int | None = None, config: Any = None,
+                 seq_ids: Iterable[int] | None = None, **engine_config: Any) -> None:
         super().__init__()
-        page_tokens = _integer(page_tokens, "page_tokens")
+        page_tokens = integer(page_tokens, "page_tokens")
         if page_tokens < 1:
             raise ValueError("page_tokens must be at least 1")
         if engine is not None and engine_config:
@@ -82,7 +87,7 @@ class KVTierCache(Cache):
         self._n_layers = n_layers
         # Key ids: integers in 0..2**64-1, refused otherwise (never truncated or wrapped).
         self._seq_ids = (None if seq_ids is None else
-                         [_key_id(i, f"seq_ids[{n}]") for n, i in enumerate(seq_ids)])
+                         [key_id(i, f"seq_ids[{n}]") for n, i in enumerate(seq_ids)])
         if self._seq_ids is not None and len(set(self._seq_ids)) != len(self._seq_ids):
             # Two rows with one id would write the same keys: each would read
             # the other's K/V.
@@ -95,7 +100,8 @@ class KVTierCache(Cache):
 
     # ---------------------------------------------------------- Cache API
 
-    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               cache_kwargs: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Appends the new K/V ([batch, kv_heads, tokens, head_dim]) of layer
         layer_idx and returns that layer's full K and V (caller owns them)."""
         if layer_idx == 0:
@@ -123,25 +129,25 @@ class KVTierCache(Cache):
         st.length += key_states.shape[2]
         return out_k, out_v
 
-    def get_seq_length(self, layer_idx=0):
+    def get_seq_length(self, layer_idx: int | None = 0) -> int:
         """Tokens cached for layer layer_idx (0 when it has none)."""
         if layer_idx is None:
             layer_idx = 0
         return self._layers[layer_idx].length if layer_idx < len(self._layers) else 0
 
-    def get_max_length(self):
+    def get_max_length(self) -> None:
         """None: the cache grows without bound (as DynamicCache)."""
         return None
 
-    def get_max_cache_shape(self):
+    def get_max_cache_shape(self) -> None:
         """None (the name transformers >= 4.46 uses for get_max_length)."""
         return None
 
-    def __len__(self):
+    def __len__(self) -> int:
         # As DynamicCache: the number of layers that hold state.
         return len(self._layers)
 
-    def __getitem__(self, layer_idx):
+    def __getitem__(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(K, V) of a layer, gathered from kvtier (new tensors, caller owns)."""
         if layer_idx >= len(self._layers):
             raise KeyError(f"Cache only has {len(self._layers)} layers, attempted to access "
@@ -151,36 +157,36 @@ class KVTierCache(Cache):
             return st.tail_k.clone(), st.tail_v.clone()
         return self._gather(layer_idx, st, None, None)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for i in range(len(self._layers)):
             yield self[i]
 
-    def reorder_cache(self, beam_idx):
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("KVTierCache does not support beam search: pages are keyed "
                                   "by sequence id and would have to be copied per beam")
 
-    def crop(self, max_length):
+    def crop(self, max_length: int) -> None:
         raise NotImplementedError("KVTierCache does not support crop (assisted decoding)")
 
-    def batch_repeat_interleave(self, repeats):
+    def batch_repeat_interleave(self, repeats: int) -> None:
         raise NotImplementedError("KVTierCache does not support contrastive search")
 
-    def batch_select_indices(self, indices):
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise NotImplementedError("KVTierCache does not support contrastive search")
 
     # ---------------------------------------------------------- lifetime
 
     @property
-    def engine(self):
+    def engine(self) -> Engine | None:
         """The Engine (None before the first update when it is opened lazily)."""
         return self._engine
 
     @property
-    def seq_ids(self):
+    def seq_ids(self) -> list[int] | None:
         """The per-row sequence ids (the kvt_key.id of each row's pages)."""
         return list(self._seq_ids) if self._seq_ids is not None else None
 
-    def close(self):
+    def close(self) -> None:
         """Drops this cache's pages from the engine (kvt_drop_id per row) and
         closes the engine if the cache opened it. Idempotent."""
         e = self._engine
@@ -194,10 +200,10 @@ class KVTierCache(Cache):
         if self._owns_engine:
             self._engine = None
 
-    def __enter__(self):
+    def __enter__(self) -> KVTierCache:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---------------------------------------------------------- internals

@@ -28,156 +28,55 @@ A with-block that ends by an exception does not replace it with the close()
 refusal: the engine then closes when the views and the engine are garbage.
 """
 
+from __future__ import annotations
+
 import ctypes
 import dataclasses
 import gc
 import hashlib
 import itertools
-import operator
 import os
 import threading
 import weakref
-from collections import namedtuple
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from . import _lib
-from ._lib import (KvtConfig, KvtKey, KvtSchedule, KvtStats, check)
+from ._convert import (Borrowed, OutOfRange, buffer_addresses, cint, integer, key_array, key_id,
+                       uint)
+from ._lib import KvtConfig, KvtSchedule, KvtStats, check
 
-Key = namedtuple("Key", "id layer index")
-Key.__doc__ = "The identity of one page: (id, layer, index); see kvt_key."
+if TYPE_CHECKING:
+    import numpy
+    import torch
 
-Exists = namedtuple("Exists", "prefix where")
-Exists.__doc__ = ("Result of Engine.exists(): prefix = number of leading keys held, "
-                  "where[i] = fastest tier holding key i (0 HBM, 1 DRAM, 2 SSD, -1 none).")
+__all__ = ["CONFIG_FIELDS", "DevicePage", "Engine", "Exists", "Key", "OutOfRange", "Pinned",
+           "Stats", "Ticket", "ViewsAlive", "make_config", "version"]
+
+# A key as the calls take it: a Key or any (id, layer, index) of integers.
+KeyLike = Sequence[int]
 
 
-def version():
+class Key(NamedTuple):
+    """The identity of one page: (id, layer, index); see kvt_key."""
+    id: int
+    layer: int
+    index: int
+
+
+class Exists(NamedTuple):
+    """Result of Engine.exists(): prefix = number of leading keys held,
+    where[i] = fastest tier holding key i (0 HBM, 1 DRAM, 2 SSD, -1 none)."""
+    prefix: int
+    where: list[int]
+
+
+def version() -> tuple[int, str]:
     """(number, string) of the linked library, e.g. (100, '0.1.0')."""
     L = _lib.lib()
     return int(L.kvt_version_number()), L.kvt_version_string().decode()
 
 
-# ----------------------------------------------------------------- buffers
-
-class _PyBuffer(ctypes.Structure):
-    # Py_buffer from Include/pybuffer.h; part of the stable ABI since 3.11 and
-    # unchanged in layout since 3.3.
-    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p),
-                ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
-                ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
-                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
-                ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
-                ("internal", ctypes.c_void_p)]
-
-
-_PyBUF_WRITABLE = 0x0001
-_PyBUF_C_CONTIGUOUS = 0x0020 | 0x0010 | 0x0008
-_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
-_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
-_get_buffer.restype = ctypes.c_int
-_release_buffer = ctypes.pythonapi.PyBuffer_Release
-_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
-_release_buffer.restype = None
-
-class _Borrowed:
-    """The raw memory of a batch of buffers, held for the duration of one call.
-
-    Buffer-protocol exports are kept (a bytearray cannot be resized under the
-    engine) and released by close(). Torch tensors and CUDA-array objects are
-    only referenced."""
-
-    def __init__(self):
-        self.views = []
-
-    def add(self, obj, nbytes, writable, what):
-        """Returns (address, on_device) of obj after checking it is exactly
-        nbytes of contiguous memory (writable when asked). Raises ValueError
-        (or TypeError for an object with no memory to borrow)."""
-        if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):  # torch.Tensor
-            return self._tensor(obj, nbytes, what)
-        cai = getattr(obj, "__cuda_array_interface__", None)
-        if cai is not None:
-            return self._cuda_array(cai, nbytes, writable, what)
-        view = _PyBuffer()
-        flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if writable else 0)
-        try:
-            _get_buffer(obj, ctypes.byref(view), flags)
-        except (BufferError, ValueError) as exc:  # numpy says ValueError for read-only
-            raise ValueError(f"{what}: {exc} (need a C-contiguous"
-                             f"{' writable' if writable else ''} buffer)") from None
-        except TypeError:
-            raise TypeError(f"{what}: {type(obj).__name__} exposes no memory "
-                            "(want bytes-like, numpy array, torch tensor)") from None
-        self.views.append(view)
-        if view.len != nbytes:
-            raise ValueError(f"{what}: buffer holds {view.len} bytes, the page is {nbytes}")
-        # A zero-length buffer may have buf == NULL; nbytes > 0 here always.
-        return view.buf, False
-
-    @staticmethod
-    def _tensor(t, nbytes, what):
-        # The engine dereferences data_ptr() as host memory (cpu) or device
-        # memory (cuda); any other device's pointer (meta: NULL, mps, xpu, ...)
-        # would be read as one of those. Sparse and other layouts have no
-        # plain block; a lazy conj/neg bit means the bytes are not the values.
-        kind = t.device.type
-        if kind not in ("cpu", "cuda"):
-            raise ValueError(f"{what}: tensor on device {t.device}; only cpu and cuda "
-                             "tensors can be read or written")
-        if str(t.layout) != "torch.strided":
-            raise ValueError(f"{what}: a {t.layout} tensor has no plain block of memory")
-        if (hasattr(t, "is_conj") and t.is_conj()) or (hasattr(t, "is_neg") and t.is_neg()):
-            raise ValueError(f"{what}: tensor has a lazy conj/neg bit, its memory does not "
-                             "hold its values (resolve_conj()/resolve_neg() first)")
-        if not t.is_contiguous():
-            raise ValueError(f"{what}: tensor is not contiguous")
-        size = t.numel() * t.element_size()
-        if size != nbytes:
-            raise ValueError(f"{what}: tensor holds {size} bytes, the page is {nbytes}")
-        ptr = t.data_ptr()
-        if not ptr:
-            raise ValueError(f"{what}: tensor has no memory (data_ptr() is 0)")
-        return ptr, kind == "cuda"
-
-    @staticmethod
-    def _cuda_array(cai, nbytes, writable, what):
-        try:
-            item = int(cai["typestr"][2:])  # "|u1", "<f2": the item size in bytes
-            shape = [operator.index(d) for d in cai["shape"]]
-            ptr, readonly = cai["data"]
-            ptr = 0 if ptr is None else operator.index(ptr)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ValueError(f"{what}: malformed __cuda_array_interface__ "
-                             f"({type(exc).__name__}: {exc})") from None
-        if cai.get("strides") is not None:
-            raise ValueError(f"{what}: CUDA array is not contiguous")
-        if cai.get("mask") is not None:
-            raise ValueError(f"{what}: CUDA array has a mask")
-        # A negative extent (two of them multiply to a positive size) or
-        # item size is a lie about the memory, not a shape.
-        if item <= 0 or any(d < 0 for d in shape):
-            raise ValueError(f"{what}: CUDA array of item size {item}, shape {tuple(shape)}")
-        size = item
-        for d in shape:
-            size *= d
-        if size != nbytes:
-            raise ValueError(f"{what}: CUDA array holds {size} bytes, the page is {nbytes}")
-        if writable and readonly:
-            raise ValueError(f"{what}: CUDA array is read-only")
-        if not 0 < ptr < (1 << (8 * ctypes.sizeof(ctypes.c_void_p))):
-            raise ValueError(f"{what}: CUDA array address {ptr:#x} is not a pointer")
-        return ptr, True
-
-    def close(self):
-        for v in self.views:
-            _release_buffer(ctypes.byref(v))
-        self.views.clear()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
+# ----------------------------------------------------------------- views
 
 class DevicePage:
     """A CUDA page exposed through __cuda_array_interface__ (version 3), so
@@ -189,7 +88,8 @@ class DevicePage:
     or its engine closed, reading __cuda_array_interface__ raises ValueError.
     Made by hand (owner None) it only describes ptr."""
 
-    def __init__(self, ptr, nbytes, device_ordinal=0, owner=None):
+    def __init__(self, ptr: int, nbytes: int, device_ordinal: int = 0,
+                 owner: Pinned | None = None) -> None:
         self.ptr = ptr
         self.nbytes = nbytes
         self._owner = owner
@@ -197,7 +97,7 @@ class DevicePage:
                      "version": 3, "strides": None, "stream": None}
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         if self._owner is not None:
             self._owner._check_usable()
         return self._cai
@@ -221,77 +121,6 @@ def _page_memory_type(nbytes):
 
 # ---------------------------------------------------------------- keys
 
-class OutOfRange(OverflowError, ValueError):
-    """An integer that does not fit the C field it is meant for (a negative
-    key id, a layer past 2**32-1, ...). Both an OverflowError (Python's word
-    for "does not fit the C type") and a ValueError (what this binding raised
-    before), so either except clause catches it."""
-
-
-def _is_bool(value):
-    # bool, numpy.bool_ and 0-d bool tensors all pass operator.index() (numpy
-    # only warns), and would silently become key 0 or 1.
-    if isinstance(value, bool):
-        return True
-    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
-
-
-def _integer(value, what):
-    """value as a Python int: ints and numpy/torch integer scalars
-    (operator.index) only. A float, str or bool raises TypeError rather than
-    being truncated or parsed (1.5 would become 1, "7" would become 7)."""
-    if _is_bool(value):
-        raise TypeError(f"{what} must be an integer, not a bool ({value!r}): a flag passed "
-                        "where a number belongs would silently mean 0 or 1")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an integer (int or numpy integer), not "
-                        f"{type(value).__name__} {value!r}") from None
-
-
-def _u(value, bits, what):
-    """value checked as a C unsigned integer of the given width; ctypes would
-    silently wrap a negative or oversized int."""
-    v = _integer(value, what)
-    if not 0 <= v < (1 << bits):
-        raise OutOfRange(f"{what} {v} is outside 0..2**{bits}-1 (an unsigned {bits}-bit field)")
-    return v
-
-
-def _cint(value, what):
-    """value checked as a C int (ctypes wraps out-of-range ints silently)."""
-    v = _integer(value, what)
-    bits = 8 * ctypes.sizeof(ctypes.c_int)
-    if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
-        raise OutOfRange(f"{what} {v} does not fit a C int")
-    return v
-
-
-def _key_id(value, what="key id"):
-    """A key id (kvt_key.id, a sequence or hash id): an integer in 0..2**64-1."""
-    return _u(value, 64, what)
-
-
-def _key_array(keys):
-    """A ctypes kvt_key[n] from (id, layer, index) triples of integers:
-    TypeError for a non-integer (float, str, bool), OutOfRange (a ValueError)
-    for a value outside uint64 id / uint32 layer and index."""
-    if isinstance(keys, (Key, tuple)) and len(keys) == 3 and not isinstance(keys[0], (tuple, list)):
-        raise TypeError("pass a sequence of keys, e.g. [key], not a single key")
-    keys = list(keys)
-    arr = (KvtKey * len(keys))()
-    for i, k in enumerate(keys):
-        try:
-            kid, layer, index = k
-        except (TypeError, ValueError):
-            raise TypeError(f"key {i}: want (id, layer, index), got {k!r}") from None
-        arr[i].id = _key_id(kid, f"key {i}: id")
-        arr[i].layer = _u(layer, 32, f"key {i}: layer")
-        arr[i].index = _u(index, 32, f"key {i}: index")
-    return arr
-
-
 def _fingerprint(fp):
     # An int is used as is; text/bytes (a model name, a hash of the config) are
     # hashed to 64 bits so callers need not invent numbers.
@@ -299,7 +128,7 @@ def _fingerprint(fp):
         fp = fp.encode()
     if isinstance(fp, (bytes, bytearray)):
         return int.from_bytes(hashlib.blake2b(fp, digest_size=8, person=b"kvtier-fp").digest(), "little")
-    return _u(fp, 64, "fingerprint")
+    return uint(fp, 64, "fingerprint")
 
 
 _DEVICES = {"host": _lib.KVT_DEVICE_HOST, "auto": _lib.KVT_DEVICE_AUTO}
@@ -319,7 +148,7 @@ def _choice(value, table, what):
             raise ValueError(f"{what} {value!r}: one of {sorted(table)}") from None
     # An int goes to a C int field: 1.7 must not become 1, nor 2**32-1 wrap
     # to -1 (KVT_DEVICE_HOST).
-    return _cint(value, what)
+    return cint(value, what)
 
 
 def _device(value):
@@ -328,7 +157,7 @@ def _device(value):
         if value.lower() != "cuda" and not (sep and n.isascii() and n.isdigit()):
             # "cuda:-1" would be KVT_DEVICE_HOST, "cuda:-2" KVT_DEVICE_AUTO.
             raise ValueError(f"device {value!r}: want 'cuda' or 'cuda:N' with N >= 0")
-        return _cint(int(n or 0), "device")
+        return cint(int(n or 0), "device")
     return _choice(value, _DEVICES, "device")
 
 
@@ -338,7 +167,7 @@ def _stream(stream):
     raw = getattr(stream, "cuda_stream", stream)
     if raw is None:
         return None
-    return _u(raw, 8 * ctypes.sizeof(ctypes.c_void_p), "stream") or None
+    return uint(raw, 8 * ctypes.sizeof(ctypes.c_void_p), "stream") or None
 
 
 CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir", "device",
@@ -346,7 +175,7 @@ CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir"
                  "host_link_gbps", "prefetch_bytes", "flags")
 
 
-def make_config(**kw):
+def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
     """A kvt_config from keyword arguments (names as in kvt_config); fields not
     given keep kvt_config_init()'s defaults. Returns (config, keepalive): the
     config's char pointers point into keepalive, which must outlive its use.
@@ -385,7 +214,7 @@ def make_config(**kw):
         else:
             # size_t / unsigned fields: refuse negatives rather than let ctypes wrap them.
             bits = 32 if name == "queue_depth" else 8 * ctypes.sizeof(ctypes.c_size_t)
-            setattr(cfg, name, _u(value, bits, name))
+            setattr(cfg, name, uint(value, bits, name))
     return cfg, keep
 
 
@@ -395,15 +224,15 @@ def make_config(**kw):
 class Stats:
     """kvt_stats, every field in header order. Per-tier fields are 3-tuples
     indexed by tier (0 HBM, 1 DRAM, 2 SSD)."""
-    resident_pages: tuple
-    hits: tuple
-    misses: tuple
-    bytes_up: tuple
-    bytes_down: tuple
+    resident_pages: tuple[int, int, int]
+    hits: tuple[int, int, int]
+    misses: tuple[int, int, int]
+    bytes_up: tuple[int, int, int]
+    bytes_down: tuple[int, int, int]
     stall_ns: int
     errors_io: int
     errors_corrupt: int
-    capacity_pages: tuple
+    capacity_pages: tuple[int, int, int]
     pinned_pages: int
     pages: int
     meta_bytes: int
@@ -418,14 +247,14 @@ class Stats:
     evicted_pages: int
 
     @classmethod
-    def _from_c(cls, s):
+    def _from_c(cls, s: KvtStats) -> Stats:
         vals = {}
         for name, ctype in KvtStats._fields_:
             v = getattr(s, name)
             vals[name] = tuple(int(x) for x in v) if isinstance(v, ctypes.Array) else int(v)
         return cls(**vals)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (header order)."""
         return dataclasses.asdict(self)
 
@@ -443,7 +272,8 @@ class Pinned:
     Used as a context manager it releases on exit, with dirty=self.dirty
     (True for create())."""
 
-    def __init__(self, engine, keys, ptrs, dirty=False):
+    def __init__(self, engine: Engine, keys: Iterable[Any], ptrs: Iterable[int],
+                 dirty: bool = False) -> None:
         self._engine = engine
         self.keys = [Key(k.id, k.layer, k.index) for k in keys]
         self.ptrs = list(ptrs)
@@ -452,7 +282,7 @@ class Pinned:
         self.page_bytes = engine.page_bytes
         self.on_device = engine.device_name == "cuda"
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.ptrs)
 
     def _check_usable(self):
@@ -468,25 +298,25 @@ class Pinned:
             raise ValueError(f"a CUDA page has no host {what}; use cuda_array() or torch()")
         return self._engine._export(self, i, what)
 
-    def memoryview(self, i=0):
+    def memoryview(self, i: int = 0) -> memoryview:
         """A writable memoryview of page i (host back-end only), no copy. A
         view: see the class doc."""
         return memoryview(self._host_page(i, "memoryview()")).cast("B")
 
-    def numpy(self, i=0, dtype="uint8"):
+    def numpy(self, i: int = 0, dtype: Any = "uint8") -> numpy.ndarray:
         """A writable numpy view of page i (host back-end), no copy. A view:
         see the class doc."""
         import numpy as np
         return np.frombuffer(self._host_page(i, "numpy()"), dtype=np.uint8).view(dtype)
 
-    def cuda_array(self, i=0):
+    def cuda_array(self, i: int = 0) -> DevicePage:
         """A DevicePage (``__cuda_array_interface__``) for page i on the CUDA
         back-end. A view: see the class doc."""
         if not self.on_device:
             raise ValueError("the host back-end has no CUDA pages; use numpy()/memoryview()")
         return self._engine._export(self, i, "cuda_array()")
 
-    def torch(self, i=0, dtype=None):
+    def torch(self, i: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
         """A torch tensor viewing page i (uint8, or dtype), no copy: CPU on the
         host back-end, CUDA on the cuda back-end. A view: see the class doc."""
         import torch
@@ -499,7 +329,7 @@ class Pinned:
             t = torch.frombuffer(self._host_page(i, "torch()"), dtype=torch.uint8)
         return t if dtype is None else t.view(dtype)
 
-    def release(self, dirty=None):
+    def release(self, dirty: bool | None = None) -> None:
         """kvt_release() of these pages (dirty defaults to self.dirty). Once
         only; later calls are no-ops."""
         if self.released:
@@ -507,10 +337,10 @@ class Pinned:
         self._engine.release(self.keys, self.dirty if dirty is None else dirty)
         self.released = True
 
-    def __enter__(self):
+    def __enter__(self) -> Pinned:
         return self
 
-    def __exit__(self, exc_type, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         # After close() the engine freed the pins itself: nothing to release.
         if not self.released and not self._engine.closed:
             self.release()
@@ -524,17 +354,17 @@ class Ticket:
     """An asynchronous acquire: wait() (or Engine.wait) once, then use .pages.
     Owned by the engine until waited; close() waits for forgotten tickets."""
 
-    def __init__(self, engine, value, pinned):
+    def __init__(self, engine: Engine, value: int, pinned: Pinned) -> None:
         self._engine = engine
         self.value = value
         self._pinned = pinned
         self.done = False
 
-    def wait(self):
+    def wait(self) -> Pinned:
         """kvt_wait(); returns the Pinned pages. On error the pins are gone."""
         return self._engine.wait(self)
 
-    def wait_stream(self, stream=None):
+    def wait_stream(self, stream: Any = None) -> Pinned:
         """kvt_wait_stream(); returns the Pinned pages (usable by work queued
         on the stream after this call)."""
         return self._engine.wait_stream(self, stream)
@@ -548,7 +378,7 @@ class Engine:
     defaults. The engine owns the library handle until close() (also via
     ``with``). Thread-safe like kvt_engine, except close()."""
 
-    def __init__(self, **config):
+    def __init__(self, **config: Any) -> None:
         # First, so that __del__ of an engine whose open failed finds a closed one.
         self._h = None
         self._closing = True
@@ -573,7 +403,7 @@ class Engine:
     # ---- lifetime
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._h is None
 
     def _handle(self):
@@ -581,7 +411,7 @@ class Engine:
             raise ValueError("the kvtier engine is closed")
         return self._h
 
-    def close(self):
+    def close(self) -> None:
         """kvt_close(): waits for forgotten tickets, flushes, frees. Idempotent.
 
         Refuses with ValueError, changing nothing, while a view made by a
@@ -615,10 +445,10 @@ class Engine:
         h, self._h = self._h, None
         self._L.kvt_close(h)
 
-    def __enter__(self):
+    def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, exc_type, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if exc_type is None:
             self.close()
             return
@@ -637,7 +467,7 @@ class Engine:
         refuses while it lives, and holding pinned (and so this engine).
         The check and the registration are under the lock close() checks
         under: no view is made after close() has decided to unmap."""
-        i = _integer(i, "page number")
+        i = integer(i, "page number")
         with self._lock:
             pinned._check_usable()
             ptr = pinned.ptrs[i]
@@ -667,26 +497,26 @@ class Engine:
 
     # ---- engine-managed pages
 
-    def create(self, key):
+    def create(self, key: KeyLike) -> Pinned:
         """kvt_create(): a new pinned page in HBM, contents undefined. Returns a
         Pinned (dirty=True) of one page; write it, then release()."""
-        k = _key_array([key])
+        k = key_array([key])
         ptr = ctypes.c_void_p()
         check(self._L.kvt_create(self._handle(), k[0], ctypes.byref(ptr)), "kvt_create")
         return Pinned(self, k, [ptr.value], dirty=True)
 
-    def acquire(self, keys):
+    def acquire(self, keys: Iterable[KeyLike]) -> Pinned:
         """kvt_acquire(): pins the pages in HBM (blocking until resident) and
         returns them as Pinned. On error nothing is pinned."""
-        k = _key_array(keys)
+        k = key_array(keys)
         ptrs = (ctypes.c_void_p * len(k))()
         check(self._L.kvt_acquire(self._handle(), k, len(k), ptrs), "kvt_acquire")
         return Pinned(self, k, ptrs)
 
-    def acquire_async(self, keys):
+    def acquire_async(self, keys: Iterable[KeyLike]) -> Ticket:
         """kvt_acquire_async(): returns a Ticket at once; the pins are held from
         now on and the contents are valid after wait()."""
-        k = _key_array(keys)
+        k = key_array(keys)
         ptrs = (ctypes.c_void_p * len(k))()
         t = ctypes.c_uint64()
         check(self._L.kvt_acquire_async(self._handle(), k, len(k), ptrs, ctypes.byref(t)),
@@ -703,7 +533,7 @@ class Engine:
                 raise ValueError("ticket already waited for (or from another engine)")
             ticket.done = True
 
-    def wait(self, ticket):
+    def wait(self, ticket: Ticket) -> Pinned:
         """kvt_wait(); returns the ticket's Pinned pages. On error the pins
         have been dropped and the KvtError is raised."""
         self._consume(ticket)
@@ -713,7 +543,7 @@ class Engine:
             check(rc, "kvt_wait")
         return ticket._pinned
 
-    def wait_stream(self, ticket, stream=None):
+    def wait_stream(self, ticket: Ticket, stream: Any = None) -> Pinned:
         """kvt_wait_stream(); stream is a torch.cuda.Stream, a raw cudaStream_t
         int, or None (the legacy default stream). Returns the Pinned pages.
         A bad stream raises before the ticket is consumed (it can be waited
@@ -726,103 +556,125 @@ class Engine:
             check(rc, "kvt_wait_stream")
         return ticket._pinned
 
-    def release(self, keys, dirty=False):
+    def release(self, keys: Iterable[KeyLike], dirty: bool = False) -> None:
         """kvt_release() of pinned keys; dirty=True says the caller wrote them."""
-        k = _key_array(keys)
+        k = key_array(keys)
         check(self._L.kvt_release(self._handle(), k, len(k), 1 if dirty else 0), "kvt_release")
 
-    def drop(self, keys):
+    def drop(self, keys: Iterable[KeyLike]) -> None:
         """kvt_drop(): removes the pages from every tier (absent keys ignored)."""
-        k = _key_array(keys)
+        k = key_array(keys)
         check(self._L.kvt_drop(self._handle(), k, len(k)), "kvt_drop")
 
-    def drop_id(self, id):
+    def drop_id(self, id: int) -> None:
         """kvt_drop_id(): removes every page of sequence/hash id."""
-        check(self._L.kvt_drop_id(self._handle(), _key_id(id, "id")), "kvt_drop_id")
+        check(self._L.kvt_drop_id(self._handle(), key_id(id, "id")), "kvt_drop_id")
 
     # ---- engine-owned buffers
 
-    def put(self, keys, srcs):
+    def put(self, keys: Iterable[KeyLike], srcs: Iterable[Any]) -> None:
         """kvt_put(): copies one page_bytes buffer per key into kvtier. The
         buffers are borrowed for the call; all must live on the same side
         (host, or CUDA when the engine runs on CUDA). Wrong sizes raise
         ValueError before the engine is touched."""
-        k = _key_array(keys)
+        k = key_array(keys)
         srcs = list(srcs)
         if len(srcs) != len(k):
             raise ValueError(f"{len(k)} keys but {len(srcs)} buffers")
-        with _Borrowed() as b:
+        with Borrowed() as b:
             ptrs, on_device = self._addresses(b, srcs, writable=False, what="put")
             check(self._L.kvt_put(self._handle(), k, len(k), ptrs, on_device), "kvt_put")
 
-    def get(self, keys, dsts=None):
+    def get(self, keys: Iterable[KeyLike], dsts: Iterable[Any] | None = None) -> list[Any | None]:
         """kvt_get(): copies each page into dsts[i] (borrowed, page_bytes,
         writable). Returns a list with dsts[i] where found, None where the key
         is in no tier. Without dsts, new bytearrays are allocated (owned by the
         caller). A miss is not an error; KVT_ECORRUPT reads as a miss."""
-        k = _key_array(keys)
+        k = key_array(keys)
         if dsts is None:
             dsts = [bytearray(self.page_bytes) for _ in range(len(k))]
         dsts = list(dsts)
         if len(dsts) != len(k):
             raise ValueError(f"{len(k)} keys but {len(dsts)} buffers")
         found = (ctypes.c_int * len(k))()
-        with _Borrowed() as b:
+        with Borrowed() as b:
             ptrs, on_device = self._addresses(b, dsts, writable=True, what="get")
             check(self._L.kvt_get(self._handle(), k, len(k), ptrs, on_device, found), "kvt_get")
         return [d if f else None for d, f in zip(dsts, found)]
 
-    def exists(self, keys):
+    def put_addresses(self, keys: Iterable[KeyLike], addrs: Iterable[int],
+                      on_device: bool = False) -> None:
+        """kvt_put() from raw addresses (ints), page_bytes of memory each:
+        host memory, or CUDA memory with on_device (cuda back-end). They are
+        not checked: each must be valid and unchanged for the call (a wrong
+        one crashes the process). For code that hands kvtier memory it
+        manages itself, such as an engine's KV pool; put() takes buffers."""
+        k = key_array(keys)
+        ptrs = self._pointers(addrs, len(k))
+        check(self._L.kvt_put(self._handle(), k, len(k), ptrs, 1 if on_device else 0),
+              "kvt_put")
+
+    def get_addresses(self, keys: Iterable[KeyLike], addrs: Iterable[int],
+                      on_device: bool = False) -> list[bool]:
+        """kvt_get() into raw addresses (ints), page_bytes of writable memory
+        each, unchecked as for put_addresses(). Returns [bool] per key: True
+        where the page was copied, False where the key is in no tier (or its
+        page was damaged: KVT_ECORRUPT reads as a miss)."""
+        k = key_array(keys)
+        ptrs = self._pointers(addrs, len(k))
+        found = (ctypes.c_int * len(k))()
+        check(self._L.kvt_get(self._handle(), k, len(k), ptrs, 1 if on_device else 0, found),
+              "kvt_get")
+        return [bool(f) for f in found]
+
+    @staticmethod
+    def _pointers(addrs: Iterable[int], n: int) -> ctypes.Array:
+        addrs = [uint(a, 8 * ctypes.sizeof(ctypes.c_void_p), "address") for a in addrs]
+        if len(addrs) != n:
+            raise ValueError(f"{n} keys but {len(addrs)} addresses")
+        return (ctypes.c_void_p * n)(*addrs)
+
+    def exists(self, keys: Iterable[KeyLike]) -> Exists:
         """kvt_exists(): Exists(prefix, where) — the hit-prefix length and the
         fastest tier of each key (-1 when none)."""
-        k = _key_array(keys)
+        k = key_array(keys)
         where = (ctypes.c_int * len(k))()
         n = check(self._L.kvt_exists(self._handle(), k, len(k), where), "kvt_exists")
         return Exists(n, [int(w) for w in where])
 
     def _addresses(self, borrowed, bufs, writable, what):
-        addrs = (ctypes.c_void_p * len(bufs))()
-        sides = set()
-        for i, obj in enumerate(bufs):
-            addrs[i], dev = borrowed.add(obj, self.page_bytes, writable, f"{what}: buffer {i}")
-            sides.add(dev)
-        if len(sides) > 1:
-            raise ValueError(f"{what}: host and CUDA buffers mixed in one call")
-        on_device = sides.pop() if sides else False
-        if on_device and self.device_name != "cuda":
-            raise ValueError(f"{what}: CUDA buffers given to an engine on the "
-                             f"{self.device_name} back-end")
-        return addrs, 1 if on_device else 0
+        return buffer_addresses(borrowed, bufs, self.page_bytes, self.device_name, writable, what)
 
     # ---- decode position
 
-    def set_schedule(self, ids, n_layers, order="layer", window_pages=0, sink_pages=0):
+    def set_schedule(self, ids: Iterable[int], n_layers: int, order: str | int = "layer",
+                     window_pages: int = 0, sink_pages: int = 0) -> None:
         """kvt_set_schedule(): the sequences of the batch in compute order, the
         layer count and the loop order ('layer' = for layer {for seq}, 'seq' =
         for seq {for layer}, or a KVT_ORDER_* int). Everything is copied."""
-        ids = [_key_id(i, f"ids[{n}]") for n, i in enumerate(ids)]
+        ids = [key_id(i, f"ids[{n}]") for n, i in enumerate(ids)]
         arr = (ctypes.c_uint64 * len(ids))(*ids)
         s = KvtSchedule(ids=ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint64)) if ids else None,
-                        n_ids=len(ids), n_layers=_u(n_layers, 32, "n_layers"),
+                        n_ids=len(ids), n_layers=uint(n_layers, 32, "n_layers"),
                         order=_choice(order, _ORDERS, "order"),
-                        window_pages=_u(window_pages, 32, "window_pages"),
-                        sink_pages=_u(sink_pages, 32, "sink_pages"))
+                        window_pages=uint(window_pages, 32, "window_pages"),
+                        sink_pages=uint(sink_pages, 32, "sink_pages"))
         check(self._L.kvt_set_schedule(self._handle(), ctypes.byref(s)), "kvt_set_schedule")
 
-    def advance(self, id, layer):
+    def advance(self, id: int, layer: int) -> None:
         """kvt_advance(): "now computing (id, layer)"."""
-        check(self._L.kvt_advance(self._handle(), _key_id(id, "id"), _u(layer, 32, "layer")),
+        check(self._L.kvt_advance(self._handle(), key_id(id, "id"), uint(layer, 32, "layer")),
               "kvt_advance")
 
     # ---- statistics
 
-    def stats(self):
+    def stats(self) -> Stats:
         """kvt_get_stats() as a Stats dataclass (a snapshot; owned by the caller)."""
         s = KvtStats()
         check(self._L.kvt_get_stats_sized(self._handle(), ctypes.byref(s), ctypes.sizeof(s)),
               "kvt_get_stats")
         return Stats._from_c(s)
 
-    def flush(self):
+    def flush(self) -> None:
         """kvt_flush(): every dirty page gets a copy below HBM (durable with persist)."""
         check(self._L.kvt_flush(self._handle()), "kvt_flush")

@@ -53,13 +53,16 @@ allocate from, and kvtier's directory is owned by one process; the plug-in
 refuses there with a message (LMCache logs it and runs without the tier).
 """
 
+from __future__ import annotations
+
 import asyncio
 import ctypes
 import json
 import logging
 import struct
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 from lmcache.v1.memory_management import MemoryFormat
@@ -68,6 +71,13 @@ from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 from ._lib import KvtBusy, KvtFull
 from ._plugin import (SETTINGS, ChunkIO, chunk_layout, close_engine, model_fingerprint,
                       open_engine, page_keys, read_settings)
+
+if TYPE_CHECKING:
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.memory_management import MemoryObj
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend import LocalCPUBackend
 
 log = logging.getLogger("kvtier.lmcache")
 
@@ -187,8 +197,10 @@ class KVTierStoragePlugin(StoragePluginInterface):
     Thread-safe as LMCache uses it: the engine's calls are, and the chunk
     staging is under one lock."""
 
-    def __init__(self, dst_device="cpu", config=None, metadata=None, local_cpu_backend=None,
-                 loop=None):
+    def __init__(self, dst_device: str = "cpu", config: LMCacheEngineConfig | None = None,
+                 metadata: LMCacheMetadata | None = None,
+                 local_cpu_backend: LocalCPUBackend | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(dst_device=dst_device, config=config, metadata=metadata,
                          local_cpu_backend=local_cpu_backend, loop=loop)
         if config is None or metadata is None:
@@ -220,7 +232,7 @@ class KVTierStoragePlugin(StoragePluginInterface):
         self._closed = False
         log.info("kvtier storage plug-in %r: %s", self.name, self.kvtier_config)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.__class__.__name__
 
     # ------------------------------------------------------------ naming
@@ -254,37 +266,41 @@ class KVTierStoragePlugin(StoragePluginInterface):
             out.append(whole or where[len(full) + i] >= 0)
         return out
 
-    def contains(self, key, pin=False):
+    def contains(self, key: CacheEngineKey, pin: bool = False) -> bool:
         return self._held([key])[0]
 
-    def batched_contains(self, keys, pin=False):
+    def batched_contains(self, keys: Iterable[CacheEngineKey], pin: bool = False) -> int:
         held = self._held(list(keys))
         n = 0
         while n < len(held) and held[n]:
             n += 1
         return n
 
-    async def batched_async_contains(self, lookup_id, keys, pin=False):
+    async def batched_async_contains(self, lookup_id: str, keys: Iterable[CacheEngineKey],
+                                     pin: bool = False) -> int:
         # kvt_exists reads kvtier's in-memory index only: no I/O to wait for.
         return self.batched_contains(keys, pin)
 
-    def exists_in_put_tasks(self, key):
+    def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
         with self._state_lock:
             return key in self._inflight
 
-    def pin(self, key):
+    def pin(self, key: CacheEngineKey) -> bool:
         return self.contains(key)
 
-    def unpin(self, key):
+    def unpin(self, key: CacheEngineKey) -> bool:
         return self.contains(key)
 
-    def touch_cache(self):
+    def touch_cache(self) -> None:
         return None  # kvtier keeps its own recency on every get
 
     # --------------------------------------------------------------- puts
 
-    def batched_submit_put_task(self, keys, objs, transfer_spec=None,
-                                on_complete_callback=None):
+    def batched_submit_put_task(
+            self, keys: Sequence[CacheEngineKey], objs: Sequence[MemoryObj],
+            transfer_spec: Any = None,
+            on_complete_callback: Callable[[CacheEngineKey], None] | None = None,
+    ) -> list[Future] | None:
         """Queues the chunks for the worker thread and returns [Future] (the
         Future's result: the keys stored). None when there is nothing to do."""
         todo = []
@@ -356,10 +372,10 @@ class KVTierStoragePlugin(StoragePluginInterface):
 
     # --------------------------------------------------------------- gets
 
-    def get_blocking(self, key):
+    def get_blocking(self, key: CacheEngineKey) -> MemoryObj | None:
         return self.batched_get_blocking([key])[0]
 
-    def batched_get_blocking(self, keys):
+    def batched_get_blocking(self, keys: Iterable[CacheEngineKey]) -> list[MemoryObj | None]:
         """[MemoryObj or None] per key: allocated from LMCache's CPU backend
         (owned by the caller, one reference) and filled by kvt_get. A chunk
         missing, damaged or partly evicted is None, never wrong bytes."""
@@ -413,12 +429,13 @@ class KVTierStoragePlugin(StoragePluginInterface):
         ctypes.memmove(obj.data_ptr, (ctypes.c_char * nbytes).from_buffer(buf, _HEADER), nbytes)
         return obj
 
-    def get_non_blocking(self, key, location=None):
+    def get_non_blocking(self, key: CacheEngineKey, location: str | None = None) -> Future | None:
         if not self.contains(key):
             return None
         return self._pool.submit(self.get_blocking, key)
 
-    async def batched_get_non_blocking(self, lookup_id, keys, transfer_spec=None):
+    async def batched_get_non_blocking(self, lookup_id: str, keys: Iterable[CacheEngineKey],
+                                       transfer_spec: Any = None) -> list[MemoryObj]:
         """The leading chunks found, read on the worker thread (the event
         loop is not blocked by the reads)."""
         objs = await asyncio.wrap_future(self._pool.submit(self.batched_get_blocking,
@@ -435,7 +452,7 @@ class KVTierStoragePlugin(StoragePluginInterface):
 
     # ------------------------------------------------------------ removal
 
-    def remove(self, key, force=True):
+    def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
         held = self.contains(key)
         keys = []
         if self._io is not None:
@@ -447,10 +464,10 @@ class KVTierStoragePlugin(StoragePluginInterface):
 
     # ---------------------------------------------------------- lifecycle
 
-    def get_allocator_backend(self):
+    def get_allocator_backend(self) -> LocalCPUBackend:
         return self.local_cpu_backend
 
-    def wait_puts(self):
+    def wait_puts(self) -> None:
         """Blocks until every put queued so far has finished."""
         self._pool.submit(lambda: None).result()
 

@@ -50,17 +50,24 @@ failed __init__), and never raises because the cache is full
 that could not be made durable are one warning).
 """
 
+from __future__ import annotations
+
 import logging
 import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import ClassVar, Dict, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Tuple
 
 import numpy as np
 from vllm.v1.kv_offload.base import LookupResult, Medium, RequestOffloadingContext
 from vllm.v1.kv_offload.file_mapper import FileMapper
 from vllm.v1.kv_offload.tiering.base import JobResult, SecondaryTierManager
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_offload.base import OffloadingSpec, OffloadKey, ReqContext
+    from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
+    from vllm.v1.kv_offload.tiering.base import TransferJob
 
 from ._plugin import (ChunkIO, chunk_layout, close_engine, default_spill_dir, model_fingerprint,
                       open_engine, read_settings)
@@ -84,7 +91,7 @@ def _region_address(view: memoryview, block_bytes: int) -> Tuple[int, int, np.nd
     return arr.__array_interface__["data"][0], arr.nbytes // block_bytes, arr
 
 
-def _fingerprint(spec, block_bytes):
+def _fingerprint(spec: OffloadingSpec, block_bytes: int) -> str:
     """vLLM's own storage identity (the fs tier's, with the rank kept) plus
     the chunk size."""
     try:
@@ -105,8 +112,9 @@ class KVTierTier(SecondaryTierManager):
 
     medium: ClassVar[Medium] = Medium.STORAGE
 
-    def __init__(self, offloading_spec, primary_kv_view, tier_type, backpressure_detector=None,
-                 locality=None, **tier_params):
+    def __init__(self, offloading_spec: OffloadingSpec, primary_kv_view: memoryview,
+                 tier_type: str, backpressure_detector: BackpressureDetector | None = None,
+                 locality: Any = None, **tier_params: Any) -> None:
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         if locality is not None:
             from vllm.v1.kv_offload.base import Locality
@@ -125,7 +133,7 @@ class KVTierTier(SecondaryTierManager):
             raise
         log.info("kvtier tier %r: %s", tier_type, self.kvtier_config)
 
-    def _open(self, offloading_spec, settings: Dict[str, object]) -> None:
+    def _open(self, offloading_spec: OffloadingSpec, settings: Dict[str, object]) -> None:
         """The rest of __init__: kvtier opened for this model and chunk size,
         the worker thread."""
         block = self.block_size_bytes
@@ -164,10 +172,10 @@ class KVTierTier(SecondaryTierManager):
 
     # ------------------------------------------------------------ lookups
 
-    def lookup(self, key, req_context):
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         return LookupResult.HIT if self._io.exists([self._name(key)])[0] else LookupResult.MISS
 
-    def on_new_request(self, req_context):
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()
 
     # --------------------------------------------------------------- jobs
@@ -209,13 +217,13 @@ class KVTierTier(SecondaryTierManager):
         return JobResult(job_id=job_id, success=False, successful_keys=tuple(loaded) or None,
                          transfer_bytes=len(loaded) * self.block_size_bytes)
 
-    def submit_store(self, job_metadata):
+    def submit_store(self, job_metadata: TransferJob) -> None:
         self._submit(job_metadata, self._store)
 
-    def submit_load(self, job_metadata):
+    def submit_load(self, job_metadata: TransferJob) -> None:
         self._submit(job_metadata, self._load)
 
-    def get_finished_jobs(self):
+    def get_finished_jobs(self) -> list[JobResult]:
         out = []
         while True:
             try:
@@ -223,11 +231,11 @@ class KVTierTier(SecondaryTierManager):
             except queue.Empty:
                 return out
 
-    def has_pending_work(self):
+    def has_pending_work(self) -> bool:
         with self._pending_lock:
             return bool(self._pending)
 
-    def drain_jobs(self):
+    def drain_jobs(self) -> None:
         with self._pending_lock:
             self._idle.wait_for(lambda: not self._pending)
 
