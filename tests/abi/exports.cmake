@@ -2,8 +2,12 @@
 # include/kvtier.h (HEADER) declares: every defined dynamic symbol is declared
 # there, as an extern function or as one of the inline wrappers whose plain
 # symbol it also declares under KVT_VER0_SYMBOLS, and every extern function
-# it declares is exported (else a caller fails to link).
-#   cmake -DNM=nm -DLIB=libkvtier.so -DHEADER=include/kvtier.h -P exports.cmake
+# it declares is exported (else a caller fails to link). With MAP, the
+# library's version script exports each of them by name; with LAB (the
+# test-support library, libkvtier_lab.a), no symbol of it is anywhere in the
+# library's symbol table, local ones included (the product holds none).
+#   cmake -DNM=nm -DLIB=libkvtier.so -DHEADER=include/kvtier.h
+#         [-DMAP=cmake/libkvtier.map] [-DLAB=libkvtier_lab.a] -P exports.cmake
 cmake_minimum_required(VERSION 3.18)
 execute_process(COMMAND "${NM}" -D --defined-only "${LIB}"
   OUTPUT_VARIABLE out RESULT_VARIABLE rc)
@@ -13,8 +17,9 @@ endif()
 set(exported "")
 string(REGEX MATCHALL "[^\n]+" lines "${out}")
 foreach(line IN LISTS lines)
-  # "0000000000012340 T kvt_open" (a version suffix "@V" is cut off)
-  if(line MATCHES "^[0-9a-fA-F]* *[A-Za-z] ([^ @]+)")
+  # "0000000000012340 T kvt_open" (a version suffix "@V" is cut off; the
+  # version script's node is an absolute "A" symbol, not a function)
+  if(line MATCHES "^[0-9a-fA-F]* *[B-Zb-z] ([^ @]+)")
     list(APPEND exported "${CMAKE_MATCH_1}")
   endif()
 endforeach()
@@ -54,6 +59,47 @@ foreach(sym IN LISTS declared_inline)
     string(APPEND errors "  inline ${sym} has no exported ${sym}_sized\n")
   endif()
 endforeach()
+if(DEFINED MAP)
+  file(READ "${MAP}" map)
+  string(REGEX REPLACE "/[*]([^*]|[*]+[^*/])*[*]+/" "" map "${map}")
+  string(REGEX MATCHALL "kvt_[a-z0-9_]+;" named "${map}")
+  string(REPLACE ";;" ";" named "${named}")
+  foreach(sym IN LISTS declared_extern)
+    if(NOT sym IN_LIST named)
+      string(APPEND errors "  declared in kvtier.h but not named in ${MAP}: ${sym}\n")
+    endif()
+  endforeach()
+  foreach(sym IN LISTS exported)
+    if(NOT out MATCHES " ${sym}@@KVTIER_")
+      string(APPEND errors "  exported without the version script's version: ${sym}\n")
+    endif()
+  endforeach()
+endif()
+if(DEFINED LAB)
+  execute_process(COMMAND "${NM}" -g --defined-only "${LAB}" OUTPUT_VARIABLE lab_out
+    RESULT_VARIABLE rc ERROR_QUIET)
+  execute_process(COMMAND "${NM}" "${LIB}" OUTPUT_VARIABLE all_out RESULT_VARIABLE rc2)
+  if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0)
+    message(FATAL_ERROR "${NM} of ${LAB} or ${LIB} failed (${rc}, ${rc2})")
+  endif()
+  string(REGEX MATCHALL "[^\n]+" lab_lines "${lab_out}")
+  set(nlab 0)
+  foreach(line IN LISTS lab_lines)
+    if(line MATCHES "^[0-9a-fA-F]+ [A-Z] ([A-Za-z_][A-Za-z0-9_]*)$")
+      set(sym "${CMAKE_MATCH_1}")
+      math(EXPR nlab "${nlab} + 1")
+      if(all_out MATCHES "[ \n]${sym}\n")
+        string(APPEND errors "  test support in the library: ${sym}\n")
+      endif()
+    endif()
+  endforeach()
+  if(nlab EQUAL 0)
+    string(APPEND errors "  no symbol found in ${LAB}\n")
+  endif()
+  if(NOT errors)
+    message(STATUS "${nlab} test-support symbols, none in ${LIB}")
+  endif()
+endif()
 if(errors)
   message(FATAL_ERROR "exports of ${LIB}:\n${errors}")
 endif()
