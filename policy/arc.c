@@ -273,7 +273,7 @@ static uint32_t arc_victim(void *priv, int t, kvt_usable_fn usable, void *ctx)
 
 const struct kvt_policy_ops kvt_policy_arc_ops = {
     .name = "arc",
-    .version = KVT_POLICY_OPS_V1,
+    .version = KVT_POLICY_OPS_VERSION,
     .create = arc_create,
     .destroy = arc_destroy,
     .reserve = arc_reserve,

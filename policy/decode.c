@@ -478,7 +478,7 @@ static void decode_page_gone(void *priv, uint32_t pg)
 
 const struct kvt_policy_ops kvt_policy_decode_ops = {
     .name = "decode",
-    .version = KVT_POLICY_OPS_V3,
+    .version = KVT_POLICY_OPS_VERSION,
     .create = decode_create,
     .destroy = decode_destroy,
     .reserve = decode_reserve,

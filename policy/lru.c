@@ -96,7 +96,7 @@ static uint32_t lru_victim(void *priv, int tier, kvt_usable_fn usable, void *ctx
 
 const struct kvt_policy_ops kvt_policy_lru_ops = {
     .name = "lru",
-    .version = KVT_POLICY_OPS_V1,
+    .version = KVT_POLICY_OPS_VERSION,
     .create = lru_create,
     .destroy = lru_destroy,
     .reserve = lru_reserve,

@@ -14,19 +14,17 @@ static const struct kvt_policy_ops *const policies[] = {
 
 bool kvt_policy_ops_ok(const struct kvt_policy_ops *o)
 {
-    if (!o || !o->name || o->version < KVT_POLICY_OPS_V1 || o->version > KVT_POLICY_OPS_VERSION)
+    if (!o || !o->name || o->version != KVT_POLICY_OPS_VERSION)
         return false;
-    bool ok = o->create && o->destroy && o->reserve && o->insert && o->remove && o->access &&
-              o->victim;
-    if (o->version >= KVT_POLICY_OPS_V2)
-        ok = ok && o->schedule && o->advance && o->page_new && o->page_gone;
-    if (o->version >= KVT_POLICY_OPS_V3)
-        ok = ok && o->next_use && o->group_of && o->prefetch && o->working_set && o->use_at;
-    if (o->version >= KVT_POLICY_OPS_V4)
-        ok = ok && o->batch;
-    if (o->version >= KVT_POLICY_OPS_V5)
-        ok = ok && o->leaves_first;
-    return ok;
+    if (!(o->create && o->destroy && o->reserve && o->insert && o->remove && o->access &&
+          o->victim))
+        return false;
+    /* Each capability whole or absent (policy.h). */
+    int position = !!o->schedule + !!o->advance;
+    int pages = !!o->page_new + !!o->page_gone;
+    int plan = !!o->next_use + !!o->group_of + !!o->prefetch + !!o->working_set + !!o->use_at;
+    return (position == 0 || position == 2) && (pages == 0 || pages == 2) &&
+           (plan == 0 || (plan == 5 && position == 2)); /* a plan is made from the position */
 }
 
 const struct kvt_policy_ops *kvt_policy_find(const char *name)

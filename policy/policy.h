@@ -23,15 +23,12 @@
 
 #include "core/base.h"
 
-/* Versions of struct kvt_policy_ops. A policy of version v provides every
- * op of every version up to v (none is NULL); the engine asks the version,
- * never a pointer, whether an op exists. */
-#define KVT_POLICY_OPS_V1 1 /* evicts: create .. victim */
-#define KVT_POLICY_OPS_V2 2 /* follows the decode position: schedule, advance, page_new, page_gone */
-#define KVT_POLICY_OPS_V3 3 /* plans ahead: next_use, group_of, prefetch, working_set, use_at */
-#define KVT_POLICY_OPS_V4 4 /* sees calls: batch */
-#define KVT_POLICY_OPS_V5 5 /* ranks across tiers: leaves_first */
-#define KVT_POLICY_OPS_VERSION KVT_POLICY_OPS_V5
+/* The layout of struct kvt_policy_ops. What a policy can do is which ops it
+ * fills: every policy evicts (create .. victim); each capability below is
+ * a group of ops that are all there or all NULL, and the engine asks the
+ * pointer whether a policy has it. A policy with no plan is never asked
+ * what to bring up, and nothing wakes the mover for it. */
+#define KVT_POLICY_OPS_VERSION 6
 
 /* What batch() reports: the pages of one kvt_get or one kvt_put call. */
 #define KVT_BATCH_GET 1
@@ -69,7 +66,7 @@ typedef bool (*kvt_usable_fn)(void *ctx, uint32_t pg);
 
 struct kvt_policy_ops {
     const char *name;
-    int version;
+    int version;        /* KVT_POLICY_OPS_VERSION */
     bool offline;       /* needs the whole future trace: the simulator only, never an engine */
     int (*create)(const struct kvt_policy_params *p, void **priv);
     void (*destroy)(void *priv);
@@ -85,15 +82,16 @@ struct kvt_policy_ops {
      * KVT_NONE. Cost: O(candidates skipped). */
     uint32_t (*victim)(void *priv, int tier, kvt_usable_fn usable, void *ctx);
 
-    /* --- version 2: the decode position --- */
+    /* --- follows the decode position (both or neither) --- */
     void (*schedule)(void *priv, const kvt_schedule *s);
     void (*advance)(void *priv, uint64_t id, uint32_t layer);
+    /* --- sees pages come and go (both or neither) --- */
     /* A page now exists under its key (pg KVT_NONE: is about to, announced
      * before room is made for it) / is gone. */
     void (*page_new)(void *priv, uint32_t pg, const kvt_key *key);
     void (*page_gone)(void *priv, uint32_t pg);
 
-    /* --- version 3: planning ahead --- */
+    /* --- plans ahead (all five or none; needs the decode position) --- */
     /* How far away pg's next use is: smaller is sooner, in the policy's own
      * units, comparable only with other next_use() and use_at() values
      * (KVT_USE_* for none known). */
@@ -115,7 +113,7 @@ struct kvt_policy_ops {
      * or unknown. */
     uint64_t (*use_at)(void *priv, uint64_t ahead, uint64_t *group);
 
-    /* --- version 4: calls --- */
+    /* --- sees calls (optional) --- */
     /* The pages of one kvt_get (KVT_BATCH_GET: those it served) or kvt_put
      * (KVT_BATCH_PUT: those it stored) call, in the caller's order, after
      * the call's own insert/access calls. A prefix cache passes a chain in
@@ -123,7 +121,7 @@ struct kvt_policy_ops {
      * An entry may be KVT_NONE (a page that left meanwhile): skip it. */
     void (*batch)(void *priv, int kind, const uint32_t *pgs, size_t n);
 
-    /* --- version 5: one order over every tier --- */
+    /* --- one order over every tier (optional) --- */
     /* Whether page a should leave the engine before page b, candidates of
      * any tiers (victim() answers within one tier). A cache that must drop
      * a page compares the bottom tier's victim with the one above it: the
@@ -137,8 +135,8 @@ extern const struct kvt_policy_ops kvt_policy_decode_ops;
 extern const struct kvt_policy_ops kvt_policy_prefix_ops;
 extern const struct kvt_policy_ops kvt_policy_arc_ops;
 
-/* Whether o is a vtable this build can drive: a known version, and every op
- * of that version present. */
+/* Whether o is a vtable this build can drive: this layout, the eviction
+ * ops, and each capability whole or absent. */
 bool kvt_policy_ops_ok(const struct kvt_policy_ops *o);
 
 /* The policy called name, or NULL. */

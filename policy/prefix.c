@@ -40,7 +40,7 @@
  * Belady MIN, and the ideas tried on the way.
  *
  * What the policy sees. insert/remove/access as every policy, and batch()
- * (version 4): the pages of one kvt_get or kvt_put call, in call order,
+ * (it sees calls): the pages of one kvt_get or kvt_put call, in call order,
  * which a prefix cache makes one chain (the hit prefix, then the new
  * blocks). The classes come from batch(); a page never seen in one (a
  * caller that does not use kvt_put/kvt_get) is a fresh block, and the
@@ -438,28 +438,11 @@ static bool prefix_leaves_first(void *priv, uint32_t a, uint32_t b)
     return score(p, a) < score(p, b);
 }
 
-/* V2/V3 ops: the prefix policy follows no decode position. */
-static void prefix_schedule(void *priv, const kvt_schedule *s) {}
-static void prefix_advance(void *priv, uint64_t id, uint32_t layer) {}
-static void prefix_page_new(void *priv, uint32_t pg, const kvt_key *key) {}
-static void prefix_page_gone(void *priv, uint32_t pg) {}
-static uint64_t prefix_next_use(void *priv, uint32_t pg) { return KVT_USE_UNKNOWN; }
-static uint64_t prefix_group_of(void *priv, uint32_t pg) { return KVT_USE_UNKNOWN; }
-static uint32_t prefix_prefetch(void *priv, int from, kvt_usable_fn wanted, void *ctx,
-                                uint32_t *out, uint32_t max)
-{
-    return 0;
-}
-static uint64_t prefix_working_set(void *priv) { return 0; }
-static uint64_t prefix_use_at(void *priv, uint64_t ahead, uint64_t *group)
-{
-    *group = KVT_USE_UNKNOWN;
-    return KVT_USE_UNKNOWN;
-}
-
+/* No decode position, no plan: the prefix policy only evicts, sees calls
+ * and ranks across tiers. */
 const struct kvt_policy_ops kvt_policy_prefix_ops = {
     .name = "prefix",
-    .version = KVT_POLICY_OPS_V5,
+    .version = KVT_POLICY_OPS_VERSION,
     .create = prefix_create,
     .destroy = prefix_destroy,
     .reserve = prefix_reserve,
@@ -467,15 +450,6 @@ const struct kvt_policy_ops kvt_policy_prefix_ops = {
     .remove = prefix_remove,
     .access = prefix_access,
     .victim = prefix_victim,
-    .schedule = prefix_schedule,
-    .advance = prefix_advance,
-    .page_new = prefix_page_new,
-    .page_gone = prefix_page_gone,
-    .next_use = prefix_next_use,
-    .group_of = prefix_group_of,
-    .prefetch = prefix_prefetch,
-    .working_set = prefix_working_set,
-    .use_at = prefix_use_at,
     .batch = prefix_batch,
     .leaves_first = prefix_leaves_first,
 };

@@ -89,6 +89,45 @@ static void test_lookup_by_name(void **state)
     assert_false(kvt_policy_decode_ops.offline);
 }
 
+/* A policy is what it fills in: the prefix cache neither follows a decode
+ * position nor plans (so nothing asks it what to bring up, and an acquire
+ * wakes no mover for it); a capability filled in part is refused. */
+static void test_capabilities_are_the_ops_filled(void **state)
+{
+    const struct kvt_policy_ops *all[] = { &kvt_policy_lru_ops, &kvt_policy_arc_ops,
+                                           &kvt_policy_decode_ops, &kvt_policy_prefix_ops };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        assert_true(kvt_policy_ops_ok(all[i]));
+    const struct kvt_policy_ops *p = &kvt_policy_prefix_ops;
+    assert_null(p->advance);
+    assert_null(p->prefetch);
+    assert_null(p->next_use);
+    assert_null(p->page_new);
+    assert_non_null(p->batch);
+    assert_non_null(p->leaves_first);
+    assert_null(kvt_policy_lru_ops.batch);
+    assert_non_null(kvt_policy_decode_ops.prefetch);
+
+    struct kvt_policy_ops o = kvt_policy_decode_ops;
+    o.prefetch = NULL; /* a plan in part */
+    assert_false(kvt_policy_ops_ok(&o));
+    o = kvt_policy_decode_ops;
+    o.schedule = NULL; /* a position in part */
+    assert_false(kvt_policy_ops_ok(&o));
+    o = kvt_policy_decode_ops;
+    o.schedule = NULL, o.advance = NULL; /* a plan with no position to plan from */
+    assert_false(kvt_policy_ops_ok(&o));
+    o = kvt_policy_decode_ops;
+    o.page_gone = NULL;
+    assert_false(kvt_policy_ops_ok(&o));
+    o = kvt_policy_lru_ops;
+    o.victim = NULL;
+    assert_false(kvt_policy_ops_ok(&o));
+    o = kvt_policy_lru_ops;
+    o.version = KVT_POLICY_OPS_VERSION - 1;
+    assert_false(kvt_policy_ops_ok(&o));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -96,6 +135,7 @@ int main(void)
         cmocka_unit_test(test_cyclic_scan_is_lru_worst_case),
         cmocka_unit_test(test_reserve_grows),
         cmocka_unit_test(test_lookup_by_name),
+        cmocka_unit_test(test_capabilities_are_the_ops_filled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

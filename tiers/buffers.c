@@ -35,7 +35,7 @@ static bool droppable(void *ctx, uint32_t pg)
 /* KVT_FLAG_EVICT: room for one page by dropping a whole page, the policy's
  * victim from the bottom tier up (a page on SSD costs nothing but its slot
  * to lose; one only in DRAM or HBM is still the policy's choice when no SSD
- * page can go). A policy that ranks across tiers (version 5) also weighs
+ * page can go). A policy that ranks across tiers (leaves_first) also weighs
  * the DRAM tier's victim against the SSD's and the lower goes: otherwise
  * the SSD's victim leaves and the DRAM page, which the policy values less,
  * is written to SSD in its place to make room in DRAM, a write for a block
@@ -51,7 +51,7 @@ int kvt_evict_one(kvt_engine *e)
         v = e->pol->victim(e->pol_priv, t, droppable, e);
     if (v == KVT_NONE)
         return KVT_EFULL;
-    if (t + 1 == KVT_TIER_SSD && e->pol->version >= KVT_POLICY_OPS_V5) {
+    if (t + 1 == KVT_TIER_SSD && e->pol->leaves_first) {
         uint32_t d = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, droppable, e);
         if (d != KVT_NONE && d != v && e->pol->leaves_first(e->pol_priv, d, v))
             v = d;
@@ -61,11 +61,11 @@ int kvt_evict_one(kvt_engine *e)
     return 0;
 }
 
-/* Whether the policy sees calls (version 4): only then do kvt_put and
+/* Whether the policy sees calls (it has batch): only then do kvt_put and
  * kvt_get gather their pages for it. */
 static bool policy_sees_calls(const kvt_engine *e)
 {
-    return e->pol->version >= KVT_POLICY_OPS_V4;
+    return e->pol->batch != NULL;
 }
 
 /* Tells such a policy which pages one call used, in the caller's order; a

@@ -58,7 +58,7 @@ static uint32_t redundant_victim(kvt_engine *e)
  * under LRU caching stays inclusive. */
 static uint32_t third_copy(kvt_engine *e)
 {
-    if (!e->ssd || e->pol->version < KVT_POLICY_OPS_V3)
+    if (!e->ssd || !e->pol->next_use)
         return KVT_NONE;
     uint32_t best = KVT_NONE, seen = 0;
     uint64_t far = 0;
@@ -83,7 +83,7 @@ static uint32_t third_copy(kvt_engine *e)
  * (docs/performance.md#third-copies). */
 static bool never_used(kvt_engine *e, uint32_t v)
 {
-    return v != KVT_NONE && e->pol->version >= KVT_POLICY_OPS_V3 &&
+    return v != KVT_NONE && e->pol->next_use &&
            e->pol->next_use(e->pol_priv, v) >= KVT_USE_UNKNOWN;
 }
 

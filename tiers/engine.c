@@ -208,8 +208,9 @@ static int open_policy(kvt_engine *e)
     };
     e->pol = kvt_policy_find(e->policy_name);
     if (!kvt_policy_ops_ok(e->pol))
-        return kvt_fail(KVT_ENOTSUP, "policy \"%s\" has an ops table of version %d, which this "
-                        "build cannot drive", e->policy_name, e->pol->version);
+        return kvt_fail(KVT_ENOTSUP, "policy \"%s\" has an ops table this build cannot drive "
+                        "(version %d, or a capability only in part)", e->policy_name,
+                        e->pol->version);
     int r = e->pol->create(&pp, &e->pol_priv);
     if (r == 0)
         e->pol_cap = e->pt.cap;

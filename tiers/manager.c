@@ -304,7 +304,7 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     }
     if ((r = ticket_new(e, pages, (uint32_t)n, fence, t)) < 0)
         goto out_unpin;
-    if (e->pol->version >= KVT_POLICY_OPS_V3) {
+    if (e->pol->prefetch) {
         /* The caller computes now: that is when the disk and the links
          * should be bringing up what comes next (the mover would otherwise
          * sleep until the next advance, and reads would wait for demand).
@@ -413,7 +413,7 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
         goto out;
     /* Announce the key before making room: a new tail page pushes an old one
      * out of a sliding window, and that one should be the page evicted. */
-    if (e->pol->version >= KVT_POLICY_OPS_V2)
+    if (e->pol->page_new)
         e->pol->page_new(e->pol_priv, KVT_NONE, &key);
     for (;;) {
         if (e->hbm.arena.nfree)
@@ -611,7 +611,7 @@ KVT_API int kvt_set_schedule(kvt_engine *e, const kvt_schedule *s)
     free((void *)e->sched.ids);
     e->sched = *s;
     e->sched.ids = ids;
-    if (e->pol->version >= KVT_POLICY_OPS_V2)
+    if (e->pol->schedule)
         e->pol->schedule(e->pol_priv, &e->sched);
     kvt_unlock(e);
     return 0;
@@ -621,7 +621,7 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
 {
     if (!e)
         return kvt_fail(-EINVAL, "engine is NULL");
-    if (e->pol->version < KVT_POLICY_OPS_V2)
+    if (!e->pol->advance)
         return 0; /* the policy ignores the position: no need to take the lock */
     kvt_lock(e);
     if (e->pace.acquired_ns) {
@@ -631,7 +631,7 @@ KVT_API int kvt_advance(kvt_engine *e, uint64_t id, uint32_t layer)
     }
     e->pol->advance(e->pol_priv, id, layer);
     /* The position moved: what should come up next changed. */
-    if (e->pol->version >= KVT_POLICY_OPS_V3)
+    if (e->pol->prefetch)
         kvt_mover_wake(e);
     kvt_unlock(e);
     return 0;

@@ -194,13 +194,13 @@ uint32_t kvt_page_new(kvt_engine *e)
 
 void kvt_page_indexed(kvt_engine *e, uint32_t pg)
 {
-    if (e->pol->version >= KVT_POLICY_OPS_V2)
+    if (e->pol->page_new)
         e->pol->page_new(e->pol_priv, pg, &kvt_pg(&e->pt, pg)->key);
 }
 
 void kvt_page_destroy(kvt_engine *e, uint32_t pg)
 {
-    if (e->pol->version >= KVT_POLICY_OPS_V2)
+    if (e->pol->page_gone)
         e->pol->page_gone(e->pol_priv, pg);
     /* A read in flight (queued or on the disk) keeps the SSD slot it reads
      * until it ends (kvt_page_read_end): forgotten now, the slot would be

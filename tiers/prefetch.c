@@ -204,7 +204,7 @@ static void prefetch_dram(kvt_engine *e, uint32_t budget, uint64_t ws)
 
 void kvt_prefetch(kvt_engine *e)
 {
-    if (e->pol->version < KVT_POLICY_OPS_V3 || e->failed)
+    if (!e->pol->prefetch || e->failed)
         return;
     /* Pages a step reads (0: unknown): both stages size their depth by it. */
     uint64_t ws = e->pol->working_set(e->pol_priv);

@@ -145,7 +145,7 @@ static int run_policy(const struct pfx_trace *t, size_t n_req, const struct kvt_
             pgs[d] = c.pg_of[blk[d]];
             ops->access(priv, TIER, pgs[d]);
         }
-        if (k && ops->version >= KVT_POLICY_OPS_V4)
+        if (k && ops->batch)
             ops->batch(priv, KVT_BATCH_GET, pgs, k);
         uint32_t need = q->n - k;
         for (uint32_t d = k; d < q->n; d++) /* stored again: replaced */
@@ -168,7 +168,7 @@ static int run_policy(const struct pfx_trace *t, size_t n_req, const struct kvt_
             ops->insert(priv, TIER, pg, &c.key_of[pg]);
             pgs[np++] = pg;
         }
-        if (need && ops->version >= KVT_POLICY_OPS_V4)
+        if (need && ops->batch)
             ops->batch(priv, KVT_BATCH_PUT, pgs, need);
         res->hits += k;
         res->refs += q->n;
