@@ -9,7 +9,10 @@ What counts:
   layer reaches up without a call.
 - a write: an assignment (=, op=), ++ or -- whose target is a struct field
   (any depth: e->ssd.cv.x), or the address of a field handed to a function
-  (memset(&e->st, ...), pthread_cond_init(&e->cv, ...)). The field belongs
+  outside the library (memset(&e->st, ...), pthread_cond_init(&e->cv, ...);
+  locking a mutex or waiting on a condition variable is a use, not a
+  write). A field handed to a library function is written, if at all, in
+  that function's body, which is checked as its file's. The field belongs
   to the struct that declares it; nested unnamed structs are named by their
   path from the outer struct (kvt_engine.pace).
 """
@@ -140,6 +143,24 @@ def scan_file(path: str, args: list[str], root: str, facts: Facts, index: ci.Ind
         _walk(fn, fn.spelling, rel, facts)
 
 
+# Uses of a synchronisation object, not writes of the struct that holds it.
+SYNC_USES = ("pthread_mutex_lock", "pthread_mutex_unlock", "pthread_mutex_trylock",
+             "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_signal",
+             "pthread_cond_broadcast")
+
+
+def _external_writer(ref: ci.Cursor | None) -> bool:
+    """Whether a field whose address is handed to this callee counts as
+    written by the caller: the callee is outside the library (memset,
+    pthread_cond_init). A library function writes what it writes in its own
+    body, where its writes are checked; a call through a pointer (a vtable)
+    reaches a back-end, whose state that is."""
+    if ref is None or ref.kind != CK.FUNCTION_DECL or ref.spelling in SYNC_USES:
+        return False
+    f = ref.location.file
+    return f is None or not os.path.realpath(f.name).startswith(ROOT + os.sep)
+
+
 def _walk(node: ci.Cursor, fname: str, rel: str, facts: Facts) -> None:
     for c in node.walk_preorder():
         k = c.kind
@@ -148,11 +169,12 @@ def _walk(node: ci.Cursor, fname: str, rel: str, facts: Facts) -> None:
             if (ref is not None and ref.kind == CK.FUNCTION_DECL and
                     ref.linkage != ci.LinkageKind.INTERNAL):
                 facts.calls.append((rel, fname, ref.spelling, c.location.line))
-            kids = list(c.get_children())
-            for a in kids[1:]:
-                t = _addr_of_field(a)
-                if t:
-                    facts.writes.append((rel, fname, t, c.location.line))
+            if _external_writer(ref):
+                kids = list(c.get_children())
+                for a in kids[1:]:
+                    t = _addr_of_field(a)
+                    if t:
+                        facts.writes.append((rel, fname, t, c.location.line))
         elif k == CK.BINARY_OPERATOR or k == CK.COMPOUND_ASSIGNMENT_OPERATOR:
             op = _binop(c)
             if op in ASSIGN_OPS:

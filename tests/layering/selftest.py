@@ -83,6 +83,14 @@ def main() -> int:
         good &= expect("a write to another owner's field", run(d, wr, RULES), 1,
                        "NEW   write top.c: low.n (top_reach)")
     with tempfile.TemporaryDirectory() as d:
+        ms = dict(base, **{"low.c": "#include <string.h>\n" + LOW +
+                           "void low_clear(struct top *t) { memset(&t->m, 0, sizeof t->m); }\n"})
+        good &= expect("a field cleared through memset", run(d, ms, RULES), 1,
+                       "NEW   write low.c: top.m (low_clear)")
+    with tempfile.TemporaryDirectory() as d:
+        hand = dict(base, **{"top.c": TOP + "void top_hand(struct top *t) { low_bump(&t->low); }\n"})
+        good &= expect("a field handed to its owner's function", run(d, hand, RULES), 0, None)
+    with tempfile.TemporaryDirectory() as d:
         lab = dict(base, **{"low.c": LOW + "void low_test(void) { lab_hook(); }\n"})
         good &= expect("a call into test support", run(d, lab, RULES), 1,
                        "NEW   lab low.c -> lab.c (low_test -> lab_hook)")
