@@ -19,6 +19,54 @@
  * every change goes through a named transition, which keeps the resident
  * and dirty counters, the redundant-copy list and the policy's candidate
  * sets in step with the flags. Everything here runs under the engine lock.
+ *
+ * The transitions (page.c), as SQLite's pager lists its states: what each
+ * requires, and what it sets (+) and clears (-). V = PG_VALID_*, x = xfer.
+ * Every one ends by syncing the policy's candidate sets (PG_LISTED_*) and,
+ * where a slot may have been freed, trimming (kvt_page_trim).
+ *
+ *   transition            requires                      flags and fields
+ *   kvt_page_new          -                             a zeroed record, no slot
+ *   kvt_page_indexed      PG_HASHED (page_table.c)      (the policy told)
+ *   kvt_page_take_slot    no slot in t                  slot[t] = arena slot
+ *   kvt_page_now_valid    slot[t] holds the bytes       +V_t
+ *   kvt_page_drop_copy    the copy may leave            -V_t; slot freed if idle
+ *   kvt_page_rewritten    pinned in HBM, dirty release  -V_DRAM -V_SSD -PUT_CRC;
+ *                                                       +STALE if a copy down runs
+ *   kvt_page_put_crc      a put wrote DRAM              +PUT_CRC, crc
+ *   kvt_page_put_crc_used a write-back took the crc     -PUT_CRC
+ *   kvt_page_pin          V_HBM (or coming up)          pins++, -PREFETCHED
+ *   kvt_page_created      pinned by kvt_create          +CREATED
+ *   kvt_page_unpin        pins > 0                      pins--, -CREATED
+ *   kvt_page_busy_begin   -                             busy++ (a get/put reads)
+ *   kvt_page_busy_end     busy > 0                      busy--
+ *   kvt_page_xfer_begin   x == NONE                     x = SSD_READ | SSD_WRITE | UP;
+ *                                                       +PREFETCHED if a prefetch
+ *   kvt_page_copy_queued  x set, a device copy queued   x = UP | DOWN, fence;
+ *                                                       +EVICTING if the HBM slot goes
+ *   kvt_page_xfer_cancel  x set, nothing queued         x = NONE, -PREFETCHED if UP
+ *   kvt_page_up_done      x == UP                       x = NONE, -STALE; +V_HBM if ok
+ *                                                       and not ZOMBIE
+ *   kvt_page_down_done    x == DOWN                     x = NONE, -STALE; +V_DRAM if ok,
+ *                                                       not stale, not ZOMBIE;
+ *                                                       with EVICTING: -EVICTING, and
+ *                                                       -V_HBM unless in use or dirty
+ *   kvt_page_xfer_end     x set (an SSD job ends)       x = NONE, -STALE (returned)
+ *   kvt_page_read_ok      an SSD read landed            +V_DRAM unless ZOMBIE, -READ_ERR
+ *   kvt_page_read_failed  the read's file unreadable    +READ_ERR
+ *   kvt_page_read_failure_told                          -READ_ERR
+ *   kvt_page_read_end     the read is over              a ZOMBIE's SSD slot forgotten
+ *   kvt_page_lost         its only copy failed a read   +LOST (+LOST_IO), -V_SSD
+ *   kvt_page_destroy      unhashed by the caller        +ZOMBIE -V_*; SSD slot
+ *                                                       forgotten unless read; freed
+ *                                                       when idle and slotless
+ *   kvt_page_abandon      a put's record, never valid   busy = 0, +ZOMBIE, trimmed
+ *
+ * ssd_slot and PG_VALID_SSD's meaning are the SSD tier's (ssd.c, ssd_pipe.c:
+ * the slot the committed index names), and red_prev/red_next the DRAM
+ * tier's redundant-copy list, kept here because only these transitions see
+ * every flag change (tests/layering/rules.txt lists what still writes a
+ * record from outside page.c).
  */
 #ifndef KVT_PAGE_H
 #define KVT_PAGE_H
