@@ -978,3 +978,19 @@ out_end:
     free(g);
     return r;
 }
+
+/* The condition variable puts wait on for a slot to be let go (page.c's
+ * page_let_go broadcasts it): engine_alloc to engine_free. */
+void kvt_slots_init(kvt_engine *e)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait_let_go's timed waits */
+    pthread_cond_init(&e->slots.cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+void kvt_slots_fini(kvt_engine *e)
+{
+    pthread_cond_destroy(&e->slots.cv);
+}

@@ -275,3 +275,32 @@ void kvt_dram_drop_redundant(kvt_engine *e)
         kvt_page_drop_copy(e, pg, KVT_TIER_DRAM);
     }
 }
+
+/* ------------------------------------------------------------- open, close */
+
+int kvt_dram_open(kvt_engine *e)
+{
+    const struct kvt_device_ops *dev = e->hbm.dev;
+    size_t pb = e->page_bytes;
+    /* One spare slot: see kvt_dram_slot(). */
+    uint32_t n = (uint32_t)(e->cfg.dram_bytes / pb) + 1;
+    void *base;
+    e->dram.red_head = e->dram.red_tail = KVT_NONE;
+    e->dram.alloc_bytes = (size_t)n * pb;
+    int r = dev->host_alloc(e->hbm.dev_priv, e->dram.alloc_bytes, &base);
+    if (r < 0)
+        return kvt_fail(r, "could not allocate the DRAM arena (%zu bytes): %s",
+                        e->dram.alloc_bytes, kvt_strerror(r));
+    if ((r = kvt_arena_init(&e->dram.arena, base, pb, n, &e->meta_bytes)) < 0) {
+        dev->host_free(e->hbm.dev_priv, base, e->dram.alloc_bytes);
+        return r;
+    }
+    return 0;
+}
+
+void kvt_dram_close(kvt_engine *e)
+{
+    void *base = e->dram.arena.base;
+    kvt_arena_fini(&e->dram.arena, &e->meta_bytes);
+    e->hbm.dev->host_free(e->hbm.dev_priv, base, e->dram.alloc_bytes);
+}

@@ -146,43 +146,18 @@ static int pick_device(const kvt_config *c, const struct kvt_open_with *with,
 
 static int open_arenas(kvt_engine *e)
 {
-    const struct kvt_device_ops *dev = e->hbm.dev;
-    void *dp = e->hbm.dev_priv, *hbm, *dram;
-    size_t pb = e->page_bytes;
-    /* One spare DRAM slot: see kvt_dram_slot(). */
-    uint32_t nh = (uint32_t)(e->cfg.hbm_bytes / pb), nd = (uint32_t)(e->cfg.dram_bytes / pb) + 1;
-    int r;
-    e->hbm.alloc_bytes = (size_t)nh * pb;
-    e->dram.alloc_bytes = (size_t)nd * pb;
-    if ((r = dev->hbm_alloc(dp, e->hbm.alloc_bytes, &hbm)) < 0)
-        return kvt_fail(r, "could not allocate the HBM arena (%zu bytes): %s",
-                        e->hbm.alloc_bytes, kvt_strerror(r));
-    if ((r = dev->host_alloc(dp, e->dram.alloc_bytes, &dram)) < 0) {
-        kvt_fail(r, "could not allocate the DRAM arena (%zu bytes): %s", e->dram.alloc_bytes,
-                 kvt_strerror(r));
-        goto out_hbm;
-    }
-    if ((r = kvt_arena_init(&e->hbm.arena, hbm, pb, nh, &e->meta_bytes)) < 0)
-        goto out_dram;
-    if ((r = kvt_arena_init(&e->dram.arena, dram, pb, nd, &e->meta_bytes)) < 0)
-        goto out_arena_hbm;
-    return 0;
-
-out_arena_hbm:
-    kvt_arena_fini(&e->hbm.arena, &e->meta_bytes);
-out_dram:
-    dev->host_free(dp, dram, e->dram.alloc_bytes);
-out_hbm:
-    dev->hbm_free(dp, hbm, e->hbm.alloc_bytes);
+    int r = kvt_hbm_open(e);
+    if (r < 0)
+        return r;
+    if ((r = kvt_dram_open(e)) < 0)
+        kvt_hbm_close(e);
     return r;
 }
 
 static void close_arenas(kvt_engine *e)
 {
-    kvt_arena_fini(&e->dram.arena, &e->meta_bytes);
-    kvt_arena_fini(&e->hbm.arena, &e->meta_bytes);
-    e->hbm.dev->host_free(e->hbm.dev_priv, e->dram.arena.base, e->dram.alloc_bytes);
-    e->hbm.dev->hbm_free(e->hbm.dev_priv, e->hbm.arena.base, e->hbm.alloc_bytes);
+    kvt_dram_close(e);
+    kvt_hbm_close(e);
 }
 
 static const kvt_key *engine_key_of(void *ctx, uint32_t pg)
@@ -222,9 +197,9 @@ static void engine_free(kvt_engine *e)
     free(e->ssd_dir);
     free(e->policy_name);
     pthread_mutex_destroy(&e->lock);
-    pthread_cond_destroy(&e->mover.cv);
-    pthread_cond_destroy(&e->ssd_tier.cv);
-    pthread_cond_destroy(&e->slots.cv);
+    kvt_mover_fini(e);
+    kvt_ssd_tier_fini(e);
+    kvt_slots_fini(e);
     free(e);
 }
 
@@ -247,15 +222,10 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
 #endif
     pthread_mutex_init(&e->lock, &ma);
     pthread_mutexattr_destroy(&ma);
-    pthread_cond_init(&e->mover.cv, NULL);
-    pthread_cond_init(&e->ssd_tier.cv, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait_let_go's timed waits */
-    pthread_cond_init(&e->slots.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    kvt_mover_init(e);
+    kvt_ssd_tier_init(e);
+    kvt_slots_init(e);
     e->cfg = *cfg;
-    e->dram.red_head = e->dram.red_tail = KVT_NONE;
     e->page_bytes = cfg->page_bytes;
     /* A cache has no decode loop to plan by: its default is the prefix
      * policy (kvtier.h, KVT_FLAG_EVICT). */
@@ -306,9 +276,6 @@ int kvt_open_ex(const kvt_config *cfg, const struct kvt_open_with *with, kvt_eng
         goto out_copy;
     if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e, with)) < 0)
         goto out_ssd;
-    /* Write back ahead of need while fewer than 1/8 of HBM slots are free or
-     * clean, so that an eviction seldom waits for a D2H copy. */
-    e->hbm.watermark = e->hbm.arena.nslots / 8 + 1;
     if ((r = kvt_mover_start(e)) < 0)
         goto out_ssd;
     *out = e;

@@ -162,3 +162,33 @@ int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool all, uint64_t *fence)
     *fence = kvt_copy_last(e, KVT_D2H);
     return r;
 }
+
+/* ------------------------------------------------------------- open, close */
+
+int kvt_hbm_open(kvt_engine *e)
+{
+    const struct kvt_device_ops *dev = e->hbm.dev;
+    size_t pb = e->page_bytes;
+    uint32_t n = (uint32_t)(e->cfg.hbm_bytes / pb);
+    void *base;
+    e->hbm.alloc_bytes = (size_t)n * pb;
+    int r = dev->hbm_alloc(e->hbm.dev_priv, e->hbm.alloc_bytes, &base);
+    if (r < 0)
+        return kvt_fail(r, "could not allocate the HBM arena (%zu bytes): %s",
+                        e->hbm.alloc_bytes, kvt_strerror(r));
+    if ((r = kvt_arena_init(&e->hbm.arena, base, pb, n, &e->meta_bytes)) < 0) {
+        dev->hbm_free(e->hbm.dev_priv, base, e->hbm.alloc_bytes);
+        return r;
+    }
+    /* Write back ahead of need while fewer than 1/8 of HBM slots are free
+     * or clean, so that an eviction seldom waits for a D2H copy. */
+    e->hbm.watermark = n / 8 + 1;
+    return 0;
+}
+
+void kvt_hbm_close(kvt_engine *e)
+{
+    void *base = e->hbm.arena.base;
+    kvt_arena_fini(&e->hbm.arena, &e->meta_bytes);
+    e->hbm.dev->hbm_free(e->hbm.dev_priv, base, e->hbm.alloc_bytes);
+}

@@ -106,3 +106,15 @@ void kvt_mover_kick(kvt_engine *e)
     e->mover.kick = true;
     pthread_cond_signal(&e->mover.cv);
 }
+
+/* The mover's condition variable lives from engine_alloc to engine_free,
+ * longer than the thread (kvt_mover_wake may come before it starts). */
+void kvt_mover_init(kvt_engine *e)
+{
+    pthread_cond_init(&e->mover.cv, NULL);
+}
+
+void kvt_mover_fini(kvt_engine *e)
+{
+    pthread_cond_destroy(&e->mover.cv);
+}

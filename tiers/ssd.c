@@ -475,3 +475,15 @@ int kvt_ssd_flush(kvt_engine *e)
     kvt_ssd_flush_end(&fs);
     return r;
 }
+
+/* The condition variable waits for SSD progress use (kvt_wait_on), with or
+ * without an SSD tier: engine_alloc to engine_free. */
+void kvt_ssd_tier_init(kvt_engine *e)
+{
+    pthread_cond_init(&e->ssd_tier.cv, NULL);
+}
+
+void kvt_ssd_tier_fini(kvt_engine *e)
+{
+    pthread_cond_destroy(&e->ssd_tier.cv);
+}

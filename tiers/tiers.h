@@ -594,6 +594,11 @@ void kvt_copy_close(kvt_engine *e);
 
 /* ------------------------------------------------------------- hbm.c */
 
+/* The HBM arena on the opened device (and the write-back watermark); close
+ * frees it. 0 or a negative error, said. */
+int kvt_hbm_open(kvt_engine *e);
+void kvt_hbm_close(kvt_engine *e);
+
 /* Frees (or starts freeing) need HBM slots: clean victims dropped, dirty ones
  * written down. 0, -EAGAIN with *w, or KVT_EFULL. */
 int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w);
@@ -602,6 +607,11 @@ int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w);
 int kvt_writeback(kvt_engine *e, uint32_t max_pages, bool all, uint64_t *fence);
 
 /* ------------------------------------------------------------- dram.c */
+
+/* The DRAM arena, pinned by the device back-end, with its spare slot; close
+ * frees it. 0 or a negative error, said. */
+int kvt_dram_open(kvt_engine *e);
+void kvt_dram_close(kvt_engine *e);
 
 enum {
     KVT_SLOT_STEAL = 1, /* may take the DRAM slot of a page whose copy lives elsewhere too */
@@ -630,6 +640,10 @@ void kvt_dram_flushing(kvt_engine *e, bool on);
 
 /* Opens the SSD tier, over the I/O back-end and syncer of with, if any. */
 int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_open_with *with);
+/* The SSD tier's condition variable (engine_alloc, engine_free): waits for
+ * SSD progress exist with or without a tier. */
+void kvt_ssd_tier_init(kvt_engine *e);
+void kvt_ssd_tier_fini(kvt_engine *e);
 void kvt_ssd_tier_close(kvt_engine *e);
 /* Queues an SSD read of pg into its (allocated) DRAM slot. */
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg);
@@ -733,6 +747,9 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n);
 
 /* Brings the soonest-used pages up ahead of use (locked). */
 void kvt_prefetch(kvt_engine *e);
+/* The mover's condition variable (engine_alloc, engine_free). */
+void kvt_mover_init(kvt_engine *e);
+void kvt_mover_fini(kvt_engine *e);
 int kvt_mover_start(kvt_engine *e);
 void kvt_mover_stop(kvt_engine *e);
 /* Wakes the mover when pages turned dirty and HBM is short of clean slots. */
@@ -757,6 +774,10 @@ uint64_t kvt_room(const kvt_engine *e);
  * the bottom tier up, for room. 0, or KVT_EFULL (flag off, or every page
  * held). Locked. */
 int kvt_evict_one(kvt_engine *e);
+/* buffers.c: the condition variable puts wait on for a slot (struct
+ * kvt_slot_wait), engine_alloc to engine_free. */
+void kvt_slots_init(kvt_engine *e);
+void kvt_slots_fini(kvt_engine *e);
 
 #if KVT_DEBUG
 void kvt_check_invariants(kvt_engine *e);
