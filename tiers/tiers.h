@@ -18,6 +18,8 @@
  *   - a page marked busy (get/put) or pinned (acquire/create): its slots do
  *     not move, so its bytes may be copied unlocked by that caller.
  *   - a job's DRAM slot, from take to finish (the page's xfer says so).
+ *   - a kvt_get record (struct kvt_get_rec) off e->get_recs, by the call
+ *     that took it, until it gives it back.
  * KVT_DEBUG builds assert both (KVT_ASSERT_LOCKED, KVT_ASSERT_MOVER).
  *
  * Files, by what they own (writes to a struct's fields are made by the
