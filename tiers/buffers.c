@@ -643,6 +643,86 @@ struct get_src {
     bool copied;            /* copied out (or nothing to copy) */
 };
 
+struct kvt_get_rec {
+    struct kvt_get_rec *next;       /* on e->gets.free while free */
+    size_t cap;                     /* pages each array below holds */
+    struct get_src *g;
+    uint32_t *pgs;                  /* the pages served, for the policy */
+    struct kvt_caller_read *rd;     /* with an SSD tier: the pages read by the caller */
+    struct kvt_caller_scratch io;   /* and their I/O (cap x pieces of a page) */
+};
+
+/* Frees rec's arrays (cap 0 after). */
+static void get_rec_clear(struct kvt_get_rec *rec)
+{
+    free(rec->g);
+    free(rec->pgs);
+    free(rec->rd);
+    free(rec->io.reqs);
+    free(rec->io.rp);
+    free(rec->io.crc);
+    *rec = (struct kvt_get_rec){ .next = rec->next };
+}
+
+/* Sizes rec's arrays for n pages, doubling: a batch size seen once costs no
+ * allocation again. -ENOMEM leaves rec without any (cap 0). */
+static int get_rec_fit(const kvt_engine *e, struct kvt_get_rec *rec, size_t n)
+{
+    if (n <= rec->cap)
+        return 0;
+    size_t cap = rec->cap * 2 > n ? rec->cap * 2 : n;
+    size_t per = e->ssd ? kvt_ssd_pieces(e, e->page_bytes) : 0;
+    get_rec_clear(rec);
+    rec->g = malloc(cap * sizeof(*rec->g));
+    rec->pgs = malloc(cap * sizeof(*rec->pgs));
+    bool ok = rec->g && rec->pgs;
+    if (per) {
+        rec->rd = malloc(cap * sizeof(*rec->rd));
+        rec->io.reqs = malloc(cap * per * sizeof(*rec->io.reqs));
+        rec->io.rp = malloc(cap * per * sizeof(*rec->io.rp));
+        rec->io.crc = malloc(cap * per * sizeof(*rec->io.crc));
+        ok = ok && rec->rd && rec->io.reqs && rec->io.rp && rec->io.crc;
+    }
+    if (!ok) {
+        get_rec_clear(rec);
+        return -ENOMEM;
+    }
+    rec->cap = cap;
+    return 0;
+}
+
+/* A record for a chunk of n pages (n >= 1), off the free list or new
+ * (locked), or NULL without memory. The caller gives it back. */
+static struct kvt_get_rec *get_rec_take(kvt_engine *e, size_t n)
+{
+    struct kvt_get_rec *rec = e->gets.free;
+    if (rec)
+        e->gets.free = rec->next;
+    else if (!(rec = calloc(1, sizeof(*rec))))
+        return NULL;
+    rec->next = NULL;
+    if (get_rec_fit(e, rec, n ? n : 1) == 0)
+        return rec;
+    free(rec);
+    return NULL;
+}
+
+static void get_rec_give(kvt_engine *e, struct kvt_get_rec *rec)
+{
+    rec->next = e->gets.free;
+    e->gets.free = rec;
+}
+
+void kvt_get_recs_free(kvt_engine *e)
+{
+    while (e->gets.free) {
+        struct kvt_get_rec *rec = e->gets.free;
+        e->gets.free = rec->next;
+        get_rec_clear(rec);
+        free(rec);
+    }
+}
+
 /* Where page g stands (locked): 0 when its outcome is known (a copy in HBM
  * or DRAM, a transient read done, lost, gone, or a read error recorded in
  * *err), 1 while an SSD read of it is queued or waits for room (its read is
@@ -686,30 +766,36 @@ static int get_stage_page(kvt_engine *e, struct get_src *g, uint32_t need, struc
         g->tstate = 1;
         return 1;
     }
-    uint32_t s = kvt_dram_slot(e, g->pg, KVT_SLOT_STEAL);
-    if (s == KVT_NONE && w->kind == KVT_WAIT_NONE) {
-        /* Room for every page of the chunk still without a slot at once:
-         * their write-backs go to the disk together, not one per wait. */
-        int r = kvt_make_room_dram(e, need ? need : 1, w);
-        if (r == 0)
-            s = kvt_dram_slot(e, g->pg, KVT_SLOT_STEAL);
-        /* Every tier full: the spare slot stages the read. The page keeps
-         * its SSD copy, so that DRAM copy is redundant and is given back
-         * once copied out. */
-        else if (r != -EAGAIN)
-            s = kvt_dram_slot(e, g->pg, KVT_SLOT_SPARE);
-        /* Not even that: read it straight into a buffer of ours. */
-        if (s == KVT_NONE && r != -EAGAIN) {
-            if (posix_memalign(&g->tbuf, 4096, e->page_bytes) ||
-                kvt_ssd_queue_read_transient(e, g->pg, g->tbuf) < 0)
-                return kvt_fail(-ENOMEM, "out of memory for a read buffer");
-            g->tstate = 1;
-            return 1;
-        }
-    }
-    if (s != KVT_NONE)
-        kvt_ssd_queue_read(e, g->pg);
+    /* Room for every page of the chunk still without a slot at once (need):
+     * their write-backs go to the disk together, not one per wait. A read
+     * staged in the spare slot leaves a redundant DRAM copy (the page keeps
+     * its SSD copy), given back once copied out. */
+    int r = kvt_stage_ssd_read(e, g->pg, need, w);
+    if (r == 0 || r == -EAGAIN)
+        return 1;
+    /* Not even the spare: read it straight into a buffer of ours. */
+    if (posix_memalign(&g->tbuf, 4096, e->page_bytes) ||
+        kvt_ssd_queue_read_transient(e, g->pg, g->tbuf) < 0)
+        return kvt_fail(-ENOMEM, "out of memory for a read buffer");
+    g->tstate = 1;
     return 1;
+}
+
+int kvt_stage_ssd_read(kvt_engine *e, uint32_t pg, uint32_t need, struct kvt_wait *w)
+{
+    uint32_t s = kvt_dram_slot(e, pg, KVT_SLOT_STEAL);
+    if (s == KVT_NONE) {
+        if (w->kind != KVT_WAIT_NONE)
+            return -EAGAIN; /* the call waits for room already */
+        int r = kvt_make_room_dram(e, need ? need : 1, w);
+        if (r == -EAGAIN)
+            return r;
+        s = kvt_dram_slot(e, pg, r == 0 ? KVT_SLOT_STEAL : KVT_SLOT_SPARE);
+        if (s == KVT_NONE)
+            return r < 0 ? r : KVT_EFULL;
+    }
+    kvt_ssd_queue_read(e, pg);
+    return 0;
 }
 
 /* The tier that serves page g now that its outcome is known, where the copy
@@ -788,23 +874,31 @@ static bool direct_ok(const kvt_engine *e, const void *dst, int dst_on_device)
     return !dst_on_device && ((uintptr_t)dst & 4095) == 0 && (e->page_bytes & 4095) == 0;
 }
 
+/* Whether page pg is only on SSD, with no transfer of it running: a read
+ * of it is this get's to stage. */
+static bool ssd_only(const kvt_engine *e, uint32_t pg)
+{
+    const struct kvt_page *p = kvt_pg(&e->pt, pg);
+    return (p->flags & PG_VALID_SSD) && p->xfer == XFER_NONE &&
+           !(p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST | PG_READ_ERR));
+}
+
 /* The chunk's pages that are only on SSD and bound for buffers direct I/O
- * can fill, read by this thread itself (ssd_caller.c). A page read is done
- * (transient, straight into dst); one whose read failed is handed to the
- * mover with that try counted; one gone (a checksum mismatch) is a miss.
- * Locked. 0, or -ENOMEM. */
-static int get_own_reads(kvt_engine *e, struct get_src *g, size_t n, void *const *dst,
+ * can fill, read by this thread itself (ssd_caller.c; a chunk with none
+ * does not go there). A page read is done (transient, straight into dst);
+ * one whose read failed is handed to the mover with that try counted; one
+ * gone (a checksum mismatch) is a miss. Locked. 0, or -ENOMEM. */
+static int get_own_reads(kvt_engine *e, struct kvt_get_rec *rec, size_t n, void *const *dst,
                          int dst_on_device)
 {
+    struct get_src *g = rec->g;
+    struct kvt_caller_read *rd = rec->rd;
     size_t m = 0;
-    struct kvt_caller_read *rd = malloc((n ? n : 1) * sizeof(*rd));
-    if (!rd)
-        return 0; /* the mover reads them all */
     for (size_t i = 0; i < n; i++)
-        if (g[i].pg != KVT_NONE && direct_ok(e, dst[i], dst_on_device))
+        if (g[i].pg != KVT_NONE && ssd_only(e, g[i].pg) && direct_ok(e, dst[i], dst_on_device))
             rd[m++] = (struct kvt_caller_read){ .pg = g[i].pg, .dst = dst[i], .from = i };
     if (m)
-        kvt_ssd_caller_read(e, rd, m);
+        kvt_ssd_caller_read(e, rd, m, &rec->io);
     int r = 0;
     for (size_t k = 0; k < m && r == 0; k++) {
         struct get_src *gi = &g[rd[k].from];
@@ -821,7 +915,6 @@ static int get_own_reads(kvt_engine *e, struct get_src *g, size_t n, void *const
             r = kvt_fail(-ENOMEM, "out of memory for a read");
         }
     }
-    free(rd);
     return r;
 }
 
@@ -832,11 +925,12 @@ static int get_own_reads(kvt_engine *e, struct get_src *g, size_t n, void *const
  * otherwise add its whole time to the call's). Locked; waits unlocked.
  * Returns 0, a read error that kept its page (reported, not a miss: the
  * call fails), or a copy's error in *cr. */
-static int get_load(kvt_engine *e, struct get_src *g, size_t n, void *const *dst,
+static int get_load(kvt_engine *e, struct kvt_get_rec *rec, size_t n, void *const *dst,
                     int dst_on_device, int *found, bool *lost, int *cr)
 {
+    struct get_src *g = rec->g;
     int err = 0;
-    if (e->ssd && (err = get_own_reads(e, g, n, dst, dst_on_device)) < 0)
+    if (e->ssd && (err = get_own_reads(e, rec, n, dst, dst_on_device)) < 0)
         return err;
     for (;;) {
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
@@ -844,9 +938,8 @@ static int get_load(kvt_engine *e, struct get_src *g, size_t n, void *const *dst
         uint32_t need = 0; /* pages that will want a DRAM slot for their read */
         for (size_t i = 0; i < n; i++) {
             const struct kvt_page *p = g[i].pg == KVT_NONE ? NULL : kvt_pg(&e->pt, g[i].pg);
-            need += !g[i].resolved && p && !g[i].tstate && p->xfer == XFER_NONE &&
-                    !direct_ok(e, dst[i], dst_on_device) && (p->flags & PG_VALID_SSD) &&
-                    !(p->flags & (PG_VALID_HBM | PG_VALID_DRAM | PG_LOST | PG_READ_ERR));
+            need += !g[i].resolved && p && !g[i].tstate && !direct_ok(e, dst[i], dst_on_device) &&
+                    ssd_only(e, g[i].pg);
         }
         for (size_t i = 0; i < n; i++) {
             if (g[i].resolved)
@@ -936,20 +1029,23 @@ KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *d
 static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
                      int dst_on_device, int *found)
 {
-    struct get_src *g = malloc((n ? n : 1) * sizeof(*g));
-    if (!g)
-        return kvt_fail(-ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        g[i] = (struct get_src){ .pg = KVT_NONE, .tier = KVT_TIER_NONE };
     if (found)
         memset(found, 0, n * sizeof(*found));
     KVT_ENTER(e);
-    int r = kvt_check_failed(e), cr = 0;
+    struct kvt_get_rec *rec = get_rec_take(e, n);
+    if (!rec) {
+        kvt_unlock(e);
+        return kvt_fail(-ENOMEM, "out of memory");
+    }
+    struct get_src *g = rec->g;
+    for (size_t i = 0; i < n; i++)
+        g[i] = (struct get_src){ .pg = KVT_NONE, .tier = KVT_TIER_NONE };
+    int r = e->failed ? kvt_check_failed(e) : 0, cr = 0;
     bool lost = false;
     if (r == 0)
         r = get_begin(e, keys, n, g);
     if (r == 0)
-        r = get_load(e, g, n, dst, dst_on_device, found, &lost, &cr);
+        r = get_load(e, rec, n, dst, dst_on_device, found, &lost, &cr);
     /* A failed call reports nothing found: the caller must not have to
      * work out which of its buffers hold complete pages. */
     if ((r < 0 || cr < 0) && found)
@@ -957,25 +1053,21 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
     if (r < 0)
         goto out_end;
     size_t served = 0;
-    /* Without memory the policy misses one hint, nothing else. */
-    uint32_t *pgs = policy_sees_calls(e) ? malloc((n ? n : 1) * sizeof(*pgs)) : NULL;
     for (size_t i = 0; i < n && cr == 0; i++)
         if (g[i].tier != KVT_TIER_NONE) {
             e->st.bytes_get += e->page_bytes;
-            if (pgs)
-                pgs[served++] = g[i].pg;
+            rec->pgs[served++] = g[i].pg;
         }
-    if (pgs)
-        report_batch(e, KVT_BATCH_GET, pgs, NULL, served);
-    free(pgs);
+    if (policy_sees_calls(e))
+        report_batch(e, KVT_BATCH_GET, rec->pgs, NULL, served);
     if (cr < 0)
         r = kvt_fail(cr, "copying a page out failed: %s", kvt_strerror(cr));
     else if (lost && !found)
         r = kvt_fail(KVT_ECORRUPT, "a page failed its checksum on SSD and is gone");
 out_end:
     get_end(e, g, n);
+    get_rec_give(e, rec);
     kvt_unlock(e);
-    free(g);
     return r;
 }
 

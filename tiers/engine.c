@@ -320,6 +320,7 @@ KVT_API void kvt_close(kvt_engine *e)
         free(e->tickets[i].pages);
     free(e->tickets);
     free((void *)e->sched.ids);
+    kvt_get_recs_free(e);
     kvt_ssd_tier_close(e);
     e->pol->destroy(e->pol_priv);
     kvt_copy_close(e);

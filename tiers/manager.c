@@ -84,24 +84,14 @@ static int stage_ssd_reads(kvt_engine *e, const uint32_t *pages, size_t n, struc
         if (!(p->flags & PG_VALID_SSD))
             return kvt_fail(-EIO, "page (%llu,%u,%u) has no valid copy to load",
                             (unsigned long long)p->key.id, p->key.layer, p->key.index);
-        uint32_t s = kvt_dram_slot(e, pages[i], KVT_SLOT_STEAL);
-        if (s == KVT_NONE && w->kind == KVT_WAIT_NONE) {
-            int r = kvt_make_room_dram(e, 1, w);
-            if (r == 0)
-                s = kvt_dram_slot(e, pages[i], KVT_SLOT_STEAL);
-            else if (r != -EAGAIN) /* every tier full: stage in the spare */
-                s = kvt_dram_slot(e, pages[i], KVT_SLOT_SPARE);
-            if (s == KVT_NONE && r != -EAGAIN && r != KVT_EFULL)
-                return r;
-            /* KVT_EFULL: DRAM holds this acquire's own pages; they free
-             * their slots once copied up (load_pages waits for that, or
-             * says KVT_EFULL when nothing is on its way). */
-        }
-        if (s == KVT_NONE) {
+        /* KVT_EFULL: DRAM holds this acquire's own pages; they free their
+         * slots once copied up (load_pages waits for that, or says
+         * KVT_EFULL when nothing is on its way). */
+        int r = kvt_stage_ssd_read(e, pages[i], 1, w);
+        if (r == -EAGAIN || r == KVT_EFULL)
             missing++;
-            continue;
-        }
-        kvt_ssd_queue_read(e, pages[i]);
+        else if (r < 0)
+            return r;
     }
     return missing;
 }

@@ -22,8 +22,6 @@
  * that finds none free and may not open another leaves its pages to the
  * mover.
  */
-#include <stdlib.h>
-
 #include "io/codec.h"
 #include "tiers/ssd_store.h"
 #include "tiers/tiers.h"
@@ -101,11 +99,11 @@ static bool prepare(kvt_engine *e, struct kvt_caller_read *rd)
     return true;
 }
 
-/* Piece k of a read came back with res: checksummed here, while the rest
- * are still on the disk; the read's result once its last piece is back
- * (unlocked). */
-static void piece_back(kvt_engine *e, struct kvt_caller_read *rd, uint32_t *crc, uint32_t k,
-                       int res)
+/* Piece k of a read of per pieces came back with res: checksummed here,
+ * while the rest are still on the disk; the read's result once its last
+ * piece is back (unlocked). */
+static void piece_back(kvt_engine *e, struct kvt_caller_read *rd, uint32_t *crc, uint32_t per,
+                       uint32_t k, int res)
 {
     size_t pb = e->page_bytes;
     if (res < 0 && (rd->res == 0 || rd->res == KVT_CALLER_SKIP))
@@ -115,8 +113,8 @@ static void piece_back(kvt_engine *e, struct kvt_caller_read *rd, uint32_t *crc,
     if (--rd->pending)
         return;
     if (rd->res == KVT_CALLER_SKIP) /* every piece read */
-        rd->res = kvt_ssd_crc_join(e, crc, kvt_ssd_pieces(e, pb), pb) == rd->crc ? 0
-                                                                                : KVT_ECORRUPT;
+        rd->res = (per == 1 ? crc[0] : kvt_ssd_crc_join(e, crc, per, pb)) == rd->crc
+                      ? 0 : KVT_ECORRUPT;
 }
 
 /* The requests of the call's next round, from rp[sent]. A virtual disk
@@ -163,9 +161,9 @@ static int send_round(kvt_engine *e, void *io, struct kvt_io_req **rp, size_t k,
  * uring back-end breaks only on errors other than the ones a working ring
  * returns (io/io_uring.c, uring_enter). */
 static int run_reads(kvt_engine *e, void *io, struct kvt_caller_read *rd, size_t n,
-                     struct kvt_io_req *reqs, struct kvt_io_req **rp, uint32_t *crc)
+                     uint32_t per, const struct kvt_caller_scratch *sc)
 {
-    uint32_t per = kvt_ssd_pieces(e, e->page_bytes);
+    struct kvt_io_req *reqs = sc->reqs, **rp = sc->rp;
     size_t nreq = n * per, sent = 0, back = 0;
     for (size_t i = 0; i < n; i++) {
         rd[i].pending = per;
@@ -188,7 +186,8 @@ static int run_reads(kvt_engine *e, void *io, struct kvt_caller_read *rd, size_t
             r = send_round(e, io, rp, next_round(e, rp, nreq, sent), &sent);
         for (int i = 0; i < m; i++) {
             size_t at = (size_t)(done[i] - reqs);
-            piece_back(e, done[i]->user, crc + at / per * per, (uint32_t)(at % per), done[i]->res);
+            piece_back(e, done[i]->user, sc->crc + at / per * per, per, (uint32_t)(at % per),
+                       done[i]->res);
         }
     }
     return r;
@@ -208,19 +207,14 @@ static void finish(kvt_engine *e, struct kvt_caller_read *rd)
     kvt_page_settle(e, rd->pg);
 }
 
-void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n)
+void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
+                         const struct kvt_caller_scratch *sc)
 {
-    uint32_t per = kvt_ssd_pieces(e, e->page_bytes);
     size_t m = 0;
     void *io = NULL;
     int r = 0;
     for (size_t i = 0; i < n; i++)
         rd[i].res = KVT_CALLER_SKIP;
-    struct kvt_io_req *reqs = malloc((n ? n : 1) * per * sizeof(*reqs));
-    struct kvt_io_req **rp = malloc((n ? n : 1) * per * sizeof(*rp));
-    uint32_t *crc = malloc((n ? n : 1) * per * sizeof(*crc));
-    if (!reqs || !rp || !crc)
-        goto out_free; /* all left to the mover */
     /* The reads taken move to rd[0..m). */
     for (size_t i = 0; i < n; i++) {
         if (!prepare(e, &rd[i]))
@@ -236,7 +230,7 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n)
         goto out_give;
     e->ssd_tier.caller_reads += m;
     kvt_unlock(e);
-    r = run_reads(e, io, rd, m, reqs, rp, crc);
+    r = run_reads(e, io, rd, m, kvt_ssd_pieces(e, e->page_bytes), sc);
     kvt_lock(e);
     for (size_t i = 0; i < m; i++) {
         if (r < 0 && rd[i].pending)
@@ -250,8 +244,4 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n)
 out_give:
     if (io)
         context_give(e, io, r < 0);
-out_free:
-    free(crc);
-    free(rp);
-    free(reqs);
 }

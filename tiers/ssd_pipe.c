@@ -278,26 +278,6 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     j->generation = e->pipe.generation++;
 }
 
-/* Piece k of job j: where its I/O starts and how long it is (the stored
- * bytes rounded up to 4 KiB, cut in PIECE_BYTES), and how many of those
- * bytes the checksum covers (the stored ones). */
-size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint32_t k, size_t *io_len,
-                     size_t *crc_len)
-{
-    size_t pb = e->pipe.piece_bytes;
-    size_t at = (size_t)k * pb, io_end = ALIGN4K(stored_len);
-    size_t end = io_end - at > pb ? at + pb : io_end;
-    *io_len = end - at;
-    *crc_len = (end < stored_len ? end : stored_len) - at;
-    return at;
-}
-
-uint32_t kvt_ssd_pieces(const kvt_engine *e, size_t stored_len)
-{
-    uint32_t n = (uint32_t)((ALIGN4K(stored_len) + e->pipe.piece_bytes - 1) / e->pipe.piece_bytes);
-    return n ? n : 1;
-}
-
 uint32_t kvt_ssd_crc_join(const kvt_engine *e, const uint32_t *crc, uint32_t pieces,
                           size_t stored_len)
 {

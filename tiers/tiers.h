@@ -18,6 +18,8 @@
  *   - a page marked busy (get/put) or pinned (acquire/create): its slots do
  *     not move, so its bytes may be copied unlocked by that caller.
  *   - a job's DRAM slot, from take to finish (the page's xfer says so).
+ *   - a kvt_get record (struct kvt_get_rec) off e->gets.free, by the call
+ *     that took it, until it gives it back.
  * KVT_DEBUG builds assert both (KVT_ASSERT_LOCKED, KVT_ASSERT_MOVER).
  *
  * Files, by what they own (writes to a struct's fields are made by the
@@ -259,6 +261,23 @@ struct kvt_caller_read {
 };
 #define KVT_CALLER_SKIP 1
 
+/* kvt_ssd_caller_read's scratch for n pages, each n x kvt_ssd_pieces(e,
+ * page_bytes) long: the caller's, so that a read allocates nothing. */
+struct kvt_caller_scratch {
+    struct kvt_io_req *reqs;
+    struct kvt_io_req **rp;
+    uint32_t *crc;
+};
+
+/* What one kvt_get chunk works in (buffers.c), kept on e->gets.free between
+ * calls: a get allocates only when more of them run at once, or with more
+ * pages, than any before. */
+struct kvt_get_rec;
+/* buffers.c's records: the free kvt_get records, under the lock. */
+struct kvt_gets {
+    struct kvt_get_rec *free;
+};
+
 /* ------------------------------------------------------------- SSD pipe (ssd_pipe.c) */
 
 struct kvt_ssd_job {
@@ -418,6 +437,7 @@ struct kvt_engine {
     struct kvt_pace pace;
     struct kvt_put_crc_odds put_crc;
     struct kvt_up_calls up;         /* set once at open (engine.c), then read only */
+    struct kvt_gets gets;           /* buffers.c's free kvt_get records */
 };
 
 /* The arena of tier (KVT_TIER_HBM or KVT_TIER_DRAM), for code that takes
@@ -717,10 +737,26 @@ bool kvt_ssd_pipe_step(kvt_engine *e);
 /* How a page stored in stored_len bytes moves: kvt_ssd_pieces() I/O requests
  * (PIECE_BYTES each, the last shorter); piece k's offset, I/O length and
  * checksummed length; and the page's CRC32C from its pieces' CRCs. The
- * piece size is fixed at open: any thread may ask. */
-uint32_t kvt_ssd_pieces(const kvt_engine *e, size_t stored_len);
-size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint32_t k, size_t *io_len,
-                     size_t *crc_len);
+ * piece size is fixed at open: any thread may ask. Inline: a caller's read
+ * (ssd_caller.c) asks for every piece. */
+static inline uint32_t kvt_ssd_pieces(const kvt_engine *e, size_t stored_len)
+{
+    size_t io = (stored_len + 4095) & ~(size_t)4095;
+    uint32_t n = (uint32_t)((io + e->pipe.piece_bytes - 1) / e->pipe.piece_bytes);
+    return n ? n : 1;
+}
+/* Piece k: the stored bytes rounded up to 4 KiB, cut in pieces; the
+ * checksum covers the stored ones. */
+static inline size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint32_t k,
+                                   size_t *io_len, size_t *crc_len)
+{
+    size_t pb = e->pipe.piece_bytes;
+    size_t at = (size_t)k * pb, io_end = (stored_len + 4095) & ~(size_t)4095;
+    size_t end = io_end - at > pb ? at + pb : io_end;
+    *io_len = end - at;
+    *crc_len = (end < stored_len ? end : stored_len) - at;
+    return at;
+}
 uint32_t kvt_ssd_crc_join(const kvt_engine *e, const uint32_t *crc, uint32_t pieces,
                           size_t stored_len);
 /* CRC32C of piece k of a page stored in stored_len bytes at `page`, the
@@ -739,9 +775,10 @@ void kvt_callers_init(kvt_engine *e, const struct kvt_io_params *p);
 void kvt_callers_close(kvt_engine *e);
 /* Reads the pages of rd[0..n) that a caller can read itself, in its own
  * thread (struct kvt_caller_read says which, and what came of each; rd[] is
- * reordered, the reads taken first). Its pages are the caller's busy ones.
- * Locked; unlocks while reading. */
-void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n);
+ * reordered, the reads taken first), in sc (sized for n pages). Its pages
+ * are the caller's busy ones. Locked; unlocks while reading. */
+void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
+                         const struct kvt_caller_scratch *sc);
 
 /* ------------------------------------------------------------- prefetch.c, mover.c */
 
@@ -770,14 +807,26 @@ int kvt_admit(kvt_engine *e);
  * less DRAM's spare; with persist, the SSD's durable room). */
 uint64_t kvt_room(const kvt_engine *e);
 
-/* buffers.c: KVT_FLAG_EVICT: drops one whole page, the policy's victim from
- * the bottom tier up, for room. 0, or KVT_EFULL (flag off, or every page
- * held). Locked. */
+/* ------------------------------------------------------------- buffers.c */
+
+/* KVT_FLAG_EVICT: drops one whole page, the policy's victim from the bottom
+ * tier up, for room. 0, or KVT_EFULL (flag off, or every page held).
+ * Locked. */
 int kvt_evict_one(kvt_engine *e);
 /* buffers.c: the condition variable puts wait on for a slot (struct
  * kvt_slot_wait), engine_alloc to engine_free. */
 void kvt_slots_init(kvt_engine *e);
 void kvt_slots_fini(kvt_engine *e);
+/* Stages a read of pg, a page only on SSD with no transfer running, into a
+ * DRAM slot, for kvt_get and kvt_acquire alike: a free slot or one stolen;
+ * else, unless the call already waits for room (w set), room is made for
+ * need pages (their write-backs go to the disk together), and with every
+ * tier full the spare slot. Locked. 0: the read is queued; -EAGAIN: it
+ * waits for room (*w, when this call set it); else why no slot could be had
+ * (KVT_EFULL, or the room maker's error). */
+int kvt_stage_ssd_read(kvt_engine *e, uint32_t pg, uint32_t need, struct kvt_wait *w);
+/* Frees the engine's kvt_get records (close: no get runs). */
+void kvt_get_recs_free(kvt_engine *e);
 
 #if KVT_DEBUG
 void kvt_check_invariants(kvt_engine *e);
