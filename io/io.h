@@ -175,7 +175,7 @@ uint64_t kvt_io_faulty_count(struct kvt_io_faulty *plan, enum kvt_io_fault_op op
  * which syncs by itself) reports its syncs with the kvt_io_faulty_index_*
  * calls. Not modelled: files created or renamed since the last directory
  * sync (kvtier syncs the directory after each), reordering inside LMDB's own
- * commit (its documented guarantee: tiers/ssd_index.c). */
+ * commit (its documented guarantee: store/ssd_index.c). */
 
 /* Arms power loss (pl NULL: disarms, dropping the journal without undoing
  * anything), counting writes and syncs from zero. Not while an engine uses

@@ -15,7 +15,7 @@
 /* Test hooks, given at open and kept by that engine alone: the faulty
  * back-ends, each with its fault plan (NULL: the back-end the config names).
  * A plan must outlive the engine; the test re-arms it and reads its counts
- * (tiers/device.h, io/io.h). */
+ * (devices/device.h, io/io.h). */
 struct kvt_test_hooks {
     struct kvt_device_faulty *device;
     struct kvt_io_faulty *io;

@@ -126,7 +126,7 @@ struct kvt_policy_ops {
      * any tiers (victim() answers within one tier). A cache that must drop
      * a page compares the bottom tier's victim with the one above it: the
      * lower-ranked goes, so a block about to be dropped anyway is not
-     * written to SSD first (tiers/buffers.c, evict_one). */
+     * written to SSD first (api/buffers.c, evict_one). */
     bool (*leaves_first)(void *priv, uint32_t a, uint32_t b);
 };
 

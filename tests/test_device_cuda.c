@@ -1,5 +1,5 @@
 /*
- * test_device_cuda.c — the CUDA device back-end (tiers/device_cuda.c) against
+ * test_device_cuda.c — the CUDA device back-end (devices/device_cuda.c) against
  * the mock runtime (tests/mock/cudart_mock.c); built only with
  * -DKVT_CUDA_MOCK=ON. The rest of the suite runs engines on it; this file
  * checks what only the back-end's own interface shows: one batch call per
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "tiers/device.h"
+#include "devices/device.h"
 
 void kvt_mock_cuda_refuse_batch(bool refuse);
 void kvt_mock_cuda_calls(unsigned long *memcpy_calls, unsigned long *batch_calls);

@@ -260,7 +260,7 @@ static int thp_eligible(const void *p)
 
 /* Arenas ask for transparent huge pages: the DRAM arena is where disk reads
  * land, and this VM's disk serves 4 KiB-page targets slower and unsteadily
- * (tiers/device_host.c). Skipped where THP is off or smaps says nothing. */
+ * (devices/device_host.c). Skipped where THP is off or smaps says nothing. */
 static void test_arenas_ask_for_huge_pages(void **state)
 {
     struct fix *f = *state;

@@ -101,7 +101,7 @@ static void test_a_full_cache_evicts_prefix(void **state) { run_cache("prefix");
 static void test_a_full_cache_evicts_arc(void **state) { run_cache("arc"); }
 static void test_a_full_cache_evicts_default(void **state) { run_cache(NULL); }
 
-/* SSD admission (tiers/buffers.c, evict_one): with a policy that ranks
+/* SSD admission (api/buffers.c, evict_one): with a policy that ranks
  * across tiers, a full cache drops the DRAM page the policy values less
  * than the SSD's victim instead of writing it to SSD over that victim.
  * Blocks that two requests used (prefix: shared) fill the SSD; then blocks
@@ -233,7 +233,7 @@ static void count_writes(void *arg, const kvt_transfer_event *ev)
 }
 
 /* A full cache storing several pages in one kvt_put makes their room at
- * once (tiers/buffers.c, room_ahead): the DRAM victims' writes reach the
+ * once (api/buffers.c, room_ahead): the DRAM victims' writes reach the
  * disk together, not one write and one wait per page. Counted in the
  * engine's transfer reports: each report is one batch the disk finished. */
 static void test_a_full_cache_writes_a_puts_room_together(void **state)
@@ -734,7 +734,7 @@ static void test_a_put_waiting_when_the_engine_fails_says_so(void **state)
     assert_int_equal(pthread_create(&t, NULL, held_put_run, &h), 0);
     assert_true(put_is_waiting(e));
     kvt_lock(e);
-    e->failed = KVT_EDEVICE; /* as engine_fail (tiers/copy.c) */
+    e->failed = KVT_EDEVICE; /* as engine_fail (core/copy.c) */
     kvt_unlock(e);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(atomic_load(&h.r), KVT_EDEVICE);

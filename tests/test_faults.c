@@ -1,6 +1,6 @@
 /*
  * test_faults.c — fault injection through the faulty device back-end
- * (tiers/device.h) and the host back-end's failing-batch hook.
+ * (devices/device.h) and the host back-end's failing-batch hook.
  *
  * Sweeps run one fixed workload once per N, with the N-th call of one device
  * operation failing, until the workload no longer reaches the N-th call (then

@@ -1,9 +1,9 @@
 /*
  * test_fsck.c — `kvtier inspect` and `kvtier fsck` (tools/fsck/) on spill
- * directories built here by hand, exactly as tiers/ssd_store.h lays them out:
+ * directories built here by hand, exactly as store/ssd_store.h lays them out:
  * the KVTIER file, preallocated segment files written with pwrite (raw pages,
  * or kvt_codec_encode output, padded with zeros to 4096) and index entries
- * committed through tiers/ssd_index.h. The engine's SSD tier is not needed.
+ * committed through store/ssd_index.h. The engine's SSD tier is not needed.
  *
  * Each test damages one thing — a bit, a file length, an entry — and expects
  * exactly the entries it touched to be reported, with the reason fsck gives.
@@ -21,8 +21,8 @@
 
 #include "helpers.h"
 #include "io/codec.h"
-#include "tiers/ssd_index.h"
-#include "tiers/ssd_store.h"
+#include "store/ssd_index.h"
+#include "store/ssd_store.h"
 #include "tools/fsck/spill.h" /* inspect_main, fsck_main, fsck_verify */
 
 #define PB 16384u       /* page_bytes = slot_bytes */

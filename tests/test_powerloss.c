@@ -9,7 +9,7 @@
  * prefix torn at 512 B or 4 KiB, and puts the LMDB index back to its image
  * at its last sync (or keeps every commit it made: both are states a disk
  * can be in, because with persist LMDB syncs each commit's pages before its
- * meta page; tiers/ssd_index.c).
+ * meta page; store/ssd_index.c).
  *
  * The sweep runs one fixed mixed workload (put, overwrite, drop, flush,
  * get) once per cut point: the n-th write and the n-th sync for every n the

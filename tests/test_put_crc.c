@@ -1,7 +1,7 @@
 /*
  * test_put_crc.c — the checksum a put takes as it copies a page in, and the
  * write-back that stores it instead of reading the page again
- * (tiers/buffers.c copy_in_crc, tiers/ssd_pipe.c job_crc).
+ * (api/buffers.c copy_in_crc, tiers/ssd_pipe.c job_crc).
  *
  * The rules: the checksum stored is the one the mover would have computed
  * (a page written down this way reads back after a restart); it is the

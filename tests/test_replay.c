@@ -252,7 +252,7 @@ static void test_replay_concurrent(void **state)
 /* Four requests at once in a cache of half the blocks: the engine evicts,
  * as it does for one request at a time, and the caller never has to. A put
  * that finds every staging slot held by the other requests' calls waits in
- * the engine for one of them to let go (tiers/buffers.c, put_wait_slots);
+ * the engine for one of them to let go (api/buffers.c, put_wait_slots);
  * it had answered KVT_EFULL with pages to spare, and the replay dropped its
  * own blocks one by one. */
 static void test_replay_concurrent_full(void **state)

@@ -29,8 +29,8 @@
 
 #include "helpers.h"
 #include "lab/lab.h"
-#include "tiers/ssd_index.h"
-#include "tiers/ssd_store.h"
+#include "store/ssd_index.h"
+#include "store/ssd_store.h"
 
 #define PB ((size_t)16 << 10)
 #define FP 0x5EEDF00D0001ull

@@ -1,5 +1,5 @@
 /*
- * test_ssd_index.c — the SSD tier's LMDB index (tiers/ssd_index.h).
+ * test_ssd_index.c — the SSD tier's LMDB index (store/ssd_index.h).
  *
  * Every test runs in its own mkdtemp() directory. Entries are derived from
  * their key (entry_for), so any entry read back is checked in full: a value
@@ -24,7 +24,7 @@
 
 #include "helpers.h"
 #include "kvt_build.h"
-#include "tiers/ssd_index.h"
+#include "store/ssd_index.h"
 #include "tiers/tiers.h"
 
 #define FP 0xF1F2F3F4ull

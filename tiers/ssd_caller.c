@@ -23,7 +23,7 @@
  * mover.
  */
 #include "io/codec.h"
-#include "tiers/ssd_store.h"
+#include "store/ssd_store.h"
 #include "tiers/tiers.h"
 
 /* Requests reaped per call. */

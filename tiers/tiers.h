@@ -48,9 +48,9 @@
 #include "io/codec.h"
 #include "io/io.h"
 #include "policy/policy.h"
-#include "tiers/device.h"
-#include "tiers/page.h"
-#include "tiers/ssd_store.h"
+#include "devices/device.h"
+#include "core/page.h"
+#include "store/ssd_store.h"
 
 #if KVT_DEBUG
 /* Aborts with msg: a broken lock rule (invariants.c). */

@@ -115,7 +115,7 @@ static const struct cli_field bench_fields[] = {
 /* The engine's own minimums (kvt_config_check), then this benchmark's:
  * an acquire takes --batch pages into HBM at once; the writeback phase
  * dirties all of HBM but the mover's watermark (an eighth plus one, see
- * tiers/engine.c), so at least 2 pages; the upload phase cycles over twice
+ * api/engine.c), so at least 2 pages; the upload phase cycles over twice
  * HBM plus a batch of pages held in DRAM. */
 static int bench_check(const struct bench_opts *o)
 {
@@ -351,7 +351,7 @@ static int bench_hbm(const struct bench_opts *o)
     bool host = !strcmp(kvt_device_name(e), "host");
     /* The raw copies go through the back-end's queue as kvtier's do: one
      * cudaMemcpyBatchAsync per batch, or with KVT_CUDA_COPY=loop one
-     * cudaMemcpyAsync per page (tiers/device_cuda.c). */
+     * cudaMemcpyAsync per page (devices/device_cuda.c). */
     const char *loop = getenv("KVT_CUDA_COPY");
     const char *base = host ? "host copy"
                             : loop && !strcmp(loop, "loop") ? "cudaMemcpyAsync" : "cuda batch copy";

@@ -35,7 +35,7 @@
 #include "lab/lab.h"
 #include "include/kvtier.h"
 #include "io/codec.h"
-#include "tiers/spill_dir.h"
+#include "store/spill_dir.h"
 #include "lab/tool.h"
 #include "tools/cli.h"
 
@@ -262,7 +262,7 @@ static int scratch_raw(struct scratch *s, uint64_t bytes)
 }
 
 /* Removes the engine's spill directory (its own files by name, see
- * tiers/spill_dir.h); absent is fine. */
+ * store/spill_dir.h); absent is fine. */
 static int scratch_spill_remove(struct scratch *s)
 {
     int r = kvt_spill_remove(s->spill);

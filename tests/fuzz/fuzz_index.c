@@ -1,5 +1,5 @@
 /*
- * fuzz_index.c — the SSD index's record decoding (tiers/ssd_index_open.c,
+ * fuzz_index.c — the SSD index's record decoding (store/ssd_index_open.c,
  * ssd_index_lmdb.h): an LMDB index is made from the input's records (any
  * key and value bytes, a version record of either entry version, none, or
  * any bytes), then opened as kvtier inspect and fsck open it
@@ -31,7 +31,7 @@
 #include "core/base.h"
 #include "io/codec.h"
 #include "tests/fuzz/fuzz.h"
-#include "tiers/ssd_index.h"
+#include "store/ssd_index.h"
 
 #define MAX_RECS 64
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_layout.c — the SSD tier's layout file (tiers/ssd_store.c): the input
+ * fuzz_layout.c — the SSD tier's layout file (store/ssd_store.c): the input
  * is written as <dir>/KVTIER and read back with kvt_ssd_read_layout_at, the
  * call every engine open, kvtier inspect and fsck make first.
  *
@@ -13,8 +13,8 @@
 
 #include "core/base.h"
 #include "tests/fuzz/fuzz.h"
-#include "tiers/spill_dir.h"
-#include "tiers/ssd_store.h"
+#include "store/spill_dir.h"
+#include "store/ssd_store.h"
 
 static int dfd = -1;
 

@@ -20,7 +20,7 @@
 #include "include/kvtier.h"
 #include "io/codec.h"
 #include "tests/fuzz/fuzz.h"
-#include "tiers/ssd_index.h"
+#include "store/ssd_index.h"
 
 #define MAX_RAW (64u << 10)
 #define CRC_FROM_INPUT 1u

@@ -26,8 +26,8 @@
 
 #include "include/kvtier.h"
 #include "io/codec.h"
-#include "tiers/ssd_index.h"
-#include "tiers/ssd_store.h"
+#include "store/ssd_index.h"
+#include "store/ssd_store.h"
 
 #define PAGE 4096
 #define FP 0x6b767469657231ull

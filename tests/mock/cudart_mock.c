@@ -1,6 +1,6 @@
 /*
  * cudart_mock.c — a stand-in for the CUDA runtime, for testing the CUDA
- * device back-end (tiers/device_cuda.c) on machines with no GPU. A build
+ * device back-end (devices/device_cuda.c) on machines with no GPU. A build
  * with -DKVT_CUDA_MOCK=ON links it instead of cudart_static; the suite then
  * runs with KVT_TEST_DEVICE=0 (tools/setup.sh test does).
  *

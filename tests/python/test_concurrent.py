@@ -1,7 +1,7 @@
 """Callers at once on one engine, as an engine's plug-in drives it from its
 worker threads: a put waits for what other calls hold (a page another get is
 reading, the DRAM slots other calls stage pages in) instead of refusing, so
-no store is lost while the engine has room (tiers/buffers.c), and every page
+no store is lost while the engine has room (api/buffers.c), and every page
 read back is one whole version of its key."""
 
 import struct

@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "include/kvtier.h"
-#include "tiers/spill_dir.h"
+#include "store/spill_dir.h"
 #include "tools/cli.h"
 #include "tools/crashtest/crashtest.h"
 #include "tools/fsck/spill.h"

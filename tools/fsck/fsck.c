@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "io/codec.h"
-#include "tiers/spill_dir.h"
-#include "tiers/ssd_store.h"
+#include "store/spill_dir.h"
+#include "store/ssd_store.h"
 #include "lab/tool.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"

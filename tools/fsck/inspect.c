@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tiers/spill_dir.h"
-#include "tiers/ssd_store.h"
+#include "store/spill_dir.h"
+#include "store/ssd_store.h"
 #include "lab/tool.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"

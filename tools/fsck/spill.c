@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tiers/spill_dir.h"
-#include "tiers/ssd_store.h"
+#include "store/spill_dir.h"
+#include "store/ssd_store.h"
 #include "lab/tool.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"
@@ -33,7 +33,7 @@ __attribute__((format(printf, 3, 4))) static int spill_fail(struct spill *s, int
 
 /* The largest page or slot a layout file can name: an index entry holds a
  * page's lengths in 32 bits (struct kvt_ssd_entry), so no kvtier writes a
- * larger one (tiers/engine.c refuses a larger page_bytes with an SSD tier).
+ * larger one (api/engine.c refuses a larger page_bytes with an SSD tier).
  * fsck sizes its buffers by these fields: a damaged layout claiming a
  * terabyte must be named as such, not turn into an allocation failure. */
 #define SPILL_MAX_SLOT_BYTES ((size_t)UINT32_MAX & ~(size_t)4095)

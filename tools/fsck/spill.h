@@ -2,7 +2,7 @@
  * spill.h — a spill directory read with no engine, as `kvtier inspect` and
  * `kvtier fsck` see it (tools/fsck/).
  *
- * Both read a spill directory as tiers/ssd_store.h lays it out: the KVTIER
+ * Both read a spill directory as store/ssd_store.h lays it out: the KVTIER
  * layout file, the segment files present, and the LMDB index opened as it
  * is (kvt_index_open_readonly / _repair). The engine's own open drops
  * entries of other fingerprints and wipes a damaged index; these commands
@@ -17,7 +17,7 @@
  *
  * Neither writes anything without --repair: every file is opened read-only,
  * relative to the directory's descriptor, without following a link
- * (tiers/spill_dir.h), and the index without LMDB's lock file.
+ * (store/spill_dir.h), and the index without LMDB's lock file.
  */
 #ifndef KVT_TOOLS_FSCK_SPILL_H
 #define KVT_TOOLS_FSCK_SPILL_H
@@ -30,7 +30,7 @@
 #include <stdio.h>
 
 #include "include/kvtier.h"
-#include "tiers/ssd_index.h"
+#include "store/ssd_index.h"
 
 struct seg_file {
     uint32_t n;

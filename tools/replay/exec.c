@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tiers/spill_dir.h"
+#include "store/spill_dir.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"
 #include "tools/replay/replay_priv.h"

@@ -215,7 +215,7 @@ static void lru_touch_all(struct replay_ctx *x, const uint32_t *blk, uint32_t k)
 /* Tries of a put that other requests' calls keep from storing
  * (--concurrency): a get still reading a block it missed after the
  * engine's own wait (-EBUSY). A put waits in the engine for such gets and
- * for slots other calls hold (tiers/buffers.c), up to 10 s a call: a few
+ * for slots other calls hold (api/buffers.c), up to 10 s a call: a few
  * tries, not many. */
 #define PUT_BUSY_TRIES 3
 

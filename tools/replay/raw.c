@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "tiers/spill_dir.h"
+#include "store/spill_dir.h"
 #include "tools/replay/replay_priv.h"
 
 #define RAW_SPAN (256u << 20)

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tiers/spill_dir.h"
+#include "store/spill_dir.h"
 #include "tools/run/run_priv.h"
 
 const char *const run_term_name[BOUND_TERMS] = { "compute",   "dram->hbm", "hbm->dram",
@@ -55,7 +55,7 @@ static void sample_add(struct run_link *l, double gbps)
 
 /* A file of the spill directory (the scratch file, a segment): its name in
  * the directory open as dfd (named dir in messages). Opened only through
- * dfd, never following a link (tiers/spill_dir.h). */
+ * dfd, never following a link (store/spill_dir.h). */
 struct spill_file {
     int dfd;
     const char *dir;
@@ -114,7 +114,7 @@ static void raw_ssd_psync(const struct spill_file *sf, size_t pb, struct run_res
     close(fd);
 }
 
-/* In a scratch file of the spill directory's own (tiers/spill_dir.h: made
+/* In a scratch file of the spill directory's own (store/spill_dir.h: made
  * exclusively under a name kvtier's wipe knows, so one a crash leaves
  * behind is not a foreign file that would close the directory to kvtier).
  * Done before the engine opens the directory, and again after the decode. */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tiers/spill_dir.h"
+#include "store/spill_dir.h"
 #include "tiers/tiers.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"

@@ -54,7 +54,7 @@
 
 #include "io/codec.h"
 #include "io/io.h"
-#include "tiers/ssd_index_lmdb.h"
+#include "store/ssd_index_lmdb.h"
 
 _Static_assert(sizeof(struct kvt_ssd_entry) == 48, "kvt_ssd_entry is stored verbatim: 48 bytes");
 

@@ -1,5 +1,5 @@
 /*
- * device_cuda.c — the CUDA device back-end (tiers/device.h).
+ * device_cuda.c — the CUDA device back-end (devices/device.h).
  *
  * HBM is one cudaMalloc arena; DRAM is pinned host memory. Each direction has
  * its own stream, so H2D and D2H run on the GPU's two copy engines at once.
@@ -28,7 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include "include/kvtier.h"
-#include "tiers/device.h"
+#include "devices/device.h"
 #include "tiers/tiers.h"
 
 /* Batches in flight per direction. When the ring is full, submit waits for the

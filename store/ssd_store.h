@@ -3,7 +3,7 @@
  *
  * On-disk layout of an ssd_dir (format 1):
  *
- * The names are tiers/spill_dir.h's; kvtier uses a directory only if it was
+ * The names are store/spill_dir.h's; kvtier uses a directory only if it was
  * empty or holds KVTIER, and touches nothing there but these:
  *
  *   <dir>/KVTIER            text, written once when the directory is made:
@@ -18,7 +18,7 @@
  *                           offset and take stored_len bytes, padded with
  *                           zeros to a multiple of 4096 (O_DIRECT).
  *   <dir>/LOCK              empty; flock'ed by the engine that owns the directory
- *   <dir>/index/data.mdb    the LMDB index (tiers/ssd_index.h): key ->
+ *   <dir>/index/data.mdb    the LMDB index (store/ssd_index.h): key ->
  *                           {segment, offset, stored_len, raw_len, codec, crc32c
  *                           over (key, fingerprint, generation) and the stored
  *                           bytes, fingerprint, generation}; and, in its "meta"
@@ -46,7 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tiers/ssd_index.h"
+#include "store/ssd_index.h"
 
 #define KVT_SSD_FORMAT 1
 #define KVT_SSD_SEGMENT_BYTES (1ull << 30) /* target segment size */

@@ -31,8 +31,8 @@
 
 #include "io/codec.h"
 #include "io/io.h"
-#include "tiers/spill_dir.h"
-#include "tiers/ssd_index_lmdb.h"
+#include "store/spill_dir.h"
+#include "store/ssd_index_lmdb.h"
 
 /* ------------------------------------------------------------- files */
 

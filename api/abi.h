@@ -2,7 +2,7 @@
  * abi.h — the engine's calls on its own full-size kvt_config and kvt_stats
  * (internal, not installed).
  *
- * engine.c defines them; tiers/abi.c, the one place that handles the size a
+ * engine.c defines them; api/abi.c, the one place that handles the size a
  * caller's struct was compiled with, adapts the public *_sized calls to them
  * (include/kvtier.h, "growable structs"). Nothing else calls them: code in
  * the library uses the public names, whose size is this build's own.

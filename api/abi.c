@@ -6,7 +6,7 @@
  * is the only file that sees the size a caller's kvt_config or kvt_stats was
  * compiled with: a config is read into a full-size one over the defaults, a
  * snapshot is copied out of a full-size one, and the engine (engine.c, via
- * tiers/abi.h) never sees a short struct. It also defines the plain symbols
+ * api/abi.h) never sees a short struct. It also defines the plain symbols
  * (kvt_config_init, kvt_open, kvt_get_stats), which take the VER0 size
  * because they are given none.
  */
@@ -15,7 +15,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "tiers/abi.h"
+#include "api/abi.h"
 #include "tiers/tiers.h"
 
 /* Every layout ever published, oldest first; the last is this library's.

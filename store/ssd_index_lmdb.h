@@ -1,6 +1,6 @@
 /*
  * ssd_index_lmdb.h — what the two halves of the SSD index share (internal to
- * ssd_index.c and ssd_index_open.c; everyone else uses tiers/ssd_index.h):
+ * ssd_index.c and ssd_index_open.c; everyone else uses store/ssd_index.h):
  * the index handle, the stored key, LMDB's errors in kvtier's terms, and the
  * write transaction.
  */
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "tiers/ssd_index.h"
+#include "store/ssd_index.h"
 #include "tiers/tiers.h"
 
 #define IX_FORMAT 1         /* two named DBs, "pages" and "meta" */

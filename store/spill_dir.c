@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tiers/spill_dir.h"
+#include "store/spill_dir.h"
 #include "tiers/tiers.h"
 
 /* ------------------------------------------------------------- names */

@@ -4,7 +4,7 @@
  * See ssd_store.h for the on-disk layout and the crash rules. This file owns
  * the directory (one process at a time: an flock on <dir>/LOCK), the KVTIER
  * layout file, the segment descriptors and which slots are free, used or bad.
- * Files are opened and removed through tiers/spill_dir.h only. The page
+ * Files are opened and removed through store/spill_dir.h only. The page
  * bytes themselves move through io/ on the mover thread.
  */
 #include <ctype.h>
@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "io/io.h"
-#include "tiers/spill_dir.h"
-#include "tiers/ssd_store.h"
+#include "store/spill_dir.h"
+#include "store/ssd_store.h"
 #include "tiers/tiers.h"
 
 struct kvt_ssd {

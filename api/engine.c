@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "kvt_build.h"
-#include "tiers/abi.h"
+#include "api/abi.h"
 #include "tiers/tiers.h"
 
 #define KVT_MAX_SLOTS (1u << 30)

@@ -4,7 +4,7 @@
  * Maps a kvt_key to where and how its page is stored in the segment files.
  * One LMDB environment in <ssd_dir>/index/data.mdb (MDB_NOLOCK: no lock.mdb). Writes are
  * grouped: one write transaction per batch of pages (group commit), never one
- * per page. Durability order is the caller's (tiers/ssd_store.c): data written
+ * per page. Durability order is the caller's (store/ssd_store.c): data written
  * and, with persist, fdatasync'ed before the batch that indexes it commits.
  *
  * Threads: one thread writes (the mover); readers may be on any thread, each
