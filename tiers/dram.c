@@ -225,13 +225,11 @@ int kvt_make_room_dram(kvt_engine *e, uint32_t need, struct kvt_wait *w)
     /* An eviction's write failed since the last call (a full disk, a file
      * refused): its caller hears of it, once, instead of queueing the same
      * page again for ever. */
-    if (e->ssd_tier.evict_err) {
-        int err = e->ssd_tier.evict_err;
-        e->ssd_tier.evict_err = 0;
+    int err = kvt_ssd_take_evict_err(e);
+    if (err)
         return kvt_fail(err, "cannot write pages to SSD to make room in DRAM: %s",
                         kvt_strerror(err));
-    }
-    int err = evict_in_order(e, need, &coming);
+    err = evict_in_order(e, need, &coming);
     /* The SSD cannot take the policy's choice: pages with a copy elsewhere
      * can still go, even if used sooner. */
     while (kvt_dram_room(e) + coming < need) {

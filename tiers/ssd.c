@@ -487,3 +487,91 @@ void kvt_ssd_tier_fini(kvt_engine *e)
 {
     pthread_cond_destroy(&e->ssd_tier.cv);
 }
+
+/* ------------------------------------------------------------- the tier's state */
+
+/* What the pipe (ssd_pipe.c), the callers' reads (ssd_caller.c) and the
+ * DRAM tier change of struct kvt_ssd_tier, which this file owns: the queue,
+ * the deletions, the busy count and the progress waiters watch, the errors
+ * to report. All locked. */
+
+void kvt_ssd_queue_drain(kvt_engine *e, kvt_ssd_take_fn take, void *ctx)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    uint32_t kept = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t k = 0; k < t->queued; k++) {
+            const struct kvt_ssd_req *q = &t->queue[k];
+            if (q->pg == KVT_NONE || q->write != (pass == 1))
+                continue;
+            if (!take(e, q, ctx))
+                break;
+            t->queue[k].pg = KVT_NONE; /* taken */
+        }
+    }
+    for (uint32_t k = 0; k < t->queued; k++) /* the rest, in their order */
+        if (t->queue[k].pg != KVT_NONE)
+            t->queue[kept++] = t->queue[k];
+    t->queued = kept;
+}
+
+struct kvt_ssd_del *kvt_ssd_take_dels(kvt_engine *e, uint32_t *n)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    struct kvt_ssd_del *dels = t->dels;
+    *n = t->ndels;
+    t->dels = NULL;
+    t->ndels = t->dels_cap = 0;
+    /* Deletions being committed keep the tier busy (kvt_ssd_done ends it),
+     * so a flush that waits for the tier to go idle returns only after the
+     * drops it must make durable are in the index. */
+    t->busy += *n != 0;
+    return dels;
+}
+
+void kvt_ssd_done(kvt_engine *e, uint64_t jobs, bool progress)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    t->busy -= jobs;
+    if (progress) {
+        t->progress++;
+        pthread_cond_broadcast(&t->cv);
+    }
+}
+
+void kvt_ssd_callers_reading(kvt_engine *e, uint64_t n, bool begin)
+{
+    struct kvt_ssd_tier *t = &e->ssd_tier;
+    if (begin) {
+        t->caller_reads += n;
+        return;
+    }
+    /* Others waiting on these pages look again (as after the mover's). */
+    t->caller_reads -= n;
+    t->progress++;
+    pthread_cond_broadcast(&t->cv);
+}
+
+void kvt_ssd_slot_meta(kvt_engine *e, uint32_t slot, struct kvt_ssd_meta m)
+{
+    e->ssd_tier.meta[slot] = m;
+}
+
+void kvt_ssd_read_kept(kvt_engine *e, int err)
+{
+    e->ssd_tier.read_err = err;
+}
+
+void kvt_ssd_write_failed(kvt_engine *e, int err, bool evict)
+{
+    e->ssd_tier.write_err = err;
+    if (evict)
+        e->ssd_tier.evict_err = err;
+}
+
+int kvt_ssd_take_evict_err(kvt_engine *e)
+{
+    int err = e->ssd_tier.evict_err;
+    e->ssd_tier.evict_err = 0;
+    return err;
+}

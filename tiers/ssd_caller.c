@@ -228,7 +228,7 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
     }
     if (!m)
         goto out_give;
-    e->ssd_tier.caller_reads += m;
+    kvt_ssd_callers_reading(e, m, true);
     kvt_unlock(e);
     r = run_reads(e, io, rd, m, kvt_ssd_pieces(e, e->page_bytes), sc);
     kvt_lock(e);
@@ -237,10 +237,7 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
             rd[i].res = r; /* not read whole: the page is as it was */
         finish(e, &rd[i]);
     }
-    /* Others waiting on these pages look again (as after the mover's). */
-    e->ssd_tier.caller_reads -= m;
-    e->ssd_tier.progress++;
-    pthread_cond_broadcast(&e->ssd_tier.cv);
+    kvt_ssd_callers_reading(e, m, false);
 out_give:
     if (io)
         context_give(e, io, r < 0);

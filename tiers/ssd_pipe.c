@@ -222,25 +222,28 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
  * a kvt_get of a prefix cache queued behind a put's evictions waited for
  * every one of them (docs/performance.md#read-priority). Writes are not
  * starved: the reads in a step are bounded by what callers wait on. */
+struct take_ctx {
+    uint32_t *got, n, reserve;
+};
+
+static bool take_one(kvt_engine *e, const struct kvt_ssd_req *q, void *ctx)
+{
+    struct take_ctx *c = ctx;
+    struct kvt_ssd_pipe *P = &e->pipe;
+    if (!P->njob_free || (q->write && P->njob_free <= c->reserve))
+        return false;
+    uint32_t ji = P->job_free[--P->njob_free];
+    job_fill(e, ji, q);
+    c->got[c->n++] = ji;
+    return true;
+}
+
 static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
 {
-    struct kvt_ssd_tier *t = &e->ssd_tier;
     struct kvt_ssd_pipe *P = &e->pipe;
-    uint32_t n = 0, kept = 0;
-    uint32_t reserve = e->cfg.queue_depth < P->max_jobs ? e->cfg.queue_depth : 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t k = 0; k < t->queued; k++) {
-            const struct kvt_ssd_req *q = &t->queue[k];
-            if (q->pg == KVT_NONE || q->write != (pass == 1))
-                continue;
-            if (!P->njob_free || (q->write && P->njob_free <= reserve))
-                break;
-            uint32_t ji = P->job_free[--P->njob_free];
-            job_fill(e, ji, q);
-            got[n++] = ji;
-            t->queue[k].pg = KVT_NONE; /* taken */
-        }
-    }
+    struct take_ctx c = { got, 0, e->cfg.queue_depth < P->max_jobs ? e->cfg.queue_depth : 0 };
+    kvt_ssd_queue_drain(e, take_one, &c);
+    uint32_t n = c.n;
     order_write_slots(e, got, n);
     for (uint32_t i = 0; i < n; i++) {
         struct kvt_ssd_job *j = &P->jobs[got[i]];
@@ -250,10 +253,6 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
             j->res = r;
         }
     }
-    for (uint32_t k = 0; k < t->queued; k++) /* the rest, in their order */
-        if (t->queue[k].pg != KVT_NONE)
-            t->queue[kept++] = t->queue[k];
-    t->queued = kept;
     return n;
 }
 
@@ -579,7 +578,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
     } else if (kvt_ssd_read_keeps_page(j->res) || j->unsent) {
         e->st.errors_io++;
-        e->ssd_tier.read_err = j->res;
+        kvt_ssd_read_kept(e, j->res);
         if (!j->transient)
             kvt_page_read_failed(e, j->pg);
     } else {
@@ -609,9 +608,8 @@ static void write_failed(kvt_engine *e, struct kvt_ssd_job *j)
 {
     bool medium = j->res == -EIO && !j->unsent;
     e->st.errors_io++;
-    e->ssd_tier.write_err = j->res;
-    if (j->evict && !medium)
-        e->ssd_tier.evict_err = j->res;  /* -EIO retired the slot: the next try goes elsewhere */
+    /* -EIO retired the slot: the next try goes elsewhere, no error said. */
+    kvt_ssd_write_failed(e, j->res, j->evict && !medium);
     if (medium)
         kvt_ssd_mark_bad(e->ssd, j->slot);
     else
@@ -628,14 +626,14 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         write_failed(e, j);
     } else if (p->flags & PG_ZOMBIE) {
         /* Dropped while written: the new entry goes too. */
-        e->ssd_tier.meta[j->slot] = (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
-                                                           j->codec };
+        kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
+                                                             j->codec });
         e->st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
         p->ssd_slot = j->slot;
         kvt_ssd_forget(e, j->pg);
     } else {
-        e->ssd_tier.meta[j->slot] = (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
-                                                           j->codec };
+        kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
+                                                             j->codec });
         e->st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
         /* Copy-on-write: the old slot was named by the index until this
          * group's commit; only now may it be reused. */
@@ -678,10 +676,8 @@ static void pipe_finish(kvt_engine *e)
     }
     if (P->nfinished) {
         pipe_pace(e, P->nfinished);
-        e->ssd_tier.busy -= P->nfinished;
+        kvt_ssd_done(e, P->nfinished, true);
         P->nfinished = 0;
-        e->ssd_tier.progress++;
-        pthread_cond_broadcast(&e->ssd_tier.cv);
     }
 }
 
@@ -696,11 +692,8 @@ static void deletes_done(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n, in
             kvt_ssd_mark_bad(e->ssd, dels[i].slot);
     }
     free(dels);
-    e->ssd_tier.busy -= n != 0;
-    if (n && !e->pipe.nfinished) {
-        e->ssd_tier.progress++; /* freed slots: waiters look again */
-        pthread_cond_broadcast(&e->ssd_tier.cv);
-    }
+    /* freed slots: waiters look again */
+    kvt_ssd_done(e, n != 0, n && !e->pipe.nfinished);
 }
 
 /* The I/O context broke: no request still in it will be answered. Like a
@@ -728,14 +721,8 @@ bool kvt_ssd_pipe_step(kvt_engine *e)
     memcpy(got + n, P->retry, P->nretry * sizeof(*got));
     n += P->nretry;
     P->nretry = 0;
-    struct kvt_ssd_del *dels = e->ssd_tier.dels;
-    uint32_t ndels = e->ssd_tier.ndels;
-    e->ssd_tier.dels = NULL;
-    e->ssd_tier.ndels = e->ssd_tier.dels_cap = 0;
-    /* Deletions being committed keep the tier busy (deletes_done ends it),
-     * so a flush that waits for the tier to go idle returns only after the
-     * drops it must make durable are in the index. */
-    e->ssd_tier.busy += ndels != 0;
+    uint32_t ndels;
+    struct kvt_ssd_del *dels = kvt_ssd_take_dels(e, &ndels); /* busy until deletes_done */
     kvt_unlock(e);
 
     int dr = ndels ? pipe_deletes(e, dels, ndels) : 0;

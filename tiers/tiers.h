@@ -660,6 +660,26 @@ void kvt_dram_flushing(kvt_engine *e, bool on);
 
 /* Opens the SSD tier, over the I/O back-end and syncer of with, if any. */
 int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_open_with *with);
+/* What the pipe, the callers' reads and the DRAM tier change of the SSD
+ * tier's state (struct kvt_ssd_tier, ssd.c's). Locked.
+ * queue_drain: hands queued requests to take(), reads first, each once;
+ * take returns false to end a pass (no job for it); the taken leave the
+ * queue, the rest keep their order. take_dels: the deletions to commit
+ * (*n of them, the caller's to free), which keep the tier busy until
+ * kvt_ssd_done(e, n != 0, ...). done: jobs finished; progress: waiters look
+ * again. callers_reading: n caller reads begin or end (an end is progress).
+ * slot_meta: what a written slot holds. read_kept, write_failed: the last
+ * errors, for kvt_flush and the room makers; take_evict_err: an eviction's
+ * write error, said once (0: none). */
+typedef bool (*kvt_ssd_take_fn)(kvt_engine *e, const struct kvt_ssd_req *q, void *ctx);
+void kvt_ssd_queue_drain(kvt_engine *e, kvt_ssd_take_fn take, void *ctx);
+struct kvt_ssd_del *kvt_ssd_take_dels(kvt_engine *e, uint32_t *n);
+void kvt_ssd_done(kvt_engine *e, uint64_t jobs, bool progress);
+void kvt_ssd_callers_reading(kvt_engine *e, uint64_t n, bool begin);
+void kvt_ssd_slot_meta(kvt_engine *e, uint32_t slot, struct kvt_ssd_meta m);
+void kvt_ssd_read_kept(kvt_engine *e, int err);
+void kvt_ssd_write_failed(kvt_engine *e, int err, bool evict);
+int kvt_ssd_take_evict_err(kvt_engine *e);
 /* The SSD tier's condition variable (engine_alloc, engine_free): waits for
  * SSD progress exist with or without a tier. */
 void kvt_ssd_tier_init(kvt_engine *e);

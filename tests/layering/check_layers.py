@@ -129,7 +129,11 @@ def violations(r: Rules, facts: graph.Facts, sources: list[str]) -> list[str]:
         top = st.split(".", 1)[0]
         if st in r.values or top in r.values:
             continue
-        owners = r.owners.get(st)
+        # The most specific owner: the field's own (a hub struct such as
+        # kvt_engine holds each module's fields), then its struct's.
+        owners = r.owners.get(target)
+        if owners is None:
+            owners = r.owners.get(st)
         if owners is None and st != top:
             owners = r.owners.get(top)
         if owners is None:
