@@ -57,7 +57,7 @@ int kvt_evict_one(kvt_engine *e)
             v = d;
     }
     kvt_page_destroy(e, v);
-    e->st.evicted_pages++;
+    e->gets.st.evicted_pages++;
     return 0;
 }
 
@@ -178,7 +178,7 @@ static int evict_holder(kvt_engine *e, int t)
     if (v == KVT_NONE)
         return KVT_EFULL;
     kvt_page_destroy(e, v);
-    e->st.evicted_pages++;
+    e->gets.st.evicted_pages++;
     return 0;
 }
 
@@ -398,7 +398,7 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
             kvt_page_put_crc(e, res[i].pg, res[i].page_crc);
         kvt_page_indexed(e, res[i].pg);
         kvt_page_sync(e, res[i].pg, true);
-        e->st.bytes_put += e->page_bytes;
+        e->gets.st.bytes_put += e->page_bytes;
     }
     return r;
 }
@@ -813,10 +813,10 @@ static void get_resolve(kvt_engine *e, struct get_src *g)
         g->src = slot_ptr(e, g->pg, g->tier); /* busy: the slot stays */
     for (int t = 0; t < KVT_TIERS; t++) {
         if (t == g->tier) {
-            e->st.hits[t]++;
+            e->gets.st.hits[t]++;
             break;
         }
-        e->st.misses[t]++;
+        e->gets.st.misses[t]++;
     }
     g->resolved = true;
 }
@@ -1055,7 +1055,7 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
     size_t served = 0;
     for (size_t i = 0; i < n && cr == 0; i++)
         if (g[i].tier != KVT_TIER_NONE) {
-            e->st.bytes_get += e->page_bytes;
+            e->gets.st.bytes_get += e->page_bytes;
             rec->pgs[served++] = g[i].pg;
         }
     if (policy_sees_calls(e))

@@ -330,11 +330,26 @@ KVT_API void kvt_close(kvt_engine *e)
     engine_free(e);
 }
 
+/* Adds the counters of part to *sum: kvt_stats is all uint64_t. */
+static void stats_add(kvt_stats *sum, const kvt_stats *part)
+{
+    _Static_assert(sizeof(kvt_stats) % sizeof(uint64_t) == 0, "kvt_stats holds uint64_t only");
+    uint64_t *s = (uint64_t *)sum;
+    const uint64_t *p = (const uint64_t *)part;
+    for (size_t i = 0; i < sizeof(kvt_stats) / sizeof(uint64_t); i++)
+        s[i] += p[i];
+}
+
 int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
 {
     pthread_mutex_lock(&e->lock);
     kvt_settle(e);
-    *out = e->st;
+    /* Each module's counters (tiers.h): they count disjoint things. */
+    const kvt_stats *parts[] = { &e->st_pins, &e->st_pages, &e->copy.st, &e->ssd_tier.st,
+                                 &e->callers.st, &e->gets.st, &e->pipe.st, &e->pace.st };
+    *out = (kvt_stats){ 0 };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        stats_add(out, parts[i]);
     out->capacity_pages[KVT_TIER_HBM] = e->hbm.arena.nslots;
     out->capacity_pages[KVT_TIER_DRAM] = e->dram.arena.nslots - 1; /* less the spare */
     if (e->ssd) {

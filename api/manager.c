@@ -242,19 +242,19 @@ static void count_lookup(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     if ((p->flags & PG_VALID_HBM) || p->xfer == XFER_UP) {
-        e->st.hits[KVT_TIER_HBM]++;
+        e->st_pins.hits[KVT_TIER_HBM]++;
         return;
     }
-    e->st.misses[KVT_TIER_HBM]++;
+    e->st_pins.misses[KVT_TIER_HBM]++;
     if (p->flags & PG_VALID_DRAM) {
-        e->st.hits[KVT_TIER_DRAM]++;
+        e->st_pins.hits[KVT_TIER_DRAM]++;
         return;
     }
-    e->st.misses[KVT_TIER_DRAM]++;
+    e->st_pins.misses[KVT_TIER_DRAM]++;
     if (p->flags & PG_VALID_SSD)
-        e->st.hits[KVT_TIER_SSD]++;
+        e->st_pins.hits[KVT_TIER_SSD]++;
     else
-        e->st.misses[KVT_TIER_SSD]++;
+        e->st_pins.misses[KVT_TIER_SSD]++;
 }
 
 KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void **dev_ptrs,
@@ -277,9 +277,9 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     }
     /* Every pinned page needs an HBM slot of its own at once: more than
      * HBM has can never be served, however long it waits. */
-    if (e->st.pinned_pages > e->hbm.arena.nslots) {
+    if (e->st_pages.pinned_pages > e->hbm.arena.nslots) {
         r = kvt_fail(KVT_EFULL, "acquiring %zu pages would pin %llu pages in HBM, which has %u "
-                     "slots", n, (unsigned long long)e->st.pinned_pages,
+                     "slots", n, (unsigned long long)e->st_pages.pinned_pages,
                      e->hbm.arena.nslots);
         goto out_unpin;
     }

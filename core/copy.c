@@ -146,7 +146,7 @@ static void engine_fail(kvt_engine *e)
 {
     if (!e->failed)
         e->failed = KVT_EDEVICE;
-    e->st.errors_device++;
+    e->copy.st.errors_device++;
 }
 
 void kvt_report(kvt_engine *e, int kind, uint32_t pages, uint64_t start_ns, uint64_t end_ns)
@@ -192,9 +192,9 @@ static void settle_ring(kvt_engine *e, enum kvt_dir d)
         bool landed = d == KVT_H2D ? kvt_page_up_done(e, pg, r == 0)
                                    : kvt_page_down_done(e, pg, r == 0);
         if (landed && d == KVT_H2D)
-            e->st.bytes_up[KVT_TIER_HBM] += e->page_bytes;
+            e->copy.st.bytes_up[KVT_TIER_HBM] += e->page_bytes;
         else if (landed)
-            e->st.bytes_down[KVT_TIER_HBM] += e->page_bytes;
+            e->copy.st.bytes_down[KVT_TIER_HBM] += e->page_bytes;
     }
     kvt_report(e, kind, run_pages, run_start, now);
 }
@@ -217,7 +217,7 @@ int kvt_wait_fence(kvt_engine *e, enum kvt_dir dir, uint64_t f, bool stall)
     int r = e->hbm.dev->wait(e->hbm.dev_priv, dir, f);
     kvt_lock(e);
     if (stall)
-        e->st.stall_ns += kvt_now_ns() - t0;
+        e->copy.st.stall_ns += kvt_now_ns() - t0;
     kvt_settle(e);
     return r;
 }
@@ -232,7 +232,7 @@ int kvt_wait_on(kvt_engine *e, const struct kvt_wait *w, bool stall)
     while (e->ssd_tier.progress == w->v && e->up.ssd_busy(e) && !e->failed)
         pthread_cond_wait(&e->ssd_tier.cv, &e->lock);
     if (stall)
-        e->st.stall_ns += kvt_now_ns() - t0;
+        e->copy.st.stall_ns += kvt_now_ns() - t0;
     kvt_settle(e);
     return 0;
 }

@@ -90,9 +90,9 @@ void kvt_check_invariants(kvt_engine *e)
         if (record_live(kvt_pg(&e->pt, pg)))
             check_page(e, pg, &t);
     for (int v = 0; v < 3; v++)
-        CHECK(t.resident[v] == e->st.resident_pages[v], KVT_NONE, "resident count drifted");
+        CHECK(t.resident[v] == e->st_pages.resident_pages[v], KVT_NONE, "resident count drifted");
     CHECK(t.dirty == e->hbm.dirty, KVT_NONE, "dirty count drifted");
-    CHECK(t.pinned == e->st.pinned_pages, KVT_NONE, "pinned count drifted");
+    CHECK(t.pinned == e->st_pages.pinned_pages, KVT_NONE, "pinned count drifted");
     CHECK(t.live == e->pt.live, KVT_NONE, "live record count drifted");
     CHECK(t.redundant == red, KVT_NONE, "redundant DRAM copy list misses a page");
     CHECK(t.second_copies == e->ssd_tier.second_copies, KVT_NONE, "second-copy count drifted");

@@ -78,15 +78,15 @@ static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
     }
     /* A prefetched page leaving HBM unused: the prefetch was wasted. */
     if ((old & PG_PREFETCHED) && (old & PG_VALID_HBM) && !(nf & PG_VALID_HBM)) {
-        e->st.prefetch_wasted++;
+        e->st_pages.prefetch_wasted++;
         nf &= (uint16_t)~PG_PREFETCHED;
     }
     for (int t = 0; t < KVT_TIERS; t++) {
         uint16_t v = kvt_page_valid_bit(t);
         if ((nf & v) && !(old & v))
-            e->st.resident_pages[t]++;
+            e->st_pages.resident_pages[t]++;
         else if (!(nf & v) && (old & v))
-            e->st.resident_pages[t]--;
+            e->st_pages.resident_pages[t]--;
     }
     e->hbm.dirty += (uint64_t)kvt_page_dirty_flags(nf) - (uint64_t)kvt_page_dirty_flags(old);
     e->ssd_tier.second_copies += (uint32_t)kvt_page_second_copy(nf) - (uint32_t)kvt_page_second_copy(old);
@@ -287,7 +287,7 @@ void kvt_page_pin(kvt_engine *e, uint32_t pg)
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     page_flags(e, pg, 0, PG_PREFETCHED); /* used: the prefetch paid off */
     if (p->pins++ == 0)
-        e->st.pinned_pages++;
+        e->st_pages.pinned_pages++;
     kvt_page_sync(e, pg, true);
 }
 
@@ -301,7 +301,7 @@ void kvt_page_unpin(kvt_engine *e, uint32_t pg)
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     page_flags(e, pg, 0, PG_CREATED); /* released: the caller's bytes are the page's */
     if (--p->pins == 0) {
-        e->st.pinned_pages--;
+        e->st_pages.pinned_pages--;
         page_let_go(e);
     }
     kvt_page_sync(e, pg, true);

@@ -137,9 +137,9 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
     }
     if (!k || kvt_copy_submit_up(e, batch, c, k) < 0)
         return;
-    e->st.prefetch_pages += k;
-    if (e->copy.ring[KVT_H2D].len > e->st.prefetch_inflight_max)
-        e->st.prefetch_inflight_max = e->copy.ring[KVT_H2D].len;
+    e->pace.st.prefetch_pages += k;
+    if (e->copy.ring[KVT_H2D].len > e->pace.st.prefetch_inflight_max)
+        e->pace.st.prefetch_inflight_max = e->copy.ring[KVT_H2D].len;
 }
 
 /* How far ahead a disk read may reach: the next use, and in *group its

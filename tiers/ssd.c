@@ -271,7 +271,7 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
     if (slot == KVT_NONE && err == KVT_EFULL)
         return kvt_ssd_waiting(e) ? -EAGAIN : KVT_EFULL; /* commits and deletions free slots */
     if (slot == KVT_NONE) {
-        e->st.errors_io++;
+        e->ssd_tier.st.errors_io++;
         return err;
     }
     kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);

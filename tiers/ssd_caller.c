@@ -198,11 +198,11 @@ static void finish(kvt_engine *e, struct kvt_caller_read *rd)
 {
     kvt_page_xfer_end(e, rd->pg);
     if (rd->res == 0)
-        e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes; /* counted as the mover counts it */
+        e->callers.st.bytes_up[KVT_TIER_DRAM] += e->page_bytes; /* counted as the mover counts it */
     else if (rd->res == KVT_ECORRUPT)
         kvt_ssd_read_gone(e, rd->pg, rd->slot, rd->res);
     else
-        e->st.errors_io++; /* a try that failed, as the mover counts one it retries */
+        e->callers.st.errors_io++; /* a try that failed, as the mover counts one it retries */
     kvt_page_read_end(e, rd->pg);
     kvt_page_settle(e, rd->pg);
 }

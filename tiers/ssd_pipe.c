@@ -575,9 +575,9 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
     if (j->res == 0) {
         if (!j->transient)
             kvt_page_read_ok(e, j->pg);
-        e->st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
     } else if (kvt_ssd_read_keeps_page(j->res) || j->unsent) {
-        e->st.errors_io++;
+        e->pipe.st.errors_io++;
         kvt_ssd_read_kept(e, j->res);
         if (!j->transient)
             kvt_page_read_failed(e, j->pg);
@@ -592,9 +592,9 @@ void kvt_ssd_read_gone(kvt_engine *e, uint32_t pg, uint32_t slot, int res)
 {
     /* The only copy is unreadable: the page is lost, never served. */
     if (res == KVT_ECORRUPT)
-        e->st.errors_corrupt++;
+        e->pipe.st.errors_corrupt++;
     else
-        e->st.errors_io++;
+        e->pipe.st.errors_io++;
     if (res != KVT_ECORRUPT)
         kvt_ssd_mark_bad(e->ssd, slot);
     kvt_page_lost(e, pg, res != KVT_ECORRUPT);
@@ -607,7 +607,7 @@ void kvt_ssd_read_gone(kvt_engine *e, uint32_t pg, uint32_t slot, int res)
 static void write_failed(kvt_engine *e, struct kvt_ssd_job *j)
 {
     bool medium = j->res == -EIO && !j->unsent;
-    e->st.errors_io++;
+    e->pipe.st.errors_io++;
     /* -EIO retired the slot: the next try goes elsewhere, no error said. */
     kvt_ssd_write_failed(e, j->res, j->evict && !medium);
     if (medium)
@@ -628,13 +628,13 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         /* Dropped while written: the new entry goes too. */
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
-        e->st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
         p->ssd_slot = j->slot;
         kvt_ssd_forget(e, j->pg);
     } else {
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
-        e->st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
         /* Copy-on-write: the old slot was named by the index until this
          * group's commit; only now may it be reused. */
         if (p->ssd_slot != KVT_NONE)
@@ -655,7 +655,7 @@ static void pipe_finish(kvt_engine *e)
     struct kvt_ssd_pipe *P = &e->pipe;
     uint32_t done[2] = { 0, 0 };
     uint64_t first[2] = { UINT64_MAX, UINT64_MAX };
-    e->st.errors_io += P->retried_errors; /* every failed try counts, retried or not */
+    e->pipe.st.errors_io += P->retried_errors; /* every failed try counts, retried or not */
     P->retried_errors = 0;
     for (uint32_t i = 0; i < P->nfinished; i++) {
         struct kvt_ssd_job *j = &P->jobs[P->finished[i]];

@@ -143,6 +143,7 @@ struct kvt_wait {
 
 struct kvt_copies {
     struct kvt_inflight ring[KVT_DIRS];
+    kvt_stats st;                   /* HBM link bytes, device errors, stalls */
 };
 
 /* ------------------------------------------------------------- HBM, DRAM */
@@ -231,6 +232,7 @@ struct kvt_ssd_tier {
     int write_err;                  /* the last write error, for kvt_flush's answer */
     int evict_err;                  /* an eviction's write failed: the next room maker says so */
     pthread_cond_t cv;              /* broadcast when progress moves */
+    kvt_stats st;                   /* ssd.c's counts (errors queueing writes) */
 };
 
 /* I/O contexts that kvt_get callers read SSD pages with, in their own
@@ -241,6 +243,7 @@ struct kvt_callers {
     uint32_t nidle;
     uint32_t nopen;                 /* open in all (idle or in a caller's hands) */
     struct kvt_io_params params;    /* the mover's, with owner_reaps */
+    kvt_stats st;                   /* the callers' reads: bytes up, errors */
 };
 
 /* A page a kvt_get reads itself (ssd_caller.c): the caller fills pg and
@@ -276,6 +279,7 @@ struct kvt_get_rec;
 /* buffers.c's records: the free kvt_get records, under the lock. */
 struct kvt_gets {
     struct kvt_get_rec *free;
+    kvt_stats st;                   /* put/get bytes, hits, misses, evictions */
 };
 
 /* ------------------------------------------------------------- SSD pipe (ssd_pipe.c) */
@@ -325,9 +329,10 @@ struct kvt_ssd_pipe {
     uint32_t inflight;              /* I/O requests submitted and not yet reaped */
     uint32_t *retry, nretry;        /* failed jobs to submit again on the next step */
     uint64_t retried_errors;        /* errors seen by jobs then retried, not yet counted
-                                       in e->st.errors_io */
+                                       in e->pipe.st.errors_io */
     struct kvt_codec *codec;
     uint64_t generation;            /* of the next SSD write */
+    kvt_stats st;                   /* SSD link bytes and errors */
 };
 
 /* Tests only: the piece size of engines opened from now on (ssd_pipe.c). */
@@ -362,6 +367,7 @@ struct kvt_pace {
     uint64_t compute_ns;            /* smoothed gap from an acquire to the next advance */
     uint64_t ssd_mark_ns;           /* last time the SSD pipeline's work was counted */
     uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
+    kvt_stats st;                   /* prefetch counts (prefetch.c) */
 };
 
 /* ------------------------------------------------------------- engine */
@@ -407,7 +413,10 @@ struct kvt_engine {
     kvt_config cfg;                 /* strings point into names below */
     char *ssd_dir, *policy_name;
     int failed;                     /* 0, or the error that failed the engine */
-    kvt_stats st;                   /* counters */
+    /* Counters: each module keeps its own kvt_stats beside its state
+     * (e->copy.st, e->pipe.st, ...); kvt_engine_stats sums them. */
+    kvt_stats st_pins;              /* manager.c: acquire's hits and misses */
+    kvt_stats st_pages;             /* page.c: resident, pinned, prefetches wasted */
     uint64_t meta_bytes;
 
     /* SSD I/O back-end (NULL without an SSD tier); the pipe's */

@@ -92,7 +92,15 @@ def _member_target(c: ci.Cursor) -> str | None:
     fd = c.referenced
     if fd is None or fd.kind != CK.FIELD_DECL:
         return None
+    # The field that holds this one's struct, if the base is a field too
+    # (e->copy.st.hits: kvt_stats.hits is held by kvt_copies.st): a struct
+    # whose instances belong to whoever holds them ("part" in the rules)
+    # is owned through its holder.
+    kids = list(c.get_children())
+    holder = _member_target(kids[0]) if kids else None
     rec = fd.semantic_parent
+    if holder:
+        return f"{_record_name(rec)}.{fd.spelling}@{holder}"
     return f"{_record_name(rec)}.{fd.spelling}"
 
 
