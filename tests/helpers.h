@@ -24,6 +24,7 @@
 
 #include "include/kvtier.h"
 #include "tiers/tool.h"
+#include "tools/util/util.h" /* util_now */
 
 #define T_PAGE 4096u
 

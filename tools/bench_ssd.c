@@ -290,10 +290,11 @@ static void scratch_remove(struct scratch *s)
 
 /* ------------------------------------------------------------- kvtier */
 
-static double now_s(clockid_t clk)
+/* The process's CPU time, seconds (the wall clock is util_now). */
+static double cpu_s(void)
 {
     struct timespec t;
-    clock_gettime(clk, &t);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -447,9 +448,9 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     cold -= cold % o->chain;
     kvt_stats s0, s1;
     kvt_get_stats(e, &s0);
-    double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t0 = util_now(), c0 = cpu_s();
     r = get_chains(o, e, cold, pb, bufs);
-    double t1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t1 = util_now(), c1 = cpu_s();
     kvt_get_stats(e, &s1);
     uint64_t read = s1.bytes_up[1] - s0.bytes_up[1];
     double rb = (double)read / 1e9;
@@ -633,21 +634,21 @@ static double crc_hot_gbps(int path, const unsigned char *b, double secs)
 {
     uint32_t c = 0;
     size_t done = 0;
-    double t0 = now_s(CLOCK_MONOTONIC), t;
+    double t0 = util_now(), t;
     do {
         for (int k = 0; k < 8; k++)
             c = kvt_crc32c_path(path, c, b, CRC_HOT);
         done += 8 * (size_t)CRC_HOT;
-    } while ((t = now_s(CLOCK_MONOTONIC)) - t0 < secs);
+    } while ((t = util_now()) - t0 < secs);
     crc_sink ^= c;
     return (double)done / (t - t0) * 1e-9;
 }
 
 static double crc_cold_gbps(int path, const unsigned char *b, size_t n)
 {
-    double t0 = now_s(CLOCK_MONOTONIC);
+    double t0 = util_now();
     crc_sink ^= kvt_crc32c_path(path, 0, b, n);
-    return (double)n / (now_s(CLOCK_MONOTONIC) - t0) * 1e-9;
+    return (double)n / (util_now() - t0) * 1e-9;
 }
 
 /* 0, or -ENOMEM (nothing measured). */

@@ -128,13 +128,6 @@ int cli_parse_device(const char *s, int *out)
     return 0;
 }
 
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 const char *cli_bytes(char *buf, size_t n, double b)
 {
     static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
@@ -500,8 +493,8 @@ int cli_stop_end(const char *cmd)
  * not add up (replay --speed counts a request started 1 ms late). */
 void cli_sleep(double s)
 {
-    double end = cli_now() + s, left;
-    while (!cli_stopped() && (left = end - cli_now()) > 0) {
+    double end = util_now() + s, left;
+    while (!cli_stopped() && (left = end - util_now()) > 0) {
         double d = left < 0.05 ? left : 0.05;
         struct timespec ts = { 0, (long)(d * 1e9) };
         nanosleep(&ts, NULL);

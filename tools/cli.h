@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tools/util/util.h" /* util_now */
+
 struct kvt_config;
 struct option;
 
@@ -31,8 +33,6 @@ int cli_split_list(const char *val, char *buf, size_t n, char **items, int max, 
 /* "auto", "host" or an ordinal 0..1023 (digits only) -> KVT_DEVICE_* or the
  * ordinal; -EINVAL otherwise. */
 int cli_parse_device(const char *s, int *out);
-/* Seconds of a monotonic clock. */
-double cli_now(void);
 /* Formats bytes as "256 KiB", "1.5 GiB". Returns buf. */
 const char *cli_bytes(char *buf, size_t n, double bytes);
 /* Formats seconds as "1.5 s", "250 ms", "12 us" (3 significant digits). Returns buf. */

@@ -226,12 +226,10 @@ static void ct_flushed(struct ct_check *c, uint64_t keys)
 
 static void ct_sleep_ms(unsigned ms, int fd, struct ct_log *lg)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = util_now();
     for (;;) {
         ct_read(fd, lg, false);   /* keep the pipe drained while the child runs */
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        long ms_gone = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        long ms_gone = (long)((util_now() - t0) * 1000);
         if (ms_gone >= (long)ms)
             return;
         struct pollfd pf = { fd, POLLIN, 0 };
@@ -294,7 +292,7 @@ static void ct_progress(const struct ct_opts *o, const struct totals *t, double 
                         double *last, bool done)
 {
     static uint64_t shown = UINT64_MAX;   /* the count last printed: the end says it once */
-    double now = cli_now();
+    double now = util_now();
     if (!o->progress || (!done && now - *last < (tty ? 0.2 : 10.0)) ||
         (done && !tty && shown == t->cycles))
         return;
@@ -311,7 +309,7 @@ static int ct_loop(const struct ct_opts *o, struct totals *t, char *err, size_t 
     struct ct_log lg = { 0 };
     unsigned seed = (unsigned)o->seed;
     bool tty = isatty(STDERR_FILENO);
-    double t0 = cli_now(), last = 0;
+    double t0 = util_now(), last = 0;
     int rc = 0;
     for (uint64_t cycle = 0; cycle < o->cycles && !rc; cycle++) {
         if ((rc = ct_run_child(o, cycle, cur, &seed, &lg, err, errlen)) != 0) {
@@ -506,9 +504,9 @@ int crashtest_main(int argc, char **argv)
     kvt_close(e);
     fprintf(stderr, "kvtier crashtest: seed %" PRIu64 " (--seed replays the operations; kill "
             "times follow the clock)\n", o.seed);
-    double t0 = cli_now();
+    double t0 = util_now();
     int rc = ct_loop(&o, &t, err, sizeof(err));
-    double secs = cli_now() - t0;
+    double secs = util_now() - t0;
     bool keep = rc || !made[0];
     if (!keep && kvt_spill_remove(made) < 0)
         keep = true;

@@ -304,11 +304,9 @@ static void end(struct hammer *h, unsigned tid, const unsigned *j, unsigned n, b
  * busy only while the engine moves them (an SSD write, a copy), which under
  * the sanitizers and a slow disk can take far longer than a fixed number of
  * yields; so the bound is time. Counts the retry. */
-static bool busy_again(struct hammer *h, const struct timespec *t0)
+static bool busy_again(struct hammer *h, double t0)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - t0->tv_sec >= BUSY_SECONDS)
+    if (util_now() - t0 >= BUSY_SECONDS)
         return false;
     if ((atomic_fetch_add(&h->busy, 1) + 1) % 64)
         sched_yield();
@@ -330,9 +328,8 @@ static void op_put_own(struct worker *w)
     }
     begin(h, w->tid, j, n, false);
     int r;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while ((r = kvt_put(h->e, k, n, src, 0)) == -EBUSY && busy_again(h, &t0))
+    double t0 = util_now();
+    while ((r = kvt_put(h->e, k, n, src, 0)) == -EBUSY && busy_again(h, t0))
         ;
     end(h, w->tid, j, n, r == 0, false);
     if (r)
@@ -348,9 +345,8 @@ static void op_drop_own(struct worker *w)
         k[i] = key_of(h, w->tid, j[i]);
     begin(h, w->tid, j, n, true);
     int r;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while ((r = kvt_drop(h->e, k, n)) == -EBUSY && busy_again(h, &t0))
+    double t0 = util_now();
+    while ((r = kvt_drop(h->e, k, n)) == -EBUSY && busy_again(h, t0))
         ;
     end(h, w->tid, j, n, r == 0, true);
     if (r)
@@ -367,9 +363,8 @@ static void op_drop_id(struct worker *w)
         j[i] = id * per_id + i;
     begin(h, w->tid, j, per_id, true);
     int r;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while ((r = kvt_drop_id(h->e, key_of(h, w->tid, j[0]).id)) == -EBUSY && busy_again(h, &t0))
+    double t0 = util_now();
+    while ((r = kvt_drop_id(h->e, key_of(h, w->tid, j[0]).id)) == -EBUSY && busy_again(h, t0))
         ;
     end(h, w->tid, j, per_id, r == 0, true);
     if (r)
@@ -501,7 +496,7 @@ static void report(struct hammer *h, double t0, const char *what)
     kvt_stats st;
     kvt_get_stats(h->e, &st);
     fprintf(stderr, "hammer: %s %.0f s  ops %llu  wrong %llu  failed %llu  busy %llu  rss %ld KiB  "
-            "hits hbm/dram/ssd %llu/%llu/%llu\n", what, cli_now() - t0,
+            "hits hbm/dram/ssd %llu/%llu/%llu\n", what, util_now() - t0,
             (unsigned long long)atomic_load(&h->ops), (unsigned long long)atomic_load(&h->wrong),
             (unsigned long long)atomic_load(&h->errors),
             (unsigned long long)atomic_load(&h->busy), rss_kib(),
@@ -605,16 +600,16 @@ static int run(struct hammer *h, struct worker *w)
     const struct opts *o = h->o;
     pthread_t th[MAX_THREADS];
     unsigned started = 0;
-    double t0 = cli_now(), next = t0 + o->report_s;
+    double t0 = util_now(), next = t0 + o->report_s;
     for (; started < o->threads; started++)
         if (pthread_create(&th[started], NULL, worker_main, &w[started])) {
             fprintf(stderr, "hammer: cannot start thread %u\n", started);
             atomic_store(&h->stop, true);
             break;
         }
-    while (!atomic_load(&h->stop) && cli_now() - t0 < (double)o->seconds) {
+    while (!atomic_load(&h->stop) && util_now() - t0 < (double)o->seconds) {
         usleep(100 * 1000);
-        if (o->report_s && cli_now() >= next) {
+        if (o->report_s && util_now() >= next) {
             report(h, t0, "at");
             next += o->report_s;
         }
