@@ -24,7 +24,7 @@
 
 #include "include/kvtier.h"
 #include "tiers/tool.h"
-#include "tools/util/util.h" /* util_now */
+#include "tools/util/util.h" /* util_now, util_median */
 
 #define T_PAGE 4096u
 

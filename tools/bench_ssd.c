@@ -570,23 +570,13 @@ struct codec_fig {
     double ratio, comp, decomp;
 };
 
-static int by_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* The median of v[0..n) (n >= 1), and its range in lo and hi. */
+/* The median of v[0..n), and its range in lo and hi; v stays in run
+ * order (the paired ratios are taken from it). */
 static double median(const double *v, unsigned n, double *lo, double *hi)
 {
     double s[MAX_REPS];
     memcpy(s, v, n * sizeof(*s));
-    qsort(s, n, sizeof(*s), by_double);
-    if (lo)
-        *lo = s[0];
-    if (hi)
-        *hi = s[n - 1];
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    return util_median(s, n, lo, hi);
 }
 
 /* Test- and bench-only entry points of io/crc32c.c (not in codec.h). */
