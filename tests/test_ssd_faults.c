@@ -1453,32 +1453,16 @@ static kvt_key ckey(int i)
     return t_key(9, (uint32_t)i % 3, (uint32_t)i);
 }
 
-/* A page's content for (key, version) with 32-bit versions (t_word folds the
- * version into 8 bits, so it goes into the key too), compressible so that
- * the zstd codecs store it compressed: a random first quarter, then the
- * first 64 words repeated. */
-static kvt_key vkey(kvt_key k, uint32_t v)
-{
-    k.id ^= (uint64_t)v << 32;
-    return k;
-}
-
+/* A page's content for (key, version), compressible so that the zstd
+ * codecs store it compressed. */
 static void c_fill(void *p, kvt_key k, uint32_t v)
 {
-    uint64_t *w = p;
-    kvt_key vk = vkey(k, v);
-    for (size_t i = 0; i < PB / 8; i++)
-        w[i] = t_word(vk, v, i < PB / 32 ? i : i % 64);
+    util_pattern_fill_z(p, PB, k, v);
 }
 
 static int c_check(const void *p, kvt_key k, uint32_t v)
 {
-    const uint64_t *w = p;
-    kvt_key vk = vkey(k, v);
-    for (size_t i = 0; i < PB / 8; i++)
-        if (w[i] != t_word(vk, v, i < PB / 32 ? i : i % 64))
-            return 0;
-    return 1;
+    return util_pattern_diff(p, PB, k, v, true) == PB;
 }
 
 static kvt_config crash_config(const char *dir, int cycle)

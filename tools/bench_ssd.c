@@ -298,11 +298,11 @@ static double cpu_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The words of page i (a pattern a codec would have work on; NONE stores
- * raw), so that every page read back can be checked. */
-static uint64_t page_word(uint64_t i, size_t w)
+/* Page i: key (1, 0, i), its bytes the page pattern (tools/util/util.h),
+ * so that every page read back can be checked. */
+static kvt_key page_key(uint64_t i)
 {
-    return (i + 1) * 0x9E3779B97F4A7C15ull ^ w;
+    return (kvt_key){ 1, 0, (uint32_t)i };
 }
 
 /* Fills n pages with puts (untimed). In a cycle's engine DRAM holds them
@@ -314,9 +314,8 @@ static int fill_pages(kvt_engine *e, uint64_t n, size_t pb)
         return -ENOMEM;
     int r = 0;
     for (uint64_t i = 0; i < n && !r; i++) {
-        for (size_t w = 0; w < pb / 8; w++)
-            ((uint64_t *)buf)[w] = page_word(i, w);
-        kvt_key k = { 1, 0, (uint32_t)i };
+        kvt_key k = page_key(i);
+        util_pattern_fill(buf, pb, k, 1);
         const void *src = buf;
         r = kvt_put(e, &k, 1, &src, 0);
     }
@@ -387,9 +386,10 @@ out:
  * checks every byte's CRC; this checks that the right page came out). */
 static bool page_ok(const uint8_t *dst, uint64_t i, size_t pb)
 {
-    size_t words = pb / 8, at[3] = { 0, words / 2, words - 1 };
+    size_t words = pb / 8, at[3] = { 1, words / 2, words - 1 };
+    uint64_t seed = util_pattern_seed(page_key(i), 1);
     for (int k = 0; k < 3; k++)
-        if (((const uint64_t *)dst)[at[k]] != page_word(i, at[k]))
+        if (((const uint64_t *)dst)[at[k]] != util_pattern_word(seed, at[k]))
             return false;
     return true;
 }
@@ -405,7 +405,7 @@ static int get_chains(const struct ssd_opts *o, kvt_engine *e, uint64_t cold, si
     int found[o->chain];
     for (uint64_t i = 0; i + o->chain <= cold; i += o->chain) {
         for (unsigned j = 0; j < o->chain; j++) {
-            keys[j] = (kvt_key){ 1, 0, (uint32_t)(i + j) };
+            keys[j] = page_key(i + j);
             dst[j] = bufs + (size_t)j * pb;
         }
         int r = kvt_get(e, keys, o->chain, dst, 0, found);

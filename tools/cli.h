@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tools/util/util.h" /* util_now, util_median */
+#include "tools/util/util.h" /* util_now, util_median, the page pattern */
 
 struct kvt_config;
 struct option;

@@ -91,48 +91,6 @@ struct worker {
     void *bufs[BATCH];
 };
 
-/* ------------------------------------------------------------ the content */
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return x ^ (x >> 32);
-}
-
-/* Word i of the page of key k at version v; word 0 holds v itself, so a
- * page says which version it claims to be. */
-static uint64_t word(kvt_key k, uint64_t v, size_t i)
-{
-    if (i == 0)
-        return v;
-    return mix(k.id * 0x9E3779B97F4A7C15ull ^ ((uint64_t)k.layer << 40) ^ ((uint64_t)k.index << 8) ^
-               (v << 20) ^ (i * 0xD1B54A32D192ED03ull));
-}
-
-static void fill(void *p, size_t bytes, kvt_key k, uint64_t v)
-{
-    uint64_t *w = p;
-    for (size_t i = 0; i < bytes / 8; i++)
-        w[i] = word(k, v, i);
-}
-
-/* The version the page is an exact copy of, or 0 when it is none (torn,
- * another key's, garbage). Versions start at 1. */
-static uint64_t version_of(const void *p, size_t bytes, kvt_key k)
-{
-    const uint64_t *w = p;
-    uint64_t v = w[0];
-    if (v == 0)
-        return 0;
-    for (size_t i = 1; i < bytes / 8; i++)
-        if (w[i] != word(k, v, i))
-            return 0;
-    return v;
-}
-
 /* ----------------------------------------------------------------- helpers */
 
 static void wrong_at(struct hammer *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -228,7 +186,7 @@ static void check_own(struct worker *w, unsigned j, int found, const void *buf, 
     struct hammer *h = w->h;
     uint64_t pub = atomic_load(&slot_of(h, w->tid, j)->pub);
     kvt_key k = key_of(h, w->tid, j);
-    uint64_t v = found ? version_of(buf, h->o->page_bytes, k) : 0;
+    uint64_t v = found ? util_pattern_version(buf, h->o->page_bytes, k) : 0;
     if (!!found != present(pub) || (found && v != ver(pub)))
         wrong_at(h, "t%u %s of own key (%llx,%u,%u): found %d version %llu, model: present %d version %llu",
                  w->tid, what, (unsigned long long)k.id, k.layer, k.index, found,
@@ -323,7 +281,8 @@ static void op_put_own(struct worker *w)
     const void *src[BATCH];
     for (unsigned i = 0; i < n; i++) {
         k[i] = key_of(h, w->tid, j[i]);
-        fill(w->bufs[i], h->o->page_bytes, k[i], ver(atomic_load(&slot_of(h, w->tid, j[i])->pub)) + 1);
+        uint64_t v = ver(atomic_load(&slot_of(h, w->tid, j[i])->pub)) + 1;
+        util_pattern_fill(w->bufs[i], h->o->page_bytes, k[i], v);
         src[i] = w->bufs[i];
     }
     begin(h, w->tid, j, n, false);
@@ -430,7 +389,7 @@ static void op_get_other(struct worker *w)
         fail_at(h, "t%u get of t%u's key: %s (%s)", w->tid, t, kvt_strerror(r), kvt_last_error());
         return;
     }
-    uint64_t v = found ? version_of(w->bufs[0], h->o->page_bytes, k) : 0;
+    uint64_t v = found ? util_pattern_version(w->bufs[0], h->o->page_bytes, k) : 0;
     bool ok;
     if (s0 == s1 && !(s0 & 1))
         ok = !!found == present(p0) && (!found || v == ver(p0));
