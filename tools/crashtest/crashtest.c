@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -43,6 +44,7 @@
 #include "tools/cli.h"
 #include "tools/crashtest/crashtest.h"
 #include "tools/fsck/spill.h"
+#include "tools/util/json.h"
 
 struct totals {
     uint64_t cycles, after_flush, flushes, ops, present, newer, absent, evicted, lost, wrong;
@@ -447,23 +449,19 @@ static void ct_report(const struct ct_opts *o, const struct totals *t, double se
         fprintf(f, "  first failure: %s\n", err);
     if (!o->json)
         return;
-    printf("{\"cycles\": %" PRIu64 ", \"seconds\": %.3f, \"seed\": %" PRIu64 ", \"keys\": %" PRIu64
-           ", \"kills_after_flush\": %" PRIu64 ", \"flushes\": %" PRIu64 ", \"ops\": %" PRIu64
-           ", \"present\": %" PRIu64 ", \"newer\": %" PRIu64 ", \"absent\": %" PRIu64
-           ", \"full\": %s, \"threads\": %" PRIu64 ", \"evict\": %s, \"evicted\": %" PRIu64
-           ", \"fillers\": %" PRIu64 ", \"lost\": %" PRIu64 ", \"wrong\": %" PRIu64
-           ", \"ok\": %s, \"error\": ",
-           t->cycles, secs, o->seed, o->keys, t->after_flush, t->flushes, t->ops, t->present,
-           t->newer, t->absent, o->full ? "true" : "false", o->full ? o->threads : 0,
-           o->evict ? "true" : "false", t->evicted, t->fillers, t->lost, t->wrong,
-           err[0] ? "false" : "true");
-    if (err[0])
-        cli_json_str(err);
-    else
-        printf("null");
-    printf(", \"dir\": ");
-    cli_json_str(o->dir);
-    printf("}\n");
+    /* Counts are far below 2^63: json_int_t holds them. Seconds to the ms. */
+    util_json_print(stdout, json_pack(
+        "{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:b, s:I, s:I, s:I, s:I, "
+        "s:b, s:o, s:o}",
+        "cycles", (json_int_t)t->cycles, "seconds", util_json_real(round(secs * 1e3) / 1e3),
+        "seed", (json_int_t)o->seed, "keys", (json_int_t)o->keys,
+        "kills_after_flush", (json_int_t)t->after_flush, "flushes", (json_int_t)t->flushes,
+        "ops", (json_int_t)t->ops, "present", (json_int_t)t->present,
+        "newer", (json_int_t)t->newer, "absent", (json_int_t)t->absent, "full", (int)o->full,
+        "threads", (json_int_t)(o->full ? o->threads : 0), "evict", (int)o->evict,
+        "evicted", (json_int_t)t->evicted, "fillers", (json_int_t)t->fillers,
+        "lost", (json_int_t)t->lost, "wrong", (json_int_t)t->wrong, "ok", (int)!err[0],
+        "error", err[0] ? util_json_str(err) : json_null(), "dir", util_json_str(o->dir)));
 }
 
 int crashtest_main(int argc, char **argv)

@@ -1,0 +1,29 @@
+/*
+ * json.h — the command's JSON out (--json), through jansson: the helpers
+ * that turn the command's values into jansson's and print an object the
+ * way the reports always have ("key": value, ", " between, one line).
+ * Traces are read with jansson too (tools/prefix/trace.c).
+ */
+#ifndef KVT_TOOLS_JSON_H
+#define KVT_TOOLS_JSON_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+/* A JSON string of s: s itself when it is UTF-8, else s with every byte
+ * from 0x80 up as '?' (paths come from argv and need not be UTF-8; JSON
+ * must be). A new reference; NULL only when out of memory (json_pack and
+ * json_object_set_new then fail, and util_json_print says so). */
+json_t *util_json_str(const char *s);
+
+/* A JSON number of v, or null when v is not finite (JSON cannot say NaN or
+ * infinity). A new reference, NULL when out of memory. */
+json_t *util_json_real(double v);
+
+/* Prints o to f as one line ("key": value, ", " between items, reals with
+ * six significant digits as "%.6g", where jansson writes an integral real
+ * as "2.0"), then '\n', and flushes f. Takes the reference to o, even on
+ * error. Returns 0, -ENOMEM when o is NULL (a constructor failed), or -EIO. */
+int util_json_print(FILE *f, json_t *o);
+
+#endif /* KVT_TOOLS_JSON_H */
