@@ -30,6 +30,26 @@ json_t *util_json_real(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
+void util_json_set_u64(json_t *o, const char *key, uint64_t v)
+{
+    json_object_set_new(o, key, json_integer((json_int_t)v));
+}
+
+void util_json_set_real(json_t *o, const char *key, double v)
+{
+    json_object_set_new(o, key, util_json_real(v));
+}
+
+void util_json_set_bool(json_t *o, const char *key, bool v)
+{
+    json_object_set_new(o, key, json_boolean(v));
+}
+
+void util_json_set_str(json_t *o, const char *key, const char *s)
+{
+    json_object_set_new(o, key, util_json_str(s));
+}
+
 int util_json_print(FILE *f, json_t *o)
 {
     if (!o)

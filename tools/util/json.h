@@ -8,6 +8,8 @@
 #define KVT_TOOLS_JSON_H
 
 #include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* A JSON string of s: s itself when it is UTF-8, else s with every byte
@@ -19,6 +21,14 @@ json_t *util_json_str(const char *s);
 /* A JSON number of v, or null when v is not finite (JSON cannot say NaN or
  * infinity). A new reference, NULL when out of memory. */
 json_t *util_json_real(double v);
+
+/* o[key] = v: an integer (v below 2^63, as every count and byte total of
+ * the reports is), a number (null when not finite), true/false, or a
+ * string (util_json_str). Out of memory, the key is left out. */
+void util_json_set_u64(json_t *o, const char *key, uint64_t v);
+void util_json_set_real(json_t *o, const char *key, double v);
+void util_json_set_bool(json_t *o, const char *key, bool v);
+void util_json_set_str(json_t *o, const char *key, const char *s);
 
 /* Prints o to f as one line ("key": value, ", " between items, reals with
  * six significant digits as "%.6g", where jansson writes an integral real
