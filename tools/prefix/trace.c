@@ -228,6 +228,8 @@ static int parse_line(struct parser *ps, struct builder *b, const char *line, si
         return 0;
     json_error_t je;
     json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!o && json_error_code(&je) == json_error_out_of_memory)
+        return -ENOMEM;
     if (!o)
         return fail(ps, "%s (byte %d)", je.text, je.position);
     int r;
