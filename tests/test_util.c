@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "helpers.h"
+#include "tools/util/json.h"
 
 static void test_clock(void **state)
 {
@@ -88,12 +89,35 @@ static void test_pattern(void **state)
     free(q);
 }
 
+/* The --json helpers: what they print, through a memory stream. */
+static void test_json(void **state)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    json_t *o = json_object();
+    util_json_set_real(o, "int", 50.0);
+    util_json_set_real(o, "real", 0.1234567);
+    util_json_set_real(o, "nan", NAN);
+    util_json_set_u64(o, "u64", 1ull << 40);
+    util_json_set_bool(o, "b", true);
+    util_json_set_str(o, "s", "a\"b\xff\x01");
+    assert_int_equal(util_json_print(f, o), 0);
+    fclose(f);
+    assert_string_equal(buf, "{\"int\": 50, \"real\": 0.123457, \"nan\": null, "
+                             "\"u64\": 1099511627776, \"b\": true, \"s\": \"a\\\"b?\\u0001\"}\n");
+    free(buf);
+    assert_int_equal(util_json_print(stdout, NULL), -ENOMEM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clock),
         cmocka_unit_test(test_median),
         cmocka_unit_test(test_pattern),
+        cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,7 +27,14 @@ json_t *util_json_str(const char *s)
 
 json_t *util_json_real(double v)
 {
-    return isfinite(v) ? json_real(v) : json_null();
+    if (!isfinite(v))
+        return json_null();
+    /* Integral: an integer, as printf's %g wrote it ("50", where jansson
+     * writes a real "50.0"), so that what compares the figures as text
+     * (tests/cli_*.cmake, scripts) reads the same. Exact below 2^53. */
+    if (v == trunc(v) && fabs(v) < 9007199254740992.0)
+        return json_integer((json_int_t)v);
+    return json_real(v);
 }
 
 void util_json_set_u64(json_t *o, const char *key, uint64_t v)
@@ -52,9 +59,14 @@ void util_json_set_str(json_t *o, const char *key, const char *s)
 
 int util_json_print(FILE *f, json_t *o)
 {
+    return util_json_print_digits(f, o, 6);
+}
+
+int util_json_print_digits(FILE *f, json_t *o, int digits)
+{
     if (!o)
         return -ENOMEM;
-    int r = json_dumpf(o, f, JSON_REAL_PRECISION(6) | JSON_ENCODE_ANY);
+    int r = json_dumpf(o, f, JSON_REAL_PRECISION(digits) | JSON_ENCODE_ANY);
     json_decref(o);
     if (r < 0 || fputc('\n', f) == EOF || fflush(f))
         return -EIO;

@@ -18,8 +18,9 @@
  * json_object_set_new then fail, and util_json_print says so). */
 json_t *util_json_str(const char *s);
 
-/* A JSON number of v, or null when v is not finite (JSON cannot say NaN or
- * infinity). A new reference, NULL when out of memory. */
+/* A JSON number of v: an integer when v is integral (below 2^53), else a
+ * real; null when v is not finite (JSON cannot say NaN or infinity). A new
+ * reference, NULL when out of memory. */
 json_t *util_json_real(double v);
 
 /* o[key] = v: an integer (v below 2^63, as every count and byte total of
@@ -31,9 +32,12 @@ void util_json_set_bool(json_t *o, const char *key, bool v);
 void util_json_set_str(json_t *o, const char *key, const char *s);
 
 /* Prints o to f as one line ("key": value, ", " between items, reals with
- * six significant digits as "%.6g", where jansson writes an integral real
- * as "2.0"), then '\n', and flushes f. Takes the reference to o, even on
+ * six significant digits as "%.6g" but for the exponent, "3.5e8"), then
+ * '\n', and flushes f. Takes the reference to o, even on
  * error. Returns 0, -ENOMEM when o is NULL (a constructor failed), or -EIO. */
 int util_json_print(FILE *f, json_t *o);
+/* The same with digits significant digits for the reals (1 to 17): for
+ * reports whose figures always had more than six ("%.9g"). */
+int util_json_print_digits(FILE *f, json_t *o, int digits);
 
 #endif /* KVT_TOOLS_JSON_H */
