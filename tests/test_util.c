@@ -101,12 +101,13 @@ static void test_json(void **state)
     util_json_set_real(o, "real", 0.1234567);
     util_json_set_real(o, "nan", NAN);
     util_json_set_u64(o, "u64", 1ull << 40);
+    util_json_set_u64(o, "big", 1ull << 63);
     util_json_set_bool(o, "b", true);
     util_json_set_str(o, "s", "a\"b\xff\x01");
     assert_int_equal(util_json_print(f, o), 0);
     fclose(f);
     assert_string_equal(buf, "{\"int\": 50, \"real\": 0.123457, \"nan\": null, "
-                             "\"u64\": 1099511627776, \"b\": true, \"s\": \"a\\\"b?\\u0001\"}\n");
+                             "\"u64\": 1099511627776, \"big\": 9.22337e18, \"b\": true, \"s\": \"a\\\"b?\\u0001\"}\n");
     free(buf);
     assert_int_equal(util_json_print(stdout, NULL), -ENOMEM);
 }

@@ -39,7 +39,9 @@ json_t *util_json_real(double v)
 
 void util_json_set_u64(json_t *o, const char *key, uint64_t v)
 {
-    json_object_set_new(o, key, json_integer((json_int_t)v));
+    /* jansson's integers are signed: past 2^63 - 1 the nearest real, not a
+     * negative number. */
+    json_object_set_new(o, key, v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v));
 }
 
 void util_json_set_real(json_t *o, const char *key, double v)

@@ -23,9 +23,11 @@ json_t *util_json_str(const char *s);
  * reference, NULL when out of memory. */
 json_t *util_json_real(double v);
 
-/* o[key] = v: an integer (v below 2^63, as every count and byte total of
- * the reports is), a number (null when not finite), true/false, or a
- * string (util_json_str). Out of memory, the key is left out. */
+/* o[key] = v: an integer (a uint64_t past 2^63 - 1, which jansson cannot
+ * hold, as the nearest real: fine for counts and byte totals, wrong for
+ * 64-bit ids and fingerprints, which must not come here), a number (null
+ * when not finite), true/false, or a string (util_json_str). Out of memory,
+ * the key is left out. */
 void util_json_set_u64(json_t *o, const char *key, uint64_t v);
 void util_json_set_real(json_t *o, const char *key, double v);
 void util_json_set_bool(json_t *o, const char *key, bool v);
