@@ -214,7 +214,8 @@ static void json_config(json_t *j, const struct replay_opts *o, const struct rep
     util_json_set_u64(j, "block_refs", r->refs);
     util_json_set_u64(j, "distinct_blocks", r->distinct);
     util_json_set_u64(j, "capacity_blocks", r->capacity_blocks);
-    util_json_set_real(j, "capacity_fraction", frac((double)r->capacity_blocks, (double)r->distinct));
+    util_json_set_real(j, "capacity_fraction",
+                       frac((double)r->capacity_blocks, (double)r->distinct));
     json_tiers(j, "slots", r->slots);
 }
 

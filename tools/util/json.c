@@ -41,7 +41,8 @@ void util_json_set_u64(json_t *o, const char *key, uint64_t v)
 {
     /* jansson's integers are signed: past 2^63 - 1 the nearest real, not a
      * negative number. */
-    json_object_set_new(o, key, v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v));
+    json_t *j = v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
+    json_object_set_new(o, key, j);
 }
 
 void util_json_set_real(json_t *o, const char *key, double v)
