@@ -72,6 +72,23 @@ endif()
 list(APPEND KVT_DEP_LIBS ${LMDB_LIB} ${ZSTD_LIB})
 message(STATUS "kvtier: LMDB ${LMDB_LIB}, zstd ${ZSTD_LIB}")
 
+# --- jansson: the command's JSON (traces read, --json written), not the
+# library's: libkvtier never links it. Required for the command; pip's build
+# (SKBUILD) makes only the library, so there it may be missing.
+find_path(JANSSON_INCLUDE jansson.h)
+if(KVT_STATIC_DEPS)
+  find_library(JANSSON_LIB NAMES libjansson.a jansson)
+else()
+  find_library(JANSSON_LIB NAMES jansson)
+endif()
+set(KVT_HAVE_JANSSON 0)
+if(JANSSON_INCLUDE AND JANSSON_LIB)
+  set(KVT_HAVE_JANSSON 1)
+elseif(NOT SKBUILD)
+  message(FATAL_ERROR "jansson not found (apt-get install libjansson-dev): the kvtier command needs it")
+endif()
+message(STATUS "kvtier: jansson ${JANSSON_LIB} (the command's JSON)")
+
 if(KVT_SANITIZE OR KVT_SANITIZE_THREAD)
   set(KVT_SANITIZE_NUM 1)
 else()

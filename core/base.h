@@ -5,7 +5,7 @@
  *
  * Layering: core/ depends on include/kvtier.h only. policy/ and io/ build on
  * core/; tiers/ builds on all three; tools/ use the public API plus
- * tiers/tool.h. Nothing here may include a header of tiers/, policy/ or io/.
+ * lab/tool.h. Nothing here may include a header of tiers/, policy/ or io/.
  */
 #ifndef KVT_BASE_H
 #define KVT_BASE_H

@@ -1,5 +1,5 @@
 /*
- * tool.c — the tools' interface to an engine (tiers/tool.h).
+ * tool.c — the tools' interface to an engine (lab/tool.h).
  *
  * The engine internals this file touches, all read-only but the lock:
  *   e->page_bytes, e->hbm.watermark                  (fixed at open)

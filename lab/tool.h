@@ -105,7 +105,7 @@ int kvt_tool_ssd_raw(int dfd, const char *name, uint64_t span, size_t block, uns
  * next is issued (0: one stream): what a synchronous caller can get. */
 int kvt_tool_ssd_raw_batched(int dfd, const char *name, uint64_t span, size_t block,
                              unsigned depth, uint64_t n, unsigned batch, bool write, double *gbps);
-/* A recorded pattern of reads replayed raw (io/raw_bench.h, kvt_io_raw_list):
+/* A recorded pattern of reads replayed raw (lab/raw_bench.h, kvt_io_raw_list):
  * the blocks at offs[] of name, in nsizes batches of sizes[i], each waited
  * for whole. 0 and *gbps, or -errno (-ENOSYS without io_uring). */
 int kvt_tool_ssd_raw_list(int dfd, const char *name, size_t block, unsigned depth,

@@ -24,6 +24,7 @@
 
 #include "include/kvtier.h"
 #include "lab/tool.h"
+#include "tools/util/util.h" /* util_now, util_median, the page pattern */
 
 #define T_PAGE 4096u
 
@@ -78,34 +79,18 @@ static inline kvt_key t_key(uint64_t id, uint32_t layer, uint32_t index)
     return k;
 }
 
-/* The deterministic content of a page: every 8-byte word depends on the key,
- * the word's position and a version, so a page served under the wrong key,
- * a stale version or a torn copy is caught. */
-static inline uint64_t t_word(kvt_key k, uint32_t version, size_t i)
-{
-    uint64_t x = k.id * 0x9E3779B97F4A7C15ull ^ ((uint64_t)k.layer << 40) ^
-                 ((uint64_t)k.index << 8) ^ ((uint64_t)version << 56) ^ (i * 0xBF58476D1CE4E5B9ull);
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    return x;
-}
-
+/* The deterministic content of a page of (k, version): the page pattern
+ * the command checks too (tools/util/util.h), so a page served under the
+ * wrong key, a stale version or a torn copy is caught. */
 static inline void t_fill(void *p, size_t bytes, kvt_key k, uint32_t version)
 {
-    uint64_t *w = (uint64_t *)p;
-    for (size_t i = 0; i < bytes / 8; i++)
-        w[i] = t_word(k, version, i);
+    util_pattern_fill(p, bytes, k, version);
 }
 
 /* 1 when p holds exactly the content of (k, version). */
 static inline int t_check(const void *p, size_t bytes, kvt_key k, uint32_t version)
 {
-    const uint64_t *w = (const uint64_t *)p;
-    for (size_t i = 0; i < bytes / 8; i++)
-        if (w[i] != t_word(k, version, i))
-            return 0;
-    return 1;
+    return util_pattern_check(p, bytes, k, version);
 }
 
 /* HBM pages (the pointers kvt_create and kvt_acquire give) are device

@@ -472,11 +472,8 @@ static const kvt_key tear_key = { 9, 0, 0 };
 /* The version held by a buffer of tear_key, or -1 if it is no version. */
 static int tear_version(const void *b)
 {
-    const uint64_t *w = b;
-    for (uint32_t v = 0; v < TEAR_MAXV; v++)
-        if (w[0] == t_word(tear_key, v, 0))
-            return t_check(b, PB, tear_key, v) ? (int)v : -1;
-    return -1;
+    uint64_t v = util_pattern_version(b, PB, tear_key);
+    return v && v < TEAR_MAXV ? (int)v : -1;
 }
 
 static void *tear_writer(void *p)

@@ -86,14 +86,7 @@ static pid_t spawn(char *const *argv, int out_fd)
     return r ? -r : pid;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Waits for pid until the deadline (now_s() seconds); past it the child is
+/* Waits for pid until the deadline (util_now() seconds); past it the child is
  * killed and -ETIMEDOUT returned. 0 with *status otherwise. */
 static int wait_until(pid_t pid, double deadline, int *status)
 {
@@ -103,7 +96,7 @@ static int wait_until(pid_t pid, double deadline, int *status)
             return 0;
         if (w < 0)
             return -errno;
-        if (now_s() > deadline) {
+        if (util_now() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, status, 0);
             return -ETIMEDOUT;
@@ -178,7 +171,7 @@ static void fs_make(struct fs *f, unsigned mib)
     pid_t pid = spawn(argv, -1);
     int status = 0;
     assert_true(pid > 0);
-    assert_int_equal(wait_until(pid, now_s() + 120, &status), 0);
+    assert_int_equal(wait_until(pid, util_now() + 120, &status), 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (loop_attach(f) < 0)
         skip();
@@ -284,7 +277,7 @@ static void run_kvtier(struct fs *f, char **args, bool fill_after_step1, struct 
     pid_t pid = spawn(argv, p[1]);
     close(p[1]);
     assert_true(pid > 0);
-    double deadline = now_s() + RUN_DEADLINE_S;
+    double deadline = util_now() + RUN_DEADLINE_S;
     size_t len = 0;
     for (;;) {
         struct pollfd pf = { p[0], POLLIN, 0 };
@@ -302,7 +295,7 @@ static void run_kvtier(struct fs *f, char **args, bool fill_after_step1, struct 
             assert_int_equal(fill(f->mnt), 0);
             o->filled = true;
         }
-        if (now_s() > deadline)
+        if (util_now() > deadline)
             break;
     }
     close(p[0]);

@@ -148,27 +148,16 @@ struct outcome {
     char err[256];
 };
 
-/* A page of (key, v): its first 512 words unique, then a 64-word cycle, so
- * that the codecs compress it (a stored page shorter than its slot). */
-static uint64_t pword(kvt_key k, uint32_t v, size_t i)
-{
-    return t_word(k, v, i < PB / 32 ? i : i % 64);
-}
-
+/* A page of (key, v), compressible, so that the codecs store it shorter
+ * than its slot. */
 static void fill(void *b, int key, uint32_t v)
 {
-    uint64_t *w = b;
-    for (size_t i = 0; i < PB / 8; i++)
-        w[i] = pword(pkey(key), v, i);
+    util_pattern_fill_z(b, PB, pkey(key), v);
 }
 
 static bool pcheck(const void *b, kvt_key k, uint32_t v)
 {
-    const uint64_t *w = b;
-    for (size_t i = 0; i < PB / 8; i++)
-        if (w[i] != pword(k, v, i))
-            return false;
-    return true;
+    return util_pattern_diff(b, PB, k, v, true) == PB;
 }
 
 /* An overwrite through a pin: the new version is dirty in HBM alone until

@@ -43,13 +43,6 @@ struct slow {
     uint64_t requests;
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int slow_open(const struct kvt_io_params *p, void **priv)
 {
     struct slow *s = calloc(1, sizeof *s);
@@ -84,7 +77,7 @@ static void slow_close(void *priv)
 static int slow_submit(void *priv, struct kvt_io_req *const *reqs, size_t n)
 {
     struct slow *s = priv;
-    uint64_t due = now_ns() + slow_delay_ns;
+    uint64_t due = util_now_ns() + slow_delay_ns;
     pthread_mutex_lock(&s->mu);
     if (s->n + n > s->cap) {
         size_t cap = s->cap ? s->cap : 64;
@@ -129,7 +122,7 @@ static size_t take_due(struct slow *s, size_t k, struct kvt_io_req **done, size_
                 s->pend[j].done = true;
                 break;
             }
-    uint64_t t = now_ns();
+    uint64_t t = util_now_ns();
     *next = 0;
     for (size_t j = 0; j < s->n && got < max;) {
         struct pend *p = &s->pend[j];
@@ -160,7 +153,7 @@ static int slow_reap(void *priv, struct kvt_io_req **done, size_t max, size_t mi
         if (got >= min_wait || got == max)
             return (int)got;
         if (next) { /* a completed request comes due: sleep until then */
-            uint64_t t = now_ns();
+            uint64_t t = util_now_ns();
             if (next > t) {
                 struct timespec ts = { (time_t)((next - t) / 1000000000ull),
                                        (long)((next - t) % 1000000000ull) };

@@ -162,7 +162,7 @@ static void *buf_at(int i)
 static void gen_page(void *p, kvt_key k, uint32_t v)
 {
     if (k.index & 1)
-        kvt_codec_fill_bf16(p, PB, t_word(k, v, 12345));
+        kvt_codec_fill_bf16(p, PB, util_pattern_seed(k, v));
     else
         t_fill(p, PB, k, v);
 }
@@ -1254,7 +1254,7 @@ static void damaged_index(struct fx *f, bool truncated)
         unsigned char *g = malloc(len);
         assert_non_null(g);
         for (size_t i = 0; i < len; i++)
-            g[i] = (unsigned char)(t_word(t_key(1, 2, 3), 4, i) >> 17);
+            g[i] = (unsigned char)(util_pattern_word(util_pattern_seed(t_key(1, 2, 3), 4), i) >> 57);
         write_file(path, g, len);
         free(g);
     }
@@ -1338,8 +1338,7 @@ static void test_layout_other_page_size(void **state)
         /* 64 KiB pages through the SSD tier, across a reopen */
         for (uint32_t i = 0; i < 10; i++) {
             kvt_key q = t_key(92, 0, i);
-            for (size_t w = 0; w < c.page_bytes / 8; w++)
-                ((uint64_t *)b)[w] = t_word(q, 1, w);
+            t_fill(b, c.page_bytes, q, 1);
             const void *src[1] = { b };
             assert_int_equal(kvt_put(e, &q, 1, src, 0), 0);
         }

@@ -1,6 +1,6 @@
 /*
  * test_ssd_faults.c — fault injection and kill -9 crash tests for the SSD
- * tier (tiers/ssd.c, tiers/ssd_pipe.c, io/io_faulty.c).
+ * tier (tiers/ssd.c, tiers/ssd_pipe.c, lab/io_faulty.c).
  *
  * Sweeps run one fixed workload once per N, with the N-th I/O operation of
  * one kind failing (a write with -EIO or -ENOSPC, a read with -EIO, a read
@@ -1454,32 +1454,16 @@ static kvt_key ckey(int i)
     return t_key(9, (uint32_t)i % 3, (uint32_t)i);
 }
 
-/* A page's content for (key, version) with 32-bit versions (t_word folds the
- * version into 8 bits, so it goes into the key too), compressible so that
- * the zstd codecs store it compressed: a random first quarter, then the
- * first 64 words repeated. */
-static kvt_key vkey(kvt_key k, uint32_t v)
-{
-    k.id ^= (uint64_t)v << 32;
-    return k;
-}
-
+/* A page's content for (key, version), compressible so that the zstd
+ * codecs store it compressed. */
 static void c_fill(void *p, kvt_key k, uint32_t v)
 {
-    uint64_t *w = p;
-    kvt_key vk = vkey(k, v);
-    for (size_t i = 0; i < PB / 8; i++)
-        w[i] = t_word(vk, v, i < PB / 32 ? i : i % 64);
+    util_pattern_fill_z(p, PB, k, v);
 }
 
 static int c_check(const void *p, kvt_key k, uint32_t v)
 {
-    const uint64_t *w = p;
-    kvt_key vk = vkey(k, v);
-    for (size_t i = 0; i < PB / 8; i++)
-        if (w[i] != t_word(vk, v, i < PB / 32 ? i : i % 64))
-            return 0;
-    return 1;
+    return util_pattern_diff(p, PB, k, v, true) == PB;
 }
 
 static kvt_config crash_config(const char *dir, int cycle)
@@ -1737,13 +1721,11 @@ static void test_crash_kill(void **state)
             snprintf(err, sizeof(err), "cycle %d: no flush logged in %d s: the child hangs",
                      cycle, CHILD_ALARM);
         assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
-        struct timespec t0, t1;
         unsigned wait_ms = 2 + (unsigned)rand_r(&seed) % 100;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = util_now();
         for (;;) { /* keep the pipe drained while the child runs */
             crash_read(p[0], &log, &n, &cap, false);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+            long ms = (long)((util_now() - t0) * 1000);
             if (ms >= (long)wait_ms)
                 break;
             struct pollfd pf = { p[0], POLLIN, 0 };

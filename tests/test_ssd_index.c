@@ -35,7 +35,7 @@
 static struct kvt_ssd_entry entry_for(kvt_key k, uint64_t gen, uint64_t fp)
 {
     struct kvt_ssd_entry e = { 0 };
-    uint64_t h = t_word(k, 0, 0);
+    uint64_t h = util_pattern_seed(k, 0);
     e.version = KVT_SSD_ENTRY_VERSION;
     e.codec = (uint8_t)(h % 3);
     e.segment = (uint32_t)(h >> 8);

@@ -222,7 +222,7 @@ static int manager_cycle(kvt_engine *e, uint64_t n, uint64_t rounds, unsigned ba
     int r = keys && ptrs ? 0 : -ENOMEM;
     kvt_stats s0, s1;
     kvt_get_stats(e, &s0);
-    double t0 = cli_now();
+    double t0 = util_now();
     for (uint64_t i = 0; i < n * rounds && !r;) {
         unsigned k = 0;
         for (; k < batch && i < n * rounds; k++, i++)
@@ -230,7 +230,7 @@ static int manager_cycle(kvt_engine *e, uint64_t n, uint64_t rounds, unsigned ba
         if ((r = kvt_acquire(e, keys, k, ptrs)) == 0)
             r = kvt_release(e, keys, k, dirty);
     }
-    double dt = cli_now() - t0;
+    double dt = util_now() - t0;
     kvt_get_stats(e, &s1);
     *up = (double)(s1.bytes_up[0] - s0.bytes_up[0]) / dt / 1e9;
     *down = (double)(s1.bytes_down[0] - s0.bytes_down[0]) / dt / 1e9;
@@ -265,9 +265,9 @@ static int manager_down(kvt_engine *e, uint64_t m, uint64_t rounds, double *gbps
             break;
         kvt_stats s0, s1;
         kvt_get_stats(e, &s0);
-        double t0 = cli_now();
+        double t0 = util_now();
         r = kvt_flush(e);
-        busy += cli_now() - t0;
+        busy += util_now() - t0;
         kvt_get_stats(e, &s1);
         bytes += s1.bytes_down[0] - s0.bytes_down[0];
     }
@@ -279,7 +279,7 @@ static int ops_per_s(kvt_engine *e, uint64_t iters, double *out)
 {
     kvt_key k = bkey(0);
     void *p;
-    double t0 = cli_now();
+    double t0 = util_now();
     for (uint64_t i = 0; i < iters; i++) {
         int r = kvt_acquire(e, &k, 1, &p);
         if (r == 0)
@@ -287,7 +287,7 @@ static int ops_per_s(kvt_engine *e, uint64_t iters, double *out)
         if (r)
             return r;
     }
-    *out = (double)iters / (cli_now() - t0);
+    *out = (double)iters / (util_now() - t0);
     return 0;
 }
 

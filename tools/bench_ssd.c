@@ -291,18 +291,19 @@ static void scratch_remove(struct scratch *s)
 
 /* ------------------------------------------------------------- kvtier */
 
-static double now_s(clockid_t clk)
+/* The process's CPU time, seconds (the wall clock is util_now). */
+static double cpu_s(void)
 {
     struct timespec t;
-    clock_gettime(clk, &t);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The words of page i (a pattern a codec would have work on; NONE stores
- * raw), so that every page read back can be checked. */
-static uint64_t page_word(uint64_t i, size_t w)
+/* Page i: key (1, 0, i), its bytes the page pattern (tools/util/util.h),
+ * so that every page read back can be checked. */
+static kvt_key page_key(uint64_t i)
 {
-    return (i + 1) * 0x9E3779B97F4A7C15ull ^ w;
+    return (kvt_key){ 1, 0, (uint32_t)i };
 }
 
 /* Fills n pages with puts (untimed). In a cycle's engine DRAM holds them
@@ -314,9 +315,8 @@ static int fill_pages(kvt_engine *e, uint64_t n, size_t pb)
         return -ENOMEM;
     int r = 0;
     for (uint64_t i = 0; i < n && !r; i++) {
-        for (size_t w = 0; w < pb / 8; w++)
-            ((uint64_t *)buf)[w] = page_word(i, w);
-        kvt_key k = { 1, 0, (uint32_t)i };
+        kvt_key k = page_key(i);
+        util_pattern_fill(buf, pb, k, 1);
         const void *src = buf;
         r = kvt_put(e, &k, 1, &src, 0);
     }
@@ -387,9 +387,10 @@ out:
  * checks every byte's CRC; this checks that the right page came out). */
 static bool page_ok(const uint8_t *dst, uint64_t i, size_t pb)
 {
-    size_t words = pb / 8, at[3] = { 0, words / 2, words - 1 };
+    size_t words = pb / 8, at[3] = { 1, words / 2, words - 1 };
+    uint64_t seed = util_pattern_seed(page_key(i), 1);
     for (int k = 0; k < 3; k++)
-        if (((const uint64_t *)dst)[at[k]] != page_word(i, at[k]))
+        if (((const uint64_t *)dst)[at[k]] != util_pattern_word(seed, at[k]))
             return false;
     return true;
 }
@@ -405,7 +406,7 @@ static int get_chains(const struct ssd_opts *o, kvt_engine *e, uint64_t cold, si
     int found[o->chain];
     for (uint64_t i = 0; i + o->chain <= cold; i += o->chain) {
         for (unsigned j = 0; j < o->chain; j++) {
-            keys[j] = (kvt_key){ 1, 0, (uint32_t)(i + j) };
+            keys[j] = page_key(i + j);
             dst[j] = bufs + (size_t)j * pb;
         }
         int r = kvt_get(e, keys, o->chain, dst, 0, found);
@@ -448,9 +449,9 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     cold -= cold % o->chain;
     kvt_stats s0, s1;
     kvt_get_stats(e, &s0);
-    double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t0 = util_now(), c0 = cpu_s();
     r = get_chains(o, e, cold, pb, bufs);
-    double t1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t1 = util_now(), c1 = cpu_s();
     kvt_get_stats(e, &s1);
     uint64_t read = s1.bytes_up[1] - s0.bytes_up[1];
     double rb = (double)read / 1e9;
@@ -570,23 +571,13 @@ struct codec_fig {
     double ratio, comp, decomp;
 };
 
-static int by_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* The median of v[0..n) (n >= 1), and its range in lo and hi. */
+/* The median of v[0..n), and its range in lo and hi; v stays in run
+ * order (the paired ratios are taken from it). */
 static double median(const double *v, unsigned n, double *lo, double *hi)
 {
     double s[MAX_REPS];
     memcpy(s, v, n * sizeof(*s));
-    qsort(s, n, sizeof(*s), by_double);
-    if (lo)
-        *lo = s[0];
-    if (hi)
-        *hi = s[n - 1];
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    return util_median(s, n, lo, hi);
 }
 
 /* Test- and bench-only entry points of io/crc32c.c (not in codec.h). */
@@ -634,21 +625,21 @@ static double crc_hot_gbps(int path, const unsigned char *b, double secs)
 {
     uint32_t c = 0;
     size_t done = 0;
-    double t0 = now_s(CLOCK_MONOTONIC), t;
+    double t0 = util_now(), t;
     do {
         for (int k = 0; k < 8; k++)
             c = kvt_crc32c_path(path, c, b, CRC_HOT);
         done += 8 * (size_t)CRC_HOT;
-    } while ((t = now_s(CLOCK_MONOTONIC)) - t0 < secs);
+    } while ((t = util_now()) - t0 < secs);
     crc_sink ^= c;
     return (double)done / (t - t0) * 1e-9;
 }
 
 static double crc_cold_gbps(int path, const unsigned char *b, size_t n)
 {
-    double t0 = now_s(CLOCK_MONOTONIC);
+    double t0 = util_now();
     crc_sink ^= kvt_crc32c_path(path, 0, b, n);
-    return (double)n / (now_s(CLOCK_MONOTONIC) - t0) * 1e-9;
+    return (double)n / (util_now() - t0) * 1e-9;
 }
 
 /* 0, or -ENOMEM (nothing measured). */

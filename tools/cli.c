@@ -20,6 +20,7 @@
 #include "include/kvtier.h"
 #include "lab/tool.h"
 #include "tools/cli.h"
+#include "tools/util/json.h"
 
 /* 1024^k for the suffix at *p (k, m, g, t in any case, then optionally "b"
  * or "ib"), advancing *p past it; 1 for no suffix; 0 for a bad one. */
@@ -128,13 +129,6 @@ int cli_parse_device(const char *s, int *out)
     return 0;
 }
 
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 const char *cli_bytes(char *buf, size_t n, double b)
 {
     static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
@@ -221,12 +215,9 @@ int cli_json_errors_end(int rc)
     if (rc != 0 && json_err.out_bytes == 0) {
         char why[64];
         snprintf(why, sizeof why, "exit status %d (the reason is on stderr)", rc);
-        printf("{\"error\": ");
-        cli_json_str(json_err.msg[0] ? json_err.msg : why);
-        printf(", \"command\": ");
-        cli_json_str(json_err.cmd);
-        printf(", \"exit\": %d}\n", rc);
-        fflush(stdout);
+        util_json_print(stdout, json_pack("{s:o, s:o, s:i}", "error",
+                                          util_json_str(json_err.msg[0] ? json_err.msg : why),
+                                          "command", util_json_str(json_err.cmd), "exit", rc));
     }
     return rc;
 }
@@ -250,17 +241,10 @@ int cli_error(const char *cmd, int code, const char *fmt, ...)
 
 void cli_json_str(const char *s)
 {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
+    json_t *j = util_json_str(s);
+    if (!j || json_dumpf(j, stdout, JSON_ENCODE_ANY) < 0)
+        fputs("null", stdout); /* out of memory: still JSON */
+    json_decref(j);
 }
 
 void cli_json_num(const char *fmt, double v)
@@ -500,8 +484,8 @@ int cli_stop_end(const char *cmd)
  * not add up (replay --speed counts a request started 1 ms late). */
 void cli_sleep(double s)
 {
-    double end = cli_now() + s, left;
-    while (!cli_stopped() && (left = end - cli_now()) > 0) {
+    double end = util_now() + s, left;
+    while (!cli_stopped() && (left = end - util_now()) > 0) {
         double d = left < 0.05 ? left : 0.05;
         struct timespec ts = { 0, (long)(d * 1e9) };
         nanosleep(&ts, NULL);

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tools/util/util.h" /* util_now, util_median, the page pattern */
+
 struct kvt_config;
 struct option;
 
@@ -31,14 +33,14 @@ int cli_split_list(const char *val, char *buf, size_t n, char **items, int max, 
 /* "auto", "host" or an ordinal 0..1023 (digits only) -> KVT_DEVICE_* or the
  * ordinal; -EINVAL otherwise. */
 int cli_parse_device(const char *s, int *out);
-/* Seconds of a monotonic clock. */
-double cli_now(void);
 /* Formats bytes as "256 KiB", "1.5 GiB". Returns buf. */
 const char *cli_bytes(char *buf, size_t n, double bytes);
 /* Formats seconds as "1.5 s", "250 ms", "12 us" (3 significant digits). Returns buf. */
 const char *cli_secs(char *buf, size_t n, double s);
-/* Prints s to stdout as a JSON string (quotes, escapes): names come from
- * argv, paths from the environment. */
+/* Prints s to stdout as a JSON string, encoded by jansson (quotes, escapes;
+ * bytes that are not UTF-8 as '?'): names come from argv, paths from the
+ * environment. A whole object is better built with jansson and printed
+ * with util_json_print (tools/util/json.h). */
 void cli_json_str(const char *s);
 /* Prints v to stdout as a JSON number with fmt ("%.6g"): null when it is not
  * finite, which JSON cannot say. */

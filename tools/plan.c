@@ -20,6 +20,7 @@
 
 #include "tools/cli.h"
 #include "tools/presets.h"
+#include "tools/util/json.h"
 
 /* Default link bandwidths (GB/s) when neither a flag nor the bench file gives
  * one, each with what it stands for: printed beside the figure it produces. */
@@ -113,21 +114,12 @@ int plan_compute(const struct plan_in *in, struct plan_out *o)
 
 /* ------------------------------------------------------------- bench file */
 
-/* The positive number after "key": in text, or 0 when absent or not one. */
-static double json_number(const char *text, const char *key)
+/* The positive number o[key], or 0 when absent or not one. */
+static double json_number(const json_t *o, const char *key)
 {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *p = strstr(text, pat);
-    if (!p)
-        return 0;
-    p += strlen(pat);
-    p += strspn(p, " \t\r\n");
-    if (*p++ != ':')
-        return 0;
-    char *end;
-    double v = strtod(p, &end);
-    return end != p && v > 0 && isfinite(v) ? v : 0;
+    const json_t *j = json_object_get(o, key);
+    double v = json_is_number(j) ? json_number_value(j) : 0;
+    return v > 0 && isfinite(v) ? v : 0;
 }
 
 int plan_read_bench(const char *path, double *h2d, double *ssd)
@@ -146,14 +138,16 @@ int plan_read_bench(const char *path, double *h2d, double *ssd)
     size_t n = fread(buf, 1, cap - 1, f);
     int err = ferror(f) ? -EIO : 0;
     fclose(f);
-    buf[n] = '\0';
+    /* Not JSON, or not an object: no figures (the defaults then). */
+    json_t *o = err ? NULL : json_loadb(buf, n, 0, NULL);
+    free(buf);
     int mask = 0;
     double v;
-    if (!err && (v = json_number(buf, "h2d_gbps")) > 0)
+    if ((v = json_number(o, "h2d_gbps")) > 0)
         *h2d = v, mask |= 1;
-    if (!err && (v = json_number(buf, "ssd_read_gbps")) > 0)
+    if ((v = json_number(o, "ssd_read_gbps")) > 0)
         *ssd = v, mask |= 2;
-    free(buf);
+    json_decref(o);
     return err ? err : mask;
 }
 

@@ -115,9 +115,10 @@ double plan_bound(const uint64_t split[PLAN_TIERS], const double gbps[PLAN_TIERS
                   double term_s[PLAN_TIERS], int *bound_by);
 
 /* Reads {"h2d_gbps": X, "ssd_read_gbps": Y} as `kvtier bench` leaves it in
- * path. Sets *h2d / *ssd to the positive values found and leaves the others.
- * Returns a mask of what was found (1 h2d, 2 ssd), or -errno when the file
- * cannot be read. */
+ * path (jansson; its first 64 KiB, the object's own keys). Sets *h2d / *ssd
+ * to the positive values found and leaves the others. Returns a mask of
+ * what was found (1 h2d, 2 ssd; 0 for a file that is not a JSON object), or
+ * -errno when the file cannot be read. */
 int plan_read_bench(const char *path, double *h2d, double *ssd);
 
 #endif

@@ -22,7 +22,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 # Debian packages the build and tests need. CUDA is optional: the CUDA
 # back-end is built wherever the toolkit is installed (/usr/local/cuda).
-pkgs=(build-essential cmake pkg-config liburing-dev liblmdb-dev libzstd-dev libcmocka-dev e2fsprogs)
+# libjansson-dev: the command reads traces and writes --json with jansson
+# (its static libjansson.a goes into the GPU build, tools/gpu/build.sh).
+pkgs=(build-essential cmake pkg-config liburing-dev liblmdb-dev libzstd-dev libcmocka-dev libjansson-dev e2fsprogs)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tools/crashtest/crashtest.h"
+#include "tools/util/util.h"
 
 #define FILLER_ID 100000u   /* filler keys' ids start here, far from the checked keys' */
 
@@ -38,51 +39,20 @@ unsigned ct_filler_count(const struct ct_opts *o)
     return o->full ? (unsigned)o->threads * CT_FILLER_KEYS : 0;
 }
 
-static uint64_t ct_word(unsigned key, uint32_t ver, size_t i)
-{
-    uint64_t x = ((uint64_t)key << 40) ^ ((uint64_t)ver << 8) ^ (i * 0x9E3779B97F4A7C15ull) ^ CT_FP;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    x *= 0x94D049BB133111EBull;
-    return x ^ (x >> 32);
-}
-
 void ct_fill(void *p, unsigned key, uint32_t ver)
 {
-    uint64_t *w = p;
-    for (size_t i = 0; i < CT_PB / 8; i++)
-        w[i] = ct_word(key, ver, i);
+    util_pattern_fill(p, CT_PB, ct_key(key), ver);
 }
 
 bool ct_check(const void *p, unsigned key, uint32_t ver)
 {
-    const uint64_t *w = p;
-    for (size_t i = 0; i < CT_PB / 8; i++)
-        if (w[i] != ct_word(key, ver, i))
-            return false;
-    return true;
-}
-
-/* Filler pages: word 0 the version, the rest derived from (key, version),
- * under keys numbered apart from the checked ones. */
-static void filler_fill(void *p, unsigned j, uint32_t ver)
-{
-    uint64_t *w = p;
-    w[0] = ver;
-    for (size_t i = 1; i < CT_PB / 8; i++)
-        w[i] = ct_word(FILLER_ID + j, ver, i);
+    return util_pattern_check(p, CT_PB, ct_key(key), ver);
 }
 
 bool ct_filler_ok(const void *p, unsigned j)
 {
-    const uint64_t *w = p;
-    if (w[0] == 0 || w[0] > UINT32_MAX)
-        return false;
-    for (size_t i = 1; i < CT_PB / 8; i++)
-        if (w[i] != ct_word(FILLER_ID + j, (uint32_t)w[0], i))
-            return false;
-    return true;
+    uint64_t v = util_pattern_version(p, CT_PB, ct_filler_key(j));
+    return v && v <= UINT32_MAX;
 }
 
 /* ------------------------------------------------------------- the engine */
@@ -138,7 +108,7 @@ static void *filler_run(void *arg)
         unsigned what = (unsigned)rand_r(&seed) % 20;
         kvt_key k = ct_filler_key(j);
         if (what < 10) {
-            filler_fill(b, j, ++ver);
+            util_pattern_fill(b, CT_PB, k, ++ver);
             const void *src[1] = { b };
             int r = kvt_put(f->e, &k, 1, src, 0);
             if (r && r != KVT_EFULL)

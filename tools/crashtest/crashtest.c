@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -43,6 +44,7 @@
 #include "tools/cli.h"
 #include "tools/crashtest/crashtest.h"
 #include "tools/fsck/spill.h"
+#include "tools/util/json.h"
 
 struct totals {
     uint64_t cycles, after_flush, flushes, ops, present, newer, absent, evicted, lost, wrong;
@@ -226,12 +228,10 @@ static void ct_flushed(struct ct_check *c, uint64_t keys)
 
 static void ct_sleep_ms(unsigned ms, int fd, struct ct_log *lg)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = util_now();
     for (;;) {
         ct_read(fd, lg, false);   /* keep the pipe drained while the child runs */
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        long ms_gone = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        long ms_gone = (long)((util_now() - t0) * 1000);
         if (ms_gone >= (long)ms)
             return;
         struct pollfd pf = { fd, POLLIN, 0 };
@@ -294,7 +294,7 @@ static void ct_progress(const struct ct_opts *o, const struct totals *t, double 
                         double *last, bool done)
 {
     static uint64_t shown = UINT64_MAX;   /* the count last printed: the end says it once */
-    double now = cli_now();
+    double now = util_now();
     if (!o->progress || (!done && now - *last < (tty ? 0.2 : 10.0)) ||
         (done && !tty && shown == t->cycles))
         return;
@@ -311,7 +311,7 @@ static int ct_loop(const struct ct_opts *o, struct totals *t, char *err, size_t 
     struct ct_log lg = { 0 };
     unsigned seed = (unsigned)o->seed;
     bool tty = isatty(STDERR_FILENO);
-    double t0 = cli_now(), last = 0;
+    double t0 = util_now(), last = 0;
     int rc = 0;
     for (uint64_t cycle = 0; cycle < o->cycles && !rc; cycle++) {
         if ((rc = ct_run_child(o, cycle, cur, &seed, &lg, err, errlen)) != 0) {
@@ -449,23 +449,19 @@ static void ct_report(const struct ct_opts *o, const struct totals *t, double se
         fprintf(f, "  first failure: %s\n", err);
     if (!o->json)
         return;
-    printf("{\"cycles\": %" PRIu64 ", \"seconds\": %.3f, \"seed\": %" PRIu64 ", \"keys\": %" PRIu64
-           ", \"kills_after_flush\": %" PRIu64 ", \"flushes\": %" PRIu64 ", \"ops\": %" PRIu64
-           ", \"present\": %" PRIu64 ", \"newer\": %" PRIu64 ", \"absent\": %" PRIu64
-           ", \"full\": %s, \"threads\": %" PRIu64 ", \"evict\": %s, \"evicted\": %" PRIu64
-           ", \"fillers\": %" PRIu64 ", \"lost\": %" PRIu64 ", \"wrong\": %" PRIu64
-           ", \"ok\": %s, \"error\": ",
-           t->cycles, secs, o->seed, o->keys, t->after_flush, t->flushes, t->ops, t->present,
-           t->newer, t->absent, o->full ? "true" : "false", o->full ? o->threads : 0,
-           o->evict ? "true" : "false", t->evicted, t->fillers, t->lost, t->wrong,
-           err[0] ? "false" : "true");
-    if (err[0])
-        cli_json_str(err);
-    else
-        printf("null");
-    printf(", \"dir\": ");
-    cli_json_str(o->dir);
-    printf("}\n");
+    /* Counts are far below 2^63: json_int_t holds them. Seconds to the ms. */
+    util_json_print(stdout, json_pack(
+        "{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:b, s:I, s:I, s:I, s:I, "
+        "s:b, s:o, s:o}",
+        "cycles", (json_int_t)t->cycles, "seconds", util_json_real(round(secs * 1e3) / 1e3),
+        "seed", (json_int_t)o->seed, "keys", (json_int_t)o->keys,
+        "kills_after_flush", (json_int_t)t->after_flush, "flushes", (json_int_t)t->flushes,
+        "ops", (json_int_t)t->ops, "present", (json_int_t)t->present,
+        "newer", (json_int_t)t->newer, "absent", (json_int_t)t->absent, "full", (int)o->full,
+        "threads", (json_int_t)(o->full ? o->threads : 0), "evict", (int)o->evict,
+        "evicted", (json_int_t)t->evicted, "fillers", (json_int_t)t->fillers,
+        "lost", (json_int_t)t->lost, "wrong", (json_int_t)t->wrong, "ok", (int)!err[0],
+        "error", err[0] ? util_json_str(err) : json_null(), "dir", util_json_str(o->dir)));
 }
 
 int crashtest_main(int argc, char **argv)
@@ -506,9 +502,9 @@ int crashtest_main(int argc, char **argv)
     kvt_close(e);
     fprintf(stderr, "kvtier crashtest: seed %" PRIu64 " (--seed replays the operations; kill "
             "times follow the clock)\n", o.seed);
-    double t0 = cli_now();
+    double t0 = util_now();
     int rc = ct_loop(&o, &t, err, sizeof(err));
-    double secs = cli_now() - t0;
+    double secs = util_now() - t0;
     bool keep = rc || !made[0];
     if (!keep && kvt_spill_remove(made) < 0)
         keep = true;

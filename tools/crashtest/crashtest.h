@@ -41,10 +41,11 @@ kvt_key ct_key(unsigned i);
 kvt_key ct_filler_key(unsigned j);
 unsigned ct_filler_count(const struct ct_opts *o);
 
+/* Checked key i's page at version ver: the page pattern (tools/util/util.h). */
 void ct_fill(void *p, unsigned key, uint32_t ver);
 bool ct_check(const void *p, unsigned key, uint32_t ver);
-/* A filler page carries its version in its first word: whether p is filler
- * key j's page at some version, whole. */
+/* Whether p is filler key j's page at some version, whole (the pattern
+ * says its version). */
 bool ct_filler_ok(const void *p, unsigned j);
 
 /* The engine of a cycle, the child's and the check's alike. */

@@ -270,7 +270,7 @@ static void progress(struct fsck *f, size_t done, size_t total)
 {
     if (!f->progress || ((++f->ticks & 63) && done != total))
         return;
-    double now = cli_now();
+    double now = util_now();
     if (now - f->progress_at < (f->tty ? 0.1 : 10.0))
         return;
     if (f->tty)
@@ -654,7 +654,7 @@ int fsck_main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     f.progress = true;
     f.tty = isatty(STDERR_FILENO);
-    f.progress_at = f.tty ? 0 : cli_now();
+    f.progress_at = f.tty ? 0 : util_now();
     rc = fsck_run(&f, o.dir, o.repair);
     if (rc) {
         cli_error("fsck", 1, "%s", f.err);

@@ -1,14 +1,16 @@
 /*
  * trace.c — reads prefix-cache request traces (see trace.h for the format).
  *
- * The parser is a small recursive-descent JSON reader that understands only
- * what the format needs: one object per line, unsigned integers for the
- * known keys, and any JSON value (skipped) for the others. It never reads
- * past the line it is given, keeps nesting under PFX_MAX_DEPTH (so skipping
- * a hostile value cannot exhaust the stack), and grows memory only by what
- * the trace holds (references and requests, each capped).
+ * Lines are cut here (so that a buffer and a file agree on where a line
+ * ends, its number and how long it may be, and a line is never held past
+ * PFX_MAX_LINE bytes); each line is one JSON document read by jansson, and
+ * only its four known keys are looked at. jansson bounds nesting itself
+ * (JSON_PARSER_MAX_DEPTH, 2048), so a hostile value cannot exhaust the
+ * stack; memory grows only by what the trace holds (references and
+ * requests, each capped), and a line's document is freed before the next.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -16,10 +18,7 @@
 
 #include "tools/prefix/trace.h"
 
-#define PFX_MAX_DEPTH 64
-
 struct parser {
-    const char *p, *end;
     unsigned line;
     char *err;
     size_t errlen;
@@ -46,148 +45,6 @@ static int fail(struct parser *ps, const char *fmt, ...)
         }
     }
     return -EINVAL;
-}
-
-static void skip_ws(struct parser *ps)
-{
-    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\r' || *ps->p == '\n'))
-        ps->p++;
-}
-
-static bool eat(struct parser *ps, char c)
-{
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == c) {
-        ps->p++;
-        return true;
-    }
-    return false;
-}
-
-static const char *what_is_here(const struct parser *ps)
-{
-    return ps->p >= ps->end ? "the end of the line" : "another character";
-}
-
-/* A JSON string; its bytes (escapes left as written) in [*s, *s + *n). */
-static int parse_string(struct parser *ps, const char **s, size_t *n)
-{
-    if (!eat(ps, '"'))
-        return fail(ps, "expected a string, found %s", what_is_here(ps));
-    const char *start = ps->p;
-    while (ps->p < ps->end && *ps->p != '"') {
-        if ((unsigned char)*ps->p < 0x20)
-            return fail(ps, "a control character inside a string");
-        if (*ps->p == '\\') {
-            if (++ps->p >= ps->end)
-                break;
-            if (!strchr("\"\\/bfnrtu", *ps->p))
-                return fail(ps, "a bad escape '\\%c' in a string", *ps->p);
-        }
-        ps->p++;
-    }
-    if (ps->p >= ps->end)
-        return fail(ps, "a string runs to the end of the line");
-    *s = start;
-    *n = (size_t)(ps->p - start);
-    ps->p++;
-    return 0;
-}
-
-/* A non-negative JSON integer no larger than max ("12", not "1.5", "-1" or "1e3"). */
-static int parse_uint(struct parser *ps, const char *what, uint64_t max, uint64_t *out)
-{
-    skip_ws(ps);
-    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
-        return fail(ps, "%s: expected a non-negative integer", what);
-    uint64_t v = 0;
-    const char *start = ps->p;
-    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
-        unsigned d = (unsigned)(*ps->p - '0');
-        if (v > (max - d) / 10)
-            return fail(ps, "%s: %.*s... is larger than %llu", what, (int)(ps->p - start + 1),
-                        start, (unsigned long long)max);
-        v = v * 10 + d;
-        ps->p++;
-    }
-    if (ps->p < ps->end && (*ps->p == '.' || *ps->p == 'e' || *ps->p == 'E'))
-        return fail(ps, "%s: expected an integer, found a fraction or exponent", what);
-    if (ps->p - start > 1 && *start == '0')
-        return fail(ps, "%s: a number with a leading zero", what);
-    *out = v;
-    return 0;
-}
-
-static int skip_value(struct parser *ps, int depth);
-
-/* Any JSON number (skipped). */
-static int skip_number(struct parser *ps)
-{
-    const char *start = ps->p;
-    if (ps->p < ps->end && *ps->p == '-')
-        ps->p++;
-    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
-        return fail(ps, "expected a value");
-    while (ps->p < ps->end && strchr("0123456789+-.eE", *ps->p))
-        ps->p++;
-    /* Shape only: strtod would accept "1e" or "1.": refuse what it would not. */
-    char last = ps->p[-1];
-    if (last == '+' || last == '-' || last == '.' || last == 'e' || last == 'E')
-        return fail(ps, "a malformed number '%.*s'", (int)(ps->p - start), start);
-    return 0;
-}
-
-static int skip_container(struct parser *ps, int depth, char close)
-{
-    if (depth >= PFX_MAX_DEPTH)
-        return fail(ps, "values nested deeper than %d", PFX_MAX_DEPTH);
-    if (eat(ps, close))
-        return 0;
-    for (;;) {
-        int r;
-        if (close == '}') {
-            const char *k;
-            size_t kn;
-            if ((r = parse_string(ps, &k, &kn)) < 0)
-                return r;
-            if (!eat(ps, ':'))
-                return fail(ps, "expected ':' after a key");
-        }
-        if ((r = skip_value(ps, depth + 1)) < 0)
-            return r;
-        if (eat(ps, close))
-            return 0;
-        if (!eat(ps, ','))
-            return fail(ps, "expected ',' or '%c', found %s", close, what_is_here(ps));
-    }
-}
-
-static int skip_value(struct parser *ps, int depth)
-{
-    skip_ws(ps);
-    if (ps->p >= ps->end)
-        return fail(ps, "expected a value, found the end of the line");
-    const char *s;
-    size_t n;
-    switch (*ps->p) {
-    case '"':
-        return parse_string(ps, &s, &n);
-    case '{':
-        ps->p++;
-        return skip_container(ps, depth, '}');
-    case '[':
-        ps->p++;
-        return skip_container(ps, depth, ']');
-    }
-    static const char *const words[] = { "true", "false", "null" };
-    for (size_t i = 0; i < 3; i++) {
-        size_t l = strlen(words[i]);
-        if ((size_t)(ps->end - ps->p) >= l && !memcmp(ps->p, words[i], l)) {
-            ps->p += l;
-            return 0;
-        }
-    }
-    return skip_number(ps);
 }
 
 static int idmap_grow(struct idmap *m)
@@ -266,15 +123,30 @@ static int push_ref(struct builder *b, uint64_t h)
     return 0;
 }
 
-static int parse_hash_ids(struct parser *ps, struct builder *b)
+/* A known key's value: a non-negative JSON integer no larger than max
+ * ("12", not "1.5", "-1" or "1e3"). */
+static int get_uint(struct parser *ps, const json_t *v, const char *what, uint64_t max,
+                    uint64_t *out)
 {
-    if (!eat(ps, '['))
+    if (json_is_real(v))
+        return fail(ps, "%s: expected an integer, found a fraction or exponent", what);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return fail(ps, "%s: expected a non-negative integer", what);
+    uint64_t x = (uint64_t)json_integer_value(v);
+    if (x > max)
+        return fail(ps, "%s: %llu is larger than %llu", what, (unsigned long long)x,
+                    (unsigned long long)max);
+    *out = x;
+    return 0;
+}
+
+static int parse_hash_ids(struct parser *ps, struct builder *b, const json_t *a)
+{
+    if (!json_is_array(a))
         return fail(ps, "hash_ids: expected an array");
-    if (eat(ps, ']'))
-        return 0;
-    for (;;) {
+    for (size_t i = 0; i < json_array_size(a); i++) {
         uint64_t h;
-        int r = parse_uint(ps, "hash_ids", UINT64_MAX, &h);
+        int r = get_uint(ps, json_array_get(a, i), "hash_ids", UINT64_MAX, &h);
         if (r < 0)
             return r;
         if ((r = push_ref(b, h)) == -E2BIG)
@@ -282,54 +154,46 @@ static int parse_hash_ids(struct parser *ps, struct builder *b)
                         (unsigned long long)PFX_MAX_REFS), -E2BIG;
         if (r < 0)
             return r;
-        if (eat(ps, ']'))
-            return 0;
-        if (!eat(ps, ','))
-            return fail(ps, "hash_ids: expected ',' or ']', found %s", what_is_here(ps));
     }
+    return 0;
 }
 
-enum { K_TS = 1, K_IN = 2, K_OUT = 4, K_HASH = 8 };
-
-static int parse_field(struct parser *ps, struct builder *b, struct pfx_req *q, unsigned *seen)
+/* The request's fields from the line's object; timestamp and hash_ids are
+ * required, the lengths optional. */
+static int parse_fields(struct parser *ps, struct builder *b, const json_t *o, struct pfx_req *q)
 {
-    const char *k;
-    size_t kn;
-    int r = parse_string(ps, &k, &kn);
-    if (r < 0)
-        return r;
-    if (!eat(ps, ':'))
-        return fail(ps, "expected ':' after \"%.*s\"", (int)(kn < 64 ? kn : 64), k);
-    static const struct { const char *name; unsigned bit; } known[] = {
-        { "timestamp", K_TS }, { "input_length", K_IN }, { "output_length", K_OUT },
-        { "hash_ids", K_HASH },
-    };
-    unsigned bit = 0;
-    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-        if (strlen(known[i].name) == kn && !memcmp(known[i].name, k, kn))
-            bit = known[i].bit;
-    if (!bit)
-        return skip_value(ps, 1);
-    if (*seen & bit)
-        return fail(ps, "\"%.*s\" appears twice", (int)kn, k);
-    *seen |= bit;
+    const json_t *ts = json_object_get(o, "timestamp"), *in = json_object_get(o, "input_length"),
+                 *out = json_object_get(o, "output_length"), *ids = json_object_get(o, "hash_ids");
     uint64_t v;
-    switch (bit) {
-    case K_TS:
-        if ((r = parse_uint(ps, "timestamp", UINT64_MAX / 1000, &v)) == 0)
-            q->t_ms = v;
+    int r;
+    if (!ids)
+        return fail(ps, "no \"hash_ids\"");
+    if (!ts)
+        return fail(ps, "no \"timestamp\"");
+    if ((r = get_uint(ps, ts, "timestamp", UINT64_MAX / 1000, &v)) < 0)
         return r;
-    case K_IN:
-        if ((r = parse_uint(ps, "input_length", UINT32_MAX, &v)) == 0)
-            q->in_tokens = (uint32_t)v;
-        return r;
-    case K_OUT:
-        if ((r = parse_uint(ps, "output_length", UINT32_MAX, &v)) == 0)
-            q->out_tokens = (uint32_t)v;
-        return r;
-    default:
-        return parse_hash_ids(ps, b);
+    q->t_ms = v;
+    if (in) {
+        if ((r = get_uint(ps, in, "input_length", UINT32_MAX, &v)) < 0)
+            return r;
+        q->in_tokens = (uint32_t)v;
     }
+    if (out) {
+        if ((r = get_uint(ps, out, "output_length", UINT32_MAX, &v)) < 0)
+            return r;
+        q->out_tokens = (uint32_t)v;
+    }
+    if ((r = parse_hash_ids(ps, b, ids)) < 0)
+        return r;
+    uint64_t n = b->t->n_hash - q->first;
+    if (n > UINT32_MAX)
+        return fail(ps, "more than %u blocks in one request", UINT32_MAX);
+    q->n = (uint32_t)n;
+    if (!in) {
+        uint64_t tok = n * b->t->block_tokens;
+        q->in_tokens = tok > UINT32_MAX ? UINT32_MAX : (uint32_t)tok;
+    }
+    return 0;
 }
 
 static int push_req(struct builder *b, const struct pfx_req *q)
@@ -347,43 +211,35 @@ static int push_req(struct builder *b, const struct pfx_req *q)
     return 0;
 }
 
-/* One line: blank, or one object. */
-static int parse_line(struct parser *ps, struct builder *b)
+static bool blank(const char *p, size_t n)
 {
-    skip_ws(ps);
-    if (ps->p == ps->end)
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r')
+            return false;
+    return true;
+}
+
+/* One line: blank, or one object. Duplicate keys are refused anywhere in
+ * it (jansson would keep the last one silently); strings may hold \u0000,
+ * as other keys' values are skipped whatever they are. */
+static int parse_line(struct parser *ps, struct builder *b, const char *line, size_t len)
+{
+    if (blank(line, len))
         return 0;
-    if (!eat(ps, '{'))
-        return fail(ps, "expected a JSON object ('{')");
-    struct pfx_req q = { .first = b->t->n_hash, .line = ps->line };
-    unsigned seen = 0;
+    json_error_t je;
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!o && json_error_code(&je) == json_error_out_of_memory)
+        return -ENOMEM;
+    if (!o)
+        return fail(ps, "%s (byte %d)", je.text, je.position);
     int r;
-    if (!eat(ps, '}')) {
-        for (;;) {
-            if ((r = parse_field(ps, b, &q, &seen)) < 0)
-                return r;
-            if (eat(ps, '}'))
-                break;
-            if (!eat(ps, ','))
-                return fail(ps, "expected ',' or '}', found %s", what_is_here(ps));
-        }
-    }
-    skip_ws(ps);
-    if (ps->p != ps->end)
-        return fail(ps, "text after the object");
-    if (!(seen & K_HASH))
-        return fail(ps, "no \"hash_ids\"");
-    if (!(seen & K_TS))
-        return fail(ps, "no \"timestamp\"");
-    uint64_t n = b->t->n_hash - q.first;
-    if (n > UINT32_MAX)
-        return fail(ps, "more than %u blocks in one request", UINT32_MAX);
-    q.n = (uint32_t)n;
-    if (!(seen & K_IN)) {
-        uint64_t tok = n * b->t->block_tokens;
-        q.in_tokens = tok > UINT32_MAX ? UINT32_MAX : (uint32_t)tok;
-    }
-    return push_req(b, &q);
+    struct pfx_req q = { .first = b->t->n_hash, .line = ps->line };
+    if (!json_is_object(o))
+        r = fail(ps, "expected a JSON object ('{')");
+    else if ((r = parse_fields(ps, b, o, &q)) == 0)
+        r = push_req(b, &q);
+    json_decref(o);
+    return r;
 }
 
 void pfx_trace_free(struct pfx_trace *t)
@@ -414,11 +270,9 @@ static int builder_end(struct builder *b, int r)
 
 static int parse_chunk(struct builder *b, struct parser *ps, const char *line, size_t len)
 {
-    ps->p = line;
-    ps->end = line + len;
     if (memchr(line, '\0', len))
         return fail(ps, "a NUL byte");
-    return parse_line(ps, b);
+    return parse_line(ps, b, line, len);
 }
 
 /* Where the lines come from: a buffer, or a file read a line at a time.

@@ -9,10 +9,12 @@
  *
  * timestamp: arrival in milliseconds (non-decreasing is not required);
  * hash_ids: the request's chain of prefix block hashes, one per block of
- * block_tokens input tokens, shallowest first (required, may be empty);
- * input_length / output_length: tokens (optional; input defaults to
- * blocks x block_tokens). Other keys are skipped, whatever their value.
- * Blank lines are skipped.
+ * block_tokens input tokens, shallowest first (required, may be empty),
+ * each below 2^63 (jansson's integers are signed 64-bit); input_length /
+ * output_length: tokens (optional; input defaults to blocks x
+ * block_tokens). Other keys are skipped, whatever their value, but the line
+ * must be valid JSON (UTF-8, numbers jansson holds, no key twice in one
+ * object). Blank lines are skipped.
  */
 #ifndef KVT_PREFIX_TRACE_H
 #define KVT_PREFIX_TRACE_H

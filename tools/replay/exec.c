@@ -236,7 +236,7 @@ int replay_exec(const struct replay_opts *o, struct replay_result *r)
     struct replay_ctx x = { .o = o, .r = r, .bb = o->block_bytes };
     memset(r, 0, sizeof(*r));
     pthread_mutex_init(&x.mu, NULL);
-    trace_init(&x.trace, cli_now());
+    trace_init(&x.trace, util_now());
     int rc = read_trace(&x);
     if (rc == 0 && (rc = index_blocks(&x)) == 0 && (rc = replay_size(&x)) == 0)
         rc = replay_check_config(&x);

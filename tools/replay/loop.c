@@ -52,7 +52,7 @@ static int call_failed(struct replay_ctx *x, const char *call, uint64_t req, int
 static double span_begin(struct replay_ctx *x, enum replay_span k)
 {
     pthread_mutex_lock(&x->mu);
-    double t = cli_now();
+    double t = util_now();
     if (x->busy.running[k]++ == 0)
         x->busy.since[k] = t;
     pthread_mutex_unlock(&x->mu);
@@ -72,7 +72,7 @@ static double *span_clock(struct replay_result *r, enum replay_span k)
 /* The call's end is read before the lock: a wait for it is not the call's. */
 static double span_end(struct replay_ctx *x, enum replay_span k)
 {
-    double t = cli_now();
+    double t = util_now();
     pthread_mutex_lock(&x->mu);
     if (--x->busy.running[k] == 0)
         *span_clock(x->r, k) += t - x->busy.since[k];
@@ -431,7 +431,7 @@ static void pace(struct replay_ctx *x, struct replay_worker *w, uint64_t req, do
     if (s <= 0)
         return;
     double at = start + replay_due_s(x->tr.req[req].t_ms, x->tr.req[0].t_ms, s);
-    double late = cli_now() - at;
+    double late = util_now() - at;
     if (late < 0) {
         cli_sleep(-late); /* in slices: never a huge time_t; cut short by SIGINT, SIGTERM */
     } else if (late > 1e-3) {
@@ -504,7 +504,7 @@ static void request_done(struct replay_ctx *x, struct replay_worker *w)
     merge(r, &w->part);
     memset(&w->part, 0, sizeof(w->part));
     uint64_t done = ++x->done, n = r->requests;
-    double t = cli_now();
+    double t = util_now();
     if (x->o->trace_out && (done % 64 == 0 || done == n))
         trace_counter(&x->trace, "prefix hits", t, "hit_fraction",
                       r->refs ? (double)r->hit_blocks / (double)r->refs : 0);
@@ -570,9 +570,9 @@ int replay_requests(struct replay_ctx *x)
     kvt_stats s0;
     kvt_get_stats(x->e, &s0);
     double cpu0 = process_cpu();
-    x->start = x->shown = cli_now();
+    x->start = x->shown = util_now();
     int rc = run_workers(x);
-    r->wall_s = cli_now() - x->start;
+    r->wall_s = util_now() - x->start;
     r->cpu_s = process_cpu() - cpu0;
     kvt_get_stats(x->e, &r->end);
     uint64_t *d = (uint64_t *)&r->delta;

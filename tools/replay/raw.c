@@ -19,23 +19,10 @@
 
 #include "store/spill_dir.h"
 #include "tools/replay/replay_priv.h"
+#include "tools/util/util.h"
 
 #define RAW_SPAN (256u << 20)
 #define RAW_DEPTH 32 /* kvt_config's default queue_depth, which the replay keeps */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double p = *(const double *)a, q = *(const double *)b;
-    return (p > q) - (p < q);
-}
-
-static double median(double *v, int n)
-{
-    if (n == 0)
-        return 0;
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* passes read (or write) passes over span bytes of name in dfd; the good
  * samples into v[*n]. */
@@ -72,7 +59,7 @@ void replay_raw_before(struct replay_ctx *x)
         if (nw)
             passes(dfd, name, span, x->bb, false, 2, rd, &nr);
         r->raw_write_gbps = nw ? w[0] : 0;
-        r->raw_read_gbps = median(rd, nr);
+        r->raw_read_gbps = util_median(rd, (size_t)nr, NULL, NULL);
     }
     if (fd >= 0)
         close(fd);
@@ -99,7 +86,7 @@ void replay_raw_after(struct replay_ctx *x)
     double v[2];
     int n = 0;
     passes(dfd, name, span, x->bb, false, 2, v, &n);
-    r->raw_spill_read_gbps = median(v, n);
+    r->raw_spill_read_gbps = util_median(v, (size_t)n, NULL, NULL);
     /* The disk at the replay's own batch size: a get's reads go out
      * together and the call waits for the last, which a stream at depth 32
      * never does. */

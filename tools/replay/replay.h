@@ -142,9 +142,10 @@ int replay_main(int argc, char **argv);
  * The one place that says so. */
 kvt_key replay_key(uint64_t hash, uint32_t pos);
 
-/* Fills a block of bytes (a multiple of 8) with the content of key k: every
- * 8-byte word a function of the key and its offset, so a block read back
- * under another key, at another offset, or not written, differs. */
+/* Fills a block of bytes (a multiple of 8) with the content of key k (the
+ * page pattern, tools/util/util.h): every 8-byte word a function of the key
+ * and its offset, so a block read back under another key, at another
+ * offset, or not written, differs. */
 void replay_fill(const kvt_key *k, void *p, size_t bytes);
 
 /* Checks every byte of p against the content of k. Returns true when all

@@ -10,6 +10,7 @@
 
 #include "tools/cli.h"
 #include "tools/replay/replay.h"
+#include "tools/util/json.h"
 
 static double frac(double a, double b) { return b > 0 ? a / b : 0; }
 static double gbps(double bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; }
@@ -189,128 +190,119 @@ void replay_report_text(FILE *f, const struct replay_opts *o, const struct repla
     text_ttft(f, o, r);
 }
 
-static void json_u64(const char *k, uint64_t v, bool comma)
+/* The tiers' three counts as {"hbm": .., "dram": .., "ssd": ..} in o[key]. */
+static void json_tiers(json_t *o, const char *key, const uint64_t *by_tier)
 {
-    printf("\"%s\": %llu%s", k, (unsigned long long)v, comma ? ", " : "");
+    json_t *t = json_object();
+    util_json_set_u64(t, "hbm", by_tier[KVT_TIER_HBM]);
+    util_json_set_u64(t, "dram", by_tier[KVT_TIER_DRAM]);
+    util_json_set_u64(t, "ssd", by_tier[KVT_TIER_SSD]);
+    json_object_set_new(o, key, t);
 }
 
-static void json_dbl(const char *k, double v, bool comma)
+static void json_config(json_t *j, const struct replay_opts *o, const struct replay_result *r)
 {
-    printf("\"%s\": ", k);
-    cli_json_num("%.6g", v);
-    printf("%s", comma ? ", " : "");
+    util_json_set_str(j, "trace", o->trace_path);
+    util_json_set_str(j, "policy", r->policy);
+    util_json_set_bool(j, "policy_default", r->policy_default);
+    util_json_set_str(j, "model", o->model->name);
+    util_json_set_u64(j, "block_bytes", o->block_bytes);
+    util_json_set_u64(j, "model_block_bytes", r->model_block_bytes);
+    util_json_set_real(j, "scale", r->scale);
+    util_json_set_u64(j, "requests", r->requests);
+    util_json_set_u64(j, "concurrency", o->concurrency);
+    util_json_set_u64(j, "block_refs", r->refs);
+    util_json_set_u64(j, "distinct_blocks", r->distinct);
+    util_json_set_u64(j, "capacity_blocks", r->capacity_blocks);
+    util_json_set_real(j, "capacity_fraction",
+                       frac((double)r->capacity_blocks, (double)r->distinct));
+    json_tiers(j, "slots", r->slots);
 }
 
-static void json_config(const struct replay_opts *o, const struct replay_result *r)
-{
-    printf("\"trace\": ");
-    cli_json_str(o->trace_path);
-    printf(", \"policy\": ");
-    cli_json_str(r->policy);
-    printf(", \"policy_default\": %s, \"model\": ", r->policy_default ? "true" : "false");
-    cli_json_str(o->model->name);
-    printf(", ");
-    json_u64("block_bytes", o->block_bytes, true);
-    json_u64("model_block_bytes", r->model_block_bytes, true);
-    json_dbl("scale", r->scale, true);
-    json_u64("requests", r->requests, true);
-    json_u64("concurrency", o->concurrency, true);
-    json_u64("block_refs", r->refs, true);
-    json_u64("distinct_blocks", r->distinct, true);
-    json_u64("capacity_blocks", r->capacity_blocks, true);
-    json_dbl("capacity_fraction", frac((double)r->capacity_blocks, (double)r->distinct), true);
-    printf("\"slots\": {");
-    json_u64("hbm", r->slots[KVT_TIER_HBM], true);
-    json_u64("dram", r->slots[KVT_TIER_DRAM], true);
-    json_u64("ssd", r->slots[KVT_TIER_SSD], false);
-    printf("}, ");
-}
-
-static void json_hits(const struct replay_result *r)
+static void json_hits(json_t *j, const struct replay_result *r)
 {
     const kvt_stats *d = &r->delta;
-    json_u64("hit_blocks", r->hit_blocks, true);
-    json_dbl("hit_fraction", frac((double)r->hit_blocks, (double)r->refs), true);
-    json_u64("hit_tokens", r->hit_tokens, true);
-    json_u64("input_tokens", r->in_tokens, true);
-    json_dbl("token_hit_fraction", frac((double)r->hit_tokens, (double)r->in_tokens), true);
-    printf("\"hits_by_tier\": {");
-    json_u64("hbm", r->hits_by_tier[KVT_TIER_HBM], true);
-    json_u64("dram", r->hits_by_tier[KVT_TIER_DRAM], true);
-    json_u64("ssd", r->hits_by_tier[KVT_TIER_SSD], false);
-    printf("}, ");
-    json_u64("lost_hits", r->lost_hits, true);
-    printf("\"bytes\": {");
-    json_u64("put", d->bytes_put, true);
-    json_u64("get", d->bytes_get, true);
-    json_u64("get_dram", r->get_bytes[KVT_TIER_DRAM], true);
-    json_u64("get_ssd", r->get_bytes[KVT_TIER_SSD], true);
-    json_u64("ssd_read", d->bytes_up[KVT_TIER_DRAM], true);
-    json_u64("ssd_write", d->bytes_down[KVT_TIER_DRAM], false);
-    printf("}, ");
-    json_u64("ssd_bytes_written", d->bytes_down[KVT_TIER_DRAM], true);
-    json_u64("client_evicted_blocks", r->client_evicted, true);
-    json_u64("unstored_blocks", r->unstored, true);
-    json_u64("rewritten_blocks", r->rewritten, true);
+    util_json_set_u64(j, "hit_blocks", r->hit_blocks);
+    util_json_set_real(j, "hit_fraction", frac((double)r->hit_blocks, (double)r->refs));
+    util_json_set_u64(j, "hit_tokens", r->hit_tokens);
+    util_json_set_u64(j, "input_tokens", r->in_tokens);
+    util_json_set_real(j, "token_hit_fraction", frac((double)r->hit_tokens, (double)r->in_tokens));
+    json_tiers(j, "hits_by_tier", r->hits_by_tier);
+    util_json_set_u64(j, "lost_hits", r->lost_hits);
+    json_t *b = json_object();
+    util_json_set_u64(b, "put", d->bytes_put);
+    util_json_set_u64(b, "get", d->bytes_get);
+    util_json_set_u64(b, "get_dram", r->get_bytes[KVT_TIER_DRAM]);
+    util_json_set_u64(b, "get_ssd", r->get_bytes[KVT_TIER_SSD]);
+    util_json_set_u64(b, "ssd_read", d->bytes_up[KVT_TIER_DRAM]);
+    util_json_set_u64(b, "ssd_write", d->bytes_down[KVT_TIER_DRAM]);
+    json_object_set_new(j, "bytes", b);
+    util_json_set_u64(j, "ssd_bytes_written", d->bytes_down[KVT_TIER_DRAM]);
+    util_json_set_u64(j, "client_evicted_blocks", r->client_evicted);
+    util_json_set_u64(j, "unstored_blocks", r->unstored);
+    util_json_set_u64(j, "rewritten_blocks", r->rewritten);
 }
 
-static void json_speed(const struct replay_result *r)
+static void json_speed(json_t *j, const struct replay_result *r)
 {
     double ssd = gbps((double)r->get_bytes[KVT_TIER_SSD], r->get_s[KVT_TIER_SSD]);
-    printf("\"verified\": %s, ", r->verified ? "true" : "false");
-    json_u64("bytes_verified", r->bytes_verified, true);
-    json_u64("bad_blocks", r->bad_blocks, true);
-    json_dbl("load_gbps", gbps((double)hit_bytes(r), get_time(r)), true);
-    json_dbl("dram_load_gbps", gbps((double)r->get_bytes[KVT_TIER_DRAM], r->get_s[KVT_TIER_DRAM]), true);
-    json_dbl("ssd_load_gbps", ssd, true);
-    json_dbl("raw_gbps", raw_read(r), true);
-    json_dbl("ssd_load_over_raw", raw_read(r) > 0 ? ssd / raw_read(r) : 0, true);
-    json_dbl("raw_scratch_read_gbps", r->raw_read_gbps, true);
-    json_dbl("raw_spill_read_gbps", r->raw_spill_read_gbps, true);
-    json_dbl("raw_batched_gbps", r->raw_batched_gbps, true);
-    json_u64("raw_batch", r->raw_batch, true);
-    json_dbl("raw_same_gbps", r->raw_same_gbps, true);
-    json_u64("raw_same_blocks", r->raw_same_blocks, true);
-    json_dbl("raw_write_gbps", r->raw_write_gbps, true);
-    json_dbl("put_gbps", gbps((double)r->delta.bytes_put, r->put_s), true);
-    json_dbl("wall_s", r->wall_s, true);
-    json_dbl("exists_s", r->exists_s, true);
-    json_dbl("get_dram_s", r->get_s[KVT_TIER_DRAM], true);
-    json_dbl("get_ssd_s", r->get_s[KVT_TIER_SSD], true);
-    json_dbl("put_s", r->put_s, true);
-    json_dbl("cpu_s", r->cpu_s, true);
-    json_dbl("client_cpu_s", r->client_cpu_s, true);
-    json_dbl("engine_cpu_s", engine_cpu(r), true);
-    json_dbl("bytes_moved", moved(r), true);
-    json_dbl("cpu_core_s_per_gb", frac(engine_cpu(r), moved(r) / 1e9), true);
-    json_u64("late_requests", r->late_requests, true);
+    util_json_set_bool(j, "verified", r->verified);
+    util_json_set_u64(j, "bytes_verified", r->bytes_verified);
+    util_json_set_u64(j, "bad_blocks", r->bad_blocks);
+    util_json_set_real(j, "load_gbps", gbps((double)hit_bytes(r), get_time(r)));
+    util_json_set_real(j, "dram_load_gbps",
+                       gbps((double)r->get_bytes[KVT_TIER_DRAM], r->get_s[KVT_TIER_DRAM]));
+    util_json_set_real(j, "ssd_load_gbps", ssd);
+    util_json_set_real(j, "raw_gbps", raw_read(r));
+    util_json_set_real(j, "ssd_load_over_raw", raw_read(r) > 0 ? ssd / raw_read(r) : 0);
+    util_json_set_real(j, "raw_scratch_read_gbps", r->raw_read_gbps);
+    util_json_set_real(j, "raw_spill_read_gbps", r->raw_spill_read_gbps);
+    util_json_set_real(j, "raw_batched_gbps", r->raw_batched_gbps);
+    util_json_set_u64(j, "raw_batch", r->raw_batch);
+    util_json_set_real(j, "raw_same_gbps", r->raw_same_gbps);
+    util_json_set_u64(j, "raw_same_blocks", r->raw_same_blocks);
+    util_json_set_real(j, "raw_write_gbps", r->raw_write_gbps);
+    util_json_set_real(j, "put_gbps", gbps((double)r->delta.bytes_put, r->put_s));
+    util_json_set_real(j, "wall_s", r->wall_s);
+    util_json_set_real(j, "exists_s", r->exists_s);
+    util_json_set_real(j, "get_dram_s", r->get_s[KVT_TIER_DRAM]);
+    util_json_set_real(j, "get_ssd_s", r->get_s[KVT_TIER_SSD]);
+    util_json_set_real(j, "put_s", r->put_s);
+    util_json_set_real(j, "cpu_s", r->cpu_s);
+    util_json_set_real(j, "client_cpu_s", r->client_cpu_s);
+    util_json_set_real(j, "engine_cpu_s", engine_cpu(r));
+    util_json_set_real(j, "bytes_moved", moved(r));
+    util_json_set_real(j, "cpu_core_s_per_gb", frac(engine_cpu(r), moved(r) / 1e9));
+    util_json_set_u64(j, "late_requests", r->late_requests);
 }
 
-static void json_ttft(const struct replay_opts *o, const struct replay_result *r)
+static void json_ttft(json_t *j, const struct replay_opts *o, const struct replay_result *r)
 {
     double n = (double)r->requests;
-    printf("\"ttft\": {");
-    json_dbl("prefill_tokens_per_s", o->prefill_tps, true);
-    json_u64("requests_with_hit", r->ttft_requests, true);
-    json_u64("load_won", r->load_won, true);
-    json_dbl("load_won_fraction", frac((double)r->load_won, (double)r->ttft_requests), true);
-    json_dbl("load_hit_s", r->load_model_s, true);
-    json_dbl("recompute_hit_s", r->recompute_hit_s, true);
-    json_dbl("mean_cached_s", frac(r->ttft_load_s, n), true);
-    json_dbl("p50_cached_s", r->ttft_load_p50, true);
-    json_dbl("p90_cached_s", r->ttft_load_p90, true);
-    json_dbl("mean_recompute_s", frac(r->ttft_recompute_s, n), true);
-    json_dbl("p50_recompute_s", r->ttft_recompute_p50, true);
-    json_dbl("p90_recompute_s", r->ttft_recompute_p90, false);
-    printf("}");
+    json_t *t = json_object();
+    util_json_set_real(t, "prefill_tokens_per_s", o->prefill_tps);
+    util_json_set_u64(t, "requests_with_hit", r->ttft_requests);
+    util_json_set_u64(t, "load_won", r->load_won);
+    util_json_set_real(t, "load_won_fraction", frac((double)r->load_won, (double)r->ttft_requests));
+    util_json_set_real(t, "load_hit_s", r->load_model_s);
+    util_json_set_real(t, "recompute_hit_s", r->recompute_hit_s);
+    util_json_set_real(t, "mean_cached_s", frac(r->ttft_load_s, n));
+    util_json_set_real(t, "p50_cached_s", r->ttft_load_p50);
+    util_json_set_real(t, "p90_cached_s", r->ttft_load_p90);
+    util_json_set_real(t, "mean_recompute_s", frac(r->ttft_recompute_s, n));
+    util_json_set_real(t, "p50_recompute_s", r->ttft_recompute_p50);
+    util_json_set_real(t, "p90_recompute_s", r->ttft_recompute_p90);
+    json_object_set_new(j, "ttft", t);
 }
 
 void replay_report_json(const struct replay_opts *o, const struct replay_result *r)
 {
-    printf("{");
-    json_config(o, r);
-    json_hits(r);
-    json_speed(r);
-    json_ttft(o, r);
-    printf("}\n");
+    json_t *j = json_object();
+    if (j) {
+        json_config(j, o, r);
+        json_hits(j, r);
+        json_speed(j, r);
+        json_ttft(j, o, r);
+    }
+    util_json_print(stdout, j);
 }

@@ -290,7 +290,7 @@ static void *worker(void *a)
         fn(arg, part, p->threads);
         pthread_mutex_lock(&p->mu);
         if (--p->pending == 0) {
-            p->done_s = cli_now();
+            p->done_s = util_now();
             pthread_cond_signal(&p->done);
         }
     }
@@ -342,7 +342,7 @@ void attn_pool_start(struct attn_pool *p, attn_job_fn fn, void *arg)
 {
     if (p->threads == 1 && p->first) {
         fn(arg, 0, 1);
-        p->done_s = cli_now();
+        p->done_s = util_now();
         return;
     }
     pthread_mutex_lock(&p->mu);

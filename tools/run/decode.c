@@ -113,9 +113,9 @@ static int corrupt(struct run_ctx *x, void *page)
 static int acquire_chunk(struct run_ctx *x, struct run_result *r, struct group *g, uint32_t c0,
                          uint32_t c1)
 {
-    double t0 = cli_now();
+    double t0 = util_now();
     int rc = kvt_acquire(x->e, g->keys + c0, c1 - c0, g->ptrs + c0);
-    double t1 = cli_now();
+    double t1 = util_now();
     r->acquire_s += t1 - t0;
     if (x->o->trace_path)
         trace_span(&x->trace, "acquire", "wait", 1, t0, t1, g->step, g->s, g->l);
@@ -205,12 +205,12 @@ static int group_run_cpu(struct run_ctx *x, struct run_result *r, struct group *
      * and could not feed the group while in it: the whole group comes in
      * first (the chunks, before the start after them). */
     bool bg = feed_background(f), started = bg;
-    double t2 = cli_now();
+    double t2 = util_now();
     if (bg)
         feed_start(f, g->n, g->s, g->l, x->o->seed);
     int rc = feed_chunks(x, r, g, &acq, &rel);
     if (!bg && !rc) {
-        t2 = cli_now();
+        t2 = util_now();
         feed_start(f, g->n, g->s, g->l, x->o->seed);
         started = true;
     }
@@ -273,7 +273,7 @@ static void trace_links(struct run_ctx *x, const kvt_stats *s0)
 {
     kvt_stats s;
     kvt_get_stats(x->e, &s);
-    double now = cli_now();
+    double now = util_now();
     trace_counter(&x->trace, "dram->hbm bytes", now, "bytes", (double)(s.bytes_up[0] - s0->bytes_up[0]));
     trace_counter(&x->trace, "hbm->dram bytes", now, "bytes", (double)(s.bytes_down[0] - s0->bytes_down[0]));
     trace_counter(&x->trace, "ssd->dram bytes", now, "bytes", (double)(s.bytes_up[1] - s0->bytes_up[1]));
@@ -286,7 +286,7 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     const struct run_opts *o = x->o;
     kvt_stats s0, s1;
     kvt_get_stats(x->e, &s0);
-    double t0 = cli_now();
+    double t0 = util_now();
     /* Groups in compute order: step, layer, sequence (layer-major, as the
      * schedule says). Each group's first pages are acquired before the one
      * before it has finished (group_run). */
@@ -313,12 +313,12 @@ int run_decode(struct run_ctx *x, struct run_result *r)
         if (o->trace_path && g->s + 1 == o->batch)
             trace_links(x, &s0);
         if (g->s + 1 == o->batch && g->l + 1 == x->layers)
-            progress(o, g->step + 1, cli_now() - t0);
+            progress(o, g->step + 1, util_now() - t0);
         struct group *t = g;
         g = next;
         next = t;
     }
-    r->wall_s = cli_now() - t0;
+    r->wall_s = util_now() - t0;
     kvt_get_stats(x->e, &s1);
     r->end = s1;
     kvt_stats *d = &r->delta;

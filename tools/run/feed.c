@@ -94,9 +94,9 @@ static void attn_stream(struct run_job *j, unsigned part, uint32_t np)
         uint32_t from = f->head_done[h], to = f->ready;
         f->head_busy[h] = 1;
         pthread_mutex_unlock(&f->mu);
-        double t0 = cli_now();
+        double t0 = util_now();
         fold_head(j, part, h, from, to, np);
-        busy += cli_now() - t0;
+        busy += util_now() - t0;
         pthread_mutex_lock(&f->mu);
         f->head_done[h] = to;
         f->head_busy[h] = 0;

@@ -41,7 +41,7 @@ int run_gpu_open(struct run_ctx *x)
 int run_gpu_launch(struct run_ctx *x, struct group *g, double *t0)
 {
     char err[256];
-    *t0 = cli_now();
+    *t0 = util_now();
     int rc = attn_cuda_launch(x->gpu, x->feed.q, g->n, g->ptrs, g->np, err, sizeof err);
     if (rc) {
         cli_error("run", 1, "attention on the GPU: %s", err);

@@ -10,6 +10,7 @@
 
 #include "store/spill_dir.h"
 #include "tools/run/run_priv.h"
+#include "tools/util/util.h"
 
 const char *const run_term_name[BOUND_TERMS] = { "compute",   "dram->hbm", "hbm->dram",
                                                  "ssd->dram", "dram->ssd", "ssd" };
@@ -143,21 +144,12 @@ void run_link_range(const struct run_link *l, double *lo, double *hi)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of a link's samples (0 without any). */
+/* The median of a link's samples (0 without any), which stay in order. */
 static double link_median(const struct run_link *l)
 {
-    if (!l->n)
-        return 0;
     double v[RUN_LINK_SAMPLES];
     memcpy(v, l->s, l->n * sizeof(double));
-    qsort(v, l->n, sizeof(double), cmp_double);
-    return l->n % 2 ? v[l->n / 2] : (v[l->n / 2 - 1] + v[l->n / 2]) / 2;
+    return util_median(v, l->n, NULL, NULL);
 }
 
 /* Raw reads of the engine's own spill segment, where the decode's pages are:

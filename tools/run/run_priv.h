@@ -85,7 +85,7 @@ void feed_start(struct run_feed *f, uint32_t n_tokens, uint32_t seq, uint32_t la
 uint32_t feed_ready(struct run_feed *f, uint32_t ready);
 /* The group will not be fed further: the team stops at once. */
 void feed_abort(struct run_feed *f);
-/* Waits for the team; returns when it finished (cli_now's clock). */
+/* Waits for the team; returns when it finished (util_now's clock). */
 double feed_join(struct run_feed *f);
 /* The busiest part's time folding pages in the last group (not its waits). */
 double feed_busiest(const struct run_feed *f);

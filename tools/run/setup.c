@@ -320,13 +320,13 @@ static int run_engine(struct run_ctx *x, struct run_result *r)
     snprintf(r->device, sizeof r->device, "%s", kvt_device_name(x->e));
     r->gbps_h2d = run_raw_link(x->e, true);
     r->gbps_d2h = run_raw_link(x->e, false);
-    double t0 = cli_now();
+    double t0 = util_now();
     if ((rc = run_prefill(x))) {
         if (!x->said && !cli_stopped())
             run_said_error("prefill", rc);
         return rc;
     }
-    r->prefill_s = cli_now() - t0;
+    r->prefill_s = util_now() - t0;
     if ((rc = run_decode(x, r))) {
         if (!x->said && !cli_stopped())
             run_said_error("decode", rc);
@@ -344,9 +344,9 @@ static int run_engine(struct run_ctx *x, struct run_result *r)
 static int run_finish(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
-    double t0 = cli_now();
+    double t0 = util_now();
     int rc = run_verify(x, r);
-    r->verify_s = cli_now() - t0;
+    r->verify_s = util_now() - t0;
     r->verified = rc == 0;
     if (rc < 0)
         return rc; /* stopped by a signal: no trace of half a run */
@@ -373,7 +373,7 @@ int run_exec(const struct run_opts *o, struct run_result *r)
     int rc = ctx_shape(&x);
     if (rc || (rc = run_size(&x, r)) || (rc = check_engine_config(&x, r)))
         return rc;
-    trace_init(&x.trace, cli_now());
+    trace_init(&x.trace, util_now());
     if ((rc = ctx_alloc(&x))) {
         cli_error("run", 1, "out of memory");
         goto out;

@@ -37,18 +37,18 @@ struct trace_ev {
 struct trace_json {
     struct trace_ev *ev;
     size_t n, cap;
-    double t0; /* seconds of cli_now() that becomes ts 0 */
+    double t0; /* seconds of util_now() that becomes ts 0 */
     int oom;   /* an append failed: the file says so in its metadata */
     pthread_mutex_t lock;  /* link spans arrive from kvtier's threads */
     double link_end[TRACE_LINKS]; /* last span's end per link track (us) */
 };
 
 void trace_init(struct trace_json *t, double t0);
-/* A complete event from t_start to t_end (seconds of cli_now()). */
+/* A complete event from t_start to t_end (seconds of util_now()). */
 void trace_span(struct trace_json *t, const char *name, const char *cat, uint32_t tid,
                 double t_start, double t_end, uint32_t step, uint32_t seq, uint32_t layer);
 /* A span on link track `link` (0..TRACE_LINKS-1) from start to end (seconds
- * of cli_now()). A span that begins before the track's last one ended
+ * of util_now()). A span that begins before the track's last one ended
  * starts at that end: spans on one track must not overlap in the format,
  * and a batch that was queued behind another only moved once that one was
  * done. Thread-safe. */

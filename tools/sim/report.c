@@ -6,6 +6,7 @@
 
 #include "tools/cli.h"
 #include "tools/sim/command.h"
+#include "tools/util/json.h"
 
 static const struct sim_result *find_result(const struct sim_report *rp, const char *name)
 {
@@ -160,113 +161,123 @@ void sim_text(FILE *f, const struct sim_report *rp)
         fprintf(f, "  (fetched: dram->hbm + ssd->dram; write-backs are counted apart)\n");
 }
 
-static void json_trace(const struct sim_report *rp)
+static void json_trace(json_t *j, const struct sim_report *rp)
 {
     const struct sim_opts *o = rp->o;
     const struct sim_trace *t = rp->t;
-    printf("\"trace\": {\"source\": ");
+    json_t *x = json_object();
     if (o->trace_path) {
-        printf("\"file\", \"file\": ");
-        cli_json_str(o->trace_path);
+        util_json_set_str(x, "source", "file");
+        util_json_set_str(x, "file", o->trace_path);
     } else {
         const struct sim_gen *g = &o->gen;
-        printf("\"generated\", \"model\": ");
-        cli_json_str(o->shape->name);
-        printf(", \"model_layers\": %u, \"dtype\": ", o->shape->layers);
-        cli_json_str(o->dtype);
-        printf(", \"context\": %llu, \"tokens\": %llu, \"page_tokens\": %llu",
-               (unsigned long long)g->context, (unsigned long long)g->tokens,
-               (unsigned long long)g->page_tokens);
+        util_json_set_str(x, "source", "generated");
+        util_json_set_str(x, "model", o->shape->name);
+        util_json_set_u64(x, "model_layers", o->shape->layers);
+        util_json_set_str(x, "dtype", o->dtype);
+        util_json_set_u64(x, "context", g->context);
+        util_json_set_u64(x, "tokens", g->tokens);
+        util_json_set_u64(x, "page_tokens", g->page_tokens);
     }
-    if (t->has_schedule)
-        printf(", \"layers\": %u, \"batch\": %zu, \"order\": \"%s\", \"window_pages\": %u, "
-               "\"sink_pages\": %u",
-               t->layers, t->n_ids, t->order == KVT_ORDER_SEQ_MAJOR ? "seq" : "layer",
-               t->window_pages, t->sink_pages);
-    printf(", \"page_bytes\": %llu, \"pages\": %llu, \"max_group_pages\": %llu, \"records\": %zu, "
-           "\"accesses\": %llu, \"steps\": %llu}, ",
-           (unsigned long long)t->page_bytes, (unsigned long long)sim_world_pages(rp->w),
-           (unsigned long long)sim_world_max_group(rp->w), t->n, (unsigned long long)t->accesses,
-           (unsigned long long)t->steps);
+    if (t->has_schedule) {
+        util_json_set_u64(x, "layers", t->layers);
+        util_json_set_u64(x, "batch", t->n_ids);
+        util_json_set_str(x, "order", t->order == KVT_ORDER_SEQ_MAJOR ? "seq" : "layer");
+        util_json_set_u64(x, "window_pages", t->window_pages);
+        util_json_set_u64(x, "sink_pages", t->sink_pages);
+    }
+    util_json_set_u64(x, "page_bytes", t->page_bytes);
+    util_json_set_u64(x, "pages", sim_world_pages(rp->w));
+    util_json_set_u64(x, "max_group_pages", sim_world_max_group(rp->w));
+    util_json_set_u64(x, "records", t->n);
+    util_json_set_u64(x, "accesses", t->accesses);
+    util_json_set_u64(x, "steps", t->steps);
+    json_object_set_new(j, "trace", x);
 }
 
-static void json_model(const struct sim_report *rp)
+static json_t *json_strings(const char *const *s, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, util_json_str(s[i]));
+    return a;
+}
+
+static void json_model(json_t *j, const struct sim_report *rp)
 {
     const struct sim_model *m = &rp->m;
     uint64_t np = sim_world_pages(rp->w);
-    printf("\"model\": {\"hbm_pages\": %llu, \"hbm_frac\": %.6g, \"dram_pages\": ",
-           (unsigned long long)m->hbm_pages, np ? (double)m->hbm_pages / (double)np : 0);
+    json_t *x = json_object();
+    util_json_set_u64(x, "hbm_pages", m->hbm_pages);
+    util_json_set_real(x, "hbm_frac", np ? (double)m->hbm_pages / (double)np : 0);
     if (m->dram_pages && m->dram_pages < np)
-        printf("%llu", (unsigned long long)m->dram_pages);
+        util_json_set_u64(x, "dram_pages", m->dram_pages);
     else
-        printf("null");
-    printf(", \"h2d_gbps\": %.9g, \"ssd_gbps\": %.9g, \"compute_us\": %.9g, "
-           "\"prefetch_bytes\": %llu, \"start\": \"%s\", \"rules\": [",
-           m->h2d_gbps, m->ssd_gbps, m->compute_s * 1e6, (unsigned long long)m->prefetch_bytes,
-           m->cold ? "cold" : "warm");
-    for (size_t i = 0; i < sim_n_rules; i++) {
-        printf(i ? ", " : "");
-        cli_json_str(sim_rules[i]);
-    }
-    printf("]}, ");
+        json_object_set_new(x, "dram_pages", json_null());
+    util_json_set_real(x, "h2d_gbps", m->h2d_gbps);
+    util_json_set_real(x, "ssd_gbps", m->ssd_gbps);
+    util_json_set_real(x, "compute_us", m->compute_s * 1e6);
+    util_json_set_u64(x, "prefetch_bytes", m->prefetch_bytes);
+    util_json_set_str(x, "start", m->cold ? "cold" : "warm");
+    json_object_set_new(x, "rules", json_strings(sim_rules, sim_n_rules));
+    json_object_set_new(j, "model", x);
 }
 
-static void json_links(const char *key, const uint64_t v[SIM_LINKS])
+static void json_links(json_t *j, const char *key, const uint64_t v[SIM_LINKS])
 {
-    printf("\"%s\": {", key);
+    json_t *x = json_object();
     for (int l = 0; l < SIM_LINKS; l++)
-        printf("%s\"%s\": %llu", l ? ", " : "", sim_link_name[l], (unsigned long long)v[l]);
-    printf("}, ");
+        util_json_set_u64(x, sim_link_name[l], v[l]);
+    json_object_set_new(j, key, x);
 }
 
-static void json_result(const struct sim_result *r)
+static json_t *json_result(const struct sim_result *r)
 {
-    printf("{\"policy\": ");
-    cli_json_str(r->policy);
-    printf(", ");
-    json_links("bytes", r->bytes);
-    json_links("pages", r->pages);
-    printf("\"bytes_total\": %llu, \"bytes_fetched\": %llu, \"prefetched_pages\": %llu, "
-           "\"prefetched_ssd_pages\": %llu, \"prefetched_unused\": %llu, \"accesses\": %llu, \"hits\": %llu, \"hit_ratio\": %.9g, \"groups\": %llu, "
-           "\"steps\": %llu, ",
-           (unsigned long long)sim_bytes_total(r), (unsigned long long)sim_bytes_fetched(r),
-           (unsigned long long)r->prefetched, (unsigned long long)r->prefetched_ssd,
-           (unsigned long long)r->prefetch_unused, (unsigned long long)r->accesses,
-           (unsigned long long)r->hits,
-           r->accesses ? (double)r->hits / (double)r->accesses : 0, (unsigned long long)r->groups,
-           (unsigned long long)r->steps);
-    printf("\"total_s\": %.9g, \"stall_s\": %.9g, \"compute_s\": %.9g, \"step_s\": %.9g, "
-           "\"bound_s\": %.9g, \"bound_by\": \"%s\", \"bound_terms_s\": {",
-           r->total_s, r->stall_s, r->compute_s, r->step_s, r->bound_s,
-           sim_term_name[r->bound_by]);
+    json_t *j = json_object();
+    util_json_set_str(j, "policy", r->policy);
+    json_links(j, "bytes", r->bytes);
+    json_links(j, "pages", r->pages);
+    util_json_set_u64(j, "bytes_total", sim_bytes_total(r));
+    util_json_set_u64(j, "bytes_fetched", sim_bytes_fetched(r));
+    util_json_set_u64(j, "prefetched_pages", r->prefetched);
+    util_json_set_u64(j, "prefetched_ssd_pages", r->prefetched_ssd);
+    util_json_set_u64(j, "prefetched_unused", r->prefetch_unused);
+    util_json_set_u64(j, "accesses", r->accesses);
+    util_json_set_u64(j, "hits", r->hits);
+    util_json_set_real(j, "hit_ratio", r->accesses ? (double)r->hits / (double)r->accesses : 0);
+    util_json_set_u64(j, "groups", r->groups);
+    util_json_set_u64(j, "steps", r->steps);
+    util_json_set_real(j, "total_s", r->total_s);
+    util_json_set_real(j, "stall_s", r->stall_s);
+    util_json_set_real(j, "compute_s", r->compute_s);
+    util_json_set_real(j, "step_s", r->step_s);
+    util_json_set_real(j, "bound_s", r->bound_s);
+    util_json_set_str(j, "bound_by", sim_term_name[r->bound_by]);
+    json_t *terms = json_object();
     for (int i = 0; i < SIM_TERMS; i++)
-        printf("%s\"%s\": %.9g", i ? ", " : "", sim_term_name[i], r->term_s[i]);
-    printf("}, \"step_over_bound\": %.9g}", r->bound_s > 0 ? r->step_s / r->bound_s : 0);
+        util_json_set_real(terms, sim_term_name[i], r->term_s[i]);
+    json_object_set_new(j, "bound_terms_s", terms);
+    util_json_set_real(j, "step_over_bound", r->bound_s > 0 ? r->step_s / r->bound_s : 0);
+    return j;
 }
 
+/* Nine significant digits, as the figures always had. */
 void sim_json(const struct sim_report *rp)
 {
-    putchar('{');
-    json_trace(rp);
-    json_model(rp);
-    printf("\"policies\": [");
-    for (int i = 0; i < rp->n; i++) {
-        printf(i ? ", " : "");
-        json_result(&rp->res[i]);
-    }
-    printf("], \"skipped\": [");
-    for (int i = 0; i < rp->n_skipped; i++) {
-        printf(i ? ", " : "");
-        cli_json_str(rp->skipped[i]);
-    }
-    printf("]");
+    json_t *j = json_object(), *pol = json_array();
+    json_trace(j, rp);
+    json_model(j, rp);
+    for (int i = 0; i < rp->n; i++)
+        json_array_append_new(pol, json_result(&rp->res[i]));
+    json_object_set_new(j, "policies", pol);
+    json_object_set_new(j, "skipped", json_strings(rp->skipped, (size_t)rp->n_skipped));
     static const char *const pairs[][3] = { { "lru_over_decode", "lru", "decode" },
                                             { "decode_over_belady", "decode", "belady" },
                                             { "lru_over_belady", "lru", "belady" } };
     for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
         double x = byte_ratio(rp, pairs[i][1], pairs[i][2]);
         if (x >= 0)
-            printf(", \"%s\": %.9g", pairs[i][0], x);
+            util_json_set_real(j, pairs[i][0], x);
     }
-    printf("}\n");
+    util_json_print_digits(stdout, j, 9);
 }

@@ -91,48 +91,6 @@ struct worker {
     void *bufs[BATCH];
 };
 
-/* ------------------------------------------------------------ the content */
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return x ^ (x >> 32);
-}
-
-/* Word i of the page of key k at version v; word 0 holds v itself, so a
- * page says which version it claims to be. */
-static uint64_t word(kvt_key k, uint64_t v, size_t i)
-{
-    if (i == 0)
-        return v;
-    return mix(k.id * 0x9E3779B97F4A7C15ull ^ ((uint64_t)k.layer << 40) ^ ((uint64_t)k.index << 8) ^
-               (v << 20) ^ (i * 0xD1B54A32D192ED03ull));
-}
-
-static void fill(void *p, size_t bytes, kvt_key k, uint64_t v)
-{
-    uint64_t *w = p;
-    for (size_t i = 0; i < bytes / 8; i++)
-        w[i] = word(k, v, i);
-}
-
-/* The version the page is an exact copy of, or 0 when it is none (torn,
- * another key's, garbage). Versions start at 1. */
-static uint64_t version_of(const void *p, size_t bytes, kvt_key k)
-{
-    const uint64_t *w = p;
-    uint64_t v = w[0];
-    if (v == 0)
-        return 0;
-    for (size_t i = 1; i < bytes / 8; i++)
-        if (w[i] != word(k, v, i))
-            return 0;
-    return v;
-}
-
 /* ----------------------------------------------------------------- helpers */
 
 static void wrong_at(struct hammer *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -228,7 +186,7 @@ static void check_own(struct worker *w, unsigned j, int found, const void *buf, 
     struct hammer *h = w->h;
     uint64_t pub = atomic_load(&slot_of(h, w->tid, j)->pub);
     kvt_key k = key_of(h, w->tid, j);
-    uint64_t v = found ? version_of(buf, h->o->page_bytes, k) : 0;
+    uint64_t v = found ? util_pattern_version(buf, h->o->page_bytes, k) : 0;
     if (!!found != present(pub) || (found && v != ver(pub)))
         wrong_at(h, "t%u %s of own key (%llx,%u,%u): found %d version %llu, model: present %d version %llu",
                  w->tid, what, (unsigned long long)k.id, k.layer, k.index, found,
@@ -304,11 +262,9 @@ static void end(struct hammer *h, unsigned tid, const unsigned *j, unsigned n, b
  * busy only while the engine moves them (an SSD write, a copy), which under
  * the sanitizers and a slow disk can take far longer than a fixed number of
  * yields; so the bound is time. Counts the retry. */
-static bool busy_again(struct hammer *h, const struct timespec *t0)
+static bool busy_again(struct hammer *h, double t0)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - t0->tv_sec >= BUSY_SECONDS)
+    if (util_now() - t0 >= BUSY_SECONDS)
         return false;
     if ((atomic_fetch_add(&h->busy, 1) + 1) % 64)
         sched_yield();
@@ -325,14 +281,14 @@ static void op_put_own(struct worker *w)
     const void *src[BATCH];
     for (unsigned i = 0; i < n; i++) {
         k[i] = key_of(h, w->tid, j[i]);
-        fill(w->bufs[i], h->o->page_bytes, k[i], ver(atomic_load(&slot_of(h, w->tid, j[i])->pub)) + 1);
+        uint64_t v = ver(atomic_load(&slot_of(h, w->tid, j[i])->pub)) + 1;
+        util_pattern_fill(w->bufs[i], h->o->page_bytes, k[i], v);
         src[i] = w->bufs[i];
     }
     begin(h, w->tid, j, n, false);
     int r;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while ((r = kvt_put(h->e, k, n, src, 0)) == -EBUSY && busy_again(h, &t0))
+    double t0 = util_now();
+    while ((r = kvt_put(h->e, k, n, src, 0)) == -EBUSY && busy_again(h, t0))
         ;
     end(h, w->tid, j, n, r == 0, false);
     if (r)
@@ -348,9 +304,8 @@ static void op_drop_own(struct worker *w)
         k[i] = key_of(h, w->tid, j[i]);
     begin(h, w->tid, j, n, true);
     int r;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while ((r = kvt_drop(h->e, k, n)) == -EBUSY && busy_again(h, &t0))
+    double t0 = util_now();
+    while ((r = kvt_drop(h->e, k, n)) == -EBUSY && busy_again(h, t0))
         ;
     end(h, w->tid, j, n, r == 0, true);
     if (r)
@@ -367,9 +322,8 @@ static void op_drop_id(struct worker *w)
         j[i] = id * per_id + i;
     begin(h, w->tid, j, per_id, true);
     int r;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while ((r = kvt_drop_id(h->e, key_of(h, w->tid, j[0]).id)) == -EBUSY && busy_again(h, &t0))
+    double t0 = util_now();
+    while ((r = kvt_drop_id(h->e, key_of(h, w->tid, j[0]).id)) == -EBUSY && busy_again(h, t0))
         ;
     end(h, w->tid, j, per_id, r == 0, true);
     if (r)
@@ -435,7 +389,7 @@ static void op_get_other(struct worker *w)
         fail_at(h, "t%u get of t%u's key: %s (%s)", w->tid, t, kvt_strerror(r), kvt_last_error());
         return;
     }
-    uint64_t v = found ? version_of(w->bufs[0], h->o->page_bytes, k) : 0;
+    uint64_t v = found ? util_pattern_version(w->bufs[0], h->o->page_bytes, k) : 0;
     bool ok;
     if (s0 == s1 && !(s0 & 1))
         ok = !!found == present(p0) && (!found || v == ver(p0));
@@ -501,7 +455,7 @@ static void report(struct hammer *h, double t0, const char *what)
     kvt_stats st;
     kvt_get_stats(h->e, &st);
     fprintf(stderr, "hammer: %s %.0f s  ops %llu  wrong %llu  failed %llu  busy %llu  rss %ld KiB  "
-            "hits hbm/dram/ssd %llu/%llu/%llu\n", what, cli_now() - t0,
+            "hits hbm/dram/ssd %llu/%llu/%llu\n", what, util_now() - t0,
             (unsigned long long)atomic_load(&h->ops), (unsigned long long)atomic_load(&h->wrong),
             (unsigned long long)atomic_load(&h->errors),
             (unsigned long long)atomic_load(&h->busy), rss_kib(),
@@ -605,16 +559,16 @@ static int run(struct hammer *h, struct worker *w)
     const struct opts *o = h->o;
     pthread_t th[MAX_THREADS];
     unsigned started = 0;
-    double t0 = cli_now(), next = t0 + o->report_s;
+    double t0 = util_now(), next = t0 + o->report_s;
     for (; started < o->threads; started++)
         if (pthread_create(&th[started], NULL, worker_main, &w[started])) {
             fprintf(stderr, "hammer: cannot start thread %u\n", started);
             atomic_store(&h->stop, true);
             break;
         }
-    while (!atomic_load(&h->stop) && cli_now() - t0 < (double)o->seconds) {
+    while (!atomic_load(&h->stop) && util_now() - t0 < (double)o->seconds) {
         usleep(100 * 1000);
-        if (o->report_s && cli_now() >= next) {
+        if (o->report_s && util_now() >= next) {
             report(h, t0, "at");
             next += o->report_s;
         }
