@@ -375,15 +375,12 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
     int r = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t old = kvt_ptable_find(&e->pt, &keys[i]);
-        struct kvt_page *p = kvt_pg(&e->pt, res[i].pg);
         if (old != KVT_NONE) {
             /* The old version's index entry stays until the new version's
              * replaces it (copy-on-write, as for a dirty release): deleting
              * it now would let a crash lose a flushed page to an overwrite
              * that never reached SSD. The new page takes over the slot. */
-            struct kvt_page *o = kvt_pg(&e->pt, old);
-            p->ssd_slot = o->ssd_slot;
-            o->ssd_slot = KVT_NONE;
+            kvt_ssd_slot_move(e, old, res[i].pg);
             kvt_page_destroy(e, old);
         }
         kvt_page_busy_end(e, res[i].pg);
@@ -469,7 +466,7 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
                 r = kvt_fail(-ENOMEM, "out of memory for a page record");
                 break;
             }
-            kvt_pg(&e->pt, pg)->key = keys[k];
+            kvt_page_key(e, pg, keys[k]);
             (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
             res[k].pg = pg;
             if ((r = reserve_slot(e, pg, &res[k].tier, &coming, k, &hold)) < 0) {
@@ -1080,6 +1077,13 @@ void kvt_slots_init(kvt_engine *e)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait_let_go's timed waits */
     pthread_cond_init(&e->slots.cv, &ca);
     pthread_condattr_destroy(&ca);
+}
+
+void kvt_slots_let_go(kvt_engine *e)
+{
+    e->slots.epoch++;
+    if (e->slots.waiters)
+        pthread_cond_broadcast(&e->slots.cv);
 }
 
 void kvt_slots_fini(kvt_engine *e)

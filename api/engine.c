@@ -213,6 +213,7 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
         .dram_settled = kvt_dram_restore_spare,
         .ssd_busy = kvt_ssd_waiting,
         .wake_mover = kvt_mover_wake,
+        .slot_let_go = kvt_slots_let_go,
     };
     pthread_mutexattr_t ma;
     pthread_mutexattr_init(&ma);
@@ -222,6 +223,7 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
 #endif
     pthread_mutex_init(&e->lock, &ma);
     pthread_mutexattr_destroy(&ma);
+    kvt_pages_init(e);
     kvt_mover_init(e);
     kvt_ssd_tier_init(e);
     kvt_slots_init(e);
@@ -345,8 +347,8 @@ int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
     pthread_mutex_lock(&e->lock);
     kvt_settle(e);
     /* Each module's counters (tiers.h): they count disjoint things. */
-    const kvt_stats *parts[] = { &e->st_pins, &e->st_pages, &e->copy.st, &e->ssd_tier.st,
-                                 &e->callers.st, &e->gets.st, &e->pipe.st, &e->pace.st };
+    const kvt_stats *parts[] = { &e->st_pins, &e->pages.st, &e->copy.st, &e->ssd_tier.st,
+                                 &e->callers.st, &e->gets.st, &e->pipe.st, &e->prefetch.st };
     *out = (kvt_stats){ 0 };
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
         stats_add(out, parts[i]);

@@ -173,10 +173,7 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
                 return KVT_EFULL;
             continue; /* stage_up used the room: look again */
         }
-        /* Slots freed while we wait are ours: the prefetcher stands back. */
-        e->hbm.room_waiters++;
-        int r = kvt_wait_on(e, &w, true);
-        e->hbm.room_waiters--;
+        int r = kvt_hbm_wait_room(e, &w);
         if (r < 0)
             return kvt_fail(r, "a transfer that makes room failed: %s", kvt_strerror(r));
         if (e->failed)
@@ -277,9 +274,9 @@ KVT_API int kvt_acquire_async(kvt_engine *e, const kvt_key *keys, size_t n, void
     }
     /* Every pinned page needs an HBM slot of its own at once: more than
      * HBM has can never be served, however long it waits. */
-    if (e->st_pages.pinned_pages > e->hbm.arena.nslots) {
+    if (e->pages.st.pinned_pages > e->hbm.arena.nslots) {
         r = kvt_fail(KVT_EFULL, "acquiring %zu pages would pin %llu pages in HBM, which has %u "
-                     "slots", n, (unsigned long long)e->st_pages.pinned_pages,
+                     "slots", n, (unsigned long long)e->pages.st.pinned_pages,
                      e->hbm.arena.nslots);
         goto out_unpin;
     }
@@ -410,11 +407,8 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
             break;
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         r = kvt_make_room_hbm(e, 1, &w);
-        if (r == -EAGAIN) {
-            e->hbm.room_waiters++;
-            r = kvt_wait_on(e, &w, true);
-            e->hbm.room_waiters--;
-        }
+        if (r == -EAGAIN)
+            r = kvt_hbm_wait_room(e, &w);
         if (r == 0 && e->failed)
             r = kvt_check_failed(e);
         if (r < 0)
@@ -430,7 +424,7 @@ KVT_API int kvt_create(kvt_engine *e, kvt_key key, void **dev_ptr)
         r = kvt_fail(-ENOMEM, "out of memory for a page record");
         goto out;
     }
-    kvt_pg(&e->pt, pg)->key = key;
+    kvt_page_key(e, pg, key);
     kvt_page_take_slot(e, pg, KVT_TIER_HBM); /* one is free: checked above, locked since */
     if ((r = kvt_ptable_insert(&e->pt, pg)) < 0) {
         kvt_page_abandon(e, pg);
@@ -461,16 +455,15 @@ KVT_API int kvt_release(kvt_engine *e, const kvt_key *keys, size_t n, int dirty)
      * pins; on a bad key every tentative release is put back. */
     for (i = 0; i < n; i++) {
         uint32_t pg = kvt_ptable_find(&e->pt, &keys[i]);
-        if (pg == KVT_NONE || kvt_pg(&e->pt, pg)->pins == 0) {
+        if (pg == KVT_NONE || !kvt_page_pin_take(e, pg)) {
             r = kvt_fail(pg == KVT_NONE ? KVT_ENOTFOUND : -EINVAL,
                          "page (%llu,%u,%u) is not %s", (unsigned long long)keys[i].id,
                          keys[i].layer, keys[i].index, pg == KVT_NONE ? "held" : "pinned");
             break;
         }
-        kvt_pg(&e->pt, pg)->pins--;
     }
     for (size_t j = 0; j < i; j++)
-        kvt_pg(&e->pt, kvt_ptable_find(&e->pt, &keys[j]))->pins++;
+        kvt_page_pin_give(e, kvt_ptable_find(&e->pt, &keys[j]));
     if (r < 0)
         goto out;
 
@@ -666,7 +659,7 @@ static int flush_hbm_rounds(kvt_engine *e)
 {
     unsigned stuck = 0;
     for (;;) {
-        uint64_t fence = 0, dirty = e->hbm.dirty;
+        uint64_t fence = 0, dirty = e->pages.dirty_hbm;
         int r = kvt_writeback(e, UINT32_MAX, true, &fence);
         if (fence) {
             int w = kvt_wait_fence(e, KVT_D2H, fence, false);
@@ -676,16 +669,16 @@ static int flush_hbm_rounds(kvt_engine *e)
         if (r != KVT_EFULL || !e->ssd)
             return r;
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
-        int m = kvt_make_room_dram(e, (uint32_t)(e->hbm.dirty ? e->hbm.dirty : 1), &w);
+        int m = kvt_make_room_dram(e, (uint32_t)(e->pages.dirty_hbm ? e->pages.dirty_hbm : 1), &w);
         if (m == -EAGAIN)
             kvt_wait_on(e, &w, false);
         else if (m == KVT_EFULL && may_evict(e) && kvt_evict_one(e) == 0)
             kvt_clear_error(); /* a full cache drops the policy's victim, as a put does */
-        else if (m < 0 && e->hbm.dirty >= dirty)
+        else if (m < 0 && e->pages.dirty_hbm >= dirty)
             return r; /* no room anywhere and no progress */
         if (e->failed)
             return kvt_check_failed(e);
-        if (e->hbm.dirty < dirty)
+        if (e->pages.dirty_hbm < dirty)
             stuck = 0;
         else if (m != -EAGAIN || e->ssd_tier.write_err)
             stuck++;
@@ -698,10 +691,10 @@ static int flush_hbm_rounds(kvt_engine *e)
         if (e->ssd_tier.write_err)
             return kvt_fail(e->ssd_tier.write_err, "%llu dirty HBM pages cannot go down: DRAM "
                             "is full and the SSD refuses writes (%s)",
-                            (unsigned long long)e->hbm.dirty,
+                            (unsigned long long)e->pages.dirty_hbm,
                             kvt_strerror(e->ssd_tier.write_err));
         return kvt_fail(KVT_EFULL, "%llu dirty HBM pages cannot go down: DRAM is full and "
-                        "nothing below can take its pages", (unsigned long long)e->hbm.dirty);
+                        "nothing below can take its pages", (unsigned long long)e->pages.dirty_hbm);
     }
 }
 

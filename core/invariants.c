@@ -80,7 +80,7 @@ void kvt_check_invariants(kvt_engine *e)
         return;
     struct tally t = { 0 };
     uint64_t red = 0;
-    for (uint32_t pg = e->dram.red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
+    for (uint32_t pg = e->pages.red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
         CHECK((p->flags & PG_VALID_DRAM) && (p->flags & PG_VALID_HBM), pg,
               "listed as a redundant DRAM copy but is not one");
@@ -90,12 +90,12 @@ void kvt_check_invariants(kvt_engine *e)
         if (record_live(kvt_pg(&e->pt, pg)))
             check_page(e, pg, &t);
     for (int v = 0; v < 3; v++)
-        CHECK(t.resident[v] == e->st_pages.resident_pages[v], KVT_NONE, "resident count drifted");
-    CHECK(t.dirty == e->hbm.dirty, KVT_NONE, "dirty count drifted");
-    CHECK(t.pinned == e->st_pages.pinned_pages, KVT_NONE, "pinned count drifted");
+        CHECK(t.resident[v] == e->pages.st.resident_pages[v], KVT_NONE, "resident count drifted");
+    CHECK(t.dirty == e->pages.dirty_hbm, KVT_NONE, "dirty count drifted");
+    CHECK(t.pinned == e->pages.st.pinned_pages, KVT_NONE, "pinned count drifted");
     CHECK(t.live == e->pt.live, KVT_NONE, "live record count drifted");
     CHECK(t.redundant == red, KVT_NONE, "redundant DRAM copy list misses a page");
-    CHECK(t.second_copies == e->ssd_tier.second_copies, KVT_NONE, "second-copy count drifted");
+    CHECK(t.second_copies == e->pages.second_copies, KVT_NONE, "second-copy count drifted");
     for (int a = 0; a < KVT_ARENAS; a++)
         CHECK(t.owned[a] == kvt_arena_of(e, a)->nslots - kvt_arena_of(e, a)->nfree, KVT_NONE,
               "slots owned by no page (leak)");

@@ -26,12 +26,12 @@ static void red_link(kvt_engine *e, uint32_t pg)
 {
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     p->red_next = KVT_NONE;
-    p->red_prev = e->dram.red_tail;
-    if (e->dram.red_tail != KVT_NONE)
-        kvt_pg(&e->pt, e->dram.red_tail)->red_next = pg;
+    p->red_prev = e->pages.red_tail;
+    if (e->pages.red_tail != KVT_NONE)
+        kvt_pg(&e->pt, e->pages.red_tail)->red_next = pg;
     else
-        e->dram.red_head = pg;
-    e->dram.red_tail = pg;
+        e->pages.red_head = pg;
+    e->pages.red_tail = pg;
 }
 
 static void red_unlink(kvt_engine *e, uint32_t pg)
@@ -40,11 +40,11 @@ static void red_unlink(kvt_engine *e, uint32_t pg)
     if (p->red_prev != KVT_NONE)
         kvt_pg(&e->pt, p->red_prev)->red_next = p->red_next;
     else
-        e->dram.red_head = p->red_next;
+        e->pages.red_head = p->red_next;
     if (p->red_next != KVT_NONE)
         kvt_pg(&e->pt, p->red_next)->red_prev = p->red_prev;
     else
-        e->dram.red_tail = p->red_prev;
+        e->pages.red_tail = p->red_prev;
 }
 
 /* One more outcome of a put's checksum (kvt_put_crc_odds). */
@@ -78,18 +78,18 @@ static void page_flags(kvt_engine *e, uint32_t pg, uint16_t set, uint16_t clear)
     }
     /* A prefetched page leaving HBM unused: the prefetch was wasted. */
     if ((old & PG_PREFETCHED) && (old & PG_VALID_HBM) && !(nf & PG_VALID_HBM)) {
-        e->st_pages.prefetch_wasted++;
+        e->pages.st.prefetch_wasted++;
         nf &= (uint16_t)~PG_PREFETCHED;
     }
     for (int t = 0; t < KVT_TIERS; t++) {
         uint16_t v = kvt_page_valid_bit(t);
         if ((nf & v) && !(old & v))
-            e->st_pages.resident_pages[t]++;
+            e->pages.st.resident_pages[t]++;
         else if (!(nf & v) && (old & v))
-            e->st_pages.resident_pages[t]--;
+            e->pages.st.resident_pages[t]--;
     }
-    e->hbm.dirty += (uint64_t)kvt_page_dirty_flags(nf) - (uint64_t)kvt_page_dirty_flags(old);
-    e->ssd_tier.second_copies += (uint32_t)kvt_page_second_copy(nf) - (uint32_t)kvt_page_second_copy(old);
+    e->pages.dirty_hbm += (uint64_t)kvt_page_dirty_flags(nf) - (uint64_t)kvt_page_dirty_flags(old);
+    e->pages.second_copies += (uint32_t)kvt_page_second_copy(nf) - (uint32_t)kvt_page_second_copy(old);
     p->flags = nf;
     if (redundant_dram(nf) && !redundant_dram(old))
         red_link(e, pg);
@@ -129,9 +129,7 @@ void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch)
  * down). Wakes the puts that wait for one (buffers.c, wait_let_go). */
 static void page_let_go(kvt_engine *e)
 {
-    e->slots.epoch++;
-    if (e->slots.waiters)
-        pthread_cond_broadcast(&e->slots.cv);
+    e->up.slot_let_go(e);
 }
 
 /* Frees slots that hold nothing valid and that no copy or reader uses, and
@@ -172,6 +170,11 @@ void kvt_page_settle(kvt_engine *e, uint32_t pg)
 
 /* ------------------------------------------------------------- records */
 
+void kvt_pages_init(kvt_engine *e)
+{
+    e->pages.red_head = e->pages.red_tail = KVT_NONE;
+}
+
 /* A record for a new page, one the policy has room for. The table may
  * have grown in an earlier call whose policy reserve failed: the record
  * then given back heads the free list, beyond what the policy holds, so
@@ -190,6 +193,11 @@ uint32_t kvt_page_new(kvt_engine *e)
         e->pol_cap = e->pt.cap;
     }
     return pg;
+}
+
+void kvt_page_key(kvt_engine *e, uint32_t pg, kvt_key key)
+{
+    kvt_pg(&e->pt, pg)->key = key;
 }
 
 void kvt_page_indexed(kvt_engine *e, uint32_t pg)
@@ -287,8 +295,22 @@ void kvt_page_pin(kvt_engine *e, uint32_t pg)
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     page_flags(e, pg, 0, PG_PREFETCHED); /* used: the prefetch paid off */
     if (p->pins++ == 0)
-        e->st_pages.pinned_pages++;
+        e->pages.st.pinned_pages++;
     kvt_page_sync(e, pg, true);
+}
+
+bool kvt_page_pin_take(kvt_engine *e, uint32_t pg)
+{
+    struct kvt_page *p = kvt_pg(&e->pt, pg);
+    if (!p->pins)
+        return false;
+    p->pins--;
+    return true;
+}
+
+void kvt_page_pin_give(kvt_engine *e, uint32_t pg)
+{
+    kvt_pg(&e->pt, pg)->pins++;
 }
 
 void kvt_page_created(kvt_engine *e, uint32_t pg)
@@ -301,7 +323,7 @@ void kvt_page_unpin(kvt_engine *e, uint32_t pg)
     struct kvt_page *p = kvt_pg(&e->pt, pg);
     page_flags(e, pg, 0, PG_CREATED); /* released: the caller's bytes are the page's */
     if (--p->pins == 0) {
-        e->st_pages.pinned_pages--;
+        e->pages.st.pinned_pages--;
         page_let_go(e);
     }
     kvt_page_sync(e, pg, true);

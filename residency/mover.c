@@ -28,7 +28,7 @@ bool kvt_mover_is_self(const kvt_engine *e)
 
 static uint32_t mover_deficit(kvt_engine *e)
 {
-    uint64_t clean = e->st_pages.resident_pages[KVT_TIER_HBM] - e->hbm.dirty;
+    uint64_t clean = e->pages.st.resident_pages[KVT_TIER_HBM] - e->pages.dirty_hbm;
     uint64_t ok = e->hbm.arena.nfree + clean;
     return ok >= e->hbm.watermark ? 0 : (uint32_t)(e->hbm.watermark - ok);
 }
@@ -57,7 +57,7 @@ static void *mover_main(void *arg)
             continue;
         }
         uint32_t want = mover_deficit(e);
-        if (e->failed || !want || !e->hbm.dirty)
+        if (e->failed || !want || !e->pages.dirty_hbm)
             continue;
         uint64_t fence = 0;
         kvt_writeback(e, want, false, &fence);

@@ -105,8 +105,8 @@ static uint32_t live_depth(const kvt_engine *e, int tier, uint64_t pages)
     uint64_t depth = pages > cap ? (pages - cap) / 128 : 0;
     uint64_t groups = (uint64_t)e->sched.n_ids * e->sched.n_layers;
     if (tier == KVT_TIER_DRAM && !e->cfg.prefetch_bytes && pages > cap && groups &&
-        e->pace.ssd_ns_per_page) {
-        uint64_t overlap = e->pace.compute_ns / e->pace.ssd_ns_per_page;
+        e->pipe.ssd_ns_per_page) {
+        uint64_t overlap = e->pace.compute_ns / e->pipe.ssd_ns_per_page;
         uint64_t share = (pages - cap) / groups;
         if (overlap > share)
             overlap = share;
@@ -137,9 +137,9 @@ static void prefetch_hbm(kvt_engine *e, uint32_t budget, uint64_t ws)
     }
     if (!k || kvt_copy_submit_up(e, batch, c, k) < 0)
         return;
-    e->pace.st.prefetch_pages += k;
-    if (e->copy.ring[KVT_H2D].len > e->pace.st.prefetch_inflight_max)
-        e->pace.st.prefetch_inflight_max = e->copy.ring[KVT_H2D].len;
+    e->prefetch.st.prefetch_pages += k;
+    if (e->copy.ring[KVT_H2D].len > e->prefetch.st.prefetch_inflight_max)
+        e->prefetch.st.prefetch_inflight_max = e->copy.ring[KVT_H2D].len;
 }
 
 /* How far ahead a disk read may reach: the next use, and in *group its

@@ -34,7 +34,7 @@ static bool movable_dram(void *ctx, uint32_t pg)
  * reader is using, or KVT_NONE. O(1) unless the oldest are busy. */
 static uint32_t redundant_victim(kvt_engine *e)
 {
-    for (uint32_t pg = e->dram.red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next)
+    for (uint32_t pg = e->pages.red_head; pg != KVT_NONE; pg = kvt_pg(&e->pt, pg)->red_next)
         if (can_leave(e, pg, KVT_LEAVE_ANY))
             return pg;
     return KVT_NONE;
@@ -62,7 +62,7 @@ static uint32_t third_copy(kvt_engine *e)
         return KVT_NONE;
     uint32_t best = KVT_NONE, seen = 0;
     uint64_t far = 0;
-    for (uint32_t pg = e->dram.red_head; pg != KVT_NONE && seen < 32;
+    for (uint32_t pg = e->pages.red_head; pg != KVT_NONE && seen < 32;
          pg = kvt_pg(&e->pt, pg)->red_next) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
         if (!can_leave(e, pg, KVT_LEAVE_ANY) || p->pins || !(p->flags & PG_VALID_SSD) ||
@@ -283,7 +283,6 @@ int kvt_dram_open(kvt_engine *e)
     /* One spare slot: see kvt_dram_slot(). */
     uint32_t n = (uint32_t)(e->cfg.dram_bytes / pb) + 1;
     void *base;
-    e->dram.red_head = e->dram.red_tail = KVT_NONE;
     e->dram.alloc_bytes = (size_t)n * pb;
     int r = dev->host_alloc(e->hbm.dev_priv, e->dram.alloc_bytes, &base);
     if (r < 0)

@@ -192,3 +192,14 @@ void kvt_hbm_close(kvt_engine *e)
     kvt_arena_fini(&e->hbm.arena, &e->meta_bytes);
     e->hbm.dev->hbm_free(e->hbm.dev_priv, base, e->hbm.alloc_bytes);
 }
+
+/* ------------------------------------------------------------- waiting for room */
+
+int kvt_hbm_wait_room(kvt_engine *e, struct kvt_wait *w)
+{
+    /* Slots freed while we wait are ours: the prefetcher stands back. */
+    e->hbm.room_waiters++;
+    int r = kvt_wait_on(e, w, true);
+    e->hbm.room_waiters--;
+    return r;
+}

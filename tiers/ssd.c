@@ -39,9 +39,8 @@ static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
     uint32_t pg = kvt_page_new(e);
     if (pg == KVT_NONE)
         return -ENOMEM;
-    struct kvt_page *p = kvt_pg(&e->pt, pg);
-    p->key = *k;
-    p->ssd_slot = slot;
+    kvt_page_key(e, pg, *k);
+    kvt_pg(&e->pt, pg)->ssd_slot = slot;
     int r = kvt_ptable_insert(&e->pt, pg);
     if (r < 0) {
         kvt_ptable_delete(&e->pt, pg);
@@ -52,8 +51,7 @@ static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v,
     kvt_page_indexed(e, pg);
     e->ssd_tier.meta[slot] = (struct kvt_ssd_meta){ v->generation, v->stored_len, v->crc,
                                                     v->codec };
-    if (v->generation >= e->pipe.generation)
-        e->pipe.generation = v->generation + 1;
+    kvt_ssd_pipe_seen(e, v->generation);
     return 0;
 }
 
@@ -169,7 +167,7 @@ static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
     }
     t->queue[t->queued++] = req;
     if (!t->busy++)
-        e->pace.ssd_mark_ns = kvt_now_ns(); /* the disk starts working: see ssd_pipe.c */
+        kvt_ssd_pipe_disk_starts(e); /* the disk starts working */
     e->up.wake_mover(e);
     return 0;
 }
@@ -243,7 +241,7 @@ int kvt_ssd_transient_result(kvt_engine *e, uint32_t pg, void *buf, bool *kept)
  * (docs/replay.md#measurements). */
 static int release_redundant_ssd(kvt_engine *e, uint32_t except)
 {
-    for (uint32_t pg = 0; e->ssd_tier.second_copies && pg < e->pt.used; pg++) {
+    for (uint32_t pg = 0; e->pages.second_copies && pg < e->pt.used; pg++) {
         const struct kvt_page *p = kvt_pg(&e->pt, pg);
         if (pg == except || !(p->flags & PG_HASHED) || !kvt_page_idle(p) ||
             !kvt_page_second_copy(p->flags))
@@ -574,4 +572,15 @@ int kvt_ssd_take_evict_err(kvt_engine *e)
     int err = e->ssd_tier.evict_err;
     e->ssd_tier.evict_err = 0;
     return err;
+}
+
+void kvt_ssd_slot_set(kvt_engine *e, uint32_t pg, uint32_t slot)
+{
+    kvt_pg(&e->pt, pg)->ssd_slot = slot;
+}
+
+void kvt_ssd_slot_move(kvt_engine *e, uint32_t from, uint32_t to)
+{
+    kvt_pg(&e->pt, to)->ssd_slot = kvt_pg(&e->pt, from)->ssd_slot;
+    kvt_pg(&e->pt, from)->ssd_slot = KVT_NONE;
 }

@@ -557,9 +557,9 @@ out:
 static void pipe_pace(kvt_engine *e, uint32_t n)
 {
     uint64_t now = kvt_now_ns();
-    if (e->pace.ssd_mark_ns && now > e->pace.ssd_mark_ns)
-        e->pace.ssd_ns_per_page = kvt_smooth(e->pace.ssd_ns_per_page, (now - e->pace.ssd_mark_ns) / n);
-    e->pace.ssd_mark_ns = e->ssd_tier.busy > n ? now : 0;
+    if (e->pipe.ssd_mark_ns && now > e->pipe.ssd_mark_ns)
+        e->pipe.ssd_ns_per_page = kvt_smooth(e->pipe.ssd_ns_per_page, (now - e->pipe.ssd_mark_ns) / n);
+    e->pipe.ssd_mark_ns = e->ssd_tier.busy > n ? now : 0;
 }
 
 /* ------------------------------------------------------------- finish (locked) */
@@ -629,7 +629,7 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
-        p->ssd_slot = j->slot;
+        kvt_ssd_slot_set(e, j->pg, j->slot);
         kvt_ssd_forget(e, j->pg);
     } else {
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
@@ -639,7 +639,7 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
          * group's commit; only now may it be reused. */
         if (p->ssd_slot != KVT_NONE)
             kvt_ssd_free(e->ssd, p->ssd_slot);
-        p->ssd_slot = j->slot;
+        kvt_ssd_slot_set(e, j->pg, j->slot);
         if (!stale)
             kvt_page_now_valid(e, j->pg, KVT_TIER_SSD);
         if (j->evict && !stale && !kvt_page_in_use(kvt_pg(&e->pt, j->pg)))
@@ -740,4 +740,15 @@ bool kvt_ssd_pipe_step(kvt_engine *e)
     deletes_done(e, dels, ndels, dr);
     pipe_finish(e);
     return true;
+}
+
+void kvt_ssd_pipe_disk_starts(kvt_engine *e)
+{
+    e->pipe.ssd_mark_ns = kvt_now_ns(); /* see pipe_pace */
+}
+
+void kvt_ssd_pipe_seen(kvt_engine *e, uint64_t generation)
+{
+    if (generation >= e->pipe.generation)
+        e->pipe.generation = generation + 1;
 }

@@ -156,19 +156,12 @@ struct kvt_hbm {
     struct kvt_arena arena;         /* base and slots fixed at open */
     size_t alloc_bytes;
     uint32_t watermark;             /* slots the mover keeps free or clean (fixed at open) */
-    uint64_t dirty;                 /* dirty pages in HBM (page.c keeps it) */
     uint32_t room_waiters;          /* callers waiting for HBM slots being freed for them */
 };
 
 struct kvt_dram {
     struct kvt_arena arena;         /* one spare slot beyond the configured size */
     size_t alloc_bytes;
-    /* Pages whose DRAM copy is redundant (valid in HBM too), oldest first:
-     * the DRAM copies that can be given up for free. A list (page.c keeps it
-     * as flags change), not a walk of the DRAM candidates, because in a full
-     * engine every eviction asks for one and the DRAM-only pages would be
-     * walked past each time. */
-    uint32_t red_head, red_tail;
     /* A flush is bringing dirty HBM pages down (kvt_dram_flushing): room in
      * DRAM comes from writing to SSD the DRAM copies HBM also holds, not
      * from dropping them, which would make those pages dirty again (more
@@ -224,8 +217,6 @@ struct kvt_ssd_tier {
     uint64_t busy;                  /* requests queued or in the pipe */
     uint64_t caller_reads;          /* pages kvt_get callers read themselves (ssd_caller.c):
                                        SSD waiters wait for these too */
-    uint32_t second_copies;         /* pages valid on SSD and in DRAM or HBM too (page.c):
-                                       none, and a full SSD has no copy to give up */
     uint64_t progress;              /* pipe steps that finished jobs or freed slots:
                                        what SSD waiters watch */
     int read_err;                   /* the last read error that kept its page (PG_READ_ERR) */
@@ -332,6 +323,8 @@ struct kvt_ssd_pipe {
                                        in e->pipe.st.errors_io */
     struct kvt_codec *codec;
     uint64_t generation;            /* of the next SSD write */
+    uint64_t ssd_mark_ns;           /* last time the pipeline's work was counted */
+    uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
     kvt_stats st;                   /* SSD link bytes and errors */
 };
 
@@ -362,12 +355,13 @@ struct kvt_slot_wait {
 
 /* How long the caller computes between acquires, and how long the disk takes
  * per page, both measured as they happen (prefetch.c sizes its depth by them). */
-struct kvt_pace {
+struct kvt_pace {                   /* the caller's compute, as manager.c sees it */
     uint64_t acquired_ns;           /* when the first acquire since the last advance returned; 0 = none */
     uint64_t compute_ns;            /* smoothed gap from an acquire to the next advance */
-    uint64_t ssd_mark_ns;           /* last time the SSD pipeline's work was counted */
-    uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
-    kvt_stats st;                   /* prefetch counts (prefetch.c) */
+};
+
+struct kvt_prefetch {               /* prefetch.c's */
+    kvt_stats st;                   /* prefetch counts */
 };
 
 /* ------------------------------------------------------------- engine */
@@ -389,6 +383,26 @@ struct kvt_put_crc_odds {
     uint32_t probe;   /* pages put while it did not pay */
 };
 
+/* What the page transitions keep in step with the flags (page.c's, read by
+ * the tiers): counters, and the list of redundant DRAM copies. */
+struct kvt_pages {
+    kvt_stats st;                   /* resident and pinned pages, prefetches wasted */
+    uint64_t dirty_hbm;             /* dirty pages in HBM */
+    uint32_t second_copies;         /* pages valid on SSD and in DRAM or HBM too: none,
+                                       and a full SSD has no copy to give up */
+    /* Pages whose DRAM copy is redundant (valid in HBM too), oldest first:
+     * the DRAM copies that can be given up for free. A list kept as flags
+     * change, not a walk of the DRAM candidates, because in a full engine
+     * every eviction asks for one and the DRAM-only pages would be walked
+     * past each time. */
+    uint32_t red_head, red_tail;
+};
+
+/* ------------------------------------------------------------- page.c (first) */
+
+/* The page state's empty lists (engine_alloc). */
+void kvt_pages_init(kvt_engine *e);
+
 /* What the lower layers tell the upper ones, registered at open by the
  * API layer (engine.c) before anything else runs: the core and the tiers
  * never name a file above them (tests/layering/rules.txt). Each is called
@@ -405,6 +419,9 @@ struct kvt_up_calls {
     bool (*ssd_busy)(const kvt_engine *e);
     /* The tiers queued work for the mover thread. */
     void (*wake_mover)(kvt_engine *e);
+    /* The page core freed a slot, or a page stopped being busy, pinned or
+     * in transfer: the puts waiting for a slot look again (buffers.c). */
+    void (*slot_let_go)(kvt_engine *e);
 };
 
 struct kvt_engine {
@@ -416,7 +433,7 @@ struct kvt_engine {
     /* Counters: each module keeps its own kvt_stats beside its state
      * (e->copy.st, e->pipe.st, ...); kvt_engine_stats sums them. */
     kvt_stats st_pins;              /* manager.c: acquire's hits and misses */
-    kvt_stats st_pages;             /* page.c: resident, pinned, prefetches wasted */
+    struct kvt_pages pages;         /* page.c: counters, the redundant DRAM copies */
     uint64_t meta_bytes;
 
     /* SSD I/O back-end (NULL without an SSD tier); the pipe's */
@@ -444,6 +461,7 @@ struct kvt_engine {
     struct kvt_mover mover;
     struct kvt_slot_wait slots;
     struct kvt_pace pace;
+    struct kvt_prefetch prefetch;
     struct kvt_put_crc_odds put_crc;
     struct kvt_up_calls up;         /* set once at open (engine.c), then read only */
     struct kvt_gets gets;           /* buffers.c's free kvt_get records */
@@ -536,6 +554,8 @@ static inline bool kvt_persisted(const kvt_engine *e)
 
 /* A fresh record (policy told of the new capacity), or KVT_NONE. */
 uint32_t kvt_page_new(kvt_engine *e);
+/* A new record's key, before it goes into the index. */
+void kvt_page_key(kvt_engine *e, uint32_t pg, kvt_key key);
 /* The page is now findable under its key: tells the policy. */
 void kvt_page_indexed(kvt_engine *e, uint32_t pg);
 /* Out of the index, every copy invalid; the record goes when unused. */
@@ -566,6 +586,11 @@ void kvt_page_put_crc_used(kvt_engine *e, uint32_t pg);
 bool kvt_put_crc_take(kvt_engine *e);
 void kvt_page_pin(kvt_engine *e, uint32_t pg);
 void kvt_page_unpin(kvt_engine *e, uint32_t pg);
+/* A release's check, pin by pin (a key given twice needs two pins): take
+ * drops one of pg's pins with no other effect, false if it has none; give
+ * puts one back. Every taken pin is given back before the release proper. */
+bool kvt_page_pin_take(kvt_engine *e, uint32_t pg);
+void kvt_page_pin_give(kvt_engine *e, uint32_t pg);
 /* A get or put copies the page's bytes with the lock dropped: while busy,
  * none of its slots is freed or reused (kvt_page_trim). begin is false when
  * the page has as many users as busy can count; end does not trim (the
@@ -623,6 +648,9 @@ void kvt_copy_close(kvt_engine *e);
 
 /* ------------------------------------------------------------- hbm.c */
 
+/* Waits for w (a transfer that makes room in HBM), with the prefetcher
+ * standing back meanwhile (room_waiters). Locked; kvt_wait_on's answer. */
+int kvt_hbm_wait_room(kvt_engine *e, struct kvt_wait *w);
 /* The HBM arena on the opened device (and the write-back watermark); close
  * frees it. 0 or a negative error, said. */
 int kvt_hbm_open(kvt_engine *e);
@@ -689,6 +717,11 @@ void kvt_ssd_slot_meta(kvt_engine *e, uint32_t slot, struct kvt_ssd_meta m);
 void kvt_ssd_read_kept(kvt_engine *e, int err);
 void kvt_ssd_write_failed(kvt_engine *e, int err, bool evict);
 int kvt_ssd_take_evict_err(kvt_engine *e);
+/* A page record's SSD slot (kvt_page.ssd_slot, ssd.c's): set, when a write
+ * of pg to slot committed; moved, when a new version of a page takes over
+ * the old one's entry (the old one then names none). */
+void kvt_ssd_slot_set(kvt_engine *e, uint32_t pg, uint32_t slot);
+void kvt_ssd_slot_move(kvt_engine *e, uint32_t from, uint32_t to);
 /* The SSD tier's condition variable (engine_alloc, engine_free): waits for
  * SSD progress exist with or without a tier. */
 void kvt_ssd_tier_init(kvt_engine *e);
@@ -763,6 +796,12 @@ bool kvt_ssd_pipe_pending(const kvt_engine *e);
  * a group of writes, finish. Called locked; unlocks around the I/O. Returns
  * true while there was SSD work. */
 bool kvt_ssd_pipe_step(kvt_engine *e);
+/* The disk starts working (the first request queued): the pipe's pacing
+ * counts its busy time from now. Locked. */
+void kvt_ssd_pipe_disk_starts(kvt_engine *e);
+/* A page of this write generation is on SSD (open): later writes number
+ * after it. */
+void kvt_ssd_pipe_seen(kvt_engine *e, uint64_t generation);
 /* How a page stored in stored_len bytes moves: kvt_ssd_pieces() I/O requests
  * (PIECE_BYTES each, the last shorter); piece k's offset, I/O length and
  * checksummed length; and the page's CRC32C from its pieces' CRCs. The
@@ -846,6 +885,9 @@ int kvt_evict_one(kvt_engine *e);
  * kvt_slot_wait), engine_alloc to engine_free. */
 void kvt_slots_init(kvt_engine *e);
 void kvt_slots_fini(kvt_engine *e);
+/* A slot may be had that could not a moment ago: the puts waiting for one
+ * look again (registered as kvt_up_calls.slot_let_go). */
+void kvt_slots_let_go(kvt_engine *e);
 /* Stages a read of pg, a page only on SSD with no transfer running, into a
  * DRAM slot, for kvt_get and kvt_acquire alike: a free slot or one stolen;
  * else, unless the call already waits for room (w set), room is made for
