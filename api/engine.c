@@ -76,12 +76,9 @@ int kvt_config_validate(const kvt_config *c)
         return kvt_fail(KVT_ECONFIG, "device must be a CUDA ordinal >= 0, KVT_DEVICE_HOST or "
                                      "KVT_DEVICE_AUTO (got %d)", c->device);
     const struct kvt_policy_ops *pol = c->policy ? kvt_policy_find(c->policy) : NULL;
-    /* Valid, but not for an engine (the simulator's, in the test-support
-     * library): */
-    if (c->policy && strcmp(c->policy, "belady") == 0)
-        return kvt_fail(KVT_ENOTSUP, "policy \"belady\" needs the whole future trace: it runs "
-                                     "only in the simulator (kvtier sim)");
-    if (c->policy && !pol)
+    /* belady is valid, but not for an engine (below). */
+    bool offline = c->policy && strcmp(c->policy, "belady") == 0;
+    if (c->policy && !pol && !offline)
         return kvt_fail(KVT_ECONFIG, "policy \"%s\" is unknown (use \"decode\", \"prefix\", "
                                      "\"lru\" or \"arc\")", c->policy);
     if (c->flags & ~(uint64_t)KVT_FLAG_EVICT)
@@ -95,6 +92,11 @@ int kvt_config_validate(const kvt_config *c)
         return kvt_fail(KVT_ECONFIG, "queue_depth must be 1..4096 (got %u)", c->queue_depth);
     if (!(c->host_link_gbps >= 0) || isinf(c->host_link_gbps))
         return kvt_fail(KVT_ECONFIG, "host_link_gbps must be >= 0 (got %g)", c->host_link_gbps);
+    /* Valid, but not for an engine (the simulator's, in the test-support
+     * library): */
+    if (offline)
+        return kvt_fail(KVT_ENOTSUP, "policy \"belady\" needs the whole future trace: it runs "
+                                     "only in the simulator (kvtier sim)");
     if (c->ssd_bytes && c->ssd_bytes < c->page_bytes)
         return kvt_fail(KVT_ECONFIG, "ssd_bytes (%zu) is smaller than one page (page_bytes = %zu)",
                         c->ssd_bytes, c->page_bytes);

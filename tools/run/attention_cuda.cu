@@ -140,8 +140,12 @@ extern "C" int attn_cuda_launch(struct attn_cuda *a, const float *q, uint32_t n_
             s->head_dim, s->page_tokens, a->scale);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(e, "attention launch", err, errlen);
-    if ((e = cudaEventRecord(a->ev[1], 0)) != cudaSuccess)
+    if ((e = cudaEventRecord(a->ev[1], 0)) != cudaSuccess) {
+        /* The kernel is queued: the caller releases its pages on this error,
+         * so it must be over first. */
+        cudaDeviceSynchronize();
         return cuda_fail(e, "attention launch", err, errlen);
+    }
     a->queued = true;
     return 0;
 }
