@@ -74,13 +74,19 @@ def _record_name(decl: ci.Cursor) -> str:
     return sp or "?"
 
 
+def _bare(c: ci.Cursor) -> ci.Cursor | None:
+    """c without the parentheses, casts and implicit conversions around it."""
+    while c is not None and c.kind in (CK.UNEXPOSED_EXPR, CK.PAREN_EXPR, CK.CSTYLE_CAST_EXPR):
+        kids = list(c.get_children())
+        c = kids[-1] if kids else None
+    return c
+
+
 def _member_target(c: ci.Cursor) -> str | None:
     """The "struct.field" an lvalue writes, or None if it is not a field."""
-    while c.kind in (CK.UNEXPOSED_EXPR, CK.PAREN_EXPR, CK.CSTYLE_CAST_EXPR):
-        kids = list(c.get_children())
-        if not kids:
-            return None
-        c = kids[-1]
+    c = _bare(c)
+    if c is None:
+        return None
     if c.kind == CK.ARRAY_SUBSCRIPT_EXPR:
         kids = list(c.get_children())
         return _member_target(kids[0]) if kids else None
@@ -122,11 +128,9 @@ def _unop_incdec(c: ci.Cursor) -> bool:
 
 
 def _addr_of_field(c: ci.Cursor) -> str | None:
-    while c.kind in (CK.UNEXPOSED_EXPR, CK.PAREN_EXPR, CK.CSTYLE_CAST_EXPR):
-        kids = list(c.get_children())
-        if not kids:
-            return None
-        c = kids[-1]
+    c = _bare(c)
+    if c is None:
+        return None
     if c.kind == CK.UNARY_OPERATOR:
         toks = list(c.get_tokens())
         if toks and toks[0].spelling == "&":
