@@ -110,7 +110,7 @@ void kvt_device_host_fail_batch(void *priv, uint64_t nth);
 
 /* The faulty wrapper: wraps another back-end and fails the n-th call of a
  * chosen operation synchronously. Tests open an engine with it through
- * kvt_open_with_hooks() (tiers/tiers.h). */
+ * kvt_open_with_hooks() (lab/lab.h). */
 enum kvt_fault_op {
     KVT_FAULT_NONE = 0,
     KVT_FAULT_SUBMIT,       /* submit() returns err, nothing queued */
