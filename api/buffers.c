@@ -32,6 +32,18 @@ static bool droppable(void *ctx, uint32_t pg)
     return (p->flags & PG_HASHED) && !p->pins && kvt_page_idle(p);
 }
 
+/* KVT_PUBLISH_EVICT: a page the cache drops goes to the shared tier, if its
+ * bytes are in DRAM (a copy under the lock, never a wait); one only on SSD
+ * or in HBM is not published (the queue counts it). */
+static void publish_victim(kvt_engine *e, uint32_t v)
+{
+    const struct kvt_page *p = kvt_pg(&e->pt, v);
+    if (p->flags & PG_VALID_DRAM)
+        kvt_remote_offer(e->remote, &p->key, kvt_arena_ptr(&e->dram.arena, p->slot[KVT_TIER_DRAM]));
+    else
+        kvt_remote_skip(e->remote);
+}
+
 /* KVT_FLAG_EVICT: room for one page by dropping a whole page, the policy's
  * victim from the bottom tier up (a page on SSD costs nothing but its slot
  * to lose; one only in DRAM or HBM is still the policy's choice when no SSD
@@ -56,6 +68,8 @@ int kvt_evict_one(kvt_engine *e)
         if (d != KVT_NONE && d != v && e->pol->leaves_first(e->pol_priv, d, v))
             v = d;
     }
+    if (e->remote && kvt_remote_publish_mode(e->remote) == KVT_PUBLISH_EVICT)
+        publish_victim(e, v);
     kvt_page_destroy(e, v);
     e->gets.st.evicted_pages++;
     return 0;
@@ -177,6 +191,8 @@ static int evict_holder(kvt_engine *e, int t)
     uint32_t v = e->pol->victim(e->pol_priv, t, droppable, e);
     if (v == KVT_NONE)
         return KVT_EFULL;
+    if (e->remote && kvt_remote_publish_mode(e->remote) == KVT_PUBLISH_EVICT)
+        publish_victim(e, v);
     kvt_page_destroy(e, v);
     e->gets.st.evicted_pages++;
     return 0;
@@ -589,8 +605,8 @@ static size_t put_batch_pages(const kvt_engine *e)
     return b ? b : 1;
 }
 
-KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
-                    int src_on_device)
+int kvt_put_local(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
+                  int src_on_device)
 {
     if (n && (!keys || !src))
         return kvt_fail(-EINVAL, "keys and src must not be NULL");
@@ -996,8 +1012,8 @@ static int get_chunk(kvt_engine *e, const kvt_key *keys, size_t n, void *const *
 
 /* Pages read from SSD are staged in DRAM and held there until copied out, so
  * a get takes at most a quarter of DRAM at a time. */
-KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
-                    int dst_on_device, int *found)
+int kvt_get_local(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+                  int dst_on_device, int *found)
 {
     if (!e)
         return kvt_fail(-EINVAL, "engine is NULL");

@@ -13,6 +13,7 @@
 
 #include "kvt_build.h"
 #include "api/abi.h"
+#include "store/remote_frame.h"
 #include "tiers/tiers.h"
 
 #define KVT_MAX_SLOTS (1u << 30)
@@ -46,6 +47,38 @@ static int check_tier_bytes(const char *field, size_t bytes, size_t page_bytes)
     if (bytes / page_bytes >= KVT_MAX_SLOTS)
         return kvt_fail(KVT_ECONFIG, "%s (%zu) holds more than %u pages", field, bytes,
                         KVT_MAX_SLOTS);
+    return 0;
+}
+
+/* The shared tier's fields; the URL itself is parsed by the store at open
+ * (a text that may hold a password is never echoed here). */
+static int check_remote(const kvt_config *c)
+{
+    if (!c->remote_url) {
+        if (c->remote_prefix || c->remote_auth_file || c->remote_timeout_ms ||
+            c->remote_publish || c->remote_ttl_s || c->remote_queue_bytes)
+            return kvt_fail(KVT_ECONFIG, "a remote_* field is set but remote_url is not");
+        return 0;
+    }
+    if (strncmp(c->remote_url, "redis://", 8) != 0)
+        return kvt_fail(KVT_ECONFIG, "remote_url must start with redis:// (rediss:// and others "
+                                     "are not supported)");
+    if (c->remote_publish < KVT_PUBLISH_PUT || c->remote_publish > KVT_PUBLISH_EXPLICIT)
+        return kvt_fail(KVT_ECONFIG, "remote_publish %d is not a KVT_PUBLISH_* value",
+                        c->remote_publish);
+    if (c->remote_timeout_ms > 600000)
+        return kvt_fail(KVT_ECONFIG, "remote_timeout_ms (%u) is more than 10 minutes",
+                        c->remote_timeout_ms);
+    if (c->remote_prefix && !kvt_rframe_prefix_ok(c->remote_prefix))
+        return kvt_fail(KVT_ECONFIG, "remote_prefix must be 1..%d characters of A-Z a-z 0-9 _ . -",
+                        KVT_RFRAME_PREFIX_MAX);
+    if (c->remote_queue_bytes && c->remote_queue_bytes < c->page_bytes)
+        return kvt_fail(KVT_ECONFIG, "remote_queue_bytes (%zu) is smaller than one page",
+                        c->remote_queue_bytes);
+#if !KVT_HAVE_REDIS
+    return kvt_fail(KVT_ENOTSUP, "remote_url is set, but kvtier was built without hiredis "
+                                 "(libhiredis-dev): no remote tier");
+#endif
     return 0;
 }
 
@@ -110,7 +143,7 @@ int kvt_config_validate(const kvt_config *c)
                         KVT_MAX_SLOTS);
     if (c->ssd_bytes && !c->ssd_dir[0])
         return kvt_fail(KVT_ECONFIG, "ssd_dir is empty");
-    return 0;
+    return check_remote(c);
 }
 
 /* The back-end for cfg->device: host, CUDA, or (AUTO) CUDA when it opens. */
@@ -196,6 +229,9 @@ static int open_policy(kvt_engine *e)
 
 static void engine_free(kvt_engine *e)
 {
+    free(e->remote_url);
+    free(e->remote_prefix);
+    free(e->remote_auth_file);
     free(e->ssd_dir);
     free(e->policy_name);
     pthread_mutex_destroy(&e->lock);
@@ -203,6 +239,13 @@ static void engine_free(kvt_engine *e)
     kvt_ssd_tier_fini(e);
     kvt_slots_fini(e);
     free(e);
+}
+
+/* *out = a copy of s (NULL for NULL); -ENOMEM. */
+static int dup_str(const char *s, char **out)
+{
+    *out = s ? strdup(s) : NULL;
+    return s && !*out ? -ENOMEM : 0;
 }
 
 static kvt_engine *engine_alloc(const kvt_config *cfg)
@@ -244,6 +287,14 @@ static kvt_engine *engine_alloc(const kvt_config *cfg)
     }
     e->cfg.policy = e->policy_name;
     e->cfg.ssd_dir = e->ssd_dir;
+    if (dup_str(cfg->remote_url, &e->remote_url) || dup_str(cfg->remote_prefix, &e->remote_prefix) ||
+        dup_str(cfg->remote_auth_file, &e->remote_auth_file)) {
+        engine_free(e);
+        return NULL;
+    }
+    e->cfg.remote_url = e->remote_url;
+    e->cfg.remote_prefix = e->remote_prefix;
+    e->cfg.remote_auth_file = e->remote_auth_file;
     return e;
 }
 
@@ -280,11 +331,15 @@ int kvt_open_ex(const kvt_config *cfg, const struct kvt_open_with *with, kvt_eng
         goto out_copy;
     if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e, with)) < 0)
         goto out_ssd;
-    if ((r = kvt_mover_start(e)) < 0)
+    if (cfg->remote_url && (r = kvt_remote_open(&e->cfg, &e->remote)) < 0)
         goto out_ssd;
+    if ((r = kvt_mover_start(e)) < 0)
+        goto out_remote;
     *out = e;
     return 0;
 
+out_remote:
+    kvt_remote_close(e->remote, 0);
 out_ssd:
     kvt_ssd_tier_close(e);
     e->pol->destroy(e->pol_priv);
@@ -314,6 +369,9 @@ KVT_API void kvt_close(kvt_engine *e)
             fprintf(stderr, "kvtier: flush at close failed: %s (%s)\n", kvt_strerror(r),
                     kvt_last_error());
     }
+    /* What is queued for the shared tier is sent, within a few calls' time. */
+    kvt_remote_close(e->remote, 4 * (e->cfg.remote_timeout_ms ? e->cfg.remote_timeout_ms : 200));
+    e->remote = NULL;
     kvt_mover_stop(e);
     kvt_lock(e);
     kvt_copy_drain(e);
@@ -364,6 +422,9 @@ int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
     out->pages = e->pt.count;
     out->meta_bytes = e->meta_bytes;
     pthread_mutex_unlock(&e->lock);
+    /* The shared tier keeps its own locks (remote.c): read outside ours. */
+    if (e->remote)
+        kvt_remote_stats(e->remote, out);
     return 0;
 }
 

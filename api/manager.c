@@ -553,7 +553,7 @@ KVT_API int kvt_drop_id(kvt_engine *e, uint64_t id)
 
 /* ------------------------------------------------------------- exists */
 
-KVT_API int kvt_exists(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where)
+int kvt_exists_local(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where)
 {
     if (n && !keys)
         return kvt_fail(-EINVAL, "keys is NULL");
@@ -748,5 +748,11 @@ KVT_API int kvt_flush(kvt_engine *e)
     if (r == 0)
         r = kvt_persisted(e) ? flush_persist(e) : flush_hbm(e);
     kvt_unlock(e);
+    /* And what is queued for the shared tier is sent: a page put before a
+     * flush is there for other engines after it. The cluster is a cache,
+     * so a send that runs out of time is not this call's error. */
+    if (r == 0 && e->remote)
+        (void)kvt_remote_drain(e->remote, 4 * (e->cfg.remote_timeout_ms
+                                                   ? e->cfg.remote_timeout_ms : 200));
     return r;
 }

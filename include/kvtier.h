@@ -96,10 +96,11 @@ typedef enum {
     KVT_TIER_NONE = -1,
     KVT_TIER_HBM = 0,
     KVT_TIER_DRAM = 1,
-    KVT_TIER_SSD = 2
+    KVT_TIER_SSD = 2,
+    KVT_TIER_REMOTE = 3   /* only kvt_exists says it: the shared tier (kvt_config.remote_url) */
 } kvt_tier;
 
-#define KVT_TIERS 3
+#define KVT_TIERS 3     /* the local tiers, the length of kvt_stats' per-tier arrays */
 
 /* ------------------------------------------------------- growable structs */
 
@@ -190,7 +191,26 @@ typedef struct kvt_config {
     kvt_transfer_fn on_transfer; /* NULL = no reports; see kvt_transfer_event */
     void *on_transfer_arg;      /* passed to on_transfer (borrowed until kvt_close) */
     uint64_t flags;             /* KVT_FLAG_* (0 = none) */
+    /* The shared tier (docs/remote.md): a Redis Cluster, or one Redis, that
+     * many engines use. What the local tiers hold is a cache of it. */
+    const char *remote_url;     /* NULL = none; "redis://[user[:password]@]host:port[,host:port]..."
+                                   (seeds the cluster's map is learned from; copied at open,
+                                   never printed) */
+    const char *remote_prefix;  /* every key starts "<prefix>:<fingerprint>:"; NULL = "kvtier" */
+    const char *remote_auth_file; /* NULL, or a file holding "password" or "user password"
+                                   (overrides the URL's; read at open) */
+    unsigned remote_timeout_ms; /* the most one call to the cluster may take; 0 = 200 */
+    int remote_publish;         /* KVT_PUBLISH_*: when pages go to the shared tier */
+    unsigned remote_ttl_s;      /* values expire after this long; 0 = never (Redis evicts) */
+    size_t remote_queue_bytes;  /* pages waiting to be published at most; 0 = 64 MiB (a page
+                                   that finds the queue full is not published, counted) */
 } kvt_config;
+
+/* kvt_config.remote_publish. Publishing never blocks the caller: pages are
+ * copied into the queue and sent by kvtier's own thread. */
+#define KVT_PUBLISH_PUT 0       /* on kvt_put (write-through: others can use a page at once) */
+#define KVT_PUBLISH_EVICT 1     /* when the cache drops a page (KVT_FLAG_EVICT) that is in DRAM */
+#define KVT_PUBLISH_EXPLICIT 2  /* only the pages kvt_publish names */
 
 /* The engine is a cache (a prefix cache's store, as LMCache, SGLang HiCache
  * or vLLM's offloading tiers use one): when HBM, DRAM and SSD are all full,
@@ -207,6 +227,7 @@ typedef struct kvt_config {
 #define KVT_CONFIG_SIZE_VER0 offsetof(kvt_config, host_link_gbps)
 #define KVT_CONFIG_SIZE_VER1 (offsetof(kvt_config, on_transfer_arg) + sizeof(void *))
 #define KVT_CONFIG_SIZE_VER2 (offsetof(kvt_config, flags) + sizeof(uint64_t))
+#define KVT_CONFIG_SIZE_VER3 (offsetof(kvt_config, remote_queue_bytes) + sizeof(size_t))
 
 /* Fills the first cfg_size bytes of *cfg with defaults: 256 KiB pages, 1 GiB
  * HBM, 4 GiB DRAM, no SSD, device AUTO, policy "decode", no codec, no
@@ -361,14 +382,29 @@ int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src
  * Errors: KVT_ECORRUPT only when found is NULL and a stored copy is damaged
  * (with found, a damaged page reads as a miss), -EIO, KVT_EDEVICE, or the
  * SSD file's own error (-EACCES, ...: the copy there is kept). On error
- * every found[i] is 0 (some dst[i] may have been written). */
+ * every found[i] is 0 (some dst[i] may have been written).
+ * With a shared tier, pages no local tier holds are loaded from it (checked
+ * against their key and the fingerprint; anything else is a miss, counted)
+ * and kept in DRAM as kvt_put would keep them. A part of the cluster that is
+ * down or slow is a miss after remote_timeout_ms, never an error. */
 int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
             int dst_on_device, int *found);
 
 /* For each key, where[i] is the fastest tier holding a valid copy or
  * KVT_TIER_NONE (where may be NULL). Returns the length of the hit prefix: the
- * number of leading keys that exist (>= 0), or a negative error. */
+ * number of leading keys that exist (>= 0), or a negative error.
+ * With a shared tier, keys no local tier holds are asked of it in one round
+ * (where[i] = KVT_TIER_REMOTE); a part of it that does not answer within
+ * remote_timeout_ms counts as not holding them. */
 int kvt_exists(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where);
+
+/* Queues the n pages, read from the local tiers now, to be published to the
+ * shared tier (any kvt_config.remote_publish; the way to publish with
+ * KVT_PUBLISH_EXPLICIT). Returns the number queued: a page in no local tier,
+ * or one that finds the queue full, is skipped (the latter counted in
+ * remote_unpublished). KVT_ENOTSUP without a shared tier. kvt_flush waits
+ * for what is queued to be sent. */
+int kvt_publish(kvt_engine *e, const kvt_key *keys, size_t n);
 
 /* --------------------------------------------------------- decode position */
 
@@ -424,6 +460,20 @@ typedef struct kvt_stats {               /* counters since open; grows at the en
                                             was queued (a prefetch never takes this past
                                             prefetch_bytes / page_bytes) */
     uint64_t evicted_pages;              /* pages dropped to make room (KVT_FLAG_EVICT) */
+    /* The shared tier (all 0 without one). */
+    uint64_t remote_hits;                /* pages kvt_get loaded from it */
+    uint64_t remote_misses;              /* pages kvt_get asked it for and did not get */
+    uint64_t remote_lost;                /* of those, pages kvt_exists had said it held
+                                            (evicted or expired there in between) */
+    uint64_t remote_bytes_in, remote_bytes_out; /* value bytes read from it / written to it */
+    uint64_t remote_published;           /* pages it stored for this engine */
+    uint64_t remote_unpublished;         /* pages not published: queue full, or the store
+                                            refused or timed out */
+    uint64_t remote_corrupt;             /* values that failed their check: read as misses */
+    uint64_t remote_timeouts;            /* pages that ran out of time (read as misses) */
+    uint64_t remote_redirects;           /* MOVED/ASK answers followed */
+    uint64_t remote_errors;              /* pages failed otherwise (a node down, a protocol error) */
+    uint64_t remote_nodes, remote_nodes_down; /* masters in the map now, of them unreachable */
 } kvt_stats;
 
 /* The published layouts of kvt_stats: VER0 ends with errors_corrupt
@@ -432,6 +482,7 @@ typedef struct kvt_stats {               /* counters since open; grows at the en
 #define KVT_STATS_SIZE_VER0 offsetof(kvt_stats, capacity_pages)
 #define KVT_STATS_SIZE_VER1 (offsetof(kvt_stats, prefetch_inflight_max) + sizeof(uint64_t))
 #define KVT_STATS_SIZE_VER2 (offsetof(kvt_stats, evicted_pages) + sizeof(uint64_t))
+#define KVT_STATS_SIZE_VER3 (offsetof(kvt_stats, remote_nodes_down) + sizeof(uint64_t))
 
 /* Writes a consistent snapshot to the first out_size bytes of *out (bytes
  * beyond this library's kvt_stats are zeroed). Never fails on a valid engine,

@@ -465,6 +465,8 @@ struct kvt_engine {
     struct kvt_put_crc_odds put_crc;
     struct kvt_up_calls up;         /* set once at open (engine.c), then read only */
     struct kvt_gets gets;           /* buffers.c's free kvt_get records */
+    struct kvt_remote *remote;      /* the shared tier (remote.c); NULL without one */
+    char *remote_url, *remote_prefix, *remote_auth_file; /* cfg's strings, copied */
 };
 
 /* The arena of tier (KVT_TIER_HBM or KVT_TIER_DRAM), for code that takes
@@ -898,6 +900,43 @@ void kvt_slots_let_go(kvt_engine *e);
 int kvt_stage_ssd_read(kvt_engine *e, uint32_t pg, uint32_t need, struct kvt_wait *w);
 /* Frees the engine's kvt_get records (close: no get runs). */
 void kvt_get_recs_free(kvt_engine *e);
+/* kvt_put, kvt_get and kvt_exists on the local tiers only: api/shared.c
+ * adds the shared tier around them. */
+int kvt_put_local(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
+                  int src_on_device);
+int kvt_get_local(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+                  int dst_on_device, int *found);
+int kvt_exists_local(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where);
+
+/* ------------------------------------------------------------- remote.c */
+
+struct kvt_remote;
+struct kvt_store_item;
+/* Opens the shared tier cfg names (cfg->remote_url set): its store handles,
+ * the publish queue and its thread. 0 or the store's error (kvt_fail'ed,
+ * naming the cluster, never a credential). */
+int kvt_remote_open(const kvt_config *cfg, struct kvt_remote **out);
+/* Sends what is queued (waiting timeout_ms at most), then frees r. */
+void kvt_remote_close(struct kvt_remote *r, unsigned timeout_ms);
+/* Queues a copy of the page at page under k; false when the queue is full
+ * (counted as unpublished). Never waits on the network. */
+bool kvt_remote_offer(struct kvt_remote *r, const kvt_key *k, const void *page);
+/* A queue slot to fill (*buf, page_bytes), or -EAGAIN when the queue is
+ * full (counted). The slot is the caller's until kvt_remote_commit, which
+ * sends it under k (send) or gives it back. */
+int kvt_remote_reserve(struct kvt_remote *r, void **buf);
+void kvt_remote_commit(struct kvt_remote *r, int slot, const kvt_key *k, bool send);
+int kvt_remote_publish_mode(const struct kvt_remote *r);
+/* Counts a page that should have been published and was not. */
+void kvt_remote_skip(struct kvt_remote *r);
+/* Waits until the queue is sent; -ETIMEDOUT after timeout_ms. */
+int kvt_remote_drain(struct kvt_remote *r, unsigned timeout_ms);
+/* The store's exists and get on the caller's thread, in batches: the
+ * number held / found; it[i].res as store.h says. */
+int kvt_remote_exists(struct kvt_remote *r, struct kvt_store_item *it, size_t n);
+int kvt_remote_load(struct kvt_remote *r, struct kvt_store_item *it, size_t n);
+/* The tier's counters into out's remote_* fields. */
+void kvt_remote_stats(struct kvt_remote *r, kvt_stats *out);
 
 #if KVT_DEBUG
 void kvt_check_invariants(kvt_engine *e);
