@@ -161,6 +161,24 @@ static void test_a_cache_writes_to_ssd_only_what_outranks_its_victim(void **stat
  * (it answered KVT_EFULL, and every plug-in's shutdown raised); with persist
  * every page held is durable, the close loses none, and the next open has
  * each of them, exact. */
+/* With no SSD, a flush of a full cache finds DRAM full of pages that have
+ * nowhere to go: it drops victims for room, as a put does, instead of
+ * answering KVT_EFULL (it did, before the shared tier's tests met it). */
+static void test_a_full_cache_without_ssd_flushes(void **state)
+{
+    (void)state;
+    kvt_config c = t_config(PB, 4, 8);
+    c.flags = KVT_FLAG_EVICT;
+    kvt_engine *e;
+    assert_int_equal(kvt_open(&c, &e), 0);
+    for (uint32_t i = 0; i < 20; i++)
+        put_one(e, i, 0);
+    assert_int_equal(kvt_flush(e), 0);
+    int present = check_present(e, 20);
+    assert_true(present > 0 && present <= 12);
+    kvt_close(e);
+}
+
 static void test_a_full_cache_flushes_and_closes(void **state)
 {
     (void)state;
@@ -765,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_a_full_cache_evicts_arc),
         cmocka_unit_test(test_a_full_cache_evicts_default),
         cmocka_unit_test(test_a_cache_writes_to_ssd_only_what_outranks_its_victim),
+        cmocka_unit_test(test_a_full_cache_without_ssd_flushes),
         cmocka_unit_test(test_a_full_cache_flushes_and_closes),
         cmocka_unit_test(test_a_full_cache_writes_a_puts_room_together),
         cmocka_unit_test(test_an_overwrite_in_a_full_put_costs_no_page),
