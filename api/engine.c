@@ -75,10 +75,6 @@ static int check_remote(const kvt_config *c)
     if (c->remote_queue_bytes && c->remote_queue_bytes < c->page_bytes)
         return kvt_fail(KVT_ECONFIG, "remote_queue_bytes (%zu) is smaller than one page",
                         c->remote_queue_bytes);
-#if !KVT_HAVE_REDIS
-    return kvt_fail(KVT_ENOTSUP, "remote_url is set, but kvtier was built without hiredis "
-                                 "(libhiredis-dev): no remote tier");
-#endif
     return 0;
 }
 
@@ -331,7 +327,7 @@ int kvt_open_ex(const kvt_config *cfg, const struct kvt_open_with *with, kvt_eng
         goto out_copy;
     if (cfg->ssd_bytes && (r = kvt_ssd_tier_open(e, with)) < 0)
         goto out_ssd;
-    if (cfg->remote_url && (r = kvt_remote_open(&e->cfg, &e->remote)) < 0)
+    if (cfg->remote_url && (r = kvt_remote_open(&e->cfg, with, &e->remote)) < 0)
         goto out_ssd;
     if ((r = kvt_mover_start(e)) < 0)
         goto out_remote;

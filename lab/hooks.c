@@ -3,6 +3,7 @@
  */
 #include "lab/belady.h"
 #include "lab/lab.h"
+#include "lab/kv_mem.h"
 
 #include <string.h>
 
@@ -18,6 +19,10 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
         w.io = &kvt_io_faulty_ops;
         w.io_arg = hooks->io;
         w.sync = (struct kvt_syncer){ &kvt_io_faulty_sync_ops, hooks->io };
+    }
+    if (hooks && hooks->remote) {
+        w.remote_kv = &kvt_kv_mem_ops;
+        w.remote_kv_arg = hooks->remote;
     }
     return kvt_open_ex(cfg, &w, out);
 }

@@ -19,6 +19,8 @@
 struct kvt_test_hooks {
     struct kvt_device_faulty *device;
     struct kvt_io_faulty *io;
+    struct kvt_kv_mem *remote;      /* the shared tier's values in memory (lab/kv_mem.h);
+                                       cfg.remote_url must still be set */
 };
 /* kvt_open with hooks (NULL: none): the faulty back-ends opened in place
  * of the config's, and the I/O plan's power-loss model told of every sync. */

@@ -24,16 +24,14 @@
 #include "core/base.h"
 #include "kvt_build.h"
 #include "store/remote_frame.h"
-
-#if KVT_HAVE_REDIS
-
-#include "io/rcluster.h"
+#include "store/remote_kv.h"
 
 #define DEFAULT_PREFIX "kvtier"
 
 struct remote_store {
     struct kvt_store base;
-    struct kvt_rcluster *rc;
+    const struct kvt_kv_ops *kv;
+    void *conn;
     size_t page_bytes;
     uint64_t fingerprint;
     unsigned ttl_s;
@@ -124,7 +122,7 @@ static int rs_put(struct kvt_store *s, struct kvt_store_item *it, size_t n)
         r->items[i].val2 = it[i].buf;
         r->items[i].val2_len = r->page_bytes;
     }
-    kvt_rcluster_set(r->rc, r->items, n, r->ttl_s, 0);
+    r->kv->set(r->conn, r->items, n, r->ttl_s, 0);
     int done = 0;
     for (size_t i = 0; i < n; i++) {
         it[i].res = r->items[i].res;
@@ -155,7 +153,7 @@ static int rs_get(struct kvt_store *s, struct kvt_store_item *it, size_t n)
         r->items[i].buf = r->vals + i * vbytes;
         r->items[i].cap = vbytes;
     }
-    kvt_rcluster_get(r->rc, r->items, n);
+    r->kv->get(r->conn, r->items, n);
     int found = 0;
     for (size_t i = 0; i < n; i++) {
         const struct kvt_rc_item *ri = &r->items[i];
@@ -190,7 +188,7 @@ static int rs_exists(struct kvt_store *s, struct kvt_store_item *it, size_t n)
     int e = name_all(r, it, n);
     if (e)
         return e;
-    kvt_rcluster_exists(r->rc, r->items, n);
+    r->kv->exists(r->conn, r->items, n);
     int held = 0;
     for (size_t i = 0; i < n; i++) {
         it[i].res = r->items[i].res;
@@ -210,7 +208,7 @@ static int rs_del(struct kvt_store *s, struct kvt_store_item *it, size_t n)
     int e = name_all(r, it, n);
     if (e)
         return e;
-    kvt_rcluster_del(r->rc, r->items, n);
+    r->kv->del(r->conn, r->items, n);
     int gone = 0;
     for (size_t i = 0; i < n; i++) {
         it[i].res = r->items[i].res;
@@ -226,7 +224,7 @@ static void rs_stats(const struct kvt_store *s, struct kvt_store_stats *st)
 {
     const struct remote_store *r = (const struct remote_store *)s;
     struct kvt_rcluster_stats c;
-    kvt_rcluster_stats(r->rc, &c);
+    r->kv->stats(r->conn, &c);
     *st = r->st;
     st->redirects = c.moved + c.asks;
     st->refreshes = c.refreshes;
@@ -239,7 +237,7 @@ static void rs_close(struct kvt_store *s)
     struct remote_store *r = of(s);
     if (!r)
         return;
-    kvt_rcluster_close(r->rc);
+    r->kv->close(r->conn);
     free(r->items);
     free(r->names);
     free(r->hdrs);
@@ -261,6 +259,12 @@ static int rs_open(const struct kvt_store_params *p, struct kvt_store **out, cha
         snprintf(err, errlen, "a page of %zu bytes does not fit a frame", p->page_bytes);
         return KVT_ECONFIG;
     }
+    const struct kvt_kv_ops *kv = p->kv ? p->kv : kvt_kv_rcluster;
+    if (!kv) {
+        snprintf(err, errlen, "this kvtier was built without hiredis (libhiredis-dev): "
+                              "no remote tier");
+        return KVT_ENOTSUP;
+    }
     struct remote_store *r = calloc(1, sizeof(*r));
     if (!r) {
         snprintf(err, errlen, "out of memory");
@@ -273,7 +277,8 @@ static int rs_open(const struct kvt_store_params *p, struct kvt_store **out, cha
     strcpy(r->prefix, prefix);
     struct kvt_rcluster_opts o = { .url = p->url, .auth_file = p->auth_file,
                                    .timeout_ms = p->timeout_ms };
-    int e = kvt_rcluster_open(&o, &r->rc, err, errlen);
+    r->kv = kv;
+    int e = kv->open(p->kv_arg, &o, &r->conn, err, errlen);
     if (e) {
         free(r);
         return e;
@@ -282,38 +287,32 @@ static int rs_open(const struct kvt_store_params *p, struct kvt_store **out, cha
     return 0;
 }
 
-#else /* !KVT_HAVE_REDIS */
-
-static int rs_open(const struct kvt_store_params *p, struct kvt_store **out, char *err,
+#if KVT_HAVE_REDIS
+static int rc_open(void *arg, const struct kvt_rcluster_opts *o, void **conn, char *err,
                    size_t errlen)
 {
-    (void)p;
-    *out = NULL;
-    snprintf(err, errlen, "this kvtier was built without hiredis (libhiredis-dev): no remote tier");
-    return KVT_ENOTSUP;
+    (void)arg;
+    return kvt_rcluster_open(o, (struct kvt_rcluster **)conn, err, errlen);
 }
-
-static void rs_close(struct kvt_store *s)
+static void rc_close(void *c) { kvt_rcluster_close(c); }
+static int rc_get(void *c, struct kvt_rc_item *it, size_t n) { return kvt_rcluster_get(c, it, n); }
+static int rc_set(void *c, struct kvt_rc_item *it, size_t n, unsigned ttl_s, int nx)
 {
-    (void)s;
+    return kvt_rcluster_set(c, it, n, ttl_s, nx);
 }
-
-static int rs_none(struct kvt_store *s, struct kvt_store_item *it, size_t n)
+static int rc_exists(void *c, struct kvt_rc_item *it, size_t n)
 {
-    (void)s, (void)it, (void)n;
-    return -EINVAL;
+    return kvt_rcluster_exists(c, it, n);
 }
-#define rs_put rs_none
-#define rs_get rs_none
-#define rs_exists rs_none
-#define rs_del rs_none
+static int rc_del(void *c, struct kvt_rc_item *it, size_t n) { return kvt_rcluster_del(c, it, n); }
+static void rc_stats(const void *c, struct kvt_rcluster_stats *s) { kvt_rcluster_stats(c, s); }
 
-static void rs_stats(const struct kvt_store *s, struct kvt_store_stats *st)
-{
-    (void)s;
-    memset(st, 0, sizeof(*st));
-}
-
+static const struct kvt_kv_ops rcluster_ops = {
+    rc_open, rc_close, rc_get, rc_set, rc_exists, rc_del, rc_stats,
+};
+const struct kvt_kv_ops *const kvt_kv_rcluster = &rcluster_ops;
+#else
+const struct kvt_kv_ops *const kvt_kv_rcluster = NULL;
 #endif
 
 const struct kvt_store_ops kvt_remote_store_ops = {

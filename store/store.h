@@ -71,6 +71,10 @@ struct kvt_store_params {
     const char *auth_file;      /* a file holding the credentials, or NULL */
     unsigned timeout_ms;        /* the bound on one call (0: the store's default) */
     unsigned ttl_s;             /* values expire after this long (0: never) */
+    /* The remote store's transport when not the Redis client: the lab's
+     * (store/remote_kv.h), NULL in the product. */
+    const struct kvt_kv_ops *kv;
+    void *kv_arg;
 };
 
 struct kvt_store;

@@ -282,11 +282,15 @@ void kvt_remote_stats(struct kvt_remote *r, kvt_stats *out)
 
 static int open_queue(struct kvt_remote *r, size_t bytes)
 {
+    /* The queue holds what remote_queue_bytes says, at least a page; a
+     * batch is never more than the queue. */
     size_t n = bytes / r->page_bytes;
-    if (n < 2 * r->batch)
-        n = 2 * r->batch;
+    if (n < 1)
+        n = 1;
     if (n > UINT32_MAX / 2)
         n = UINT32_MAX / 2;
+    if (r->batch > n)
+        r->batch = n;
     r->nslots = (uint32_t)n;
     r->qbuf = malloc(n * r->page_bytes);
     r->qkey = calloc(n, sizeof(*r->qkey));
@@ -322,7 +326,8 @@ static void free_remote(struct kvt_remote *r)
     free(r);
 }
 
-int kvt_remote_open(const kvt_config *cfg, struct kvt_remote **out)
+int kvt_remote_open(const kvt_config *cfg, const struct kvt_open_with *with,
+                    struct kvt_remote **out)
 {
     *out = NULL;
     struct kvt_remote *r = calloc(1, sizeof(*r));
@@ -349,6 +354,8 @@ int kvt_remote_open(const kvt_config *cfg, struct kvt_remote **out)
         .auth_file = cfg->remote_auth_file,
         .timeout_ms = cfg->remote_timeout_ms ? cfg->remote_timeout_ms : DEFAULT_TIMEOUT_MS,
         .ttl_s = cfg->remote_ttl_s,
+        .kv = with->remote_kv,
+        .kv_arg = with->remote_kv_arg,
     };
     char err[512] = "";
     int e = 0;

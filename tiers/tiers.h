@@ -531,6 +531,8 @@ struct kvt_open_with {
     const struct kvt_io_ops *io;
     void *io_arg;
     struct kvt_syncer sync;         /* the SSD store's and index's syncs */
+    const struct kvt_kv_ops *remote_kv; /* the shared tier's transport (store/remote_kv.h) */
+    void *remote_kv_arg;
 };
 /* kvt_open with back-ends (NULL: none). */
 int kvt_open_ex(const kvt_config *cfg, const struct kvt_open_with *with, kvt_engine **out);
@@ -915,7 +917,8 @@ struct kvt_store_item;
 /* Opens the shared tier cfg names (cfg->remote_url set): its store handles,
  * the publish queue and its thread. 0 or the store's error (kvt_fail'ed,
  * naming the cluster, never a credential). */
-int kvt_remote_open(const kvt_config *cfg, struct kvt_remote **out);
+int kvt_remote_open(const kvt_config *cfg, const struct kvt_open_with *with,
+                    struct kvt_remote **out);
 /* Sends what is queued (waiting timeout_ms at most), then frees r. */
 void kvt_remote_close(struct kvt_remote *r, unsigned timeout_ms);
 /* Queues a copy of the page at page under k; false when the queue is full
