@@ -666,10 +666,16 @@ static int flush_hbm_rounds(kvt_engine *e)
             if (w < 0)
                 return kvt_fail(w, "a write-back failed: %s", kvt_strerror(w));
         }
-        /* No room in DRAM: the SSD can make some, and a cache can drop a
-         * victim; anything else has nowhere to put the page. */
-        if (r != KVT_EFULL || (!e->ssd && !(e->cfg.flags & KVT_FLAG_EVICT)))
+        if (r != KVT_EFULL)
             return r;
+        /* No room in DRAM and no SSD to make some: a cache drops its
+         * victims, one a round; anything else has nowhere to put a page. */
+        if (!e->ssd) {
+            if (!may_evict(e) || kvt_evict_one(e) != 0)
+                return r;
+            kvt_clear_error();
+            continue;
+        }
         struct kvt_wait w = { KVT_WAIT_NONE, 0 };
         int m = kvt_make_room_dram(e, (uint32_t)(e->pages.dirty_hbm ? e->pages.dirty_hbm : 1), &w);
         if (m == -EAGAIN)

@@ -68,6 +68,22 @@ static void replay_usage(FILE *f)
             "                      the recompute rate of the TTFT model, 1 to 1e12 (default\n"
             "                      %.0f, an assumed single-GPU prefill rate of an 8B model:\n"
             "                      set yours)\n"
+"fleet (N engines sharing a cluster; docs/remote.md):\n"
+            "  --instances N       deal the requests in turn to N engines (1..%u), each with\n"
+            "                      its own DRAM of --capacity (no SSD tier): N separate\n"
+            "                      caches, then with --remote the same N sharing a cluster;\n"
+            "                      hit fractions of both, bytes published and loaded\n"
+            "  --remote URL        redis://host:port[,host:port...] of a Redis Cluster (or one\n"
+            "                      Redis); with no --instances, one engine. Keys are under\n"
+            "                      --remote-prefix (default kvtreplay) and a fingerprint of\n"
+            "                      this run, with a TTL of an hour\n"
+            "  --remote-auth-file F  a file holding \"password\" or \"user password\" (a\n"
+            "                      password in the URL is refused: it would be on the\n"
+            "                      command line)\n"
+            "  --remote-prefix P   key prefix (A-Z a-z 0-9 _ . -)\n"
+            "  --remote-timeout-ms N  the most one call to the cluster may take (default 200)\n"
+            "  --publish WHEN      put (default: every block stored), evict (when a cache\n"
+            "                      drops it), reuse (once it is hit again on its engine)\n"
             "output:\n"
             "  --trace FILE        Chrome trace-event JSON of each request's calls and the\n"
             "                      engine's transfers (Perfetto, chrome://tracing)\n"
@@ -77,7 +93,7 @@ static void replay_usage(FILE *f)
             "  -h, --help          this text\n"
             "\n"
             "presets:\n",
-            REPLAY_MAX_CONCURRENCY, REPLAY_DEFAULT_PREFILL);
+            REPLAY_MAX_CONCURRENCY, REPLAY_DEFAULT_PREFILL, REPLAY_MAX_INSTANCES);
     kvt_preset_list(f, "  ");
 }
 
@@ -89,6 +105,9 @@ static const struct option replay_lo[] = {
     { "prefill-tokens-per-s", 1, 0, 'f' },                   { "trace", 1, 0, 't' },
     { "progress", 0, 0, 'p' }, { "no-progress", 0, 0, 'q' }, { "json", 0, 0, 'j' },
     { "help", 0, 0, 'h' },     { "overwrite-ssd-dir", 0, 0, 'O' },
+    { "instances", 1, 0, 'I' }, { "remote", 1, 0, 'R' },     { "remote-prefix", 1, 0, 'X' },
+    { "remote-auth-file", 1, 0, 'A' },                       { "remote-timeout-ms", 1, 0, 'T' },
+    { "publish", 1, 0, 'U' },
     { 0, 0, 0, 0 },
 };
 
@@ -175,8 +194,76 @@ static int opt_value(int c, const char *v, struct replay_opts *o)
     case 'q': o->progress = 0; return 0;
     case 'j': o->json = true; return 0;
     case 'O': o->overwrite_ssd_dir = true; return 0;
+    case 'I': {
+        uint64_t n = 1;
+        int rc = cli_opt_count("replay", "instances", v, 1, REPLAY_MAX_INSTANCES, &n);
+        o->instances = (unsigned)n;
+        return rc;
+    }
+    case 'R':
+        if (strncmp(v, "redis://", 8) != 0)
+            return cli_bad_value("replay", "remote", v, "redis://host:port[,host:port...]");
+        if (strchr(v, '@'))
+            return cli_bad_value("replay", "remote", "(not shown: it holds credentials)",
+                                 "a URL without user or password: give them in "
+                                 "--remote-auth-file");
+        o->remote_url = v;
+        return 0;
+    case 'X':
+    case 'A':
+        if (cli_opt_path("replay", opt_name(c), v))
+            return -EINVAL;
+        *(c == 'X' ? &o->remote_prefix : &o->remote_auth_file) = v;
+        return 0;
+    case 'T': {
+        uint64_t n = 0;
+        int rc = cli_opt_count("replay", "remote-timeout-ms", v, 1, 600000, &n);
+        o->remote_timeout_ms = (unsigned)n;
+        return rc;
+    }
+    case 'U':
+        if (!strcmp(v, "put"))
+            o->publish = REPLAY_PUBLISH_PUT;
+        else if (!strcmp(v, "evict"))
+            o->publish = REPLAY_PUBLISH_EVICT;
+        else if (!strcmp(v, "reuse"))
+            o->publish = REPLAY_PUBLISH_REUSE;
+        else
+            return cli_bad_value("replay", "publish", v, "put, evict or reuse");
+        return 0;
     default: return -EINVAL;
     }
+}
+
+#define SEEN(c) (seen & (1ull << ((c) - 'A')))
+
+/* The fleet's options together: -EINVAL after a message. */
+static int fleet_check(struct replay_opts *o, uint64_t seen)
+{
+    static const char single_only[] = "dtSCsO";
+    bool fleet_only = SEEN('X') || SEEN('A') || SEEN('T') || SEEN('U');
+    if (fleet_only && !o->remote_url) {
+        cli_error("replay", 2, "--remote-prefix, --remote-auth-file, --remote-timeout-ms and "
+                               "--publish need --remote");
+        return -EINVAL;
+    }
+    if (o->remote_url && !o->instances)
+        o->instances = 1;
+    if (!o->instances)
+        return 0;
+    for (const char *p = single_only; *p; p++)
+        if (SEEN(*p)) {
+            cli_error("replay", 2, "--%s is not for --instances/--remote (their engines have "
+                                   "DRAM only, one request at a time)", opt_name(*p));
+            return -EINVAL;
+        }
+    if (o->dram.kind) {
+        cli_error("replay", 2, "--dram is not for --instances: --capacity is each engine's DRAM");
+        return -EINVAL;
+    }
+    if (!o->block_given)
+        o->block_bytes = REPLAY_FLEET_BLOCK;
+    return 0;
 }
 
 /* 0 to run, 1 after --help, -EINVAL after a message. */
@@ -184,6 +271,7 @@ static int replay_parse(int argc, char **argv, struct replay_opts *o)
 {
     replay_opts_default(o);
     bool cap_given = false;
+    uint64_t seen = 0; /* options given, by letter */
     int c;
     optind = 1;
     opterr = 0;
@@ -197,6 +285,8 @@ static int replay_parse(int argc, char **argv, struct replay_opts *o)
         if (opt_value(c, optarg, o))
             return -EINVAL;
         cap_given |= c == 'c';
+        if (c >= 'A' && c <= 'z')
+            seen |= 1ull << (c - 'A');
     }
     if (!cap_given && o->dram.kind && o->ssd.kind)
         o->capacity.kind = CAP_UNSET; /* --dram + --ssd is the capacity */
@@ -216,7 +306,7 @@ static int replay_parse(int argc, char **argv, struct replay_opts *o)
     o->trace_path = argv[optind];
     if (cli_opt_path("replay", "TRACE", o->trace_path))
         return -EINVAL;
-    return 0;
+    return fleet_check(o, seen);
 }
 
 int replay_main(int argc, char **argv)
@@ -227,6 +317,11 @@ int replay_main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     struct replay_result r;
     cli_stop_catch();
+    if (o.instances) {
+        rc = replay_fleet(&o);
+        int stopped = cli_stop_end("replay");
+        return stopped ? stopped : rc;
+    }
     rc = replay_exec(&o, &r);
     int stopped = cli_stop_end("replay");
     if (stopped)

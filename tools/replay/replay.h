@@ -66,7 +66,22 @@ struct replay_opts {
     unsigned concurrency;            /* requests served at once, a thread each */
     int progress;                    /* -1: on a tty; 0 off; 1 on */
     bool json;
+    /* --instances (fleet.c): N engines, each its own local tiers, and with
+     * --remote a cluster they share */
+    unsigned instances;              /* 0: the single-engine replay above */
+    const char *remote_url;          /* no password in it: remote_auth_file */
+    const char *remote_prefix;
+    const char *remote_auth_file;
+    unsigned remote_timeout_ms;
+    int publish;                     /* REPLAY_PUBLISH_* */
 };
+
+enum { REPLAY_PUBLISH_PUT = 0, REPLAY_PUBLISH_EVICT, REPLAY_PUBLISH_REUSE };
+#define REPLAY_MAX_INSTANCES 64u
+/* A fleet's block: the trace's 43,924 distinct blocks at 32 KiB are 1.4 GB
+ * in the cluster (its replicas as much again), which a test cluster on one
+ * machine holds. */
+#define REPLAY_FLEET_BLOCK (32u << 10)
 
 /* Per tier that served hits (kvt_exists's where): HBM, DRAM, SSD. */
 struct replay_result {
@@ -130,6 +145,10 @@ int replay_exec(const struct replay_opts *o, struct replay_result *r);
 
 void replay_report_text(FILE *f, const struct replay_opts *o, const struct replay_result *r);
 void replay_report_json(const struct replay_opts *o, const struct replay_result *r);
+
+/* fleet.c: the replay over o->instances engines (and the cluster of
+ * o->remote_url): the process's exit code, after its report. */
+int replay_fleet(const struct replay_opts *o);
 
 /* The command: parses argv (argv[0] = "replay"), runs, prints. */
 int replay_main(int argc, char **argv);
