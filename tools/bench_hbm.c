@@ -423,18 +423,21 @@ out_fail:
 }
 
 int bench_ssd_main(int argc, char **argv);
+int bench_remote_main(int argc, char **argv);
 
 int bench_main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: kvtier bench hbm|ssd [options]   (kvtier bench hbm --help, ...)\n");
+        fprintf(f, "usage: kvtier bench hbm|ssd|remote [options]   (kvtier bench hbm --help, ...)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "ssd"))
         return bench_ssd_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "remote"))
+        return bench_remote_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "hbm"))
-        return cli_error("bench", 2, "unknown benchmark '%s' (try: hbm, ssd)", argv[1]);
+        return cli_error("bench", 2, "unknown benchmark '%s' (try: hbm, ssd, remote)", argv[1]);
     struct bench_opts o;
     int r = bench_parse(argc - 1, argv + 1, &o);
     if (r)

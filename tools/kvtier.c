@@ -29,6 +29,8 @@ static void usage(FILE *f)
             "                and acquire+release operations per second\n"
             "  bench ssd     DRAM<->SSD throughput through kvtier beside raw io_uring O_DIRECT,\n"
             "                and the codecs' ratio and speed on a bf16 page\n"
+            "  bench remote URL  stores and loads on a Redis Cluster through kvtier's shared\n"
+            "                tier beside raw pipelined hiredis\n"
             "  plan          KV sizing for a model shape over the tiers\n"
             "  inspect DIR   what an SSD spill directory holds: layout, index, disk usage\n"
             "  fsck DIR      check every stored page (CRC32C, decode); --repair drops bad ones\n"
