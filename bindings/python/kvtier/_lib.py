@@ -40,6 +40,10 @@ KVT_TIER_NONE = -1
 KVT_TIER_HBM = 0
 KVT_TIER_DRAM = 1
 KVT_TIER_SSD = 2
+KVT_TIER_REMOTE = 3  # kvt_exists only: the shared tier (remote_url)
+KVT_PUBLISH_PUT = 0
+KVT_PUBLISH_EVICT = 1
+KVT_PUBLISH_EXPLICIT = 2
 KVT_TIERS = 3
 
 KVT_DEVICE_HOST = -1
@@ -98,7 +102,14 @@ class KvtConfig(ctypes.Structure):
                 ("prefetch_bytes", ctypes.c_size_t),
                 ("on_transfer", KvtTransferFn),
                 ("on_transfer_arg", ctypes.c_void_p),
-                ("flags", ctypes.c_uint64)]
+                ("flags", ctypes.c_uint64),
+                ("remote_url", ctypes.c_char_p),
+                ("remote_prefix", ctypes.c_char_p),
+                ("remote_auth_file", ctypes.c_char_p),
+                ("remote_timeout_ms", ctypes.c_uint),
+                ("remote_publish", ctypes.c_int),
+                ("remote_ttl_s", ctypes.c_uint),
+                ("remote_queue_bytes", ctypes.c_size_t)]
 
 
 class KvtSchedule(ctypes.Structure):
@@ -135,7 +146,20 @@ class KvtStats(ctypes.Structure):
                 ("prefetch_pages", ctypes.c_uint64),
                 ("prefetch_wasted", ctypes.c_uint64),
                 ("prefetch_inflight_max", ctypes.c_uint64),
-                ("evicted_pages", ctypes.c_uint64)]
+                ("evicted_pages", ctypes.c_uint64),
+                ("remote_hits", ctypes.c_uint64),
+                ("remote_misses", ctypes.c_uint64),
+                ("remote_lost", ctypes.c_uint64),
+                ("remote_bytes_in", ctypes.c_uint64),
+                ("remote_bytes_out", ctypes.c_uint64),
+                ("remote_published", ctypes.c_uint64),
+                ("remote_unpublished", ctypes.c_uint64),
+                ("remote_corrupt", ctypes.c_uint64),
+                ("remote_timeouts", ctypes.c_uint64),
+                ("remote_redirects", ctypes.c_uint64),
+                ("remote_errors", ctypes.c_uint64),
+                ("remote_nodes", ctypes.c_uint64),
+                ("remote_nodes_down", ctypes.c_uint64)]
 
 
 # ------------------------------------------------------------ library lookup
@@ -205,6 +229,7 @@ def _declare(lib):
         "kvt_advance": (c_int, [engine_p, c_uint64, c_uint32]),
         "kvt_get_stats_sized": (c_int, [engine_p, P(KvtStats), c_size_t]),
         "kvt_flush": (c_int, [engine_p]),
+        "kvt_publish": (c_int, [engine_p, P(KvtKey), c_size_t]),
         "kvt_page_bytes": (c_size_t, [engine_p]),
         "kvt_device_name": (ctypes.c_char_p, [engine_p]),
     }

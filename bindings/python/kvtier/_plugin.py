@@ -61,7 +61,24 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "io_backend": ("str", "auto | uring | psync"),
     "queue_depth": ("int", "SSD requests in flight"),
     "policy": ("str", "prefix (default: a prefix cache's policy) | lru | arc"),
+    "remote_url": ("str", "redis://host:port[,host:port...] of a Redis Cluster that engine "
+                          "instances share (docs/remote.md); credentials in remote_auth_file"),
+    "remote_auth_file": ("str", "a file holding \"password\" or \"user password\" for the "
+                                "cluster"),
+    "remote_prefix": ("str", "key prefix in the cluster (default kvtier)"),
+    "remote_timeout_ms": ("int", "the most one call to the cluster may take (default 200)"),
+    "remote_publish": ("str", "put (default: every chunk stored) | evict | explicit"),
+    "remote_ttl_s": ("int", "values expire in the cluster after this long (default: never)"),
 }
+
+# The settings passed to the engine as they are.
+_REMOTE = ("remote_url", "remote_auth_file", "remote_prefix", "remote_timeout_ms",
+           "remote_publish", "remote_ttl_s")
+
+
+def redact_url(url: str) -> str:
+    """url with any user and password replaced by '***' (for logs)."""
+    return re.sub(r"^(redis://)[^@/]*@", r"\1***@", url)
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40,
@@ -303,10 +320,14 @@ def open_engine(settings: Mapping[str, Any], page_bytes: int, fingerprint: str, 
                # A cache: when every tier is full, the policy's victims make room.
                flags=KVT_FLAG_EVICT)
     cfg.update(default_capacities(page_bytes, spill))
-    for k in ("dram_bytes", "ssd_bytes", "io_backend", "queue_depth"):
+    for k in ("dram_bytes", "ssd_bytes", "io_backend", "queue_depth") + _REMOTE:
         if k in settings:
             cfg[k] = settings[k]
-    return Engine(**cfg), cfg
+    engine = Engine(**cfg)
+    # The configuration is logged by the plug-ins: never with a password.
+    if cfg.get("remote_url"):
+        cfg["remote_url"] = redact_url(cfg["remote_url"])
+    return engine, cfg
 
 
 def not_durable_pages(engine: Engine) -> int:

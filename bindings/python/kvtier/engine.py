@@ -65,7 +65,8 @@ class Key(NamedTuple):
 
 class Exists(NamedTuple):
     """Result of Engine.exists(): prefix = number of leading keys held,
-    where[i] = fastest tier holding key i (0 HBM, 1 DRAM, 2 SSD, -1 none)."""
+    where[i] = fastest tier holding key i (0 HBM, 1 DRAM, 2 SSD, 3 the shared tier,
+    -1 none)."""
     prefix: int
     where: list[int]
 
@@ -172,7 +173,12 @@ def _stream(stream):
 
 CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir", "device",
                  "policy", "codec", "persist", "fingerprint", "io_backend", "queue_depth",
-                 "host_link_gbps", "prefetch_bytes", "flags")
+                 "host_link_gbps", "prefetch_bytes", "flags", "remote_url", "remote_prefix",
+                 "remote_auth_file", "remote_timeout_ms", "remote_publish", "remote_ttl_s",
+                 "remote_queue_bytes")
+
+# kvt_config.remote_publish by name.
+_PUBLISH = {"put": 0, "evict": 1, "explicit": 2}
 
 
 def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
@@ -192,7 +198,7 @@ def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
     for name, value in kw.items():
         if value is None:
             continue
-        if name in ("ssd_dir", "policy"):
+        if name in ("ssd_dir", "policy", "remote_url", "remote_prefix", "remote_auth_file"):
             b = os.fsencode(value)
             if b"\0" in b:
                 # C would read only up to the NUL: another directory or policy.
@@ -205,6 +211,8 @@ def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
             cfg.codec = _choice(value, _CODECS, "codec")
         elif name == "io_backend":
             cfg.io_backend = _choice(value, _IOS, "io_backend")
+        elif name == "remote_publish":
+            cfg.remote_publish = _choice(value, _PUBLISH, "remote_publish")
         elif name == "fingerprint":
             cfg.fingerprint = _fingerprint(value)
         elif name == "persist":
@@ -213,7 +221,8 @@ def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
             cfg.host_link_gbps = float(value)
         else:
             # size_t / unsigned fields: refuse negatives rather than let ctypes wrap them.
-            bits = 32 if name == "queue_depth" else 8 * ctypes.sizeof(ctypes.c_size_t)
+            bits = (32 if name in ("queue_depth", "remote_timeout_ms", "remote_ttl_s")
+                    else 8 * ctypes.sizeof(ctypes.c_size_t))
             setattr(cfg, name, uint(value, bits, name))
     return cfg, keep
 
@@ -245,6 +254,19 @@ class Stats:
     prefetch_wasted: int
     prefetch_inflight_max: int
     evicted_pages: int
+    remote_hits: int
+    remote_misses: int
+    remote_lost: int
+    remote_bytes_in: int
+    remote_bytes_out: int
+    remote_published: int
+    remote_unpublished: int
+    remote_corrupt: int
+    remote_timeouts: int
+    remote_redirects: int
+    remote_errors: int
+    remote_nodes: int
+    remote_nodes_down: int
 
     @classmethod
     def _from_c(cls, s: KvtStats) -> Stats:
@@ -676,5 +698,12 @@ class Engine:
         return Stats._from_c(s)
 
     def flush(self) -> None:
-        """kvt_flush(): every dirty page gets a copy below HBM (durable with persist)."""
+        """kvt_flush(): every dirty page gets a copy below HBM (durable with persist);
+        with a shared tier, what is queued for it is sent."""
         check(self._L.kvt_flush(self._handle()), "kvt_flush")
+
+    def publish(self, keys: Iterable[KeyLike]) -> int:
+        """kvt_publish(): queues the pages of keys (read from the local tiers)
+        for the shared tier; returns how many were queued."""
+        k = key_array(keys)
+        return check(self._L.kvt_publish(self._handle(), k, len(k)), "kvt_publish")
