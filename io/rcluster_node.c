@@ -250,13 +250,11 @@ int rc_node_connect(struct rc_node *nd, const char *user, const char *pass, unsi
         if (rc != 0)
             goto out_drop;
     }
-    nd->rd = rc_sink_reader();
+    nd->rd = rc_sink_reader(&nd->sink);
     if (!nd->rd) {
         rc = -ENOMEM;
         goto out_drop;
     }
-    nd->sink.rd = nd->rd;
-    redisReaderSetPrivdata(nd->rd, &nd->sink);
     if (nd->ever_connected && reconnects)
         (*reconnects)++;
     nd->ever_connected = true;

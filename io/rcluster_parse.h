@@ -98,10 +98,10 @@ struct rc_sink {
     size_t text_len;             /* out: its whole length */
     bool bad;                    /* out: a reply string outside the reader's buffer */
 };
-/* A reader whose replies go to the sink at its privdata (set it with
- * redisReaderSetPrivdata before each redisReaderGetReply; the replies it
- * returns are markers, never freed). NULL on ENOMEM. */
-struct redisReader *rc_sink_reader(void);
+/* A reader whose replies go to s (s->rd is set to it; the replies it
+ * returns are markers, never to be freed). The reader is the caller's
+ * (redisReaderFree); s must outlive it. NULL on ENOMEM. */
+struct redisReader *rc_sink_reader(struct rc_sink *s);
 /* Readies s for the next reply: buf/cap where a string goes. */
 void rc_sink_reset(struct rc_sink *s, void *buf, size_t cap);
 

@@ -149,9 +149,13 @@ static redisReplyObjectFunctions sink_fns = {
     sink_string, sink_array, sink_integer, sink_nil, sink_free,
 };
 
-redisReader *rc_sink_reader(void)
+redisReader *rc_sink_reader(struct rc_sink *s)
 {
-    return redisReaderCreateWithFunctions(&sink_fns);
+    redisReader *rd = redisReaderCreateWithFunctions(&sink_fns);
+    if (rd)
+        redisReaderSetPrivdata(rd, s);
+    s->rd = rd;
+    return rd;
 }
 
 void rc_sink_reset(struct rc_sink *s, void *buf, size_t cap)

@@ -412,12 +412,12 @@ static void test_slots_reply(void **state)
 
 static void test_sink(void **state)
 {
-    redisReader *rd = rc_sink_reader();
-    struct rc_sink s = { .rd = rd };
+    struct rc_sink s;
+    redisReader *rd = rc_sink_reader(&s);
     char buf[8];
     void *out;
     assert_non_null(rd);
-    redisReaderSetPrivdata(rd, &s);
+    assert_ptr_equal(s.rd, rd);
     const char *text = "$5\r\nhello\r\n$9\r\ntoo long!\r\n$-1\r\n:42\r\n-MOVED 1 h:2\r\n+OK\r\n*2\r\n$1\r\na\r\n:1\r\n";
     assert_int_equal(redisReaderFeed(rd, text, strlen(text)), REDIS_OK);
     rc_sink_reset(&s, buf, sizeof buf);

@@ -205,11 +205,16 @@ write_conf() { # nodedir port
   )
 }
 
+# A port something else listens on (another cluster, another user's) would
+# be answered by that server, and the checks below would take it for ours.
+in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 ports=()
 for ((i = 0; i < n; i++)); do
   p=$((port + i)); ports+=("$p")
-  write_conf "$dir/$p" "$p"
+  ! in_use "$p" || die "127.0.0.1:$p is in use by another process"
+  [ "$standalone" -eq 1 ] || ! in_use $((p + 10000)) || die "127.0.0.1:$((p + 10000)) (cluster bus) is in use"
 done
+for p in "${ports[@]}"; do write_conf "$dir/$p" "$p"; done
 for p in "${ports[@]}"; do
   nd=$dir/$p
   # setsid: the server leaves the caller's process group (a ctest fixture
@@ -225,7 +230,11 @@ wait_for() { # seconds command...: polls every 0.1 s
   for ((t = 0; t < tries; t++)); do "$@" && return 0; sleep 0.1; done
   return 1
 }
-pong() { [ "$(cli -p "$1" ping 2>/dev/null)" = PONG ]; }
+pong() { # the server on port $1 answers, and is the process we started
+  local id
+  id=$(cli -p "$1" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')
+  [ -n "$id" ] && [ "$id" = "$(cat "$dir/$1/pid")" ]
+}
 for p in "${ports[@]}"; do
   wait_for 10 pong "$p" || { "$0" stop "$dir"; die "127.0.0.1:$p did not start (see $dir/$p/log)"; }
 done
