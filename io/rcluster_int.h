@@ -34,6 +34,7 @@ struct rc_node {
     struct redisContext *ctx;      /* NULL: not connected */
     struct redisReader *rd;        /* the batch replies' reader (rc_sink_reader) */
     struct rc_sink sink;
+    struct rc_tree tree;           /* the budget of a reply of rc_node_command */
     bool ever_connected;
     bool down;                     /* the last connect or round failed: wait for retry_at */
     bool in_map;                   /* a master of the current slot map */

@@ -36,6 +36,7 @@
 #include "io/rcluster_int.h"
 
 #define RC_READ_CHUNK (256u << 10)
+#define RC_REPLY_MAX (512u << 20)  /* Redis's own cap on a value (proto-max-bulk-len) */
 #define RC_INLINE_KEY 512          /* keys this short are copied into hdr: one iovec fewer */
 #define RC_IOV_MAX 64
 #define RC_BACKOFF_MIN_MS 10
@@ -141,6 +142,7 @@ int rc_node_command(struct rc_node *nd, int argc, const char **argv, const size_
 {
     char *cmd = NULL;
     *out = NULL;
+    rc_tree_reset(&nd->tree);
     int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
     if (len < 0)
         return -ENOMEM;
@@ -240,6 +242,7 @@ int rc_node_connect(struct rc_node *nd, const char *user, const char *pass, unsi
             rc = -ECONNREFUSED;
         goto out_drop;
     }
+    rc_tree_attach(ctx->reader, &nd->tree);
     rc = connect_wait(ctx, connect_ms, deadline);
     if (rc != 0)
         goto out_drop;
@@ -429,6 +432,11 @@ int rc_node_flush(struct rc_node *nd, uint64_t *bytes_out)
 static int read_some(struct rc_node *nd, uint64_t *bytes_in)
 {
     redisReader *rd = nd->rd;
+    /* The reader holds a whole reply before it yields it: a server that
+     * sends a reply bigger than any value (or endless bytes) fails its
+     * node here, not the process in hiredis's allocator (which aborts). */
+    if (rd->len - rd->pos > RC_REPLY_MAX)
+        return -EMSGSIZE;
     if (sdsavail(rd->buf) < RC_READ_CHUNK) {
         sds b = sdsMakeRoomFor(rd->buf, RC_READ_CHUNK);
         if (!b)

@@ -81,6 +81,20 @@ struct rc_slot_range {
  * range or reversed, a bad port, a host too long, more than cap ranges). */
 int rc_slots_parse(const struct redisReply *r, struct rc_slot_range *out, size_t cap, size_t *n);
 
+/* Replies built as objects (redisReply, freed with freeReplyObject) by
+ * bounded functions: at most RC_TREE_ELEMS array elements and
+ * RC_TREE_BYTES string bytes per reply, past which the reader fails
+ * ("Out of memory") rather than allocate what a server's counts say. */
+#define RC_TREE_ELEMS (1u << 20)
+#define RC_TREE_BYTES (64u << 20)
+struct rc_tree {
+    size_t elems_left, bytes_left;
+};
+/* Makes rd build its replies so, within b's budget (b must outlive rd's
+ * use; reset it before each reply with rc_tree_reset). */
+void rc_tree_attach(struct redisReader *rd, struct rc_tree *b);
+void rc_tree_reset(struct rc_tree *b);
+
 /* A batch's replies go through a hiredis reader whose reply functions are
  * these (rc_sink_reader): a reply is not built as an object; its type, its
  * integer or its error text land in the sink, and a bulk string is copied

@@ -9,6 +9,13 @@
  * and the map parser checks every element's type and count before reading
  * it. A reply that breaks a rule fails whole: a map half taken would route
  * keys to nodes the server never named.
+ *
+ * Replies built as objects (AUTH, CLUSTER SLOTS) are built by our functions
+ * (rc_tree_attach), not hiredis 0.14's: those calloc an array of whatever
+ * count a server writes ("*2000000000" is 16 GB) and abort() the process
+ * when an allocation fails (its HIREDIS_OOM_HANDLER). Ours refuse arrays
+ * past a budget of elements per reply, and fail the reply (hiredis reports
+ * "Out of memory" and the reader stops) instead of the process.
  */
 #include <errno.h>
 #include <string.h>
@@ -69,6 +76,94 @@ int rc_slots_parse(const redisReply *r, struct rc_slot_range *out, size_t cap, s
     }
     *n = r->elements;
     return 0;
+}
+
+/* ----------------------------------------------------------------- tree */
+static void *tree_obj(const redisReadTask *t, int type)
+{
+    redisReply *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->type = type;
+    if (t->parent) {
+        redisReply *p = t->parent->obj;
+        if (!p || p->type != REDIS_REPLY_ARRAY || t->idx < 0 || (size_t)t->idx >= p->elements) {
+            free(r);
+            return NULL;
+        }
+        p->element[t->idx] = r;
+    }
+    return r;
+}
+
+static void *tree_string(const redisReadTask *t, char *str, size_t len)
+{
+    struct rc_tree *b = t->privdata;
+    if (!b || len > b->bytes_left)
+        return NULL;
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return NULL;
+    redisReply *r = tree_obj(t, t->type);
+    if (!r) {
+        free(copy);
+        return NULL;
+    }
+    b->bytes_left -= len;
+    memcpy(copy, str, len);
+    copy[len] = '\0';
+    r->str = copy;
+    r->len = len;
+    return r;
+}
+
+static void *tree_array(const redisReadTask *t, int elements)
+{
+    struct rc_tree *b = t->privdata;
+    if (!b || elements < 0 || (size_t)elements > b->elems_left)
+        return NULL;
+    redisReply **v = calloc(elements ? (size_t)elements : 1, sizeof *v);
+    if (!v)
+        return NULL;
+    redisReply *r = tree_obj(t, REDIS_REPLY_ARRAY);
+    if (!r) {
+        free(v);
+        return NULL;
+    }
+    b->elems_left -= (size_t)elements;
+    r->element = v;
+    r->elements = (size_t)elements;
+    return r;
+}
+
+static void *tree_integer(const redisReadTask *t, long long v)
+{
+    redisReply *r = tree_obj(t, REDIS_REPLY_INTEGER);
+    if (r)
+        r->integer = v;
+    return r;
+}
+
+static void *tree_nil(const redisReadTask *t)
+{
+    return tree_obj(t, REDIS_REPLY_NIL);
+}
+
+static redisReplyObjectFunctions tree_fns = {
+    tree_string, tree_array, tree_integer, tree_nil, freeReplyObject,
+};
+
+void rc_tree_attach(redisReader *rd, struct rc_tree *b)
+{
+    rd->fn = &tree_fns;
+    rd->privdata = b;   /* not redisReaderSetPrivdata: its (int) cast of a pointer warns */
+    rc_tree_reset(b);
+}
+
+void rc_tree_reset(struct rc_tree *b)
+{
+    b->elems_left = RC_TREE_ELEMS;
+    b->bytes_left = RC_TREE_BYTES;
 }
 
 /* ----------------------------------------------------------------- sink */
@@ -153,7 +248,7 @@ redisReader *rc_sink_reader(struct rc_sink *s)
 {
     redisReader *rd = redisReaderCreateWithFunctions(&sink_fns);
     if (rd)
-        redisReaderSetPrivdata(rd, s);
+        rd->privdata = s;
     s->rd = rd;
     return rd;
 }

@@ -2,9 +2,10 @@
  * fuzz_rcluster.c — what the Redis Cluster client reads from servers and
  * users (io/rcluster_parse.h), on arbitrary bytes:
  *
- *   - the input as a server's byte stream, through hiredis's reader, each
- *     reply to the parser the client would give it: an array to the
- *     CLUSTER SLOTS parser, an error to the MOVED/ASK classifier;
+ *   - the input as a server's byte stream, through hiredis's reader with
+ *     the client's bounded reply functions (rc_tree_attach), each reply to
+ *     the parser the client would give it: an array to the CLUSTER SLOTS
+ *     parser, an error to the MOVED/ASK classifier;
  *   - the same stream through the batch reader (rcluster_reply.c's sink)
  *     into a buffer of exactly its capacity (ASan sees any byte past it);
  *   - the input as a seed URL, an auth file's text, a host:port, a key.
@@ -86,8 +87,10 @@ static void check_reply(const redisReply *r)
 
 static void as_stream(const uint8_t *data, size_t size)
 {
+    struct rc_tree budget;
     redisReader *rd = redisReaderCreate();
     fuzz_check(rd != NULL, "reader");
+    rc_tree_attach(rd, &budget);
     if (redisReaderFeed(rd, (const char *)data, size) == REDIS_OK) {
         for (int i = 0; i < MAX_REPLIES; i++) {
             void *r = NULL;
@@ -95,6 +98,7 @@ static void as_stream(const uint8_t *data, size_t size)
                 break;
             check_reply(r);
             freeReplyObject(r);
+            rc_tree_reset(&budget);
         }
     }
     redisReaderFree(rd);
