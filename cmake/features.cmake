@@ -53,6 +53,38 @@ if(NOT KVT_WITH_URING STREQUAL "OFF")
 endif()
 message(STATUS "kvtier: io_uring back-end ${KVT_HAVE_URING} (KVT_WITH_URING=${KVT_WITH_URING})")
 
+# --- hiredis: the remote tier's Redis Cluster client (io/rcluster*.c).
+# Without it the remote tier answers KVT_ENOTSUP (io/rcluster_none.c).
+# Found through pkg-config; a private dependency of libkvtier (kvtier.pc
+# says Requires.private: hiredis).
+set(KVT_HAVE_REDIS 0)
+set(KVT_PC_REQUIRES_PRIVATE "")
+if(NOT KVT_WITH_REDIS STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(HIREDIS QUIET hiredis)
+  endif()
+  set(_redis_found FALSE)
+  if(HIREDIS_FOUND)
+    if(KVT_STATIC_DEPS)
+      find_library(HIREDIS_LIB NAMES libhiredis.a hiredis HINTS ${HIREDIS_LIBRARY_DIRS})
+    else()
+      find_library(HIREDIS_LIB NAMES hiredis HINTS ${HIREDIS_LIBRARY_DIRS})
+    endif()
+    find_path(HIREDIS_INCLUDE hiredis/hiredis.h)
+    if(HIREDIS_LIB AND HIREDIS_INCLUDE)
+      set(_redis_found TRUE)
+    endif()
+  endif()
+  kvt_require_or_skip(KVT_WITH_REDIS _redis_found "hiredis (apt-get install libhiredis-dev pkg-config)")
+  if(_redis_found)
+    set(KVT_HAVE_REDIS 1)
+    list(APPEND KVT_DEP_LIBS ${HIREDIS_LIB})
+    set(KVT_PC_REQUIRES_PRIVATE "hiredis")
+  endif()
+endif()
+message(STATUS "kvtier: Redis (hiredis ${HIREDIS_VERSION}) ${KVT_HAVE_REDIS} (KVT_WITH_REDIS=${KVT_WITH_REDIS})")
+
 # --- LMDB and zstd: required (the SSD tier's index and codec).
 find_path(LMDB_INCLUDE lmdb.h)
 find_path(ZSTD_INCLUDE zstd.h)

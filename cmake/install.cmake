@@ -32,9 +32,13 @@ install(FILES ${CMAKE_BINARY_DIR}/kvtierConfig.cmake ${CMAKE_BINARY_DIR}/kvtierC
         DESTINATION ${KVT_CMAKE_DIR} COMPONENT devel)
 
 # kvtier.pc: Libs.private lists what a static link needs (the dependency
-# files as found, then the system libraries they need).
+# files as found, then the system libraries they need); Requires.private the
+# dependencies that have a .pc of their own (hiredis).
 set(KVT_PC_PRIVATE "")
 foreach(dep ${KVT_DEP_LIBS})
+  if(HIREDIS_LIB AND dep STREQUAL HIREDIS_LIB)
+    continue()  # Requires.private: hiredis (its own .pc says what it needs)
+  endif()
   if(TARGET ${dep})
     get_target_property(loc ${dep} IMPORTED_LOCATION)
     if(loc)

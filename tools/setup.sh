@@ -24,7 +24,10 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # back-end is built wherever the toolkit is installed (/usr/local/cuda).
 # libjansson-dev: the command reads traces and writes --json with jansson
 # (its static libjansson.a goes into the GPU build, tools/gpu/build.sh).
-pkgs=(build-essential cmake pkg-config liburing-dev liblmdb-dev libzstd-dev libcmocka-dev libjansson-dev e2fsprogs)
+# libhiredis-dev: the remote tier's Redis Cluster client (io/rcluster*.c;
+# without it the library is built without the remote tier).
+pkgs=(build-essential cmake pkg-config liburing-dev liblmdb-dev libzstd-dev libcmocka-dev libjansson-dev
+      libhiredis-dev e2fsprogs)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
@@ -66,6 +69,27 @@ fi
 # AST through libclang's Python binding.
 pkgs=(python3 python3-clang-14)
 install_missing
+
+# The remote tier's tests start their own Redis servers (tools/redis-cluster.sh,
+# ports 7100+ on 127.0.0.1). Debian starts redis-server.service on port 6379
+# when it installs the package; the tests neither use nor want it, so the
+# install runs under a policy-rc.d that forbids starting services (exit 101),
+# unless the machine already has one of its own. A service that was running
+# before is left alone.
+pkgs=(redis-server redis-tools)
+policy=/usr/sbin/policy-rc.d
+if ! dpkg-query -W -f='${Status}' redis-server 2>/dev/null | grep -q "install ok installed" &&
+   [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\n# tools/setup.sh: no service starts while it installs redis-server\nexit 101\n' |
+    as_root tee "$policy" >/dev/null
+  as_root chmod 755 "$policy"
+  trap 'as_root rm -f "$policy"' EXIT
+  install_missing
+  as_root rm -f "$policy"
+  trap - EXIT
+else
+  install_missing
+fi
 build build -DKVT_BUILD_TESTS=ON -DKVT_SANITIZE=OFF -DKVT_DEBUG=OFF
 (cd build && ctest --output-on-failure -j"$jobs")
 echo "setup: the same suite under AddressSanitizer + UndefinedBehaviorSanitizer"
