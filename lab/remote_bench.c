@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,10 +188,10 @@ static void *raw_thread(void *arg)
     uint8_t *order = malloc(o->batch);
     uint64_t ops = 0, failed = 0, bad = 0, cursor = 0;
     char key[96];
-    while (order && now_s() < s->until) {
+    while (order && now_s() < s->until && !(o->fill && cursor >= nkeys)) {
         for (unsigned j = 0; j < o->batch; j++) {
-            int kl = snprintf(key, sizeof key, "kvtbench:%llx:r:%u:%llu",
-                              (unsigned long long)o->nonce, id,
+            int kl = snprintf(key, sizeof key, "kvtbench:%llx:r:%zu:%u:%llu",
+                              (unsigned long long)o->nonce, o->value_bytes, id,
                               (unsigned long long)(cursor++ % nkeys));
             int n = s->node_of[kvt_rcluster_slot(key, (size_t)kl)];
             order[j] = (uint8_t)n;
@@ -240,8 +241,9 @@ static void *store_thread(void *arg)
     struct shared *s = ((void **)arg)[0];
     unsigned id = (unsigned)(uintptr_t)((void **)arg)[1];
     const struct kvt_rbench_opts *o = s->o;
+    /* The fingerprint differs per size: each size has keys of its own. */
     struct kvt_store_params p = {
-        .page_bytes = o->value_bytes, .fingerprint = o->nonce, .url = o->url,
+        .page_bytes = o->value_bytes, .fingerprint = o->nonce ^ o->value_bytes, .url = o->url,
         .prefix = "kvtbench", .auth_file = o->auth_file, .timeout_ms = o->timeout_ms,
         .ttl_s = 600,
     };
@@ -258,7 +260,7 @@ static void *store_thread(void *arg)
     struct kvt_store_item *it = calloc(o->batch, sizeof(*it));
     uint8_t *bufs = s->write ? NULL : malloc((size_t)o->batch * o->value_bytes);
     uint64_t ops = 0, failed = 0, bad = 0, cursor = 0;
-    while (it && (s->write || bufs) && now_s() < s->until) {
+    while (it && (s->write || bufs) && now_s() < s->until && !(o->fill && cursor >= nkeys)) {
         for (unsigned j = 0; j < o->batch; j++)
             it[j] = (struct kvt_store_item){
                 .key = { .id = id, .layer = 0, .index = (uint32_t)(cursor++ % nkeys) },
@@ -312,7 +314,7 @@ int kvt_rbench_run(const struct kvt_rbench_opts *o, int raw, int write,
         goto out;
     }
     double c0 = cpu_s(), t0 = now_s();
-    s->until = t0 + o->seconds;
+    s->until = t0 + (o->fill ? 60 : o->seconds);
     unsigned started = 0;
     for (unsigned i = 0; i < o->clients; i++) {
         args[i][0] = s;

@@ -17,6 +17,8 @@ struct kvt_rbench_opts {
     unsigned batch;             /* keys per call (raw: per pipelined round) */
     double seconds;             /* per measurement */
     unsigned timeout_ms;
+    int fill;                   /* a write that stores each key once, then stops (the
+                                   loads then find every key, of this size) */
     uint64_t nonce;             /* keys are kvtbench:<nonce>:...; they expire after 10
                                    minutes (Redis removes them; nothing to clean up) */
 };
