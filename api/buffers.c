@@ -33,11 +33,13 @@ static bool droppable(void *ctx, uint32_t pg)
 }
 
 /* KVT_PUBLISH_EVICT: a page the cache drops goes to the shared tier, if its
- * bytes are in DRAM (a copy under the lock, never a wait); one only on SSD
- * or in HBM is not published (the queue counts it). */
+ * bytes are in DRAM (a copy under the lock, never a wait) and did not come
+ * from there; one only on SSD or in HBM is not published (counted). */
 static void publish_victim(kvt_engine *e, uint32_t v)
 {
     const struct kvt_page *p = kvt_pg(&e->pt, v);
+    if (kvt_remote_was_loaded(e->remote, &p->key))
+        return; /* it came from there */
     if (p->flags & PG_VALID_DRAM)
         kvt_remote_offer(e->remote, &p->key, kvt_arena_ptr(&e->dram.arena, p->slot[KVT_TIER_DRAM]));
     else

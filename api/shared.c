@@ -38,7 +38,11 @@ KVT_API int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *co
                     int src_on_device)
 {
     int r = kvt_put_local(e, keys, n, src, src_on_device);
-    if (r < 0 || !e->remote || kvt_remote_publish_mode(e->remote) != KVT_PUBLISH_PUT)
+    if (!e || !e->remote)
+        return r;
+    for (size_t i = 0; i < n && r == 0; i++) /* the caller's bytes now, not the store's */
+        kvt_remote_loaded(e->remote, &keys[i], false);
+    if (r < 0 || kvt_remote_publish_mode(e->remote) != KVT_PUBLISH_PUT)
         return r;
     if (src_on_device) {
         publish_local(e, keys, n);
@@ -80,8 +84,9 @@ static void keep_found(kvt_engine *e, const kvt_key *keys, const uint32_t *miss,
                 src[k++] = it[j].buf;
             }
         }
-    if (k)
-        (void)kvt_put_local(e, fk, k, src, 0);
+    if (k && kvt_put_local(e, fk, k, src, 0) == 0)
+        for (size_t j = 0; j < k; j++)
+            kvt_remote_loaded(e->remote, &fk[j], true);
     for (size_t j = 0; dst_on_device && j < m; j++)
         if (found[miss[j]]) {
             int f = 0;

@@ -235,6 +235,29 @@ static void test_publish_on_evict_sends_only_what_the_cache_drops(void **state)
     kvt_kv_mem_free(m);
 }
 
+static void test_a_page_from_the_store_is_not_sent_back_when_dropped(void **state)
+{
+    struct kvt_kv_mem *m = kvt_kv_mem_new();
+    kvt_config c = remote_config(2, 4);
+    kvt_engine *w = open_on(m, &c);
+    put_pages(w, 30, 4, 1);
+    flush_ok(w);
+    kvt_close(w);
+    c.remote_publish = KVT_PUBLISH_EVICT;
+    kvt_engine *r = open_on(m, &c);
+    assert_int_equal(read_pages(r, 30, 4, 1), 4); /* loaded, kept locally */
+    uint64_t sets = kvt_kv_mem_sets(m);
+    put_pages(r, 31, 12, 1);                      /* everything else is dropped */
+    flush_ok(r);
+    kvt_stats s = stats_of(r);
+    assert_true(s.evicted_pages >= 10);
+    assert_int_equal(kvt_kv_mem_sets(m) - sets, s.remote_published);
+    /* The four loaded pages went without being sent back. */
+    assert_int_equal(s.evicted_pages - s.remote_published - s.remote_unpublished, 4);
+    kvt_close(r);
+    kvt_kv_mem_free(m);
+}
+
 static void test_explicit_publishing_sends_only_what_is_named(void **state)
 {
     struct kvt_kv_mem *m = kvt_kv_mem_new();
@@ -335,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_a_cluster_that_does_not_answer_is_a_miss_not_an_error),
         cmocka_unit_test(test_a_page_the_store_dropped_after_a_lookup_is_counted_lost),
         cmocka_unit_test(test_publish_on_evict_sends_only_what_the_cache_drops),
+        cmocka_unit_test(test_a_page_from_the_store_is_not_sent_back_when_dropped),
         cmocka_unit_test(test_explicit_publishing_sends_only_what_is_named),
         cmocka_unit_test(test_an_overwrite_replaces_the_shared_page),
         cmocka_unit_test(test_a_full_queue_drops_publishing_never_the_put),

@@ -38,6 +38,12 @@ struct kvt_remote {
     struct kvt_store *handle[HANDLES];
     bool busy[HANDLES];
     uint64_t expect[EXPECT_SLOTS];  /* hash | 1 of keys found by a lookup, by hash */
+    /* Keys whose local copy was loaded from the store (hash | 1, by hash,
+     * nloaded slots, a power of two): a drop does not send them back. A
+     * key overwritten since is taken out; one pushed out by another's hash
+     * is sent again, which costs bytes, never correctness. */
+    uint64_t *loaded;
+    size_t nloaded;
     uint64_t lost;                  /* under pool_mu */
     struct kvt_store_stats done;    /* closed handles' counters (none until close) */
 
@@ -244,6 +250,27 @@ int kvt_remote_load(struct kvt_remote *r, struct kvt_store_item *it, size_t n)
     return found;
 }
 
+void kvt_remote_loaded(struct kvt_remote *r, const kvt_key *k, bool loaded)
+{
+    uint64_t hv = key_hash(k);
+    pthread_mutex_lock(&r->pool_mu);
+    uint64_t *slot = &r->loaded[hv & (r->nloaded - 1)];
+    if (loaded)
+        *slot = hv;
+    else if (*slot == hv)
+        *slot = 0;
+    pthread_mutex_unlock(&r->pool_mu);
+}
+
+bool kvt_remote_was_loaded(struct kvt_remote *r, const kvt_key *k)
+{
+    uint64_t hv = key_hash(k);
+    pthread_mutex_lock(&r->pool_mu);
+    bool yes = r->loaded[hv & (r->nloaded - 1)] == hv;
+    pthread_mutex_unlock(&r->pool_mu);
+    return yes;
+}
+
 void kvt_remote_stats(struct kvt_remote *r, kvt_stats *out)
 {
     struct kvt_store_stats s = { 0 };
@@ -318,6 +345,7 @@ static void free_remote(struct kvt_remote *r)
     free(r->ready);
     free(r->pitems);
     free(r->pslots);
+    free(r->loaded);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->pool_mu);
     pthread_cond_destroy(&r->work_cv);
@@ -367,7 +395,14 @@ int kvt_remote_open(const kvt_config *cfg, const struct kvt_open_with *with,
         free_remote(r);
         return kvt_fail(e, "remote tier: %s", err);
     }
-    e = open_queue(r, cfg->remote_queue_bytes ? cfg->remote_queue_bytes : DEFAULT_QUEUE_BYTES);
+    /* As many as the local tiers hold pages, in a power of two, 2^20 at most. */
+    size_t local = (cfg->hbm_bytes + cfg->dram_bytes + cfg->ssd_bytes) / cfg->page_bytes;
+    for (r->nloaded = 1024; r->nloaded < local && r->nloaded < (1u << 20);)
+        r->nloaded *= 2;
+    r->loaded = calloc(r->nloaded, sizeof(uint64_t));
+    e = r->loaded ? 0 : -ENOMEM;
+    if (!e)
+        e = open_queue(r, cfg->remote_queue_bytes ? cfg->remote_queue_bytes : DEFAULT_QUEUE_BYTES);
     if (!e && pthread_create(&r->thread, NULL, publisher, r) != 0)
         e = -EAGAIN;
     if (e) {

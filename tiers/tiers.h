@@ -938,6 +938,11 @@ int kvt_remote_drain(struct kvt_remote *r, unsigned timeout_ms);
  * number held / found; it[i].res as store.h says. */
 int kvt_remote_exists(struct kvt_remote *r, struct kvt_store_item *it, size_t n);
 int kvt_remote_load(struct kvt_remote *r, struct kvt_store_item *it, size_t n);
+/* Notes that k's local copy came from the store (loaded), or no longer
+ * does (a put wrote it): a page that came from there is not sent back when
+ * it is dropped. */
+void kvt_remote_loaded(struct kvt_remote *r, const kvt_key *k, bool loaded);
+bool kvt_remote_was_loaded(struct kvt_remote *r, const kvt_key *k);
 /* The tier's counters into out's remote_* fields. */
 void kvt_remote_stats(struct kvt_remote *r, kvt_stats *out);
 
