@@ -39,7 +39,7 @@ struct shared {
     struct node nodes[MAX_NODES];
     int nnodes;
     uint8_t node_of[16384];
-    char user[128], pass[256];
+    char user[400], pass[400];
     uint8_t *val;
     double until;
     pthread_mutex_t mu;
