@@ -60,6 +60,7 @@ struct kvt_remote {
     bool stop;
     uint64_t published, unpublished;
     struct kvt_store *pub;          /* the publisher thread's handle */
+    struct kvt_store_stats pub_st;  /* its counters after its last batch */
     struct kvt_store_item *pitems;  /* its batch */
     uint32_t *pslots;
     pthread_t thread;
@@ -102,7 +103,10 @@ static void *publisher(void *arg)
                 .buf = r->qbuf + (size_t)r->pslots[i] * r->page_bytes,
             };
         int ok = r->ops->put(r->pub, r->pitems, n);
+        struct kvt_store_stats st;
+        r->ops->stats(r->pub, &st);
         pthread_mutex_lock(&r->mu);
+        r->pub_st = st;
         r->published += ok > 0 ? (uint64_t)ok : 0;
         r->unpublished += n - (ok > 0 ? (uint64_t)ok : 0);
         for (uint32_t i = 0; i < n; i++)
@@ -284,11 +288,9 @@ void kvt_remote_stats(struct kvt_remote *r, kvt_stats *out)
     out->remote_lost = r->lost;
     pthread_mutex_unlock(&r->pool_mu);
     pthread_mutex_lock(&r->mu);
-    /* The publisher's handle is its thread's while it sends: its counters
-     * are read between batches only. */
-    struct kvt_store_stats p = { 0 };
-    if (r->pub && !r->sending)
-        r->ops->stats(r->pub, &p);
+    /* The publisher's handle is its thread's: its counters as of its last
+     * batch, which that thread copies here. */
+    struct kvt_store_stats p = r->pub_st;
     out->remote_published = r->published;
     out->remote_unpublished = r->unpublished;
     pthread_mutex_unlock(&r->mu);
