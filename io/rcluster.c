@@ -57,6 +57,8 @@ struct kvt_rcluster {
     uint64_t last_refresh_try;
     struct rc_item_state *st;       /* per item of the call in progress (a pool) */
     size_t st_cap;
+    struct pollfd *pf;              /* one per node: round_io's poll set */
+    struct rc_node **pf_node;
     struct kvt_rcluster_stats stats;
 };
 
@@ -85,6 +87,13 @@ static int node_for(struct kvt_rcluster *c, const struct rc_addr *a, const struc
     if (!grown)
         return -1;
     c->nodes = grown;
+    struct pollfd *pf = realloc(c->pf, (c->n_nodes + 1) * sizeof *pf);
+    if (pf)
+        c->pf = pf;
+    struct rc_node **who = pf ? realloc(c->pf_node, (c->n_nodes + 1) * sizeof *who) : NULL;
+    if (!who)
+        return -1;
+    c->pf_node = who;
     if (!(c->nodes[c->n_nodes] = rc_node_new(&k)))
         return -1;
     return (int)c->n_nodes++;
@@ -320,7 +329,7 @@ static int route(const struct rc_batch *b, size_t i)
 
 /* Queues every pending item on its node; items with no reachable node are
  * answered here. Returns whether any command was queued. */
-static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int nx)
+static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int nx, int round)
 {
     struct kvt_rcluster *c = b->c;
     bool any = false;
@@ -343,9 +352,10 @@ static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int 
         if (rc == 0)
             rc = rc_node_queue(nd, b, i, s->ask >= 0, ttl_s, nx);
         if (rc != 0) {
-            /* Pending still when a refresh may point the slot elsewhere. */
+            /* Once more in the next round, after a map refresh that may
+             * point the slot at the replica that took over; then its error. */
             b->it[i].res = rc;
-            if (rc == -ENOMEM || rc == -EACCES || s->ask >= 0)
+            if (rc == -ENOMEM || rc == -EACCES || s->ask >= 0 || round > 0)
                 item_done(b, i, rc);
             else
                 s->wait = true;
@@ -363,8 +373,8 @@ static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int 
 static void round_io(const struct rc_batch *b)
 {
     struct kvt_rcluster *c = b->c;
-    struct pollfd pf[64];
-    struct rc_node *who[64];
+    struct pollfd *pf = c->pf;
+    struct rc_node **who = c->pf_node;
     for (size_t k = 0; k < c->n_nodes; k++) {
         struct rc_node *nd = c->nodes[k];
         int rc = nd->ctx && rc_node_wants_write(nd) ? rc_node_flush(nd, &c->stats.bytes_out) : 0;
@@ -377,8 +387,6 @@ static void round_io(const struct rc_batch *b)
             struct rc_node *nd = c->nodes[k];
             if (!nd->ctx || !rc_node_busy(nd))
                 continue;
-            if (nf == 64) /* more busy nodes than one poll takes: the rest next turn */
-                break;
             pf[nf] = (struct pollfd){ .fd = nd->ctx->fd,
                                       .events = POLLIN | (rc_node_wants_write(nd) ? POLLOUT : 0) };
             who[nf++] = nd;
@@ -447,7 +455,7 @@ static int batch(struct kvt_rcluster *c, enum rc_op op, struct kvt_rc_item *it, 
     for (int round = 0; pending && round < RC_ROUNDS && rc_ms_left(b.deadline); round++) {
         bool wait = false;
         maybe_refresh(c, b.deadline);
-        if (round_queue(&b, n, ttl_s, nx))
+        if (round_queue(&b, n, ttl_s, nx, round))
             round_io(&b);
         pending = 0;
         for (size_t i = 0; i < n; i++)
@@ -619,6 +627,8 @@ void kvt_rcluster_close(struct kvt_rcluster *c)
     free(c->nodes);
     free(c->ranges);
     free(c->st);
+    free(c->pf);
+    free(c->pf_node);
     explicit_bzero(&c->url, sizeof c->url);
     free(c);
 }
