@@ -57,8 +57,9 @@ struct kvt_rcluster {
     uint64_t last_refresh_try;
     struct rc_item_state *st;       /* per item of the call in progress (a pool) */
     size_t st_cap;
-    struct pollfd *pf;              /* one per node: round_io's poll set */
-    struct rc_node **pf_node;
+    struct pollfd *pf;              /* round_io's poll set, one per node at most; */
+    struct rc_node **pf_node;       /* grown only there: a MOVED can add a node mid-poll */
+    size_t pf_cap;
     struct kvt_rcluster_stats stats;
 };
 
@@ -87,13 +88,6 @@ static int node_for(struct kvt_rcluster *c, const struct rc_addr *a, const struc
     if (!grown)
         return -1;
     c->nodes = grown;
-    struct pollfd *pf = realloc(c->pf, (c->n_nodes + 1) * sizeof *pf);
-    if (pf)
-        c->pf = pf;
-    struct rc_node **who = pf ? realloc(c->pf_node, (c->n_nodes + 1) * sizeof *who) : NULL;
-    if (!who)
-        return -1;
-    c->pf_node = who;
     if (!(c->nodes[c->n_nodes] = rc_node_new(&k)))
         return -1;
     return (int)c->n_nodes++;
@@ -370,11 +364,24 @@ static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int 
 
 /* Writes every node's requests and reads the replies, under one poll, until
  * all are answered or the deadline. */
+static int pf_reserve(struct kvt_rcluster *c)
+{
+    if (c->pf_cap >= c->n_nodes)
+        return 0;
+    struct pollfd *pf = realloc(c->pf, c->n_nodes * sizeof *pf);
+    if (pf)
+        c->pf = pf;
+    struct rc_node **who = pf ? realloc(c->pf_node, c->n_nodes * sizeof *who) : NULL;
+    if (!who)
+        return -ENOMEM;
+    c->pf_node = who;
+    c->pf_cap = c->n_nodes;
+    return 0;
+}
+
 static void round_io(const struct rc_batch *b)
 {
     struct kvt_rcluster *c = b->c;
-    struct pollfd *pf = c->pf;
-    struct rc_node **who = c->pf_node;
     for (size_t k = 0; k < c->n_nodes; k++) {
         struct rc_node *nd = c->nodes[k];
         int rc = nd->ctx && rc_node_wants_write(nd) ? rc_node_flush(nd, &c->stats.bytes_out) : 0;
@@ -383,10 +390,18 @@ static void round_io(const struct rc_batch *b)
     }
     for (;;) {
         size_t nf = 0;
+        int rc = pf_reserve(c);
+        /* Not moved while this turn's replies are handled (they may add nodes). */
+        struct pollfd *pf = c->pf;
+        struct rc_node **who = c->pf_node;
         for (size_t k = 0; k < c->n_nodes; k++) {
             struct rc_node *nd = c->nodes[k];
             if (!nd->ctx || !rc_node_busy(nd))
                 continue;
+            if (rc != 0) {
+                node_failed(b, nd, rc);
+                continue;
+            }
             pf[nf] = (struct pollfd){ .fd = nd->ctx->fd,
                                       .events = POLLIN | (rc_node_wants_write(nd) ? POLLOUT : 0) };
             who[nf++] = nd;
@@ -403,7 +418,7 @@ static void round_io(const struct rc_batch *b)
             return;
         }
         for (size_t k = 0; k < nf; k++) {
-            int rc = 0;
+            rc = 0;
             if (pf[k].revents & POLLOUT)
                 rc = rc_node_flush(who[k], &c->stats.bytes_out);
             if (rc == 0 && (pf[k].revents & (POLLIN | POLLHUP | POLLERR)))

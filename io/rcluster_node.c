@@ -147,6 +147,7 @@ int rc_node_command(struct rc_node *nd, int argc, const char **argv, const size_
     if (len < 0)
         return -ENOMEM;
     int rc = send_all(nd->ctx->fd, cmd, (size_t)len, deadline);
+    explicit_bzero(cmd, (size_t)len);   /* AUTH's holds the password */
     redisFreeCommand(cmd);
     while (rc == 0) {
         void *r = NULL;
