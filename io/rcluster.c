@@ -8,9 +8,9 @@
  * slot's master), connect where needed, queue every node's commands, write
  * them all and read the replies under one poll() (rcluster_node.c), then
  * look at what came back: MOVED points the slot at its new master and the
- * item goes again (and the whole map is asked for again before the next
- * call's first round); ASK sends the item once to the target with ASKING
- * first, without changing the map; TRYAGAIN/CLUSTERDOWN/LOADING wait 5 ms
+ * item goes again, there (and the whole map is asked for again before the
+ * next call's first round); ASK sends the item once to the target with
+ * ASKING first, without changing the map; TRYAGAIN/CLUSTERDOWN/LOADING wait 5 ms
  * and go again; a connection reset on a reused connection sends the item
  * once more on a new one. At most RC_ROUNDS rounds: a server that redirects
  * in a circle ends the call, not the deadline.
@@ -234,13 +234,19 @@ static void on_error(const struct rc_batch *b, struct rc_node *nd, size_t i)
             return item_done(b, i, -EPROTO);
         c->slot_node[slot] = (uint16_t)at;
         c->nodes[at]->in_map = true;
-        s->ask = -1;
-        return;            /* pending: goes again to the new master */
+        /* Pending: goes again, to where it was sent (not by the key's slot:
+         * a MOVED naming another slot would send it back here). */
+        s->to = at;
+        s->asking = false;
+        b->it[i].res = -EAGAIN;   /* if the redirects do not end in time */
+        return;
     case RC_ERR_ASK:
         c->stats.asks++;
         if ((at = node_for(c, &to, nd)) < 0)
             return item_done(b, i, -EPROTO);
-        s->ask = at;
+        s->to = at;
+        s->asking = true;
+        b->it[i].res = -EAGAIN;
         return;
     case RC_ERR_RETRY:
         c->stats.tryagain++;
@@ -315,8 +321,8 @@ static void node_failed(const struct rc_batch *b, struct rc_node *nd, int err)
 static int route(const struct rc_batch *b, size_t i)
 {
     const struct rc_item_state *s = &b->st[i];
-    if (s->ask >= 0)
-        return s->ask;
+    if (s->to >= 0)
+        return s->to;
     uint16_t at = b->c->slot_node[s->slot];
     return at == RC_NONE ? -1 : at;
 }
@@ -344,18 +350,18 @@ static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int 
         struct rc_node *nd = c->nodes[at];
         int rc = node_up(c, nd, b->deadline, NULL, 0);
         if (rc == 0)
-            rc = rc_node_queue(nd, b, i, s->ask >= 0, ttl_s, nx);
+            rc = rc_node_queue(nd, b, i, s->to >= 0 && s->asking, ttl_s, nx);
         if (rc != 0) {
             /* Once more in the next round, after a map refresh that may
              * point the slot at the replica that took over; then its error. */
             b->it[i].res = rc;
-            if (rc == -ENOMEM || rc == -EACCES || s->ask >= 0 || round > 0)
+            if (rc == -ENOMEM || rc == -EACCES || s->to >= 0 || round > 0)
                 item_done(b, i, rc);
             else
                 s->wait = true;
             continue;
         }
-        s->ask = -1;
+        s->to = -1;
         s->node = at;
         any = true;
     }
@@ -464,8 +470,8 @@ static int batch(struct kvt_rcluster *c, enum rc_op op, struct kvt_rc_item *it, 
         it[i].res = -ETIMEDOUT;
         if (op == RC_GET)
             it[i].len = 0;
-        c->st[i] = (struct rc_item_state){ -1, -1, (uint16_t)kvt_rcluster_slot(it[i].key, it[i].key_len),
-                                           true, false, false };
+        c->st[i] = (struct rc_item_state){ .node = -1, .to = -1, .pending = true,
+                                           .slot = (uint16_t)kvt_rcluster_slot(it[i].key, it[i].key_len) };
     }
     for (int round = 0; pending && round < RC_ROUNDS && rc_ms_left(b.deadline); round++) {
         bool wait = false;

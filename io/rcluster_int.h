@@ -61,7 +61,8 @@ struct rc_batch {
 
 struct rc_item_state {
     int32_t node;                  /* where its command went this round, -1 none */
-    int32_t ask;                   /* an ASK target for the next round, -1 none */
+    int32_t to;                    /* a MOVED/ASK target for the next round, -1 none */
+    bool asking;                   /* to is an ASK's: send ASKING first */
     uint16_t slot;
     bool pending;                  /* not answered for good yet */
     bool retried_reset;            /* already sent again after a connection reset */
