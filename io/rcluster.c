@@ -12,8 +12,10 @@
  * next call's first round); ASK sends the item once to the target with
  * ASKING first, without changing the map; TRYAGAIN/CLUSTERDOWN/LOADING wait 5 ms
  * and go again; a connection reset on a reused connection sends the item
- * once more on a new one. At most RC_ROUNDS rounds: a server that redirects
- * in a circle ends the call, not the deadline.
+ * once more on a new one. Rounds go on until the deadline while anything
+ * is pending; each item follows at most RC_REDIRECTS redirects (a server
+ * that redirects in a circle ends the item, not the deadline), and a round
+ * that only waits (TRYAGAIN, no master known) pauses 5 ms first.
  *
  * The map: slot -> index into nodes[] (RC_NONE: no master known). Nodes
  * are added (seeds, masters of CLUSTER SLOTS, targets of redirects) and
@@ -36,7 +38,7 @@
 
 #define RC_NONE 0xFFFFu
 #define RC_NODES_MAX 1024
-#define RC_ROUNDS 8
+#define RC_REDIRECTS 5   /* per item and call: more is a server sending it in circles */
 #define RC_REFRESH_GAP_NS (100ull * 1000000ull)
 #define RC_RETRY_PAUSE_MS 5
 #define RC_TIMEOUT_MS 200
@@ -226,7 +228,10 @@ static void on_error(const struct rc_batch *b, struct rc_node *nd, size_t i)
     struct rc_addr to;
     unsigned slot = 0;
     int at;
-    switch (rc_err_classify(nd->sink.text, strlen(nd->sink.text), &slot, &to)) {
+    enum rc_err_kind kind = rc_err_classify(nd->sink.text, strlen(nd->sink.text), &slot, &to);
+    if ((kind == RC_ERR_MOVED || kind == RC_ERR_ASK) && ++s->redirects > RC_REDIRECTS)
+        return item_done(b, i, -EAGAIN);
+    switch (kind) {
     case RC_ERR_MOVED:
         c->stats.moved++;
         c->refresh_due = true;
@@ -250,12 +255,12 @@ static void on_error(const struct rc_batch *b, struct rc_node *nd, size_t i)
         return;
     case RC_ERR_RETRY:
         c->stats.tryagain++;
-        s->wait = true;
+        s->wait = s->retrying = true;
         b->it[i].res = -EAGAIN;   /* what it ends with if the deadline comes first */
         return;
     case RC_ERR_READONLY:
         c->refresh_due = true;
-        s->wait = true;
+        s->wait = s->retrying = true;
         b->it[i].res = -EAGAIN;
         return;
     case RC_ERR_AUTH:
@@ -309,6 +314,8 @@ static void node_failed(const struct rc_batch *b, struct rc_node *nd, int err)
             continue;
         if (reset && !b->st[i].retried_reset)
             b->st[i].retried_reset = true;
+        else if (err == -ETIMEDOUT && b->st[i].retrying)
+            item_done(b, i, -EAGAIN);   /* the deadline came during a retry */
         else
             item_done(b, i, err);
     }
@@ -473,7 +480,7 @@ static int batch(struct kvt_rcluster *c, enum rc_op op, struct kvt_rc_item *it, 
         c->st[i] = (struct rc_item_state){ .node = -1, .to = -1, .pending = true,
                                            .slot = (uint16_t)kvt_rcluster_slot(it[i].key, it[i].key_len) };
     }
-    for (int round = 0; pending && round < RC_ROUNDS && rc_ms_left(b.deadline); round++) {
+    for (int round = 0; pending && rc_ms_left(b.deadline); round++) {
         bool wait = false;
         maybe_refresh(c, b.deadline);
         if (round_queue(&b, n, ttl_s, nx, round))

@@ -67,6 +67,8 @@ struct rc_item_state {
     bool pending;                  /* not answered for good yet */
     bool retried_reset;            /* already sent again after a connection reset */
     bool wait;                     /* TRYAGAIN or alike: pause before the next round */
+    bool retrying;                 /* answered TRYAGAIN or alike in this call */
+    uint8_t redirects;             /* MOVED/ASK followed for it in this call */
 };
 
 uint64_t rc_now_ns(void);

@@ -468,6 +468,7 @@ struct fake {
     const char *payload;
     size_t payload_len;
     bool close_after;
+    const char *later;             /* what later batches get (NULL: nothing) */
     pthread_t thread;
 };
 
@@ -487,6 +488,9 @@ static void fake_serve(struct fake *f, int fd)
             answered = true;
             if (write(fd, f->payload, f->payload_len) < 0 || f->close_after)
                 break;
+        } else if (f->later) {
+            if (write(fd, f->later, strlen(f->later)) < 0)
+                break;
         }
     }
     close(fd);
@@ -503,11 +507,13 @@ static void *fake_main(void *arg)
     }
 }
 
-static void fake_start(struct fake *f, const char *payload, size_t len, bool close_after)
+static void fake_start(struct fake *f, const char *payload, size_t len, bool close_after,
+                       const char *later)
 {
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     socklen_t al = sizeof a;
-    *f = (struct fake){ .payload = payload, .payload_len = len, .close_after = close_after };
+    *f = (struct fake){ .payload = payload, .payload_len = len, .close_after = close_after,
+                        .later = later };
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(f->lfd >= 0);
     assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
@@ -536,6 +542,9 @@ static unsigned dead_port(void)
     return ntohs(a.sin_port);
 }
 
+static const char *g_later;   /* hostile_get's fake.later */
+static struct kvt_rcluster_stats g_hostile_stats;
+
 /* Runs a GET of n keys against a fake answering payload; returns the results. */
 static void hostile_get(const char *payload, size_t len, bool close_after, size_t n, int *res,
                         size_t *lens)
@@ -543,7 +552,7 @@ static void hostile_get(const char *payload, size_t len, bool close_after, size_
     struct fake f;
     char url[64], bufs[4][8];
     struct kvt_rc_item it[4];
-    fake_start(&f, payload, len, close_after);
+    fake_start(&f, payload, len, close_after, g_later);
     snprintf(url, sizeof url, "redis://127.0.0.1:%u", f.port);
     struct kvt_rcluster *c = open_url(url, NULL, 300);
     for (size_t i = 0; i < n; i++)
@@ -558,6 +567,7 @@ static void hostile_get(const char *payload, size_t len, bool close_after, size_
         seen += it[i].res == 1;
     }
     assert_int_equal(hits, seen);
+    kvt_rcluster_stats(c, &g_hostile_stats);
     kvt_rcluster_close(c);
     fake_stop(&f);
 }
@@ -608,6 +618,17 @@ static void test_hostile(void **state)
     assert_int_equal(res[0], -EIO);
     hostile_get(S("-NOAUTH Authentication required.\r\n"), false, 1, res, len);
     assert_int_equal(res[0], -EACCES);
+    /* TRYAGAIN, then the value: retried within the deadline. CLUSTERDOWN
+     * for ever: -EAGAIN at the deadline. */
+    g_later = "$2\r\nok\r\n";
+    hostile_get(S("-TRYAGAIN Multiple keys request during rehashing of slot\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], 1);
+    assert_int_equal(g_hostile_stats.tryagain, 1);
+    g_later = "-CLUSTERDOWN The cluster is down\r\n";
+    hostile_get(S("-CLUSTERDOWN The cluster is down\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EAGAIN);
+    assert_true(g_hostile_stats.tryagain > 1);
+    g_later = NULL;
 }
 #undef S
 
