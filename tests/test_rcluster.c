@@ -933,7 +933,7 @@ static void test_reshard_while_reading(void **state)
     node_id(master_of(g_port, 16000), to, sizeof to);
     snprintf(host, sizeof host, "127.0.0.1:%u", g_port);
     char *argv[] = { "redis-cli", "--cluster", "reshard", host, "--cluster-from", from,
-                     "--cluster-to", to, "--cluster-slots", "1500", "--cluster-yes",
+                     "--cluster-to", to, "--cluster-slots", "600", "--cluster-yes",
                      "--cluster-pipeline", "5", NULL };
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
