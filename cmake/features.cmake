@@ -83,7 +83,11 @@ if(NOT KVT_WITH_REDIS STREQUAL "OFF")
     set(KVT_PC_REQUIRES_PRIVATE "hiredis")
   endif()
 endif()
-message(STATUS "kvtier: Redis (hiredis ${HIREDIS_VERSION}) ${KVT_HAVE_REDIS} (KVT_WITH_REDIS=${KVT_WITH_REDIS})")
+if(KVT_HAVE_REDIS)
+  message(STATUS "kvtier: Redis Cluster client 1 (hiredis ${HIREDIS_VERSION}, ${HIREDIS_LIB}; KVT_WITH_REDIS=${KVT_WITH_REDIS})")
+else()
+  message(STATUS "kvtier: Redis Cluster client 0 (KVT_WITH_REDIS=${KVT_WITH_REDIS}): the remote tier answers KVT_ENOTSUP")
+endif()
 
 # --- LMDB and zstd: required (the SSD tier's index and codec).
 find_path(LMDB_INCLUDE lmdb.h)

@@ -8,12 +8,14 @@
  * slot's master), connect where needed, queue every node's commands, write
  * them all and read the replies under one poll() (rcluster_node.c), then
  * look at what came back: MOVED points the slot at its new master and the
- * item goes again (and the whole map is asked for again before the next
- * call's first round); ASK sends the item once to the target with ASKING
- * first, without changing the map; TRYAGAIN/CLUSTERDOWN/LOADING wait 5 ms
+ * item goes again, there (and the whole map is asked for again before the
+ * next call's first round); ASK sends the item once to the target with
+ * ASKING first, without changing the map; TRYAGAIN/CLUSTERDOWN/LOADING wait 5 ms
  * and go again; a connection reset on a reused connection sends the item
- * once more on a new one. At most RC_ROUNDS rounds: a server that redirects
- * in a circle ends the call, not the deadline.
+ * once more on a new one. Rounds go on until the deadline while anything
+ * is pending; each item follows at most RC_REDIRECTS redirects (a server
+ * that redirects in a circle ends the item, not the deadline), and a round
+ * that only waits (TRYAGAIN, no master known) pauses 5 ms first.
  *
  * The map: slot -> index into nodes[] (RC_NONE: no master known). Nodes
  * are added (seeds, masters of CLUSTER SLOTS, targets of redirects) and
@@ -36,7 +38,7 @@
 
 #define RC_NONE 0xFFFFu
 #define RC_NODES_MAX 1024
-#define RC_ROUNDS 8
+#define RC_REDIRECTS 5   /* per item and call: more is a server sending it in circles */
 #define RC_REFRESH_GAP_NS (100ull * 1000000ull)
 #define RC_RETRY_PAUSE_MS 5
 #define RC_TIMEOUT_MS 200
@@ -57,6 +59,9 @@ struct kvt_rcluster {
     uint64_t last_refresh_try;
     struct rc_item_state *st;       /* per item of the call in progress (a pool) */
     size_t st_cap;
+    struct pollfd *pf;              /* round_io's poll set, one per node at most; */
+    struct rc_node **pf_node;       /* grown only there: a MOVED can add a node mid-poll */
+    size_t pf_cap;
     struct kvt_rcluster_stats stats;
 };
 
@@ -223,7 +228,10 @@ static void on_error(const struct rc_batch *b, struct rc_node *nd, size_t i)
     struct rc_addr to;
     unsigned slot = 0;
     int at;
-    switch (rc_err_classify(nd->sink.text, strlen(nd->sink.text), &slot, &to)) {
+    enum rc_err_kind kind = rc_err_classify(nd->sink.text, strlen(nd->sink.text), &slot, &to);
+    if ((kind == RC_ERR_MOVED || kind == RC_ERR_ASK) && ++s->redirects > RC_REDIRECTS)
+        return item_done(b, i, -EAGAIN);
+    switch (kind) {
     case RC_ERR_MOVED:
         c->stats.moved++;
         c->refresh_due = true;
@@ -231,22 +239,28 @@ static void on_error(const struct rc_batch *b, struct rc_node *nd, size_t i)
             return item_done(b, i, -EPROTO);
         c->slot_node[slot] = (uint16_t)at;
         c->nodes[at]->in_map = true;
-        s->ask = -1;
-        return;            /* pending: goes again to the new master */
+        /* Pending: goes again, to where it was sent (not by the key's slot:
+         * a MOVED naming another slot would send it back here). */
+        s->to = at;
+        s->asking = false;
+        b->it[i].res = -EAGAIN;   /* if the redirects do not end in time */
+        return;
     case RC_ERR_ASK:
         c->stats.asks++;
         if ((at = node_for(c, &to, nd)) < 0)
             return item_done(b, i, -EPROTO);
-        s->ask = at;
+        s->to = at;
+        s->asking = true;
+        b->it[i].res = -EAGAIN;
         return;
     case RC_ERR_RETRY:
         c->stats.tryagain++;
-        s->wait = true;
+        s->wait = s->retrying = true;
         b->it[i].res = -EAGAIN;   /* what it ends with if the deadline comes first */
         return;
     case RC_ERR_READONLY:
         c->refresh_due = true;
-        s->wait = true;
+        s->wait = s->retrying = true;
         b->it[i].res = -EAGAIN;
         return;
     case RC_ERR_AUTH:
@@ -300,6 +314,8 @@ static void node_failed(const struct rc_batch *b, struct rc_node *nd, int err)
             continue;
         if (reset && !b->st[i].retried_reset)
             b->st[i].retried_reset = true;
+        else if (err == -ETIMEDOUT && b->st[i].retrying)
+            item_done(b, i, -EAGAIN);   /* the deadline came during a retry */
         else
             item_done(b, i, err);
     }
@@ -312,15 +328,15 @@ static void node_failed(const struct rc_batch *b, struct rc_node *nd, int err)
 static int route(const struct rc_batch *b, size_t i)
 {
     const struct rc_item_state *s = &b->st[i];
-    if (s->ask >= 0)
-        return s->ask;
+    if (s->to >= 0)
+        return s->to;
     uint16_t at = b->c->slot_node[s->slot];
     return at == RC_NONE ? -1 : at;
 }
 
 /* Queues every pending item on its node; items with no reachable node are
  * answered here. Returns whether any command was queued. */
-static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int nx)
+static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int nx, int round)
 {
     struct kvt_rcluster *c = b->c;
     bool any = false;
@@ -341,17 +357,18 @@ static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int 
         struct rc_node *nd = c->nodes[at];
         int rc = node_up(c, nd, b->deadline, NULL, 0);
         if (rc == 0)
-            rc = rc_node_queue(nd, b, i, s->ask >= 0, ttl_s, nx);
+            rc = rc_node_queue(nd, b, i, s->to >= 0 && s->asking, ttl_s, nx);
         if (rc != 0) {
-            /* Pending still when a refresh may point the slot elsewhere. */
+            /* Once more in the next round, after a map refresh that may
+             * point the slot at the replica that took over; then its error. */
             b->it[i].res = rc;
-            if (rc == -ENOMEM || rc == -EACCES || s->ask >= 0)
+            if (rc == -ENOMEM || rc == -EACCES || s->to >= 0 || round > 0)
                 item_done(b, i, rc);
             else
                 s->wait = true;
             continue;
         }
-        s->ask = -1;
+        s->to = -1;
         s->node = at;
         any = true;
     }
@@ -360,11 +377,24 @@ static bool round_queue(const struct rc_batch *b, size_t n, unsigned ttl_s, int 
 
 /* Writes every node's requests and reads the replies, under one poll, until
  * all are answered or the deadline. */
+static int pf_reserve(struct kvt_rcluster *c)
+{
+    if (c->pf_cap >= c->n_nodes)
+        return 0;
+    struct pollfd *pf = realloc(c->pf, c->n_nodes * sizeof *pf);
+    if (pf)
+        c->pf = pf;
+    struct rc_node **who = pf ? realloc(c->pf_node, c->n_nodes * sizeof *who) : NULL;
+    if (!who)
+        return -ENOMEM;
+    c->pf_node = who;
+    c->pf_cap = c->n_nodes;
+    return 0;
+}
+
 static void round_io(const struct rc_batch *b)
 {
     struct kvt_rcluster *c = b->c;
-    struct pollfd pf[64];
-    struct rc_node *who[64];
     for (size_t k = 0; k < c->n_nodes; k++) {
         struct rc_node *nd = c->nodes[k];
         int rc = nd->ctx && rc_node_wants_write(nd) ? rc_node_flush(nd, &c->stats.bytes_out) : 0;
@@ -373,12 +403,18 @@ static void round_io(const struct rc_batch *b)
     }
     for (;;) {
         size_t nf = 0;
+        int rc = pf_reserve(c);
+        /* Not moved while this turn's replies are handled (they may add nodes). */
+        struct pollfd *pf = c->pf;
+        struct rc_node **who = c->pf_node;
         for (size_t k = 0; k < c->n_nodes; k++) {
             struct rc_node *nd = c->nodes[k];
             if (!nd->ctx || !rc_node_busy(nd))
                 continue;
-            if (nf == 64) /* more busy nodes than one poll takes: the rest next turn */
-                break;
+            if (rc != 0) {
+                node_failed(b, nd, rc);
+                continue;
+            }
             pf[nf] = (struct pollfd){ .fd = nd->ctx->fd,
                                       .events = POLLIN | (rc_node_wants_write(nd) ? POLLOUT : 0) };
             who[nf++] = nd;
@@ -395,7 +431,7 @@ static void round_io(const struct rc_batch *b)
             return;
         }
         for (size_t k = 0; k < nf; k++) {
-            int rc = 0;
+            rc = 0;
             if (pf[k].revents & POLLOUT)
                 rc = rc_node_flush(who[k], &c->stats.bytes_out);
             if (rc == 0 && (pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -441,13 +477,13 @@ static int batch(struct kvt_rcluster *c, enum rc_op op, struct kvt_rc_item *it, 
         it[i].res = -ETIMEDOUT;
         if (op == RC_GET)
             it[i].len = 0;
-        c->st[i] = (struct rc_item_state){ -1, -1, (uint16_t)kvt_rcluster_slot(it[i].key, it[i].key_len),
-                                           true, false, false };
+        c->st[i] = (struct rc_item_state){ .node = -1, .to = -1, .pending = true,
+                                           .slot = (uint16_t)kvt_rcluster_slot(it[i].key, it[i].key_len) };
     }
-    for (int round = 0; pending && round < RC_ROUNDS && rc_ms_left(b.deadline); round++) {
+    for (int round = 0; pending && rc_ms_left(b.deadline); round++) {
         bool wait = false;
         maybe_refresh(c, b.deadline);
-        if (round_queue(&b, n, ttl_s, nx))
+        if (round_queue(&b, n, ttl_s, nx, round))
             round_io(&b);
         pending = 0;
         for (size_t i = 0; i < n; i++)
@@ -619,6 +655,8 @@ void kvt_rcluster_close(struct kvt_rcluster *c)
     free(c->nodes);
     free(c->ranges);
     free(c->st);
+    free(c->pf);
+    free(c->pf_node);
     explicit_bzero(&c->url, sizeof c->url);
     free(c);
 }

@@ -39,7 +39,10 @@ struct kvt_rcluster_opts {
  * Errors (and a message in err naming the cluster's seeds, NEVER the
  * password): -EINVAL bad URL, -EACCES auth required or wrong
  * (NOAUTH/WRONGPASS/ERR invalid password), -ECONNREFUSED / -ETIMEDOUT no
- * seed reachable, -errno of reading auth_file, -ENOMEM. Never hangs past
+ * seed reachable (-ETIMEDOUT when any timed out; else the last seed's
+ * error: -ECONNREFUSED, -EHOSTUNREACH for a name that does not resolve,
+ * -EPROTO for a server that does not answer as Redis), -errno of reading
+ * auth_file, -ENOMEM. Never hangs past
  * the timeouts: each seed tried costs at most connect_timeout_ms plus two
  * round trips of timeout_ms (AUTH, CLUSTER SLOTS). Ownership: *out is the
  * caller's, freed by kvt_rcluster_close; opts and its strings are copied

@@ -61,11 +61,14 @@ struct rc_batch {
 
 struct rc_item_state {
     int32_t node;                  /* where its command went this round, -1 none */
-    int32_t ask;                   /* an ASK target for the next round, -1 none */
+    int32_t to;                    /* a MOVED/ASK target for the next round, -1 none */
+    bool asking;                   /* to is an ASK's: send ASKING first */
     uint16_t slot;
     bool pending;                  /* not answered for good yet */
     bool retried_reset;            /* already sent again after a connection reset */
     bool wait;                     /* TRYAGAIN or alike: pause before the next round */
+    bool retrying;                 /* answered TRYAGAIN or alike in this call */
+    uint8_t redirects;             /* MOVED/ASK followed for it in this call */
 };
 
 uint64_t rc_now_ns(void);

@@ -147,6 +147,7 @@ int rc_node_command(struct rc_node *nd, int argc, const char **argv, const size_
     if (len < 0)
         return -ENOMEM;
     int rc = send_all(nd->ctx->fd, cmd, (size_t)len, deadline);
+    explicit_bzero(cmd, (size_t)len);   /* AUTH's holds the password */
     redisFreeCommand(cmd);
     while (rc == 0) {
         void *r = NULL;
@@ -232,14 +233,16 @@ int rc_node_connect(struct rc_node *nd, const char *user, const char *pass, unsi
     int one = 1, rc;
     if (nd->ctx)
         return 0;
+    errno = 0;
     struct redisContext *ctx = redisConnectNonBlock(nd->addr.host, (int)nd->addr.port);
+    int e = errno;
     if (!ctx)
         return -ENOMEM;
     nd->ctx = ctx;
     if (ctx->err) {
-        rc = errno ? -errno : -ECONNREFUSED;
-        if (rc == -EINPROGRESS || rc == -EAGAIN)
-            rc = -ECONNREFUSED;
+        /* An I/O error keeps connect's errno; a name that does not resolve
+         * (hiredis's REDIS_ERR_OTHER) is a host we cannot reach. */
+        rc = ctx->err == REDIS_ERR_IO && e && e != EINPROGRESS ? -e : -EHOSTUNREACH;
         goto out_drop;
     }
     rc_tree_attach(ctx->reader, &nd->tree);

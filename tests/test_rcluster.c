@@ -3,7 +3,9 @@
  *
  *   test_rcluster parse                 the pure parts: slots, URLs, auth
  *                                       lines, error replies, CLUSTER SLOTS
- *                                       and the reply sink (no Redis)
+ *                                       and the reply sink; and the client
+ *                                       against a hostile fake server of
+ *                                       its own (no Redis)
  *   test_rcluster GROUP PORT DIR [PASSFILE]
  *                                       against real servers that the ctest
  *                                       fixture started with
@@ -24,6 +26,7 @@
  */
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -455,6 +458,180 @@ static void test_sink(void **state)
     redisReaderFree(rd);
 }
 
+/* ---------------------------------------------------------------- hostile */
+/* A server on 127.0.0.1 (a port the kernel picks) that says it is a single
+ * non-cluster Redis, then answers the first batch it reads with `payload`
+ * whatever was asked, and closes the connection after it when close_after. */
+struct fake {
+    int lfd;
+    unsigned port;
+    const char *payload;
+    size_t payload_len;
+    bool close_after;
+    const char *later;             /* what later batches get (NULL: nothing) */
+    pthread_t thread;
+};
+
+static void fake_serve(struct fake *f, int fd)
+{
+    char b[4096];
+    bool answered = false;
+    for (;;) {
+        ssize_t n = read(fd, b, sizeof b);
+        if (n <= 0)
+            break;
+        if (memmem(b, (size_t)n, "CLUSTER", 7)) {
+            static const char no[] = "-ERR This instance has cluster support disabled\r\n";
+            if (write(fd, no, sizeof no - 1) < 0)
+                break;
+        } else if (!answered) {
+            answered = true;
+            if (write(fd, f->payload, f->payload_len) < 0 || f->close_after)
+                break;
+        } else if (f->later) {
+            if (write(fd, f->later, strlen(f->later)) < 0)
+                break;
+        }
+    }
+    close(fd);
+}
+
+static void *fake_main(void *arg)
+{
+    struct fake *f = arg;
+    for (;;) {
+        int fd = accept(f->lfd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        fake_serve(f, fd);
+    }
+}
+
+static void fake_start(struct fake *f, const char *payload, size_t len, bool close_after,
+                       const char *later)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    *f = (struct fake){ .payload = payload, .payload_len = len, .close_after = close_after,
+                        .later = later };
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(f->lfd >= 0);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f->lfd, 8), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &al), 0);
+    f->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+    shutdown(f->lfd, SHUT_RDWR);   /* accept() returns: the thread ends */
+    pthread_join(f->thread, NULL);
+    close(f->lfd);
+}
+
+/* A port nothing listens on: bound, then closed. */
+static unsigned dead_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static const char *g_later;   /* hostile_get's fake.later */
+static struct kvt_rcluster_stats g_hostile_stats;
+
+/* Runs a GET of n keys against a fake answering payload; returns the results. */
+static void hostile_get(const char *payload, size_t len, bool close_after, size_t n, int *res,
+                        size_t *lens)
+{
+    struct fake f;
+    char url[64], bufs[4][8];
+    struct kvt_rc_item it[4];
+    fake_start(&f, payload, len, close_after, g_later);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%u", f.port);
+    struct kvt_rcluster *c = open_url(url, NULL, 300);
+    for (size_t i = 0; i < n; i++)
+        it[i] = (struct kvt_rc_item){ .key = "k", .key_len = 1, .buf = bufs[i], .cap = 8, .res = 99 };
+    double t0 = now_ms();
+    int hits = kvt_rcluster_get(c, it, n);
+    assert_true(now_ms() - t0 < 300 + MARGIN_MS);
+    int seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        res[i] = it[i].res;
+        lens[i] = it[i].len;
+        seen += it[i].res == 1;
+    }
+    assert_int_equal(hits, seen);
+    kvt_rcluster_stats(c, &g_hostile_stats);
+    kvt_rcluster_close(c);
+    fake_stop(&f);
+}
+
+#define S(x) x, sizeof x - 1
+
+static void test_hostile(void **state)
+{
+    int res[4];
+    size_t len[4];
+    char moved[64];
+    /* Wrong types for GET: an integer, an array; a right one between. */
+    hostile_get(S(":5\r\n$3\r\nabc\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"), false, 3, res, len);
+    assert_int_equal(res[0], -EPROTO);
+    assert_int_equal(res[1], 1);
+    assert_int_equal(len[1], 3);
+    assert_int_equal(res[2], -EPROTO);
+    /* A length far past what ever comes: the deadline, not a wait or a read past. */
+    hostile_get(S("$99999999999\r\nab"), false, 1, res, len);
+    assert_int_equal(res[0], -ETIMEDOUT);
+    hostile_get(S("$-7\r\n"), false, 1, res, len);   /* read as nil by hiredis: a miss */
+    assert_true(res[0] == 0 || res[0] == -EPROTO);
+    /* Not RESP at all. */
+    hostile_get(S("!!!\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EPROTO);
+    /* Redirects to nowhere: unparsable, then to a port nothing listens on. */
+    hostile_get(S("-MOVED 1 nothost\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EPROTO);
+    hostile_get(S("-ASK 16384 127.0.0.1:1\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EPROTO);
+    int ml = snprintf(moved, sizeof moved, "-MOVED 5 127.0.0.1:%u\r\n", dead_port());
+    hostile_get(moved, (size_t)ml, false, 1, res, len);
+    assert_int_equal(res[0], -ECONNREFUSED);
+    /* Half a reply, then the connection closed (every time): a reset, after
+     * one more try on a new connection. */
+    hostile_get(S("$5\r\nab"), true, 1, res, len);
+    assert_int_equal(res[0], -ECONNRESET);
+    /* A value bigger than the buffer: its length, not its bytes. */
+    hostile_get(S("$20\r\n01234567890123456789\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EMSGSIZE);
+    assert_int_equal(len[0], 20);
+    /* A reply no command asked for after the right ones: the call is
+     * answered, the connection is not used again. */
+    hostile_get(S("$1\r\nx\r\n+OK\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], 1);
+    /* An error the client has no use for. */
+    hostile_get(S("-OOM command not allowed\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EIO);
+    hostile_get(S("-NOAUTH Authentication required.\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EACCES);
+    /* TRYAGAIN, then the value: retried within the deadline. CLUSTERDOWN
+     * for ever: -EAGAIN at the deadline. */
+    g_later = "$2\r\nok\r\n";
+    hostile_get(S("-TRYAGAIN Multiple keys request during rehashing of slot\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], 1);
+    assert_int_equal(g_hostile_stats.tryagain, 1);
+    g_later = "-CLUSTERDOWN The cluster is down\r\n";
+    hostile_get(S("-CLUSTERDOWN The cluster is down\r\n"), false, 1, res, len);
+    assert_int_equal(res[0], -EAGAIN);
+    assert_true(g_hostile_stats.tryagain > 1);
+    g_later = NULL;
+}
+#undef S
+
 /* ---------------------------------------------------------- open, misuse */
 /* A socket that accepts connections (the kernel does) and never answers. */
 static int silent_listener(unsigned port)
@@ -644,9 +821,13 @@ static void test_seed_order(void **state)
 }
 
 /* --------------------------------------------------------------- failover */
+/* The deadline of the failover test's calls: under the cluster's node
+ * timeout (1000 ms), so that a node stopped for one call is not failed over. */
+#define FO_TIMEOUT_MS 500
+
 static void test_failover(void **state)
 {
-    struct kvt_rcluster *c = open_url(g_url, NULL, 200);
+    struct kvt_rcluster *c = open_url(g_url, NULL, FO_TIMEOUT_MS);
     struct keys k = keys_make("kvt-test:fo:", 60, 64 * KIB, 96 * KIB);
     struct kvt_rcluster_stats s0, s;
     set_all(c, &k);
@@ -665,7 +846,7 @@ static void test_failover(void **state)
     int hits = get_all(c, &k);
     double took = now_ms() - t0;
     assert_int_equal(kill(pid, SIGCONT), 0);
-    assert_true(took < 200 + MARGIN_MS);
+    assert_true(took < FO_TIMEOUT_MS + MARGIN_MS);
     for (unsigned i = 0; i < k.n; i++)
         assert_int_equal(k.it[i].res, on_victim[i] ? -ETIMEDOUT : 1);
     assert_true(hits > 0 && hits < (int)k.n);
@@ -679,7 +860,7 @@ static void test_failover(void **state)
     for (;; tries++) {
         t0 = now_ms();
         hits = get_all(c, &k);
-        assert_true(now_ms() - t0 < 200 + MARGIN_MS);
+        assert_true(now_ms() - t0 < FO_TIMEOUT_MS + MARGIN_MS);
         for (unsigned i = 0; i < k.n; i++) {
             if (!on_victim[i])
                 assert_int_equal(k.it[i].res, 1);
@@ -752,7 +933,7 @@ static void test_reshard_while_reading(void **state)
     node_id(master_of(g_port, 16000), to, sizeof to);
     snprintf(host, sizeof host, "127.0.0.1:%u", g_port);
     char *argv[] = { "redis-cli", "--cluster", "reshard", host, "--cluster-from", from,
-                     "--cluster-to", to, "--cluster-slots", "1500", "--cluster-yes",
+                     "--cluster-to", to, "--cluster-slots", "600", "--cluster-yes",
                      "--cluster-pipeline", "5", NULL };
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -900,6 +1081,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_slot),        cmocka_unit_test(test_url),
         cmocka_unit_test(test_auth_line),   cmocka_unit_test(test_errors),
         cmocka_unit_test(test_slots_reply), cmocka_unit_test(test_sink),
+        cmocka_unit_test(test_hostile),
     };
     const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_open_errors), cmocka_unit_test(test_misuse),

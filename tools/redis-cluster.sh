@@ -10,16 +10,17 @@
 #
 # start: one redis-server per node on ports BASE, BASE+1, ... (masters x
 #   (1 + replicas) of them; the cluster bus is each port + 10000), each with
-#   its redis.conf, log, pid and nodes.conf in DIR/PORT/ (DIR is made; it
-#   must not hold a running cluster). The cluster is created with redis-cli
+#   its redis.conf, log, pid and nodes.conf in DIR/PORT/ (DIR is made; a
+#   cluster still running from DIR is stopped first). The cluster is created with redis-cli
 #   --cluster create, and start returns once every node says cluster_state:ok
 #   and all 16384 slots are covered, printing the seed URL on stdout
 #   (redis://127.0.0.1:BASE,...: never the password). --standalone starts one
 #   non-cluster server instead (cluster-enabled no).
 #   --password-file F: F holds "password" or "user password" on one line; the
 #   nodes require it (requirepass, or an ACL user) and the replicas use it
-#   towards their masters. It goes into the 0600 redis.conf files only, and
-#   to redis-cli through REDISCLI_AUTH, never on a command line.
+#   towards their masters. It goes into the 0600 redis.conf files and
+#   DIR/auth (0600, for status), and to redis-cli through REDISCLI_AUTH,
+#   never on a command line. Passwords with spaces or quotes are refused.
 #   --maxmemory BYTES --policy P: each node evicts at BYTES with P
 #   (default allkeys-lru). --node-timeout MS: cluster-node-timeout (default
 #   1000, so that a replica takes over a dead master in about 2 s).
@@ -32,7 +33,7 @@
 # Port 6379 (Debian's system service) is never used or touched.
 set -euo pipefail
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "redis-cluster.sh: $*" >&2; exit 1; }
 bad() { echo "redis-cluster.sh: $*" >&2; exit 2; }
 
@@ -152,10 +153,9 @@ fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 chmod 700 "$dir"
-while read -r nd; do
-  [ -n "$nd" ] || continue
-  ! node_pid "$nd" >/dev/null || die "$dir already holds a running node ($nd): stop it first"
-done < <(node_dirs)
+# Servers still running from DIR (a run that was killed before its stop):
+# ours, by their pid files, so stopped before anything starts.
+"$0" stop "$dir"
 
 user="" pass=""
 rm -f "$dir/auth"

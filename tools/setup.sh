@@ -87,6 +87,10 @@ if ! dpkg-query -W -f='${Status}' redis-server 2>/dev/null | grep -q "install ok
   install_missing
   as_root rm -f "$policy"
   trap - EXIT
+  # Nor at the next boot, where systemd runs (the package enables it).
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    as_root systemctl disable redis-server.service >/dev/null 2>&1 || true
+  fi
 else
   install_missing
 fi
