@@ -63,10 +63,14 @@ JEMALLOC_STEPS_PER_DOUBLING = 4
 REDIS_KEY_OVERHEAD = 88          # MEASURED: 327,768 - 327,680 (key, dict entry, object)
 KVT_HEADER = 48
 
-# MEASURED (see docs/remote-fleet.md, "Connections"): the growth of Redis's
-# used_memory per idle client connection, and per client with a 2 MiB GET
-# reply not yet read. Filled in from tools/remote/measure_clients.sh output.
-MEASURED_IDLE_CLIENT_BYTES = None
+# MEASURED with tools/remote/measure_clients.py (1,000 connections to one
+# master of a local Redis 7.0.15 cluster): used_memory grows by 38,090 bytes
+# per connected client (after one command; its query and reply buffers), and
+# by a further ~564,000 bytes per client that left one 2 MiB GET reply
+# unread (loopback, tcp_wmem max 4 MiB: the kernel took the rest); 256 KiB
+# replies were taken whole by the kernel. One descriptor per connection.
+MEASURED_IDLE_CLIENT_BYTES = 38090
+MEASURED_UNREAD_2MIB_REPLY_BYTES = 564000
 
 # Models: (name, layers, kv_heads, head_dim, params_active, attn_heads,
 #          kv_bytes_per_token_per_layer override for MLA or None)
@@ -180,6 +184,8 @@ def connections():
          per_master + bus + r["reserved_fds"]],
         ["client connections in the fleet, masters only",
          per_master * f["masters"]],
+        ["Redis memory of idle clients per master (MEASURED per client)",
+         fmt_bytes(per_master * MEASURED_IDLE_CLIENT_BYTES)],
     ]
     text = table(["what", "count"], rows)
     data = {k: v for k, v in rows}
@@ -330,33 +336,36 @@ def memory():
     cap = f["masters"] * f["master_memory_gib"] * GiB
     rows, data = [], {}
     q = four_bit_factor()
+    page = 2 * MiB
     for m in MODELS:
         bpt = bf16_bytes_per_token(m)
-        for page in (256 * KiB, 2 * MiB):
-            stored = redis_bytes(page + KVT_HEADER)
-            eff = stored / page
-            tokens = cap / (bpt * eff)
-            tokens4 = cap / (bpt * q * redis_bytes(int(page * q) + KVT_HEADER) / (page * q))
-            rows.append([m[0], fmt_bytes(bpt), fmt_bytes(bpt * q), fmt_bytes(page),
-                         f"{eff:.3f}", f"{tokens / 1e9:.2f}", f"{tokens4 / 1e9:.2f}"])
-            data[f"{m[0]}_{page}"] = {"bytes_per_token": bpt, "overhead": eff,
-                                      "tokens_bf16": tokens, "tokens_4bit": tokens4}
-    text = table(["model", "KV per token bf16", "4-bit (g64)", "page",
-                  "Redis bytes / page byte", "G tokens bf16", "G tokens 4-bit"], rows)
+        # Redis bytes per byte of KV: a 2 MiB page plus the header, and the
+        # same page coded to 4 bits (0.28 of it) plus the header.
+        eff = redis_bytes(page + KVT_HEADER) / page
+        q_page = int(page * q)
+        eff4 = redis_bytes(q_page + KVT_HEADER) / q_page
+        tokens = cap / (bpt * eff)
+        tokens4 = cap / (bpt * q * eff4)
+        rows.append([m[0], fmt_bytes(bpt), fmt_bytes(bpt * q), f"{eff:.3f} / {eff4:.3f}",
+                     f"{tokens / 1e6:.0f}", f"{tokens4 / 1e6:.0f}"])
+        data[m[0]] = {"bytes_per_token": bpt, "overhead_bf16": eff, "overhead_4bit": eff4,
+                      "tokens_bf16": tokens, "tokens_4bit": tokens4}
+    text = table(["model", "KV per token, bf16", "4-bit (g64)",
+                  "Redis bytes per KV byte, bf16 / 4-bit (2 MiB pages)",
+                  "M tokens held, bf16", "M tokens held, 4-bit"], rows)
     text += (f"\n\nCluster: {f['masters']} masters x {f['master_memory_gib']} GiB = "
              f"{fmt_bytes(cap)} of Redis memory (replicas hold copies on their own "
-             f"machines). 4-bit: {four_bit_factor():.4f} of the bf16 bytes (4-bit codes, "
-             "a bf16 scale and zero per group of 64). Overhead from jemalloc's size classes "
-             "(MEASURED, see the top of this file).")
-    # Page sizes that avoid the 1.25x class jump: the largest value in the
-    # 2^k * 5/4 class is 2^k * 5/4 - 11 bytes, but a page is a power of two.
-    best = []
-    for page in (256 * KiB, 1 * MiB, 2 * MiB):
-        fit = page - 11 - KVT_HEADER - REDIS_KEY_OVERHEAD * 0
-        best.append([fmt_bytes(page), fmt_bytes(redis_bytes(page + KVT_HEADER)),
-                     f"{fit:,}", fmt_bytes(redis_bytes(fit + KVT_HEADER))])
-    text += "\n\n" + table(["page", "Redis bytes (page + 48-byte header)",
-                            "largest payload that stays in 2^k", "its Redis bytes"], best)
+             f"machines). 4-bit: {q:.4f} of the bf16 bytes (4-bit codes, a bf16 scale and "
+             "zero per group of 64). The Redis bytes per KV byte come from jemalloc's size "
+             "classes (MEASURED, see the top of this file).")
+    rows = []
+    for p in (256 * KiB, 1 * MiB, 2 * MiB):
+        fit = p - 11 - KVT_HEADER
+        rows.append([fmt_bytes(p), f"{redis_bytes(p):,}", f"{redis_bytes(p + KVT_HEADER):,}",
+                     f"{fit:,}", f"{redis_bytes(fit + KVT_HEADER):,}"])
+    text += "\n\n" + table(["page", "Redis bytes, the page alone",
+                            "the page + 48-byte header",
+                            "largest payload that stays in the 2^k class", "its Redis bytes"], rows)
     data["capacity_bytes"] = cap
     return text, data
 
@@ -407,11 +416,17 @@ def hitrate(trace):
                      f"{shared * 100:.1f}%", f"{sep4 * 100:.1f}%", f"{sep16 * 100:.1f}%"])
         data[frac] = {"blocks": cap, "shared": shared, "4_separate": sep4,
                       "16_separate": sep16}
+    for n in (4, 16):
+        data[f"{n}_separate_unbounded"] = prefix_lru(reqs, 1 << 40, n)
     span = (reqs[-1]["timestamp"] - reqs[0]["timestamp"]) / 1000
     text = table(["size (of distinct blocks)", "blocks", "M tokens", "Llama-3.1-8B bf16",
                   "one shared LRU", "4 separate LRUs of 1/4", "16 separate of 1/16"], rows)
     text += (f"\n\nTrace: {len(reqs):,} requests over {span / 60:.1f} min, {distinct:,} "
-             f"distinct 512-token blocks; requests dealt round-robin to the instances.")
+             f"distinct 512-token blocks; requests dealt round-robin to the instances. "
+             f"Separate caches without any bound: 4 instances "
+             f"{data['4_separate_unbounded'] * 100:.1f}%, 16 instances "
+             f"{data['16_separate_unbounded'] * 100:.1f}% (what no local size can pass "
+             f"without sharing).")
     return text, data
 
 
@@ -436,7 +451,7 @@ def network():
             t_net = bpt / (gbit / 8 * 1e9) * 1e6
             links[gbit] = t_net
             row.append(f"{t_net:.1f}")
-        row.append(f"{min(g for g in (1, 2, 5, 10, 25, 50, 100, 200, 400, 800, 1600) if bpt / (g / 8 * 1e9) * 1e6 <= t_gpu)}")
+        row.append(f"{bpt * 8 / (t_gpu * 1e-6) / 1e9:.0f}")
         rows.append(row)
         data[name] = {"flops_per_token": flops, "recompute_us_1gpu": t_gpu,
                       "bytes_per_token": bpt, "load_us": links}
