@@ -72,6 +72,14 @@ KVT_HEADER = 48
 MEASURED_IDLE_CLIENT_BYTES = 38090
 MEASURED_UNREAD_2MIB_REPLY_BYTES = 564000
 
+# MEASURED with tools/remote/measure_slots.py on a local cluster of 100
+# masters, no replicas (Redis 7.0.15, 127.0.0.1, a loaded 2-core machine):
+# CLUSTER SLOTS reply 9,568 bytes for 100 ranges; Redis's own time 48..54 us
+# per call (INFO commandstats). Each node had 209 descriptors open, 198 of
+# them the cluster bus's TCP sockets (2 per peer).
+MEASURED_SLOTS_BYTES_100x0 = 9568
+MEASURED_SLOTS_USEC_100x0 = 54
+
 # Models: (name, layers, kv_heads, head_dim, params_active, attn_heads,
 #          kv_bytes_per_token_per_layer override for MLA or None)
 # From the models' config.json on their model cards.
@@ -277,12 +285,21 @@ def failover():
     size1 = cluster_slots_bytes(m, f["replicas_per_master"])
     size8 = cluster_slots_bytes(m, f["replicas_per_master"], 8)
     herd = f["instances"] * f["threads_per_instance"]
+    # Redis's time per call scales with the reply (one node entry per range
+    # and node); from the measured 100 x 0, in proportion to the bytes.
+    usec = MEASURED_SLOTS_USEC_100x0 * size1 / cluster_slots_bytes(m, 0)
     rows = [
         ["slots unavailable after a master dies (node timeout 15 s)",
          f"{lo:.1f} .. {hi:.1f} s (+1 s per replica ranked ahead)"],
         ["CLUSTER SLOTS reply, 100 masters x 1 replica, 1 range each", fmt_bytes(size1)],
         ["the same after resharding left 8 ranges per master", fmt_bytes(size8)],
+        ["the 100 x 0 reply, calculated / MEASURED",
+         f"{cluster_slots_bytes(m, 0):,} / {MEASURED_SLOTS_BYTES_100x0:,} bytes"],
+        ["Redis time per CLUSTER SLOTS, 100 x 1 (scaled from MEASURED 100 x 0)",
+         f"{usec:.0f} us"],
         ["refreshes if every thread of every instance refreshes once", herd],
+        ["  their Redis time, all sent to one seed node",
+         f"{herd * usec / 1e3:.0f} ms of its one thread"],
         ["bytes those send", fmt_bytes(herd * size1)],
         ["refreshes if each MOVED triggers one (P=256: ~2.6 keys of the moved slots a round)",
          f"{herd * 2.56:.0f} per round of the fleet"],
@@ -366,6 +383,23 @@ def memory():
     text += "\n\n" + table(["page", "Redis bytes, the page alone",
                             "the page + 48-byte header",
                             "largest payload that stays in the 2^k class", "its Redis bytes"], rows)
+    # How long a published block survives: the cluster's tokens over the
+    # fleet's rate of new (published) tokens. Per-instance rates ASSUMED as a
+    # range: one H100 prefills ~25k Llama-3.1-8B tokens/s or ~3k
+    # Llama-3.1-70B tokens/s at 50% MFU (section "network").
+    rows = []
+    for m in (MODELS[0], MODELS[2]):
+        held = data[m[0]]
+        for rate in (1000, 5000, 20000):
+            fleet_rate = f["instances"] * rate
+            rows.append([m[0], f"{rate:,}", f"{fleet_rate / 1e6:.0f} M",
+                         f"{held['tokens_bf16'] / fleet_rate:.0f}",
+                         f"{held['tokens_4bit'] / fleet_rate:.0f}"])
+            data[f"retention_{m[0]}_{rate}"] = held["tokens_bf16"] / fleet_rate
+    text += ("\n\nRetention when every new block is published (write-through): seconds "
+             "before Redis evicts it, 1,000 instances:\n\n" + table(
+                 ["model", "new tokens/s per instance", "fleet tokens/s",
+                  "s held, bf16", "s held, 4-bit"], rows))
     data["capacity_bytes"] = cap
     return text, data
 
@@ -419,7 +453,7 @@ def hitrate(trace):
     for n in (4, 16):
         data[f"{n}_separate_unbounded"] = prefix_lru(reqs, 1 << 40, n)
     span = (reqs[-1]["timestamp"] - reqs[0]["timestamp"]) / 1000
-    text = table(["size (of distinct blocks)", "blocks", "M tokens", "Llama-3.1-8B bf16",
+    text = table(["size (of distinct blocks)", "blocks", "M tokens", "KV bytes, Llama-3.1-8B bf16",
                   "one shared LRU", "4 separate LRUs of 1/4", "16 separate of 1/16"], rows)
     text += (f"\n\nTrace: {len(reqs):,} requests over {span / 60:.1f} min, {distinct:,} "
              f"distinct 512-token blocks; requests dealt round-robin to the instances. "
