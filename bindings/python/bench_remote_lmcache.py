@@ -54,8 +54,10 @@ bytes on the wire do not depend on how they are split into tokens.
 Needs: LMCache 0.5.6 and torch (the engines' venv, tools/engines-venv.sh) and
 redis-py, which LMCache requires but the engines' venv does not install
 (LMCache is installed --no-deps there); with redis-py in a directory of its
-own:
-  python3 -m pip install --target /tmp/redis-py redis==8.1.0
+own. Its version matters and is printed: with 8.1.0 (the release of the
+day) LMCache's concurrent puts fail now and then and are reported done (the
+run counts them as lost); 5.2.1 lost none (docs/remote-lmcache.md):
+  python3 -m pip install --target /tmp/redis-py redis==5.2.1
   PYTHONPATH=/tmp/redis-py ~/.cache/kvtier-dev/engines-venv/bin/python \\
       bindings/python/bench_remote_lmcache.py --url redis://127.0.0.1:7300
 

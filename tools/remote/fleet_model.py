@@ -18,7 +18,7 @@ Usage (Python 3.9+, standard library only):
       hit-rate section (default ../shared/traces/mooncake_synthetic_trace.jsonl
       beside the repository; the section is skipped when it is missing)
 Sections: connections fanout failover hotprefix memory hitrate network.
-Runs in about a minute (the hit-rate simulation is most of it).
+Runs in about ten seconds (the simulations are most of it).
 """
 
 import argparse
