@@ -40,8 +40,8 @@ FLEET = {
     "replicas_per_master": 1,
     "instances": 1000,
     # issue 34's design: one connection per node per using thread; the
-    # engine uses two (the publisher thread, the callers).
-    "threads_per_instance": 2,
+    # engine uses three (the publisher thread, two callers' handles).
+    "threads_per_instance": 3,
     "slots": 16384,
     "master_memory_gib": 64,
 }
