@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """fleet_model.py — the calculations and the small simulations behind
-docs/remote-fleet.md: kvtier's remote tier on a Redis Cluster of 100 masters
+docs/remote.md ("At fleet scale"): kvtier's remote tier on a Redis Cluster of 100 masters
 shared by 1,000 serving instances.
 
 Nothing here is measured on a fleet. Each figure is computed from the inputs

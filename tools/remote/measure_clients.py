@@ -4,7 +4,7 @@ used_memory (INFO memory) and the process's open descriptors before and
 after N idle connections, then after each of them sends one GET of a large
 value and does not read the reply (the reply waits in Redis's output buffer
 beyond what the kernel's socket buffers took). Standard library only; talks
-RESP over a socket. The figures feed docs/remote-fleet.md, "Connections".
+RESP over a socket. The figures feed docs/remote.md ("At fleet scale"), "Connections".
 
   tools/remote/measure_clients.py --port 7300 [--host 127.0.0.1] [--n 1000]
       [--value-bytes 2097152] [--pid PID]

@@ -6,7 +6,7 @@ RESETSTAT of that node). Standard library only.
 
   tools/remote/measure_slots.py --port 7300 [--host 127.0.0.1] [--calls 2000]
 
-Feeds docs/remote-fleet.md, "Failover and the slot map". RESETSTAT clears
+Feeds docs/remote.md ("At fleet scale"), "Failover and the slot map". RESETSTAT clears
 that node's command statistics: run it on a test cluster.
 """
 import argparse
