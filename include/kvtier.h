@@ -385,8 +385,10 @@ int kvt_put(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src
  * every found[i] is 0 (some dst[i] may have been written).
  * With a shared tier, pages no local tier holds are loaded from it (checked
  * against their key and the fingerprint; anything else is a miss, counted)
- * and kept in DRAM as kvt_put would keep them. A part of the cluster that is
- * down or slow is a miss after remote_timeout_ms, never an error. */
+ * and kept in DRAM as kvt_put would keep them; a host dst[i] is read into
+ * in place, so one whose check fails has found[i] 0 and holds what was
+ * read. A part of the cluster that is down or slow is a miss after
+ * remote_timeout_ms, never an error. */
 int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
             int dst_on_device, int *found);
 

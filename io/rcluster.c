@@ -285,7 +285,7 @@ void rc_on_reply(const struct rc_batch *b, struct rc_node *nd, size_t i)
         if (s->type != REDIS_REPLY_STRING)
             break;
         x->len = s->len;
-        return item_done(b, i, s->len <= x->cap ? 1 : -EMSGSIZE);
+        return item_done(b, i, s->len <= x->cap + x->cap2 ? 1 : -EMSGSIZE);
     case RC_SET:
         if (s->type == REDIS_REPLY_NIL)
             return item_done(b, i, 0);
@@ -446,7 +446,7 @@ static int check_items(enum rc_op op, const struct kvt_rc_item *it, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const struct kvt_rc_item *x = &it[i];
-        if ((!x->key && x->key_len) || (op == RC_GET && !x->buf && x->cap) ||
+        if ((!x->key && x->key_len) || (op == RC_GET && ((!x->buf && x->cap) || (!x->buf2 && x->cap2))) ||
             (op == RC_SET && ((!x->val && x->val_len) || (!x->val2 && x->val2_len))))
             return -EINVAL;
     }

@@ -58,9 +58,12 @@ struct kvt_rc_item {              /* one key of a batch; filled by the caller, r
     const void *val2; size_t val2_len; /*   val then val2, e.g. a header then the page, no copy by us) */
     void *buf; size_t cap;             /* get: where the value goes (cap bytes at most) */
     size_t len;                        /* get: the value's length (even when > cap) */
-    int res;   /* 1 found / stored / exists, 0 missing (or NX not set), -EMSGSIZE value > cap (not copied),
+    int res;   /* 1 found / stored / exists, 0 missing (or NX not set), -EMSGSIZE value > cap (+ cap2),
                   -ETIMEDOUT, -ECONNREFUSED/-ECONNRESET (node down), -EAGAIN (TRYAGAIN/CLUSTERDOWN past deadline),
                   -EPROTO (unexpected reply type), -ENOMEM */
+    void *buf2; size_t cap2;           /* get: where a value's bytes past cap go (cap2 at most):
+                                          a header into buf, the page straight into the caller's
+                                          page, no copy between them. NULL, 0: none */
 };
 /* Batched calls: items are grouped by node, each node's commands are
  * pipelined (all appended, then replies read), all nodes' requests are

@@ -104,6 +104,8 @@ void rc_tree_reset(struct rc_tree *b);
 struct rc_sink {
     void *buf;                   /* in: where a string reply goes, cap bytes */
     size_t cap;
+    void *buf2;                  /* in: where its bytes past cap go, cap2 bytes */
+    size_t cap2;
     const struct redisReader *rd;/* in: the reader, to check bounds */
     int type;                    /* out: REDIS_REPLY_* of the top-level reply, 0 before one */
     size_t len;                  /* out: a string's length (copied only when <= cap) */
@@ -116,7 +118,9 @@ struct rc_sink {
  * returns are markers, never to be freed). The reader is the caller's
  * (redisReaderFree); s must outlive it. NULL on ENOMEM. */
 struct redisReader *rc_sink_reader(struct rc_sink *s);
-/* Readies s for the next reply: buf/cap where a string goes. */
+/* Readies s for the next reply: buf/cap where a string goes (none past cap). */
 void rc_sink_reset(struct rc_sink *s, void *buf, size_t cap);
+/* After rc_sink_reset: a string's bytes past cap go to buf2 (cap2 bytes). */
+void rc_sink_second(struct rc_sink *s, void *buf2, size_t cap2);
 
 #endif /* KVT_RCLUSTER_PARSE_H */

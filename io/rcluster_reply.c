@@ -193,8 +193,13 @@ static void *sink_string(const redisReadTask *t, char *str, size_t len)
     s->type = t->type;
     s->len = len;
     if (t->type == REDIS_REPLY_STRING) {
-        if (len <= s->cap && len)
+        if (len <= s->cap && len) {
             memcpy(s->buf, str, len);
+        } else if (len > s->cap && len - s->cap <= s->cap2) {
+            if (s->cap)
+                memcpy(s->buf, str, s->cap);
+            memcpy(s->buf2, str + s->cap, len - s->cap);
+        }
     } else {
         size_t k = len < sizeof s->text - 1 ? len : sizeof s->text - 1;
         memcpy(s->text, str, k);
@@ -253,10 +258,18 @@ redisReader *rc_sink_reader(struct rc_sink *s)
     return rd;
 }
 
+void rc_sink_second(struct rc_sink *s, void *buf2, size_t cap2)
+{
+    s->buf2 = buf2;
+    s->cap2 = buf2 ? cap2 : 0;
+}
+
 void rc_sink_reset(struct rc_sink *s, void *buf, size_t cap)
 {
     s->buf = buf;
     s->cap = buf ? cap : 0;
+    s->buf2 = NULL;
+    s->cap2 = 0;
     s->type = 0;
     s->len = 0;
     s->integer = 0;

@@ -195,11 +195,14 @@ static int mem_get(void *conn, struct kvt_rc_item *it, size_t n)
             if (!en)
                 continue;
             it[i].len = en->len;
-            if (en->len > it[i].cap) {
+            if (en->len > it[i].cap + it[i].cap2) {
                 it[i].res = -EMSGSIZE;
                 continue;
             }
-            memcpy(it[i].buf, en->val, en->len);
+            size_t first = en->len < it[i].cap ? en->len : it[i].cap;
+            memcpy(it[i].buf, en->val, first);
+            if (en->len > first)
+                memcpy(it[i].buf2, en->val + first, en->len - first);
             it[i].res = 1;
             ok++;
         }

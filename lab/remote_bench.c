@@ -204,10 +204,12 @@ static void *raw_thread(void *arg)
                 size_t len[2] = { 3, (size_t)kl };
                 redisAppendCommandArgv(c[n], 2, argv, len);
             }
-        }
-        for (int i = 0; i < s->nnodes; i++) {
+            /* Written at once: hiredis moves what is left of its output
+             * buffer after each partial write, so a round's values left
+             * there together would cost it quadratic time, which would
+             * measure hiredis's buffer, not the network. */
             int done = 0;
-            while (!done && redisBufferWrite(c[i], &done) == REDIS_OK)
+            while (!done && redisBufferWrite(c[n], &done) == REDIS_OK)
                 ;
         }
         for (unsigned j = 0; j < o->batch; j++) {

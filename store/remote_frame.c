@@ -79,22 +79,31 @@ void kvt_rframe_header(uint8_t hdr[KVT_RFRAME_HDR], const kvt_key *k, uint64_t f
     put32(hdr + 40, crc);
 }
 
-int kvt_rframe_check(const void *val, size_t len, const kvt_key *k, uint64_t fingerprint,
-                     size_t page_bytes)
+int kvt_rframe_check_parts(const void *hdr, const void *page, size_t len, const kvt_key *k,
+                           uint64_t fingerprint, size_t page_bytes)
 {
     /* The expected header is rebuilt whole and compared byte for byte:
      * every field is checked at once, and nothing from the wire is used as
      * a length or an offset. */
     if (len != KVT_RFRAME_HDR + page_bytes || page_bytes > UINT32_MAX)
         return KVT_ECORRUPT;
-    const uint8_t *v = val;
+    const uint8_t *h = hdr;
     uint8_t want[KVT_RFRAME_HDR];
     fill(want, k, fingerprint, (uint32_t)page_bytes);
-    uint32_t crc = get32(v + 40);
+    uint32_t crc = get32(h + 40);
     put32(want + 40, crc);
-    if (memcmp(want, v, KVT_RFRAME_HDR) != 0)
+    if (memcmp(want, h, KVT_RFRAME_HDR) != 0)
         return KVT_ECORRUPT;
     put32(want + 40, 0);
-    uint32_t got = kvt_crc32c(kvt_crc32c(0, want, KVT_RFRAME_HDR), v + KVT_RFRAME_HDR, page_bytes);
+    uint32_t got = kvt_crc32c(kvt_crc32c(0, want, KVT_RFRAME_HDR), page, page_bytes);
     return got == crc ? 0 : KVT_ECORRUPT;
+}
+
+int kvt_rframe_check(const void *val, size_t len, const kvt_key *k, uint64_t fingerprint,
+                     size_t page_bytes)
+{
+    if (len != KVT_RFRAME_HDR + page_bytes)
+        return KVT_ECORRUPT;
+    return kvt_rframe_check_parts(val, (const uint8_t *)val + KVT_RFRAME_HDR, len, k, fingerprint,
+                                  page_bytes);
 }

@@ -50,6 +50,11 @@ void kvt_rframe_header(uint8_t hdr[KVT_RFRAME_HDR], const kvt_key *k, uint64_t f
 int kvt_rframe_check(const void *val, size_t len, const kvt_key *k, uint64_t fingerprint,
                      size_t page_bytes);
 
+/* The same for a value read in two parts: its first KVT_RFRAME_HDR bytes at
+ * hdr, the rest at page; len is the value's whole length. */
+int kvt_rframe_check_parts(const void *hdr, const void *page, size_t len, const kvt_key *k,
+                           uint64_t fingerprint, size_t page_bytes);
+
 /* The prefix rule: 1..KVT_RFRAME_PREFIX_MAX bytes of [A-Za-z0-9_.-] (no
  * ':', no '{' or '}' that would pin every key to one cluster slot). */
 int kvt_rframe_prefix_ok(const char *prefix);
