@@ -8,9 +8,12 @@ kvtier's lookup finds (KVTIER_LIB, else the repository's build/).
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BINDINGS = REPO / "bindings" / "python"
 sys.path.insert(0, str(BINDINGS))
+
+# The cluster of the sharing tests: 3 masters and 3 replicas on 127.0.0.1
+# ports 7400-7405 (cluster bus +10000); this suite's range is 7400-7419, apart
+# from tests/CMakeLists.txt's fixtures (7100-7199).
+REDIS_PORT_BASE = 7400
+REDIS_HARNESS = REPO / "tools" / "redis-cluster.sh"
+# Every node requires it: the tests reach the cluster the way a deployment
+# is told to (docs/remote-engines.md), the password in remote_auth_file, and
+# the '@' in it checks that a URL carrying it never shows any of it.
+REDIS_PASSWORD = "kvt@engines-s3cret"
 
 
 @pytest.fixture
@@ -92,3 +105,66 @@ def assert_loss_reported(records, logger, held_at_close, config):
     else:
         assert warned == []
     return lost
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running test cluster: url (seeds, no credentials), auth_file (the
+    password, 0600), password (for the tests that put it into a URL)."""
+    url: str
+    auth_file: str
+    password: str
+
+    def url_with_password(self, password=None, user="default"):
+        """url with user:password@ (the password raw, as kvtier accepts it)."""
+        return self.url.replace("redis://", f"redis://{user}:{password or self.password}@", 1)
+
+    def settings(self, **more):
+        """The plug-in settings that share through this cluster, under a key
+        prefix of their own (another test's or run's keys never match)."""
+        return dict(remote_url=self.url, remote_auth_file=self.auth_file,
+                    remote_prefix=f"kvtier-test-{uuid.uuid4().hex[:12]}",
+                    remote_timeout_ms=REMOTE_TIMEOUT_MS, **more)
+
+
+# A loaded 2-core machine can hold a call past kvtier's default 200 ms, which
+# would read as a miss; the close that drains the publish queue waits 4x this.
+REMOTE_TIMEOUT_MS = 5000
+
+
+def _redis_missing(why):
+    """The rule of tests/CMakeLists.txt's redis fixtures: skipped without
+    redis-server, a failure under CI=true (the CI installs it)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{why} (CI=true: tools/setup.sh installs redis-server)", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A 3-master + 3-replica Redis Cluster for the whole session, started
+    with tools/redis-cluster.sh in a directory of its own and stopped at the
+    end (every node by the pid the harness wrote), also when a test failed
+    or the start failed half-way. Skips without redis-server (fails when
+    CI=true)."""
+    if not (shutil.which("redis-server") and shutil.which("redis-cli")):
+        _redis_missing("redis-server/redis-cli not installed")
+    root = tmp_path_factory.mktemp("redis")
+    auth = root / "auth"
+    auth.touch(mode=0o600)
+    auth.write_text(REDIS_PASSWORD + "\n")
+    nodes = root / "cluster"
+    try:
+        # node-timeout 15 s (Redis's default): a node starved by a busy
+        # machine for a second is not failed over in the middle of a test.
+        p = subprocess.run([str(REDIS_HARNESS), "start", str(nodes), "--port",
+                            str(REDIS_PORT_BASE), "--password-file", str(auth),
+                            "--node-timeout", "15000"],
+                           capture_output=True, text=True, timeout=240)
+        if p.returncode == 77:
+            _redis_missing(p.stderr.strip())
+        assert p.returncode == 0, f"{REDIS_HARNESS.name} start failed:\n{p.stderr[-4000:]}"
+        yield Cluster(url=p.stdout.split()[-1], auth_file=str(auth), password=REDIS_PASSWORD)
+    finally:
+        subprocess.run([str(REDIS_HARNESS), "stop", str(nodes)], capture_output=True,
+                       timeout=120)

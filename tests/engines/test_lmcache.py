@@ -6,6 +6,7 @@ different model missing, a damaged page missing."""
 
 import ctypes
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -276,3 +277,86 @@ def test_close_of_a_full_persisted_cache_warns(tmp_path, spill_dir, caplog, page
         sm.close()
     assert_loss_reported(caplog.records, "kvtier.lmcache", pages_at_close[0],
                          plugin.kvtier_config)
+
+
+# ------------------------------------------ two instances sharing a cluster
+
+# Two LMCache instances (two processes) whose kvtier plug-ins name one
+# cluster in their extra_config; each has its own spill directory.
+SHARE = dict(page_bytes=4096, dram_bytes="128KiB", ssd_bytes="8MiB")
+
+SHARE_STORE = """
+import sys
+sys.path.insert(0, {tests!r})
+import test_lmcache as t
+sm, plugin, meta = t.open_manager({config!r})
+try:
+    for seed, tokens in ((41, t.CHUNK), (42, 5)):   # full chunks, and partial ones
+        keys, objs, data = t.make_chunks(sm, meta, 3, seed=seed, tokens=tokens)
+        t.put_and_evict(sm, plugin, keys, objs)
+finally:
+    sm.close()   # the plug-in's close: what is queued for the cluster is sent
+"""
+
+
+def test_two_instances_share_through_the_cluster(tmp_path, run_child, redis_cluster):
+    """Instance A (another process) puts chunks through LMCache's
+    StorageManager and closes; instance B, with empty local tiers of its
+    own, finds them (batched_contains: all in kvtier) and retrieves them
+    byte-exact, full chunks and partial (self-describing) ones."""
+    remote = redis_cluster.settings()
+    run_child(SHARE_STORE.format(tests=str(Path(__file__).parent), config=write_config(
+        tmp_path / "a.yaml", spill_dir=tmp_path / "a", **SHARE, **remote)))
+    sm, plugin, meta = open_manager(write_config(tmp_path / "b.yaml", spill_dir=tmp_path / "b",
+                                                 **SHARE, **remote))
+    try:
+        assert plugin.engine.stats().pages == 0
+        for seed, tokens in ((41, CHUNK), (42, 5)):
+            keys = [key(meta, seed * 1000 + i) for i in range(3)]
+            assert sm.batched_contains(keys) == (3, {"kvtier": keys})
+            got = retrieve(sm, keys)
+            size = FULL_BYTES * tokens // CHUNK
+            assert got_bytes(got) == chunk_data(seed, 3, size)
+            assert [tuple(o.get_shape()) for o in got] == [tuple(meta.get_shapes(tokens)[0])] * 3
+            for o in got:
+                o.ref_count_down()
+        assert not plugin.contains(key(meta, 7))
+        # Each page came from the cluster once: 3 full chunks of 8 pages and
+        # 3 partial ones of 3 (10 KiB and the 256-byte header); none of them
+        # is sent back.
+        st = plugin.engine.stats()
+        assert st.remote_hits == 3 * 8 + 3 * 3 and st.remote_published == 0
+        assert st.remote_corrupt == st.remote_errors == st.remote_timeouts == 0
+    finally:
+        sm.close()
+
+
+def test_remote_url_not_redis_is_refused(tmp_path, spill_dir):
+    config = LMCacheEngineConfig.from_file(write_config(
+        tmp_path / "c.yaml", spill_dir=spill_dir,
+        remote_url="rediss://default:not-this-one@127.0.0.1:7400"))
+    meta = LMCacheMetadata("m", 1, 1, 0, 0, DTYPE, (LAYERS, 2, CHUNK, HEADS, HDIM),
+                           chunk_size=CHUNK, role="worker")
+    with pytest.raises(ValueError, match="remote_url must start with redis://") as ei:
+        KVTierStoragePlugin(dst_device="cpu", config=config, metadata=meta,
+                            local_cpu_backend=object())
+    assert "not-this-one" not in str(ei.value)
+
+
+def test_password_in_the_url_is_never_shown(tmp_path, redis_cluster, caplog):
+    """The logged configuration carries the URL without its user and
+    password (with '@' in it, unescaped, as kvtier takes it)."""
+    url = redis_cluster.url_with_password()
+    with caplog.at_level(logging.INFO, logger="kvtier.lmcache"):
+        sm, plugin, meta = open_manager(write_config(
+            tmp_path / "c.yaml", spill_dir=tmp_path / "a", **SHARE, remote_url=f'"{url}"',
+            remote_timeout_ms=redis_cluster.settings()["remote_timeout_ms"]))
+    try:
+        redacted = redis_cluster.url.replace("redis://", "redis://***@")
+        assert plugin.kvtier_config["remote_url"] == redacted
+        logged = [r.getMessage() for r in caplog.records if r.name == "kvtier.lmcache"]
+        assert any(redacted in m for m in logged), logged
+        assert not any("s3cret" in m for m in logged), logged
+        assert plugin.engine.stats().remote_nodes == 3   # it did log in
+    finally:
+        sm.close()

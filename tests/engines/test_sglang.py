@@ -288,3 +288,65 @@ def test_close_of_a_full_cache(spill_dir, caplog):
         b.close()
     assert b.engine is None
     assert [r for r in caplog.records if r.name == "kvtier.sglang"] == []
+
+
+# ------------------------------------------ two instances sharing a cluster
+
+def test_two_instances_share_through_the_cluster(tmp_path, run_child, redis_cluster):
+    """Instance A (another process) backs pages up through batch_set_v1 and
+    closes; instance B, with empty local tiers of its own, finds them
+    (batch_exists) and prefetches them byte-exact (batch_get_v1)."""
+    remote = redis_cluster.settings()
+    keys = [f"shared-{i}" for i in range(8)]
+    out = run_child(f"""
+        import sys
+        sys.path.insert(0, {str(HERE)!r})
+        from test_sglang import make_pool, make_backend, fill, indices
+        pool = make_pool()
+        fill(pool, range(8), seed=51)
+        b = make_backend(pool, spill_dir={str(tmp_path / "a")!r}, **{remote!r})
+        print(sum(b.batch_set_v1({keys!r}, indices(range(8)))))
+        b.close()   # what is queued for the cluster is sent
+    """, timeout=CHILD_TIMEOUT)
+    assert out.split() == ["8"]
+    ref = make_pool()
+    fill(ref, range(8), seed=51)
+    pool = make_pool()
+    b = make_backend(pool, spill_dir=str(tmp_path / "b"), **remote)
+    try:
+        assert b.engine.stats().pages == 0
+        assert b.batch_exists(keys) == 8 and b.batch_exists(["never"] + keys) == 0
+        assert b.batch_get_v1(keys, indices(range(20, 28))) == [True] * 8
+        for i in range(8):
+            assert torch.equal(page_bytes_of(pool, 20 + i), page_bytes_of(ref, i)), f"page {i}"
+        # Each kvtier page came from the cluster once (a pool page is two
+        # 8 KiB regions); none is sent back.
+        st = b.engine.stats()
+        assert st.remote_hits == 8 * 2 and st.remote_published == 0
+        assert st.remote_corrupt == st.remote_errors == st.remote_timeouts == 0
+    finally:
+        b.close()
+
+
+def test_remote_url_not_redis_is_refused(spill_dir):
+    with pytest.raises(ValueError, match="remote_url must start with redis://") as ei:
+        make_backend(make_pool(), spill_dir=spill_dir,
+                     remote_url="rediss://default:not-this-one@127.0.0.1:7400")
+    assert "not-this-one" not in str(ei.value)
+
+
+def test_password_in_the_url_is_never_shown(spill_dir, redis_cluster, caplog):
+    """What the store logs and its engine_config carry the URL without its
+    user and password."""
+    with caplog.at_level(logging.INFO, logger="kvtier.sglang"):
+        b = make_backend(make_pool(), spill_dir=spill_dir,
+                         remote_url=redis_cluster.url_with_password(),
+                         remote_timeout_ms=redis_cluster.settings()["remote_timeout_ms"])
+    try:
+        redacted = redis_cluster.url.replace("redis://", "redis://***@")
+        assert b.engine_config["remote_url"] == redacted
+        logged = [r.getMessage() for r in caplog.records if r.name == "kvtier.sglang"]
+        assert logged and not any("s3cret" in m for m in logged), logged
+        assert b.engine.stats().remote_nodes == 3   # it did log in
+    finally:
+        b.close()

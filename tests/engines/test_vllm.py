@@ -26,6 +26,7 @@ from vllm.v1.kv_offload.config import (OffloadingCacheConfig, OffloadingConfig, 
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory  # noqa: E402
 from vllm.v1.kv_offload.tiering.manager import TieringOffloadingManager  # noqa: E402
 
+from kvtier import KvtError  # noqa: E402
 from kvtier.vllm import KVTierTier  # noqa: E402
 
 # Blocks of 16 KiB (all layers of one worker), 2 blocks per offloaded chunk,
@@ -304,3 +305,79 @@ def test_failed_setup_lets_vllm_unmap_the_primary_tier(spill_dir, monkeypatch):
     with pytest.raises(ValueError, match="page_bytes"):
         Offload(dict(SMALL, spill_dir=spill_dir, page_bytes=1000))
     assert cleaned == [None], "vLLM kept the shared memory mapped"
+
+
+# ------------------------------------------ two instances sharing a cluster
+
+# Two vLLM instances (two processes) whose kvtier tiers name one cluster in
+# their secondary tier's entry; each has its own spill directory.
+SHARE = dict(page_bytes=8192, dram_bytes="64KiB", ssd_bytes="4MiB")
+
+SHARE_STORE = """
+import sys
+sys.path.insert(0, {tests!r})
+import test_vllm as t
+o = t.Offload(dict(t.SHARE, spill_dir={spill!r}, **{remote!r}))
+try:
+    keys = t.keys_of("shared", 4)
+    o.store(keys, t.chunk_data(keys, o.chunk, 31))
+    o.settle()
+finally:
+    o.close()   # vLLM's shutdown: what is queued for the cluster is sent
+"""
+
+
+def test_two_instances_share_through_the_cluster(tmp_path, run_child, redis_cluster):
+    """Instance A (another process) stores chunks through vLLM's cascade
+    and shuts down; instance B, with empty local tiers of its own, finds
+    them (lookup HIT from the cluster) and promotes them byte-exact."""
+    from kvtier._lib import KVT_TIER_REMOTE
+    remote = redis_cluster.settings()
+    run_child(SHARE_STORE.format(tests=str(Path(__file__).parent), spill=str(tmp_path / "a"),
+                                 remote=remote))
+    o = Offload(dict(SHARE, spill_dir=str(tmp_path / "b"), **remote))
+    try:
+        keys = keys_of("shared", 4)
+        assert o.tier.engine.stats().pages == 0
+        assert [o.tier.lookup(k, o.ctx) for k in keys] == [LookupResult.HIT] * 4
+        assert o.tier.lookup(keys_of("never", 1)[0], o.ctx) is LookupResult.MISS
+        where = o.tier.engine.exists(o.tier._io.keys([o.tier._name(k) for k in keys])).where
+        assert set(where) == {KVT_TIER_REMOTE}
+        data = chunk_data(keys, o.chunk, 31)
+        assert o.fetch(keys) == [data[k] for k in keys]
+        # Each page came from the cluster once, and none is sent back.
+        st = o.tier.engine.stats()
+        assert st.remote_hits == len(where) and st.remote_published == 0
+        assert st.remote_corrupt == st.remote_errors == st.remote_timeouts == 0
+    finally:
+        o.close()
+
+
+def test_remote_url_not_redis_is_refused(spill_dir):
+    with pytest.raises(ValueError, match="remote_url must start with redis://") as ei:
+        Offload(dict(SHARE, spill_dir=spill_dir,
+                     remote_url="rediss://default:not-this-one@127.0.0.1:7400"))
+    assert "not-this-one" not in str(ei.value)
+
+
+def test_password_in_the_url_is_never_shown(tmp_path, redis_cluster, caplog):
+    """The logged configuration carries the URL without its user and
+    password; a wrong password is an error at setup naming the cluster,
+    not the password."""
+    remote = dict(remote_timeout_ms=redis_cluster.settings()["remote_timeout_ms"])
+    with caplog.at_level(logging.INFO, logger="kvtier.vllm"):
+        o = Offload(dict(SHARE, spill_dir=str(tmp_path / "a"),
+                         remote_url=redis_cluster.url_with_password(), **remote))
+    try:
+        redacted = redis_cluster.url.replace("redis://", "redis://***@")
+        assert o.tier.kvtier_config["remote_url"] == redacted
+        logged = [r.getMessage() for r in caplog.records if r.name == "kvtier.vllm"]
+        assert any(redacted in m for m in logged), logged
+        assert not any("s3cret" in m for m in logged), logged
+        assert o.tier.engine.stats().remote_nodes == 3   # it did log in
+    finally:
+        o.close()
+    with pytest.raises(KvtError, match="authentication failed") as ei:
+        Offload(dict(SHARE, spill_dir=str(tmp_path / "b"),
+                     remote_url=redis_cluster.url_with_password("wrong-pass-4x"), **remote))
+    assert "127.0.0.1:74" in str(ei.value) and "wrong-pass-4x" not in str(ei.value)

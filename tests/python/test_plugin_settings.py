@@ -85,3 +85,19 @@ def test_tilde_spill_dir_with_empty_home(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     assert _plugin._expand_home("~/kv") == str(tmp_path / "kv")
     assert _plugin._expand_home("/abs/kv") == "/abs/kv"
+
+
+@pytest.mark.parametrize("url,shown", [
+    ("redis://h:1,h:2", "redis://h:1,h:2"),
+    ("redis://user:pw@h:1,h:2", "redis://***@h:1,h:2"),
+    ("redis://:pw@h:1", "redis://***@h:1"),
+    ("redis://pw@h:1", "redis://***@h:1"),
+    # kvtier's parser splits at the last '@': a raw '@' is the password's.
+    ("redis://user:p@ss@word@h:1", "redis://***@h:1"),
+    ("redis://user:pa/ss@h:1", "redis://***@h:1"),
+    ("redis://user:p%40ss@h:1", "redis://***@h:1"),
+    # Refused at open, but still never shown.
+    ("rediss://user:pw@h:1", "rediss://***@h:1"),
+])
+def test_redact_url_hides_every_part_of_the_credentials(url, shown):
+    assert _plugin.redact_url(url) == shown

@@ -77,8 +77,10 @@ _REMOTE = ("remote_url", "remote_auth_file", "remote_prefix", "remote_timeout_ms
 
 
 def redact_url(url: str) -> str:
-    """url with any user and password replaced by '***' (for logs)."""
-    return re.sub(r"^(redis://)[^@/]*@", r"\1***@", url)
+    """url with any user and password replaced by '***' (for logs): all from
+    the scheme to the last '@', as kvtier's URL parser splits it (a raw '@'
+    or '/' in a password is the password's), whatever the scheme."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://).*@", r"\1***@", url, flags=re.S)
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40,
