@@ -28,7 +28,7 @@ sys.path.insert(0, str(BINDINGS))
 REDIS_PORT_BASE = 7400
 REDIS_HARNESS = REPO / "tools" / "redis-cluster.sh"
 # Every node requires it: the tests reach the cluster the way a deployment
-# is told to (docs/remote-engines.md), the password in remote_auth_file, and
+# is told to (docs/remote.md, "Engines"), the password in remote_auth_file, and
 # the '@' in it checks that a URL carrying it never shows any of it.
 REDIS_PASSWORD = "kvt@engines-s3cret"
 
