@@ -285,6 +285,7 @@ void rc_on_reply(const struct rc_batch *b, struct rc_node *nd, size_t i)
         if (s->type != REDIS_REPLY_STRING)
             break;
         x->len = s->len;
+        x->crc2 = s->crc2;
         return item_done(b, i, s->len <= x->cap + x->cap2 ? 1 : -EMSGSIZE);
     case RC_SET:
         if (s->type == REDIS_REPLY_NIL)

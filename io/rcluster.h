@@ -64,6 +64,9 @@ struct kvt_rc_item {              /* one key of a batch; filled by the caller, r
     void *buf2; size_t cap2;           /* get: where a value's bytes past cap go (cap2 at most):
                                           a header into buf, the page straight into the caller's
                                           page, no copy between them. NULL, 0: none */
+    int want_crc2;                     /* get: 1 = compute crc2 while copying to buf2 */
+    uint32_t crc2;                     /* get: CRC32C (seed 0) of the bytes copied to buf2, taken
+                                          as they are copied (their one read while cache-hot) */
 };
 /* Batched calls: items are grouped by node, each node's commands are
  * pipelined (all appended, then replies read), all nodes' requests are

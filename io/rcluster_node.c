@@ -469,7 +469,7 @@ int rc_node_recv(struct rc_node *nd, const struct rc_batch *b, uint64_t *bytes_i
         bool get = x && b->op == RC_GET;
         rc_sink_reset(&nd->sink, get ? x->buf : NULL, get ? x->cap : 0);
         if (get)
-            rc_sink_second(&nd->sink, x->buf2, x->cap2);
+            rc_sink_second(&nd->sink, x->buf2, x->cap2, x->want_crc2);
         if (redisReaderGetReply(nd->rd, &r) != REDIS_OK || nd->sink.bad)
             return -EPROTO;
         if (!r)

@@ -106,6 +106,8 @@ struct rc_sink {
     size_t cap;
     void *buf2;                  /* in: where its bytes past cap go, cap2 bytes */
     size_t cap2;
+    bool want_crc2;              /* in: take crc2 as they are copied */
+    uint32_t crc2;               /* out: CRC32C (seed 0) of the bytes copied to buf2 */
     const struct redisReader *rd;/* in: the reader, to check bounds */
     int type;                    /* out: REDIS_REPLY_* of the top-level reply, 0 before one */
     size_t len;                  /* out: a string's length (copied only when <= cap) */
@@ -120,7 +122,8 @@ struct rc_sink {
 struct redisReader *rc_sink_reader(struct rc_sink *s);
 /* Readies s for the next reply: buf/cap where a string goes (none past cap). */
 void rc_sink_reset(struct rc_sink *s, void *buf, size_t cap);
-/* After rc_sink_reset: a string's bytes past cap go to buf2 (cap2 bytes). */
-void rc_sink_second(struct rc_sink *s, void *buf2, size_t cap2);
+/* After rc_sink_reset: a string's bytes past cap go to buf2 (cap2 bytes),
+ * their CRC32C taken on the way when want_crc. */
+void rc_sink_second(struct rc_sink *s, void *buf2, size_t cap2, bool want_crc);
 
 #endif /* KVT_RCLUSTER_PARSE_H */

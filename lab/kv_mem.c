@@ -3,6 +3,7 @@
  * Thread-safe: engines' callers and publishers use it at once.
  */
 #include "lab/kv_mem.h"
+#include "io/codec.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -203,6 +204,7 @@ static int mem_get(void *conn, struct kvt_rc_item *it, size_t n)
             memcpy(it[i].buf, en->val, first);
             if (en->len > first)
                 memcpy(it[i].buf2, en->val + first, en->len - first);
+            it[i].crc2 = it[i].want_crc2 ? kvt_crc32c(0, en->val + first, en->len - first) : 0;
             it[i].res = 1;
             ok++;
         }

@@ -79,24 +79,43 @@ void kvt_rframe_header(uint8_t hdr[KVT_RFRAME_HDR], const kvt_key *k, uint64_t f
     put32(hdr + 40, crc);
 }
 
-int kvt_rframe_check_parts(const void *hdr, const void *page, size_t len, const kvt_key *k,
-                           uint64_t fingerprint, size_t page_bytes)
+/* The header's checks: 0 and *crc (the CRC32C the value carries) and
+ * *hdr_crc (of the header with that field 0), or KVT_ECORRUPT. */
+static int check_header(const uint8_t *h, size_t len, const kvt_key *k, uint64_t fingerprint,
+                        size_t page_bytes, uint32_t *crc, uint32_t *hdr_crc)
 {
     /* The expected header is rebuilt whole and compared byte for byte:
      * every field is checked at once, and nothing from the wire is used as
      * a length or an offset. */
     if (len != KVT_RFRAME_HDR + page_bytes || page_bytes > UINT32_MAX)
         return KVT_ECORRUPT;
-    const uint8_t *h = hdr;
     uint8_t want[KVT_RFRAME_HDR];
     fill(want, k, fingerprint, (uint32_t)page_bytes);
-    uint32_t crc = get32(h + 40);
-    put32(want + 40, crc);
+    *crc = get32(h + 40);
+    put32(want + 40, *crc);
     if (memcmp(want, h, KVT_RFRAME_HDR) != 0)
         return KVT_ECORRUPT;
     put32(want + 40, 0);
-    uint32_t got = kvt_crc32c(kvt_crc32c(0, want, KVT_RFRAME_HDR), page, page_bytes);
-    return got == crc ? 0 : KVT_ECORRUPT;
+    *hdr_crc = kvt_crc32c(0, want, KVT_RFRAME_HDR);
+    return 0;
+}
+
+int kvt_rframe_check_crc(const void *hdr, uint32_t page_crc, size_t len, const kvt_key *k,
+                         uint64_t fingerprint, size_t page_bytes)
+{
+    uint32_t crc, hcrc;
+    if (check_header(hdr, len, k, fingerprint, page_bytes, &crc, &hcrc))
+        return KVT_ECORRUPT;
+    return kvt_crc32c_combine(hcrc, page_crc, page_bytes) == crc ? 0 : KVT_ECORRUPT;
+}
+
+int kvt_rframe_check_parts(const void *hdr, const void *page, size_t len, const kvt_key *k,
+                           uint64_t fingerprint, size_t page_bytes)
+{
+    uint32_t crc, hcrc;
+    if (check_header(hdr, len, k, fingerprint, page_bytes, &crc, &hcrc))
+        return KVT_ECORRUPT;
+    return kvt_crc32c(hcrc, page, page_bytes) == crc ? 0 : KVT_ECORRUPT;
 }
 
 int kvt_rframe_check(const void *val, size_t len, const kvt_key *k, uint64_t fingerprint,

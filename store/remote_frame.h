@@ -55,6 +55,11 @@ int kvt_rframe_check(const void *val, size_t len, const kvt_key *k, uint64_t fin
 int kvt_rframe_check_parts(const void *hdr, const void *page, size_t len, const kvt_key *k,
                            uint64_t fingerprint, size_t page_bytes);
 
+/* The same, given the CRC32C (seed 0) of the page's bytes instead of the
+ * bytes (taken as they were copied in). */
+int kvt_rframe_check_crc(const void *hdr, uint32_t page_crc, size_t len, const kvt_key *k,
+                         uint64_t fingerprint, size_t page_bytes);
+
 /* The prefix rule: 1..KVT_RFRAME_PREFIX_MAX bytes of [A-Za-z0-9_.-] (no
  * ':', no '{' or '}' that would pin every key to one cluster slot). */
 int kvt_rframe_prefix_ok(const char *prefix);

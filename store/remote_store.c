@@ -140,6 +140,7 @@ static int rs_get(struct kvt_store *s, struct kvt_store_item *it, size_t n)
         r->items[i].cap = KVT_RFRAME_HDR;
         r->items[i].buf2 = it[i].buf;
         r->items[i].cap2 = r->page_bytes;
+        r->items[i].want_crc2 = 1;
     }
     r->kv->get(r->conn, r->items, n);
     int found = 0;
@@ -148,8 +149,8 @@ static int rs_get(struct kvt_store *s, struct kvt_store_item *it, size_t n)
         it[i].res = 0;
         if (ri->res == 1) {
             r->st.bytes_in += ri->len;
-            if (kvt_rframe_check_parts(ri->buf, ri->buf2, ri->len, &it[i].key, r->fingerprint,
-                                       r->page_bytes) == 0) {
+            if (kvt_rframe_check_crc(ri->buf, ri->crc2, ri->len, &it[i].key, r->fingerprint,
+                                     r->page_bytes) == 0) {
                 it[i].res = 1;
                 found++;
                 r->st.hits++;

@@ -9,7 +9,8 @@
  * as a page (padded or cut to the page size) under the key, then flips the
  * bit the next two input bytes name.
  *
- * Rules: the check never reads past the value (its buffer is exactly its
+ * Rules: the check never reads past the value; the check from the page's
+ * CRC (what a load computes as it copies) agrees with the one from its bytes (its buffer is exactly its
  * length; ASan watches); a value it accepts is exactly the frame kvtier
  * writes for that key, fingerprint and payload; a frame with any one bit
  * flipped is refused; an intact frame is accepted, and refused under any
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/codec.h"
 #include "store/remote_frame.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -43,7 +45,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (data[0] % 2 == 0) {
         uint8_t *v = malloc(n ? n : 1);
         memcpy(v, in, n);
-        if (kvt_rframe_check(v, n, &k, fp, page) == 0) {
+        int whole = kvt_rframe_check(v, n, &k, fp, page);
+        if (n >= KVT_RFRAME_HDR) {
+            uint32_t pc = kvt_crc32c(0, v + KVT_RFRAME_HDR, n - KVT_RFRAME_HDR);
+            fuzz_check(kvt_rframe_check_crc(v, pc, n, &k, fp, page) == whole,
+                       "a check from the page's CRC agrees with one from its bytes");
+        }
+        if (whole == 0) {
             uint8_t want[KVT_RFRAME_HDR];
             fuzz_check(n == KVT_RFRAME_HDR + page, "an accepted value is a header and a page");
             kvt_rframe_header(want, &k, fp, v + KVT_RFRAME_HDR, (uint32_t)page);
