@@ -60,8 +60,8 @@ static size_t config_size(int which)
     case 0: return KVT_CONFIG_SIZE_VER0;
     case 1: return KVT_CONFIG_SIZE_VER1;
     case 2: return KVT_CONFIG_SIZE_VER2;
-    case 3: return sizeof(kvt_config) + 8;
-    case 4: return sizeof(kvt_config) + 1024;
+    case 3: return KVT_CONFIG_SIZE_VER3;
+    case 4: return sizeof(kvt_config) + 8;
     default: return KVT_STRUCT_SIZE_MAX;
     }
 }
@@ -94,7 +94,7 @@ static void test_ver0_is_the_design3_layout(void **state)
     assert_int_equal(KVT_CONFIG_SIZE_VER0, design3_config_size);
     assert_int_equal(KVT_STATS_SIZE_VER0, design3_stats_size);
     /* This header's structs are their last published layout. */
-    assert_int_equal(KVT_CONFIG_SIZE_VER2, sizeof(kvt_config));
+    assert_int_equal(KVT_CONFIG_SIZE_VER3, sizeof(kvt_config));
     assert_int_equal(KVT_STATS_SIZE_VER2, sizeof(kvt_stats));
     assert_true(sizeof(kvt_config) <= KVT_STRUCT_SIZE_MAX);
     assert_true(sizeof(kvt_stats) <= KVT_STRUCT_SIZE_MAX);

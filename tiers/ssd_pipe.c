@@ -105,7 +105,9 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     for (uint32_t i = 0; i < n; i++)
         P->job_free[i] = n - 1 - i;
     P->njob_free = n;
-    int r = kvt_codec_new(e->cfg.codec, 0, e->page_bytes, &P->codec);
+    struct kvt_page_layout L;
+    kvt_page_layout_of(&e->cfg, &L);
+    int r = kvt_codec_new_layout(e->cfg.codec, 0, e->page_bytes, &L, &P->codec);
     if (r < 0)
         return kvt_fail(r, "cannot set up codec %d", e->cfg.codec);
     return 0;
@@ -264,7 +266,8 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     size_t pb = e->page_bytes, out = pb;
     int used = KVT_CODEC_NONE;
     if (j->bounce >= 0) {
-        int r = kvt_codec_encode(e->pipe.codec, j->dram, pb, j->buf, pb, &out, &used);
+        int r = kvt_codec_encode_page(e->pipe.codec, j->key.layer, j->dram, pb, j->buf, pb, &out,
+                                      &used);
         if (r < 0 || used == KVT_CODEC_NONE) {
             memcpy(j->buf, j->dram, pb); /* stored raw */
             out = pb;
