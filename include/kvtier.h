@@ -156,9 +156,11 @@ typedef enum {
 /* Where K and V lie in a page of one layer (kvt_config.kv_order). A page
  * whose key.layer is KVT_ALL_LAYERS holds n_layers such blocks, layer 0
  * first; bytes of a page beyond its blocks are kept as they are. */
-#define KVT_KV_SPLIT 0         /* K[tokens][kv_heads][head_dim], then V[tokens][kv_heads][v_head_dim] */
-#define KVT_KV_TOKEN 1         /* per token: K[kv_heads][head_dim], then V[kv_heads][v_head_dim] */
-#define KVT_KV_MLA 2           /* per token: latent[head_dim] then RoPE key[rope_dim]; no V */
+#define KVT_KV_HEAD_MAJOR 0    /* K[kv_heads][tokens][head_dim], then V[kv_heads][tokens][v_head_dim]
+                                  (transformers' [heads, seq, dim]; kvtier run's pages) */
+#define KVT_KV_TOKEN_MAJOR 1   /* K[tokens][kv_heads][head_dim], then V[tokens][kv_heads][v_head_dim] */
+#define KVT_KV_INTERLEAVED 2   /* per token: K[kv_heads][head_dim], then V[kv_heads][v_head_dim] */
+#define KVT_KV_MLA 3           /* per token: latent[head_dim] then RoPE key[rope_dim]; no V */
 
 #define KVT_IO_AUTO 0          /* io_uring, else the pread/pwrite thread pool */
 #define KVT_IO_URING 1

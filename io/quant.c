@@ -5,8 +5,10 @@
  * A page holds one layer's block (key.layer < n_layers) or n_layers blocks
  * one after another (key.layer == KVT_ALL_LAYERS); bytes past the blocks
  * travel as they are. A block is one or two streams, each a matrix of
- * `tokens` rows and `width` elements a row (kvtier.h, KVT_KV_*):
- *   K:   width kv_heads * head_dim, quantised per channel: one scale and
+ * `tokens` rows and `width` elements a row, or one such per head
+ * (kvtier.h, KVT_KV_*):
+ *   K:   width kv_heads * head_dim (a head-major page: one matrix of
+ *        head_dim a head), quantised per channel: one scale and
  *        minimum per column over the page's tokens. Keys have outlier
  *        channels, tens of times the others (KIVI, KVQuant): a row's scale
  *        would be set by them and flatten every other channel to a code or
@@ -65,6 +67,9 @@ struct stream {
     uint32_t rows, width;
     uint32_t head;      /* columns of one FP8 scale */
     uint32_t g;         /* S_V: columns of one group */
+    uint32_t nsub;      /* matrices of this shape, hstride elements apart (a head-major
+                           page has one a head), each framed as a stream of its own */
+    uint64_t hstride;
 };
 
 struct frame {
@@ -111,19 +116,30 @@ static uint32_t group_of(uint32_t dim)
 /* The streams of a block, from the frame's dimensions. */
 static void frame_streams(struct frame *f)
 {
-    uint64_t T = f->tokens;
+    uint64_t T = f->tokens, H = f->heads, D = f->hd, Dv = f->vhd;
+    uint32_t g = group_of(f->vhd ? f->vhd : 1);
     if (f->order == KVT_KV_MLA) {
         uint32_t w = f->hd + f->rope;
-        f->s[0] = (struct stream){ S_K, 0, w, f->tokens, w, w, 0 };
+        f->s[0] = (struct stream){ S_K, 0, w, f->tokens, w, w, 0, 1, 0 };
         f->ns = 1;
         f->block_bytes = T * w * 2;
         return;
     }
     uint32_t wk = f->heads * f->hd, wv = f->heads * f->vhd;
-    bool split = f->order == KVT_KV_SPLIT;
-    f->s[0] = (struct stream){ S_K, 0, split ? wk : (uint64_t)wk + wv, f->tokens, wk, f->hd, 0 };
-    f->s[1] = (struct stream){ S_V, split ? T * wk : wk, split ? wv : (uint64_t)wk + wv, f->tokens,
-                               wv, f->vhd, group_of(f->vhd) };
+    switch (f->order) {
+    case KVT_KV_HEAD_MAJOR:
+        f->s[0] = (struct stream){ S_K, 0, D, f->tokens, f->hd, f->hd, 0, f->heads, T * D };
+        f->s[1] = (struct stream){ S_V, H * T * D, Dv, f->tokens, f->vhd, f->vhd, g, f->heads, T * Dv };
+        break;
+    case KVT_KV_TOKEN_MAJOR:
+        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0 };
+        f->s[1] = (struct stream){ S_V, T * wk, wv, f->tokens, wv, f->vhd, g, 1, 0 };
+        break;
+    default: /* KVT_KV_INTERLEAVED */
+        f->s[0] = (struct stream){ S_K, 0, (uint64_t)wk + wv, f->tokens, wk, f->hd, 0, 1, 0 };
+        f->s[1] = (struct stream){ S_V, wk, (uint64_t)wk + wv, f->tokens, wv, f->vhd, g, 1, 0 };
+        break;
+    }
     f->ns = 2;
     f->block_bytes = T * ((uint64_t)wk + wv) * 2;
 }
@@ -142,9 +158,24 @@ static uint64_t param_bytes(const struct frame *f, const struct stream *s)
     return (uint64_t)s->rows * (s->width / s->g) * 4;
 }
 
-static uint64_t stream_bytes(const struct frame *f, const struct stream *s)
+/* Bytes of one matrix of the stream; of the whole stream. */
+static uint64_t sub_bytes(const struct frame *f, const struct stream *s)
 {
     return param_bytes(f, s) + (uint64_t)s->rows * row_bytes(f, s);
+}
+
+static uint64_t stream_bytes(const struct frame *f, const struct stream *s)
+{
+    return s->nsub * sub_bytes(f, s);
+}
+
+/* Matrix i of a stream, as a stream of one. */
+static struct stream sub_stream(const struct stream *s, uint32_t i)
+{
+    struct stream t = *s;
+    t.off += (uint64_t)i * s->hstride;
+    t.nsub = 1;
+    return t;
 }
 
 /* Stored bytes of the whole frame for nq quantised blocks of nblocks. */
@@ -275,9 +306,15 @@ static bool enc_fp8(const struct kvt_quant_kernels *k, const struct frame *f,
 static bool enc_stream(const struct kvt_quant_kernels *k, const struct frame *f,
                        const struct stream *s, const uint8_t *blk, uint8_t *out, float *sc)
 {
-    if (f->codec == KVT_CODEC_FP8)
-        return enc_fp8(k, f, s, blk, out, sc);
-    return s->kind == S_K ? enc_k(k, f, s, blk, out, sc) : enc_v(k, f, s, blk, out, sc);
+    for (uint32_t i = 0; i < s->nsub; i++, out += sub_bytes(f, s)) {
+        struct stream t = sub_stream(s, i);
+        bool ok = f->codec == KVT_CODEC_FP8 ? enc_fp8(k, f, &t, blk, out, sc)
+                  : t.kind == S_K          ? enc_k(k, f, &t, blk, out, sc)
+                                           : enc_v(k, f, &t, blk, out, sc);
+        if (!ok)
+            return false;
+    }
+    return true;
 }
 
 static void frame_from_layout(struct frame *f, int codec, const struct kvt_page_layout *L)
@@ -481,15 +518,16 @@ int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *s
             at += f.block_bytes;
             continue;
         }
-        for (int i = 0; i < f.ns; i++) {
-            const struct stream *s = &f.s[i];
-            bool ok = f.codec == KVT_CODEC_FP8 ? dec_fp8(k, &f, s, at, out, scratch)
-                      : s->kind == S_K         ? dec_k(k, &f, s, at, out, scratch)
-                                               : dec_v(k, &f, s, at, out, scratch);
-            if (!ok)
-                return KVT_ECORRUPT;
-            at += stream_bytes(&f, s);
-        }
+        for (int i = 0; i < f.ns; i++)
+            for (uint32_t h = 0; h < f.s[i].nsub; h++) {
+                struct stream t = sub_stream(&f.s[i], h);
+                bool ok = f.codec == KVT_CODEC_FP8 ? dec_fp8(k, &f, &t, at, out, scratch)
+                          : t.kind == S_K          ? dec_k(k, &f, &t, at, out, scratch)
+                                                   : dec_v(k, &f, &t, at, out, scratch);
+                if (!ok)
+                    return KVT_ECORRUPT;
+                at += sub_bytes(&f, &t);
+            }
     }
     memcpy(out, at, raw - (size_t)f.nblocks * f.block_bytes);
     return 0;
@@ -532,9 +570,9 @@ static int layout_dims(const struct kvt_page_layout *L, char *why, size_t n)
     bool mla = L->order == KVT_KV_MLA;
     if (L->dtype != KVT_DTYPE_BF16 && L->dtype != KVT_DTYPE_FP16)
         return LAYOUT_FAIL("kv_dtype %d is unknown (KVT_DTYPE_BF16 or KVT_DTYPE_FP16)", L->dtype);
-    if (L->order < KVT_KV_SPLIT || L->order > KVT_KV_MLA)
-        return LAYOUT_FAIL("kv_order %d is unknown (KVT_KV_SPLIT, KVT_KV_TOKEN or KVT_KV_MLA)",
-                           L->order);
+    if (L->order < KVT_KV_HEAD_MAJOR || L->order > KVT_KV_MLA)
+        return LAYOUT_FAIL("kv_order %d is unknown (KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, "
+                           "KVT_KV_INTERLEAVED or KVT_KV_MLA)", L->order);
     if (!L->tokens || L->tokens > MAX_TOKENS)
         return LAYOUT_FAIL("page_tokens must be 1..%u (got %u)", MAX_TOKENS, L->tokens);
     /* A head (MLA: a latent and its RoPE key) within one chunk of columns:

@@ -27,6 +27,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define QUANT_HAVE_AVX2 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define QUANT_HAVE_AVX2 0
@@ -686,8 +687,12 @@ const struct kvt_quant_kernels *kvt_quant_best(void)
         return k;
     k = &kvt_quant_scalar;
 #if QUANT_HAVE_AVX2
+    /* F16C from CPUID leaf 1 (ECX bit 29): not every compiler's
+     * __builtin_cpu_supports knows its name. AVX2 implies the OS saves the
+     * YMM registers (the builtin checks XGETBV). */
+    unsigned a, b, c, d;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)))
         k = &kvt_quant_avx2;
 #endif
     __atomic_store_n(&quant_chosen, k, __ATOMIC_RELAXED);

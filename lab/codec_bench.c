@@ -144,7 +144,12 @@ static bool kv_is_key(const struct kvt_page_layout *L, uint64_t i, uint32_t *col
         *col = (uint32_t)(i % ((uint64_t)L->head_dim + L->rope_dim));
         return true;
     }
-    if (L->order == KVT_KV_TOKEN) {
+    if (L->order == KVT_KV_HEAD_MAJOR) {
+        uint64_t kb = (uint64_t)L->tokens * wk;
+        *col = (uint32_t)(i < kb ? i % L->head_dim : (i - kb) % L->v_head_dim);
+        return i < kb;
+    }
+    if (L->order == KVT_KV_INTERLEAVED) {
         uint64_t c = i % (wk + wv);
         *col = (uint32_t)(c < wk ? c : c - wk);
         return c < wk;

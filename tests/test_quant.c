@@ -128,9 +128,9 @@ static void frames_agree(const struct kvt_quant_kernels *v)
     assert_non_null(in);
     assert_non_null(a);
     assert_non_null(b);
-    const int orders[] = { KVT_KV_SPLIT, KVT_KV_TOKEN, KVT_KV_MLA };
+    const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA };
     for (int codec = KVT_CODEC_FP8; codec <= KVT_CODEC_INT4; codec++)
-        for (int o = 0; o < 3; o++) {
+        for (int o = 0; o < 4; o++) {
             struct kvt_page_layout L = layout(KVT_DTYPE_BF16 + o % 2, orders[o]);
             kvt_codec_fill_kv(in, PAGE, &L, (uint64_t)codec);
             size_t na = 0, nb = 0;
@@ -281,15 +281,25 @@ static double block_worst(const struct bound_ctx *b, double rel[2])
         worst = stream_worst(b, 0, w, T, w, w, true, 0, &e[0], &x[0]);
     } else {
         uint32_t wk = L->kv_heads * L->head_dim, wv = L->kv_heads * L->v_head_dim;
-        bool split = L->order == KVT_KV_SPLIT;
-        uint32_t g = L->v_head_dim < 64 ? L->v_head_dim : 64;
-        while (L->v_head_dim % g)
+        uint32_t D = L->head_dim, Dv = L->v_head_dim, H = L->kv_heads;
+        uint32_t g = Dv < 64 ? Dv : 64;
+        while (Dv % g)
             g--;
-        double wk1 = stream_worst(b, 0, split ? wk : wk + wv, T, wk, L->head_dim, true, 0, &e[0],
-                                  &x[0]);
-        double wv1 = stream_worst(b, split ? (uint64_t)T * wk : wk, split ? wv : wk + wv, T, wv,
-                                  L->v_head_dim, false, g, &e[1], &x[1]);
-        worst = wk1 > wv1 ? wk1 : wv1;
+        worst = 0;
+        if (L->order == KVT_KV_HEAD_MAJOR) {
+            for (uint32_t h = 0; h < H; h++) {
+                double a = stream_worst(b, (uint64_t)h * T * D, D, T, D, D, true, 0, &e[0], &x[0]);
+                double c = stream_worst(b, (uint64_t)H * T * D + (uint64_t)h * T * Dv, Dv, T, Dv,
+                                        Dv, false, g, &e[1], &x[1]);
+                worst = fmax(worst, fmax(a, c));
+            }
+        } else {
+            bool tm = L->order == KVT_KV_TOKEN_MAJOR;
+            double wk1 = stream_worst(b, 0, tm ? wk : wk + wv, T, wk, D, true, 0, &e[0], &x[0]);
+            double wv1 = stream_worst(b, tm ? (uint64_t)T * wk : wk, tm ? wv : wk + wv, T, wv, Dv,
+                                      false, g, &e[1], &x[1]);
+            worst = wk1 > wv1 ? wk1 : wv1;
+        }
     }
     for (int i = 0; i < 2; i++)
         rel[i] = x[i] > 0 ? sqrt(e[i] / x[i]) : 0;
@@ -341,9 +351,9 @@ static void roundtrip(int codec, struct kvt_page_layout L, double max_rel_k, dou
 static void test_roundtrip_error(void **state)
 {
     (void)state;
-    const int orders[] = { KVT_KV_SPLIT, KVT_KV_TOKEN, KVT_KV_MLA };
+    const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA };
     for (int d = KVT_DTYPE_BF16; d <= KVT_DTYPE_FP16; d++)
-        for (int o = 0; o < 3; o++) {
+        for (int o = 0; o < 4; o++) {
             struct kvt_page_layout L = layout(d, orders[o]);
             roundtrip(KVT_CODEC_INT8, L, 0.004, 0.01);
             roundtrip(KVT_CODEC_INT4, L, 0.07, 0.17);
@@ -356,7 +366,7 @@ static void test_roundtrip_error(void **state)
 static void test_frame_size(void **state)
 {
     (void)state;
-    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_SPLIT);
+    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_HEAD_MAJOR);
     struct kvt_codec *c;
     uint8_t *in = malloc(PAGE), *st = malloc(PAGE);
     assert_non_null(in);
@@ -387,7 +397,7 @@ static void test_frame_size(void **state)
 static void test_mixed_precision(void **state)
 {
     (void)state;
-    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_SPLIT);
+    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_HEAD_MAJOR);
     L.tokens = 16; /* 64 KiB a layer: four in a page */
     L.n_layers = 4;
     L.full_first = 1;
@@ -442,7 +452,7 @@ static void decode_damaged(struct kvt_codec *c, int codec, uint8_t *st, size_t n
 static void test_damaged_frames(void **state)
 {
     (void)state;
-    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_TOKEN);
+    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_INTERLEAVED);
     const int codecs[3] = { KVT_CODEC_INT4, KVT_CODEC_INT8, KVT_CODEC_FP8 };
     uint8_t *in = malloc(PAGE), *st = malloc(PAGE), *out = malloc(PAGE + GUARD);
     assert_non_null(in);
@@ -532,7 +542,7 @@ static double rms_axis(const uint8_t *page, const struct kvt_page_layout *L, boo
 static void test_axis_choice(void **state)
 {
     (void)state;
-    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_SPLIT);
+    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_TOKEN_MAJOR);
     uint8_t *page = malloc(PAGE);
     assert_non_null(page);
     kvt_codec_fill_kv(page, PAGE, &L, 11);
@@ -597,7 +607,7 @@ static void test_engine_ssd(void **state)
     (void)state;
     char dir[256];
     assert_int_equal(t_tmpdir(dir, sizeof dir, "quant"), 0);
-    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_SPLIT);
+    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_HEAD_MAJOR);
     L.n_layers = 4;
     L.full_first = 1;
     kvt_config c = t_config(PAGE, 2, 4);

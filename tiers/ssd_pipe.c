@@ -266,6 +266,7 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     size_t pb = e->page_bytes, out = pb;
     int used = KVT_CODEC_NONE;
     if (j->bounce >= 0) {
+        uint64_t t0 = kvt_now_ns();
         int r = kvt_codec_encode_page(e->pipe.codec, j->key.layer, j->dram, pb, j->buf, pb, &out,
                                       &used);
         if (r < 0 || used == KVT_CODEC_NONE) {
@@ -273,6 +274,7 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
             out = pb;
             used = KVT_CODEC_NONE;
         }
+        j->codec_ns += kvt_now_ns() - t0;
     }
     j->stored_len = (uint32_t)out;
     j->codec = (uint8_t)used;
@@ -353,11 +355,15 @@ static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
 {
     if (j->res < 0)
         return;
-    if (pieces_join(e, j) != j->crc)
+    if (pieces_join(e, j) != j->crc) {
         j->res = KVT_ECORRUPT;
-    else if (j->bounce >= 0 &&
-             kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
-        j->res = KVT_ECORRUPT;
+    } else if (j->bounce >= 0) {
+        uint64_t t0 = kvt_now_ns();
+        if (kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram,
+                             e->page_bytes) < 0)
+            j->res = KVT_ECORRUPT;
+        j->codec_ns += kvt_now_ns() - t0;
+    }
 }
 
 /* A job failed with res: tried again on the next step while it has tries
@@ -579,6 +585,8 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         if (!j->transient)
             kvt_page_read_ok(e, j->pg);
         e->pipe.st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.disk_read += ALIGN4K(j->stored_len);
+        e->pipe.codec_ns += j->codec_ns;
     } else if (kvt_ssd_read_keeps_page(j->res) || j->unsent) {
         e->pipe.st.errors_io++;
         kvt_ssd_read_kept(e, j->res);
@@ -632,12 +640,15 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.disk_written += ALIGN4K(j->stored_len);
         kvt_ssd_slot_set(e, j->pg, j->slot);
         kvt_ssd_forget(e, j->pg);
     } else {
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.disk_written += ALIGN4K(j->stored_len);
+        e->pipe.codec_ns += j->codec_ns;
         /* Copy-on-write: the old slot was named by the index until this
          * group's commit; only now may it be reused. */
         if (p->ssd_slot != KVT_NONE)

@@ -568,7 +568,7 @@ static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, s
 /* The lossy codecs' page: one layer of 8 K/V heads of 128 and 64 tokens in
  * bf16, K then V (256 KiB), with the test data's outlier channels in K
  * (lab/codec_bench.c). The lossless ones keep their Gaussian page. */
-#define BENCH_KV_LAYOUT { KVT_DTYPE_BF16, KVT_KV_SPLIT, 64, 8, 128, 128, 0, 0, 0, 0 }
+#define BENCH_KV_LAYOUT { KVT_DTYPE_BF16, KVT_KV_HEAD_MAJOR, 64, 8, 128, 128, 0, 0, 0, 0 }
 
 struct codec_fig {
     const char *name;
@@ -785,7 +785,7 @@ static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
                "   CPU s/GB: through kvtier, every thread of the process, per GB moved)\n");
     if (nc)
         fprintf(t, "  codecs on a 256 KiB bf16 page, one core (lossless: Gaussian values; lossy: "
-                   "8 K/V heads x 128 x 64 tokens,\n   K with outlier channels; GB/s of bf16 in):\n");
+                   "8 K/V heads x 64 tokens x 128,\n   K with outlier channels; GB/s of bf16 in):\n");
     for (int i = 0; i < nc; i++)
         fprintf(t, "    %-16s ratio %.3f  compress %.2f GB/s  decompress %.2f GB/s\n", cf[i].name,
                 cf[i].ratio, cf[i].comp, cf[i].decomp);
