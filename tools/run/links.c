@@ -222,8 +222,9 @@ void run_bound(struct run_result *r)
     r->term_s[TERM_SSD] = ssd < r->wall_s ? ssd : r->wall_s;
     /* The codec runs on the one mover thread, beside the disk's transfers:
      * the SSD path takes at least its time too. */
-    if (r->codec_s > r->term_s[TERM_SSD])
-        r->term_s[TERM_SSD] = r->codec_s;
+    double codec = r->codec_s < r->wall_s ? r->codec_s : r->wall_s;
+    if (codec > r->term_s[TERM_SSD])
+        r->term_s[TERM_SSD] = codec;
     static const int candidates[] = { TERM_H2D, TERM_D2H, TERM_SSD };
     r->bound_by = TERM_COMPUTE;
     for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++)

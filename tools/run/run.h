@@ -73,9 +73,10 @@ struct run_result {
     /* --codec fp8|int8|int4: the attention outputs against the exact
      * reference, per step checked and overall, and the tolerance they met */
     bool lossy;
-    double err_max_abs, err_rms_rel, tol_max_abs, tol_rms_rel;
+    double err_max_abs, err_max_rel, err_rms_rel; /* max_rel: of the step's largest output */
+    double tol_max_abs, tol_rms_rel;              /* tol_max_abs: as err_max_rel */
     uint32_t err_steps;
-    struct run_err_step { uint32_t step; double max_abs, rms_rel; } err_step[RUN_ERR_STEPS];
+    struct run_err_step { uint32_t step; double max_abs, max_rel, rms_rel; } err_step[RUN_ERR_STEPS];
     double err_sq, ref_sq;   /* overall sums behind err_rms_rel */
     uint64_t disk_read, disk_written; /* bytes the SSD moved over the decode (stored form) */
     double codec_s;          /* the mover's time in the codec over the decode */

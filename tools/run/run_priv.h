@@ -114,7 +114,8 @@ struct run_ctx {
     uint64_t *hashes;        /* [step][layer][seq][q head] */
     float *outs;             /* lossy codec: the outputs, [step][layer][seq][q head][dim] */
     double err_sq, ref_sq;   /* lossy codec: the step being checked, summed */
-    double err_max;          /* and its largest difference, at (layer, sequence, q head) */
+    double err_max, ref_max; /* and its largest difference, at (layer, sequence, q head),
+                                and its largest reference output */
     uint32_t err_at[3];
     char tmpdir[4096];
     const char *ssd_dir;
