@@ -44,6 +44,11 @@ int kvt_page_layout_check(int codec, const struct kvt_page_layout *L, size_t pag
 /* Raw bytes of one layer's block of a page (0 without a layout). */
 size_t kvt_page_layout_block_bytes(const struct kvt_page_layout *L);
 bool kvt_codec_lossy(int codec);
+/* The bytes a lossy codec stores for a page of raw bytes holding one
+ * layer's block of layout L (before the SSD's padding to 4 KiB); raw for a
+ * lossless codec (their size depends on the data), or where the page would
+ * go raw. For `kvtier plan`. */
+size_t kvt_codec_lossy_bytes(int codec, const struct kvt_page_layout *L, size_t raw);
 /* "none", "zstd", "zstd-shuffle16", "fp8", "int8", "int4"; NULL past them. */
 const char *kvt_codec_name(int codec);
 

@@ -200,6 +200,8 @@ static bool layer_full(const struct kvt_page_layout *L, uint32_t layer)
 static bool int_params(float lo, float hi, float qmax, uint8_t *ps, uint8_t *pm, float *sc,
                        float *inv, float *mn)
 {
+    lo += 0.0f; /* -0 to +0: the kernel sets may find either zero */
+    hi += 0.0f;
     float s = (hi - lo) / qmax;
     if (!(s >= 0 && s <= FP16_MAX && lo >= -FP16_MAX && lo <= FP16_MAX))
         return false; /* out of fp16's range, or NaN */
@@ -225,7 +227,8 @@ static bool enc_k(const struct kvt_quant_kernels *k, const struct frame *f, cons
     uint64_t rb = row_bytes(f, s);
     for (uint32_t c0 = 0; c0 < s->width; c0 += CHUNK) {
         uint32_t cw = s->width - c0 < CHUNK ? s->width - c0 : CHUNK;
-        k->col_minmax(row_at(blk, s, 0, c0), s->stride, s->rows, f->dtype, cw, mn, mx);
+        if (!k->col_minmax(row_at(blk, s, 0, c0), s->stride, s->rows, f->dtype, cw, mn, mx))
+            return false; /* a NaN: stored raw */
         for (uint32_t i = 0; i < cw; i++) {
             float scale, inv, m;
             uint8_t *ps = out + 2 * ((uint64_t)c0 + i), *pm = ps + 2 * (uint64_t)s->width;
@@ -257,7 +260,8 @@ static bool enc_v(const struct kvt_quant_kernels *k, const struct frame *f, cons
         uint8_t *ps = out + (uint64_t)r * ng * 4, *pm = ps + 2 * (uint64_t)ng;
         for (uint32_t c0 = 0; c0 < s->width; c0 += ch) {
             uint32_t cw = s->width - c0 < ch ? s->width - c0 : ch, g0 = c0 / s->g;
-            k->group_minmax(row_at(blk, s, r, c0), f->dtype, cw, s->g, mn, mx);
+            if (!k->group_minmax(row_at(blk, s, r, c0), f->dtype, cw, s->g, mn, mx))
+                return false;
             for (uint32_t i = 0; i < cw / s->g; i++) {
                 float scale, inv, m;
                 if (!int_params(mn[i], mx[i], qmax, ps + 2 * (g0 + i), pm + 2 * (g0 + i), &scale,
@@ -281,12 +285,13 @@ static bool enc_fp8(const struct kvt_quant_kernels *k, const struct frame *f,
     uint8_t *codes = out + param_bytes(f, s);
     for (uint32_t c0 = 0; c0 < s->width; c0 += ch) {
         uint32_t cw = s->width - c0 < ch ? s->width - c0 : ch, nh = cw / s->head;
-        k->col_minmax(row_at(blk, s, 0, c0), s->stride, s->rows, f->dtype, cw, lo, hi);
+        if (!k->col_minmax(row_at(blk, s, 0, c0), s->stride, s->rows, f->dtype, cw, lo, hi))
+            return false;
         for (uint32_t i = 0; i < nh; i++) {
             float amax = 0;
             for (uint32_t j = i * s->head; j < (i + 1) * s->head; j++) {
                 float a = -lo[j] > hi[j] ? -lo[j] : hi[j];
-                amax = a > amax ? a : amax;
+                amax = a > amax ? a : amax; /* both zeros give amax 0 */
             }
             if (!(amax <= 3.0e38f))
                 return false; /* inf or NaN */
@@ -531,6 +536,19 @@ int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *s
     }
     memcpy(out, at, raw - (size_t)f.nblocks * f.block_bytes);
     return 0;
+}
+
+size_t kvt_codec_lossy_bytes(int codec, const struct kvt_page_layout *L, size_t raw)
+{
+    struct frame f;
+    if (!kvt_codec_lossy(codec) || !L->dtype)
+        return raw;
+    frame_from_layout(&f, codec, L);
+    f.nblocks = 1;
+    if (!f.block_bytes || f.block_bytes > raw || layer_full(L, KVT_CODEC_ANY_LAYER))
+        return raw;
+    uint64_t n = frame_bytes(&f, 1, raw);
+    return n >= raw - raw / 16 ? raw : (size_t)n;
 }
 
 size_t kvt_quant_scratch_floats(uint32_t w)

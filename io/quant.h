@@ -22,11 +22,14 @@
 struct kvt_quant_kernels {
     const char *name;
     /* Column-wise min and max over `rows` rows, `stride` elements apart,
-     * into mn[0..w), mx[0..w). rows >= 1. */
-    void (*col_minmax)(const void *row, size_t stride, uint32_t rows, int dtype, uint32_t w,
+     * into mn[0..w), mx[0..w). rows >= 1. False when an element is a NaN
+     * (the figures are then of no use: the two sets may differ, and the
+     * page is stored raw). A -0 may come back as either zero. */
+    bool (*col_minmax)(const void *row, size_t stride, uint32_t rows, int dtype, uint32_t w,
                        float *mn, float *mx);
-    /* Min and max of each group of g columns of one row (w % g == 0). */
-    void (*group_minmax)(const void *row, int dtype, uint32_t w, uint32_t g, float *mn, float *mx);
+    /* Min and max of each group of g columns of one row (w % g == 0); false
+     * for a NaN, as above. */
+    bool (*group_minmax)(const void *row, int dtype, uint32_t w, uint32_t g, float *mn, float *mx);
     /* q = clamp(round((x - mn) * inv), 0, 2^bits - 1), packed in bits 8 or 4
      * (element 2i in the low nibble of byte i). */
     void (*quant_int)(const void *row, int dtype, uint32_t w, uint32_t group, const float *inv,

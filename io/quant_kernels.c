@@ -112,33 +112,42 @@ static uint32_t param_at(uint32_t i, uint32_t group)
     return group ? i / group : i;
 }
 
-static void s_col_minmax(const void *row, size_t stride, uint32_t rows, int dtype, uint32_t w,
+static bool s_col_minmax(const void *row, size_t stride, uint32_t rows, int dtype, uint32_t w,
                          float *mn, float *mx)
 {
-    for (uint32_t i = 0; i < w; i++)
+    bool ordered = true;
+    for (uint32_t i = 0; i < w; i++) {
         mn[i] = mx[i] = load_one(row, dtype, i);
+        ordered &= mn[i] == mn[i];
+    }
     for (uint32_t r = 1; r < rows; r++) {
         const uint8_t *p = (const uint8_t *)row + 2 * stride * r;
         for (uint32_t i = 0; i < w; i++) {
             float x = load_one(p, dtype, i);
+            ordered &= x == x;
             mn[i] = x < mn[i] ? x : mn[i];
             mx[i] = x > mx[i] ? x : mx[i];
         }
     }
+    return ordered;
 }
 
-static void s_group_minmax(const void *row, int dtype, uint32_t w, uint32_t g, float *mn, float *mx)
+static bool s_group_minmax(const void *row, int dtype, uint32_t w, uint32_t g, float *mn, float *mx)
 {
+    bool ordered = true;
     for (uint32_t i = 0; i < w; i += g) {
         float lo = load_one(row, dtype, i), hi = lo;
+        ordered &= lo == lo;
         for (uint32_t j = 1; j < g; j++) {
             float x = load_one(row, dtype, i + j);
+            ordered &= x == x;
             lo = x < lo ? x : lo;
             hi = x > hi ? x : hi;
         }
         mn[i / g] = lo;
         mx[i / g] = hi;
     }
+    return ordered;
 }
 
 /* As the vector code: round, then clamp (a NaN to 0). */
@@ -273,29 +282,29 @@ AVX2 static INLINE void v_store(void *row, int dtype, uint32_t i, __m256 f)
     _mm_storeu_si128((__m128i *)((uint8_t *)row + 2 * (size_t)i), out);
 }
 
-/* Eight parameters for columns i..i+7: a vector of the array, or with
- * groups (group % 8 == 0) one value broadcast. */
-AVX2 static inline __m256 v_param(const float *a, uint32_t i, uint32_t group)
-{
-    return group ? _mm256_set1_ps(a[i / group]) : _mm256_loadu_ps(a + i);
-}
-
 /* Strips of 32 columns, then 8, down all rows with the running min and max
  * in registers: the rows are 2 * stride bytes apart, which the prefetcher
  * follows, and mn/mx are written once. */
-AVX2 static void v_col_minmax(const void *row, size_t stride, uint32_t rows, int dtype, uint32_t w,
+/* A NaN is noted, not ordered: min and max pass over it differently in the
+ * two sets, so its page goes raw (quant.c). The note costs one compare and
+ * one OR a vector. */
+AVX2 static bool v_col_minmax(const void *row, size_t stride, uint32_t rows, int dtype, uint32_t w,
                               float *mn, float *mx)
 {
     const uint8_t *base = row;
     uint32_t i = 0;
+    __m256 nan = _mm256_setzero_ps();
     for (; i + 32 <= w; i += 32) {
         __m256 lo[4], hi[4];
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 4; k++) {
             lo[k] = hi[k] = v_load(base, dtype, i + 8 * k);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(lo[k], lo[k], _CMP_UNORD_Q));
+        }
         for (uint32_t r = 1; r < rows; r++) {
             const uint8_t *p = base + 2 * stride * r;
             for (int k = 0; k < 4; k++) {
                 __m256 x = v_load(p, dtype, i + 8 * k);
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
                 lo[k] = _mm256_min_ps(lo[k], x);
                 hi[k] = _mm256_max_ps(hi[k], x);
             }
@@ -307,16 +316,20 @@ AVX2 static void v_col_minmax(const void *row, size_t stride, uint32_t rows, int
     }
     for (; i + 8 <= w; i += 8) {
         __m256 lo = v_load(base, dtype, i), hi = lo;
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(lo, lo, _CMP_UNORD_Q));
         for (uint32_t r = 1; r < rows; r++) {
             __m256 x = v_load(base + 2 * stride * r, dtype, i);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
             lo = _mm256_min_ps(lo, x);
             hi = _mm256_max_ps(hi, x);
         }
         _mm256_storeu_ps(mn + i, lo);
         _mm256_storeu_ps(mx + i, hi);
     }
+    bool ordered = _mm256_movemask_ps(nan) == 0;
     if (i < w)
-        s_col_minmax(base + 2 * (size_t)i, stride, rows, dtype, w - i, mn + i, mx + i);
+        ordered &= s_col_minmax(base + 2 * (size_t)i, stride, rows, dtype, w - i, mn + i, mx + i);
+    return ordered;
 }
 
 AVX2 static float hmin(__m256 v)
@@ -335,32 +348,25 @@ AVX2 static float hmax(__m256 v)
     return _mm_cvtss_f32(m);
 }
 
-AVX2 static void v_group_minmax(const void *row, int dtype, uint32_t w, uint32_t g, float *mn,
+AVX2 static bool v_group_minmax(const void *row, int dtype, uint32_t w, uint32_t g, float *mn,
                                 float *mx)
 {
-    if (g % 8) {
-        s_group_minmax(row, dtype, w, g, mn, mx);
-        return;
-    }
+    if (g % 8)
+        return s_group_minmax(row, dtype, w, g, mn, mx);
+    __m256 nan = _mm256_setzero_ps();
     for (uint32_t i = 0; i < w; i += g) {
         __m256 lo = v_load(row, dtype, i), hi = lo;
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(lo, lo, _CMP_UNORD_Q));
         for (uint32_t j = 8; j < g; j += 8) {
             __m256 x = v_load(row, dtype, i + j);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
             lo = _mm256_min_ps(lo, x);
             hi = _mm256_max_ps(hi, x);
         }
         mn[i / g] = hmin(lo);
         mx[i / g] = hmax(hi);
     }
-}
-
-AVX2 static inline __m256i v_quant8(const void *row, int dtype, uint32_t i, uint32_t group,
-                                    const float *inv, const float *mn, __m256 qmax)
-{
-    __m256 y = _mm256_mul_ps(_mm256_sub_ps(v_load(row, dtype, i), v_param(mn, i, group)),
-                             v_param(inv, i, group));
-    y = _mm256_min_ps(_mm256_max_ps(y, _mm256_setzero_ps()), qmax); /* max first: NaN -> 0 */
-    return _mm256_cvtps_epi32(y);
+    return _mm256_movemask_ps(nan) == 0;
 }
 
 /* Eight 32-bit lanes (each 0..255) to eight bytes, in order. */

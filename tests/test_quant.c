@@ -88,13 +88,13 @@ static void kernels_agree_at(const struct kvt_quant_kernels *v, int dtype, uint3
         inv[i] = 1.0f / sc[i];
         mn[i] = -1.5f - (float)(i % 5);
     }
-    kvt_quant_scalar.col_minmax(row, 0, 1, dtype, w, mn_s, mx_s);
-    v->col_minmax(row, 0, 1, dtype, w, mn_v, mx_v);
+    assert_true(kvt_quant_scalar.col_minmax(row, 0, 1, dtype, w, mn_s, mx_s));
+    assert_true(v->col_minmax(row, 0, 1, dtype, w, mn_v, mx_v));
     assert_memory_equal(mn_s, mn_v, w * sizeof(float));
     assert_memory_equal(mx_s, mx_v, w * sizeof(float));
     if (w % g == 0) {
-        kvt_quant_scalar.group_minmax(row, dtype, w, g, mn_s, mx_s);
-        v->group_minmax(row, dtype, w, g, mn_v, mx_v);
+        assert_true(kvt_quant_scalar.group_minmax(row, dtype, w, g, mn_s, mx_s));
+        assert_true(v->group_minmax(row, dtype, w, g, mn_v, mx_v));
         assert_memory_equal(mn_s, mn_v, w / g * sizeof(float));
         assert_memory_equal(mx_s, mx_v, w / g * sizeof(float));
     }
