@@ -171,7 +171,7 @@ static int codec_need_scratch(struct kvt_codec *c)
 static int codec_need_qscratch(struct kvt_codec *c)
 {
     if (!c->qscratch)
-        c->qscratch = malloc(kvt_quant_scratch_floats(0) * sizeof(float));
+        c->qscratch = malloc(kvt_quant_scratch_floats() * sizeof(float));
     return c->qscratch ? 0 : -ENOMEM;
 }
 

@@ -57,6 +57,7 @@
  * fits 64 bits without a check. */
 #define MAX_TOKENS (1u << 20)
 #define MAX_DIM (1u << 16)
+#define MAX_ROW (1u << 24)
 
 enum { S_K, S_V };
 
@@ -492,6 +493,9 @@ static bool frame_parse(struct frame *f, int codec, const uint8_t *h, size_t sto
         return false;
     if (f->order == KVT_KV_MLA ? (f->heads != 1 || f->vhd != 0) : (!f->vhd || f->rope != 0))
         return false;
+    /* A row's width in 32 bits, far: heads x dimension past 2^24 is no model. */
+    if ((uint64_t)f->heads * f->hd > MAX_ROW || (uint64_t)f->heads * f->vhd > MAX_ROW)
+        return false;
     frame_streams(f);
     return f->block_bytes <= raw && f->nblocks <= raw / f->block_bytes &&
            stored - HDR_BYTES >= f->nblocks;
@@ -551,9 +555,8 @@ size_t kvt_codec_lossy_bytes(int codec, const struct kvt_page_layout *L, size_t 
     return n >= raw - raw / 16 ? raw : (size_t)n;
 }
 
-size_t kvt_quant_scratch_floats(uint32_t w)
+size_t kvt_quant_scratch_floats(void)
 {
-    (void)w;
     return 4 * (size_t)CHUNK;
 }
 
@@ -602,6 +605,9 @@ static int layout_dims(const struct kvt_page_layout *L, char *why, size_t n)
                            L->rope_dim);
     if (!mla && (!L->kv_heads || L->kv_heads > MAX_DIM))
         return LAYOUT_FAIL("kv_heads must be 1..%u (got %u)", MAX_DIM, L->kv_heads);
+    if ((uint64_t)L->kv_heads * L->head_dim > MAX_ROW ||
+        (uint64_t)L->kv_heads * L->v_head_dim > MAX_ROW)
+        return LAYOUT_FAIL("kv_heads x head_dim must be at most %u", MAX_ROW);
     if (mla && L->kv_heads != 1)
         return LAYOUT_FAIL("kv_heads must be 0 or 1 with KVT_KV_MLA (one latent per token)");
     if (!mla && L->rope_dim)

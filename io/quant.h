@@ -68,7 +68,7 @@ int kvt_quant_encode(const struct kvt_quant_kernels *k, int codec, const struct 
                      size_t *out_len, float *scratch);
 int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *src, size_t stored,
                      void *dst, size_t raw, float *scratch);
-/* Floats of scratch the two need for a layout whose widest row is w. */
-size_t kvt_quant_scratch_floats(uint32_t w);
+/* Floats of scratch the two need, whatever the layout or frame. */
+size_t kvt_quant_scratch_floats(void);
 
 #endif /* KVT_QUANT_H */

@@ -486,6 +486,15 @@ static void test_damaged_frames(void **state)
         assert_int_equal(kvt_codec_decode(c, codecs[i], st, n + 1, out, PAGE), KVT_ECORRUPT);
         assert_int_equal(kvt_codec_decode(c, codecs[(i + 1) % 3], st, n, out, PAGE), KVT_ECORRUPT);
         assert_int_equal(kvt_codec_decode(c, codecs[i], st, n, out, PAGE - 4096), KVT_ECORRUPT);
+        /* A header whose heads x dimension pass 32 bits is refused, not
+         * wrapped into a small block written far out. */
+        uint8_t hdr[40];
+        memcpy(hdr, st, 40);
+        const uint8_t big[8] = { 0, 0, 1, 0, 0, 0, 1, 0 }; /* kv_heads, head_dim 65536 */
+        memcpy(st + 12, big, 8);
+        memcpy(st + 20, big + 4, 4);
+        assert_int_equal(kvt_codec_decode(c, codecs[i], st, n, out, PAGE), KVT_ECORRUPT);
+        memcpy(st, hdr, 40);
         /* A scale that is not finite is refused. */
         size_t scale_at = 33 + (codecs[i] == KVT_CODEC_FP8 ? 2 : 0);
         uint8_t was[4];
