@@ -11,14 +11,11 @@
  * default mode is the same), and the same integer steps for e4m3.
  *
  * e4m3 ("fp8 e4m3fn": 4 exponent bits, bias 7, 3 mantissa bits, no
- * infinities, 0x7f/0xff NaN) from a float y, |y| <= 448 after scaling:
- *  - |y| < 2^-6 (subnormal): code = round(|y| * 2^9), 0..8; 8 is 2^-6, the
- *    smallest normal, whose code is 8 too, so the two ranges meet exactly;
- *  - else: the float's bits rounded to 3 mantissa bits (add 0x7ffff plus
- *    the lowest kept bit, shift by 20) and the exponent rebased from 127 to
- *    7 (subtract 120 << 3); codes above 0x7e (448) saturate to 0x7e.
- * Back: code c < 8 is c * 2^-9; else the float with bits (c << 20) +
- * (120 << 23). Both exact in float.
+ * infinities, 0x7f/0xff NaN) from a float y, |y| <= 448 after scaling, goes
+ * through fp16 (fp8_code): y * 2^-8 rounded to fp16 (F16C's one instruction)
+ * has e4m3's exponent field, subnormals included, and its mantissa is then
+ * rounded from 10 bits to 3, saturating at 0x7e. Back: code c < 8 is
+ * c * 2^-9; else the float with bits (c << 20) + (120 << 23); exact.
  */
 #include <string.h>
 
