@@ -36,7 +36,7 @@
  *     each row (width * bits + 7) / 8 bytes;
  *   the page's bytes past its blocks.
  * Parameters: K (INT): fp16 scale[width], then fp16 minimum[width];
- * V (INT): per row, fp16 scale[width / g] then fp16 minimum[width / g];
+ * V (INT): fp16 scale[rows][width / g], then fp16 minimum[rows][width / g];
  * FP8: f32 scale[width / head]. Dequantised x = code * scale + minimum.
  *
  * Rows are processed in chunks of at most CHUNK columns, so the scratch is
@@ -52,7 +52,6 @@
 #define QUANT_MAGIC 0x3151564bu /* "KVQ1" */
 #define HDR_BYTES 32
 #define CHUNK 4096u
-#define FP16_MAX 65504.0f
 /* Header bounds: far above any model, low enough that every size below
  * fits 64 bits without a check. */
 #define MAX_TOKENS (1u << 20)
@@ -93,17 +92,6 @@ static void wr32(uint8_t *p, uint32_t v)
     p[1] = (uint8_t)(v >> 8);
     p[2] = (uint8_t)(v >> 16);
     p[3] = (uint8_t)(v >> 24);
-}
-
-static uint16_t rd16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static void wr16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
 }
 
 static uint32_t group_of(uint32_t dim)
@@ -197,24 +185,6 @@ static bool layer_full(const struct kvt_page_layout *L, uint32_t layer)
 
 /* ------------------------------------------------------------ encode */
 
-/* fp16 parameters of one column or group; false when they do not fit. */
-static bool int_params(float lo, float hi, float qmax, uint8_t *ps, uint8_t *pm, float *sc,
-                       float *inv, float *mn)
-{
-    lo += 0.0f; /* -0 to +0: the kernel sets may find either zero */
-    hi += 0.0f;
-    float s = (hi - lo) / qmax;
-    if (!(s >= 0 && s <= FP16_MAX && lo >= -FP16_MAX && lo <= FP16_MAX))
-        return false; /* out of fp16's range, or NaN */
-    uint16_t s16 = kvt_float_to_half(s), m16 = kvt_float_to_half(lo);
-    wr16(ps, s16);
-    wr16(pm, m16);
-    *sc = kvt_half_to_float(s16);
-    *mn = kvt_half_to_float(m16);
-    *inv = *sc > 0 ? 1.0f / *sc : 0.0f;
-    return true;
-}
-
 static const uint8_t *row_at(const uint8_t *blk, const struct stream *s, uint32_t r, uint32_t c0)
 {
     return blk + 2 * (s->off + (uint64_t)r * s->stride + c0);
@@ -228,16 +198,10 @@ static bool enc_k(const struct kvt_quant_kernels *k, const struct frame *f, cons
     uint64_t rb = row_bytes(f, s);
     for (uint32_t c0 = 0; c0 < s->width; c0 += CHUNK) {
         uint32_t cw = s->width - c0 < CHUNK ? s->width - c0 : CHUNK;
-        if (!k->col_minmax(row_at(blk, s, 0, c0), s->stride, s->rows, f->dtype, cw, mn, mx))
-            return false; /* a NaN: stored raw */
-        for (uint32_t i = 0; i < cw; i++) {
-            float scale, inv, m;
-            uint8_t *ps = out + 2 * ((uint64_t)c0 + i), *pm = ps + 2 * (uint64_t)s->width;
-            if (!int_params(mn[i], mx[i], qmax, ps, pm, &scale, &inv, &m))
-                return false;
-            mn[i] = m;
-            mx[i] = inv;
-        }
+        uint8_t *ps = out + 2 * (uint64_t)c0, *pm = ps + 2 * (uint64_t)s->width;
+        if (!k->col_minmax(row_at(blk, s, 0, c0), s->stride, s->rows, f->dtype, cw, mn, mx) ||
+            !k->params_out(mn, mx, cw, qmax, ps, pm, mx, mn))
+            return false; /* a NaN, or past fp16: stored raw */
         for (uint32_t r = 0; r < s->rows; r++)
             k->quant_int(row_at(blk, s, r, c0), f->dtype, cw, 0, mx, mn, f->bits,
                          codes + r * rb + (uint64_t)c0 * f->bits / 8);
@@ -245,36 +209,47 @@ static bool enc_k(const struct kvt_quant_kernels *k, const struct frame *f, cons
     return true;
 }
 
+/* A V stream as rows of groups: when its rows are contiguous (a head-major
+ * page's head), all of them are one long row, so a call of the kernels
+ * covers up to CHUNK columns however short the head is. The parameters are
+ * in group order either way. */
+static void v_rows(const struct frame *f, const struct stream *s, uint32_t *rows, uint64_t *width)
+{
+    bool flat = s->stride == s->width && (uint64_t)s->rows * s->width <= UINT32_MAX &&
+                (uint64_t)s->width * f->bits % 8 == 0; /* rows packed with no padding between */
+    *rows = flat ? 1 : s->rows;
+    *width = flat ? (uint64_t)s->rows * s->width : s->width;
+}
+
+/* Columns a kernel call takes: whole groups, an even number of them, so
+ * that a 4-bit chunk starts on a byte whatever the group's width. */
 static uint32_t chunk_of(uint32_t group)
 {
-    return group >= CHUNK ? group : CHUNK / group * group;
+    uint32_t n = CHUNK / group;
+    if (n > 1)
+        n &= ~1u;
+    return group * (n ? n : 1);
 }
 
 static bool enc_v(const struct kvt_quant_kernels *k, const struct frame *f, const struct stream *s,
                   const uint8_t *blk, uint8_t *out, float *sc)
 {
     float *mn = sc, *mx = sc + CHUNK, qmax = (float)((1u << f->bits) - 1);
-    uint32_t ng = s->width / s->g, ch = chunk_of(s->g);
+    uint32_t ch = chunk_of(s->g), rows;
+    uint64_t width, ng = (uint64_t)s->rows * (s->width / s->g);
+    v_rows(f, s, &rows, &width);
     uint8_t *codes = out + param_bytes(f, s);
-    uint64_t rb = row_bytes(f, s);
-    for (uint32_t r = 0; r < s->rows; r++) {
-        uint8_t *ps = out + (uint64_t)r * ng * 4, *pm = ps + 2 * (uint64_t)ng;
-        for (uint32_t c0 = 0; c0 < s->width; c0 += ch) {
-            uint32_t cw = s->width - c0 < ch ? s->width - c0 : ch, g0 = c0 / s->g;
-            if (!k->group_minmax(row_at(blk, s, r, c0), f->dtype, cw, s->g, mn, mx))
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint64_t c0 = 0; c0 < width; c0 += ch) {
+            uint32_t cw = width - c0 < ch ? (uint32_t)(width - c0) : ch;
+            uint64_t g0 = (r * width + c0) / s->g; /* groups before this chunk */
+            const uint8_t *in = row_at(blk, s, r, 0) + 2 * c0;
+            if (!k->group_minmax(in, f->dtype, cw, s->g, mn, mx) ||
+                !k->params_out(mn, mx, cw / s->g, qmax, out + 2 * g0, out + 2 * (ng + g0), mx, mn))
                 return false;
-            for (uint32_t i = 0; i < cw / s->g; i++) {
-                float scale, inv, m;
-                if (!int_params(mn[i], mx[i], qmax, ps + 2 * (g0 + i), pm + 2 * (g0 + i), &scale,
-                                &inv, &m))
-                    return false;
-                mn[i] = m;
-                mx[i] = inv;
-            }
-            k->quant_int(row_at(blk, s, r, c0), f->dtype, cw, s->g, mx, mn, f->bits,
-                         codes + r * rb + (uint64_t)c0 * f->bits / 8);
+            k->quant_int(in, f->dtype, cw, s->g, mx, mn, f->bits,
+                         codes + r * row_bytes(f, s) + c0 * f->bits / 8);
         }
-    }
     return true;
 }
 
@@ -397,30 +372,13 @@ int kvt_quant_encode(const struct kvt_quant_kernels *k, int codec, const struct 
 
 /* ------------------------------------------------------------ decode */
 
-static bool half_ok(uint16_t h)
-{
-    return (h & 0x7c00u) != 0x7c00u;
-}
-
-/* Reads n fp16 scales at ps and minimums at pm into floats; false for an
- * infinite or NaN one (a damaged frame; the checksum should have said). */
-static bool rd_params(const uint8_t *ps, const uint8_t *pm, uint32_t n, float *sc, float *mn)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        uint16_t s = rd16(ps + 2 * i), m = rd16(pm + 2 * i);
-        if (!half_ok(s) || !half_ok(m))
-            return false;
-        sc[i] = kvt_half_to_float(s);
-        mn[i] = kvt_half_to_float(m);
-    }
-    return true;
-}
-
 static uint8_t *row_out(uint8_t *blk, const struct stream *s, uint32_t r, uint32_t c0)
 {
     return blk + 2 * (s->off + (uint64_t)r * s->stride + c0);
 }
 
+/* Scales or minimums that are not finite make the frame corrupt (the
+ * checksum should have said so first). */
 static bool dec_k(const struct kvt_quant_kernels *k, const struct frame *f, const struct stream *s,
                   const uint8_t *in, uint8_t *blk, float *sc)
 {
@@ -429,7 +387,7 @@ static bool dec_k(const struct kvt_quant_kernels *k, const struct frame *f, cons
     for (uint32_t c0 = 0; c0 < s->width; c0 += CHUNK) {
         uint32_t cw = s->width - c0 < CHUNK ? s->width - c0 : CHUNK;
         const uint8_t *ps = in + 2 * (uint64_t)c0;
-        if (!rd_params(ps, ps + 2 * (uint64_t)s->width, cw, sc, sc + CHUNK))
+        if (!k->params_in(ps, ps + 2 * (uint64_t)s->width, cw, sc, sc + CHUNK))
             return false;
         for (uint32_t r = 0; r < s->rows; r++)
             k->dequant_int(codes + r * rb + (uint64_t)c0 * f->bits / 8, f->dtype, cw, 0, sc,
@@ -441,19 +399,19 @@ static bool dec_k(const struct kvt_quant_kernels *k, const struct frame *f, cons
 static bool dec_v(const struct kvt_quant_kernels *k, const struct frame *f, const struct stream *s,
                   const uint8_t *in, uint8_t *blk, float *sc)
 {
-    uint32_t ng = s->width / s->g, ch = chunk_of(s->g);
+    uint32_t ch = chunk_of(s->g), rows;
+    uint64_t width, ng = (uint64_t)s->rows * (s->width / s->g);
+    v_rows(f, s, &rows, &width);
     const uint8_t *codes = in + param_bytes(f, s);
-    uint64_t rb = row_bytes(f, s);
-    for (uint32_t r = 0; r < s->rows; r++) {
-        const uint8_t *ps = in + (uint64_t)r * ng * 4, *pm = ps + 2 * (uint64_t)ng;
-        for (uint32_t c0 = 0; c0 < s->width; c0 += ch) {
-            uint32_t cw = s->width - c0 < ch ? s->width - c0 : ch, g0 = c0 / s->g;
-            if (!rd_params(ps + 2 * g0, pm + 2 * g0, cw / s->g, sc, sc + CHUNK))
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint64_t c0 = 0; c0 < width; c0 += ch) {
+            uint32_t cw = width - c0 < ch ? (uint32_t)(width - c0) : ch;
+            uint64_t g0 = (r * width + c0) / s->g;
+            if (!k->params_in(in + 2 * g0, in + 2 * (ng + g0), cw / s->g, sc, sc + CHUNK))
                 return false;
-            k->dequant_int(codes + r * rb + (uint64_t)c0 * f->bits / 8, f->dtype, cw, s->g, sc,
-                           sc + CHUNK, f->bits, row_out(blk, s, r, c0));
+            k->dequant_int(codes + r * row_bytes(f, s) + c0 * f->bits / 8, f->dtype, cw, s->g, sc,
+                           sc + CHUNK, f->bits, row_out(blk, s, r, 0) + 2 * c0);
         }
-    }
     return true;
 }
 

@@ -43,6 +43,17 @@ struct kvt_quant_kernels {
     /* x = e4m3(q) * sc, rounded to dtype. */
     void (*dequant_fp8)(const uint8_t *src, int dtype, uint32_t w, uint32_t group, const float *sc,
                         void *row);
+    /* The INT codecs' parameters of n ranges [lo, hi] (each zero made +0):
+     * scale (hi - lo) / qmax and minimum lo as little-endian fp16 at ps and
+     * pm (2 n bytes each), and back as floats: the minimum into mn, the
+     * inverse of the scale (0 for a zero scale) into inv. mn may be lo and
+     * inv hi. False when one is NaN or past fp16's range (nothing of use
+     * written: the page is stored raw). */
+    bool (*params_out)(const float *lo, const float *hi, uint32_t n, float qmax, uint8_t *ps,
+                       uint8_t *pm, float *inv, float *mn);
+    /* n fp16 scales at ps and minimums at pm as floats; false for an
+     * infinite or NaN one. */
+    bool (*params_in)(const uint8_t *ps, const uint8_t *pm, uint32_t n, float *sc, float *mn);
 };
 
 extern const struct kvt_quant_kernels kvt_quant_scalar;

@@ -245,8 +245,64 @@ static void s_dequant_fp8(const uint8_t *src, int dtype, uint32_t w, uint32_t gr
     s_dequant_fp8_from(src, dtype, 0, w, group, sc, row);
 }
 
+#define FP16_MAX 65504.0f
+
+static void wr16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static bool s_params_out_from(const float *lo, const float *hi, uint32_t from, uint32_t n,
+                              float qmax, uint8_t *ps, uint8_t *pm, float *inv, float *mn)
+{
+    for (uint32_t i = from; i < n; i++) {
+        float l = lo[i] + 0.0f, h = hi[i] + 0.0f; /* -0 to +0: the sets may find either */
+        float sc = (h - l) / qmax;
+        if (!(sc >= 0 && sc <= FP16_MAX && l >= -FP16_MAX && l <= FP16_MAX))
+            return false; /* out of fp16's range, or NaN */
+        uint16_t s16 = kvt_float_to_half(sc), m16 = kvt_float_to_half(l);
+        wr16(ps + 2 * i, s16);
+        wr16(pm + 2 * i, m16);
+        float scd = kvt_half_to_float(s16);
+        mn[i] = kvt_half_to_float(m16);
+        inv[i] = scd > 0 ? 1.0f / scd : 0.0f;
+    }
+    return true;
+}
+
+static bool s_params_out(const float *lo, const float *hi, uint32_t n, float qmax, uint8_t *ps,
+                         uint8_t *pm, float *inv, float *mn)
+{
+    return s_params_out_from(lo, hi, 0, n, qmax, ps, pm, inv, mn);
+}
+
+static bool s_params_in_from(const uint8_t *ps, const uint8_t *pm, uint32_t from, uint32_t n,
+                             float *sc, float *mn)
+{
+    for (uint32_t i = from; i < n; i++) {
+        uint16_t a = rd16(ps + 2 * i), b = rd16(pm + 2 * i);
+        if ((a & 0x7c00u) == 0x7c00u || (b & 0x7c00u) == 0x7c00u)
+            return false;
+        sc[i] = kvt_half_to_float(a);
+        mn[i] = kvt_half_to_float(b);
+    }
+    return true;
+}
+
+static bool s_params_in(const uint8_t *ps, const uint8_t *pm, uint32_t n, float *sc, float *mn)
+{
+    return s_params_in_from(ps, pm, 0, n, sc, mn);
+}
+
 const struct kvt_quant_kernels kvt_quant_scalar = {
-    "scalar", s_col_minmax, s_group_minmax, s_quant_int, s_dequant_int, s_quant_fp8, s_dequant_fp8,
+    "scalar",      s_col_minmax,  s_group_minmax, s_quant_int, s_dequant_int,
+    s_quant_fp8,   s_dequant_fp8, s_params_out,   s_params_in,
 };
 
 /* ------------------------------------------------------------ AVX2 */
@@ -675,8 +731,60 @@ AVX2 static void v_dequant_fp8(const uint8_t *src, int dtype, uint32_t w, uint32
     s_dequant_fp8_from(src, dtype, i, w, group, sc, row);
 }
 
+/* Eight ranges at a time: the same steps as s_params_out, each rounding
+ * the same (cvtps_ph and kvt_float_to_half both round to nearest even; the
+ * division is IEEE's in both). */
+AVX2 static bool v_params_out(const float *lo, const float *hi, uint32_t n, float qmax, uint8_t *ps,
+                              uint8_t *pm, float *inv, float *mn)
+{
+    const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(FP16_MAX),
+                 bot = _mm256_set1_ps(-FP16_MAX), q = _mm256_set1_ps(qmax),
+                 one = _mm256_set1_ps(1.0f);
+    __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 l = _mm256_add_ps(_mm256_loadu_ps(lo + i), zero);
+        __m256 h = _mm256_add_ps(_mm256_loadu_ps(hi + i), zero);
+        __m256 sc = _mm256_div_ps(_mm256_sub_ps(h, l), q);
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(sc, zero, _CMP_GE_OQ));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(sc, top, _CMP_LE_OQ));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(l, bot, _CMP_GE_OQ));
+        ok = _mm256_and_ps(ok, _mm256_cmp_ps(l, top, _CMP_LE_OQ));
+        __m128i s16 = _mm256_cvtps_ph(sc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m128i m16 = _mm256_cvtps_ph(l, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(ps + 2 * (size_t)i), s16);
+        _mm_storeu_si128((__m128i *)(pm + 2 * (size_t)i), m16);
+        __m256 scd = _mm256_cvtph_ps(s16);
+        __m256 iv = _mm256_and_ps(_mm256_div_ps(one, scd), _mm256_cmp_ps(scd, zero, _CMP_GT_OQ));
+        _mm256_storeu_ps(mn + i, _mm256_cvtph_ps(m16));
+        _mm256_storeu_ps(inv + i, iv);
+    }
+    if (_mm256_movemask_ps(ok) != 0xff)
+        return false;
+    return s_params_out_from(lo, hi, i, n, qmax, ps, pm, inv, mn);
+}
+
+AVX2 static bool v_params_in(const uint8_t *ps, const uint8_t *pm, uint32_t n, float *sc, float *mn)
+{
+    const __m128i expo = _mm_set1_epi16(0x7c00);
+    __m128i bad = _mm_setzero_si128();
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(ps + 2 * (size_t)i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(pm + 2 * (size_t)i));
+        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(a, expo), expo));
+        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(b, expo), expo));
+        _mm256_storeu_ps(sc + i, _mm256_cvtph_ps(a));
+        _mm256_storeu_ps(mn + i, _mm256_cvtph_ps(b));
+    }
+    if (_mm_movemask_epi8(bad))
+        return false;
+    return s_params_in_from(ps, pm, i, n, sc, mn);
+}
+
 const struct kvt_quant_kernels kvt_quant_avx2 = {
-    "avx2", v_col_minmax, v_group_minmax, v_quant_int, v_dequant_int, v_quant_fp8, v_dequant_fp8,
+    "avx2",      v_col_minmax,  v_group_minmax, v_quant_int, v_dequant_int,
+    v_quant_fp8, v_dequant_fp8, v_params_out,   v_params_in,
 };
 #endif
 
