@@ -23,15 +23,16 @@
  * a caller compiled with the previous layout passes that size, and it is
  * refused unless listed. */
 static const size_t config_sizes[] = {KVT_CONFIG_SIZE_VER0, KVT_CONFIG_SIZE_VER1,
-                                      KVT_CONFIG_SIZE_VER2, KVT_CONFIG_SIZE_VER3};
+                                      KVT_CONFIG_SIZE_VER2, KVT_CONFIG_SIZE_VER3,
+                                      KVT_CONFIG_SIZE_VER4};
 static const size_t stats_sizes[] = {KVT_STATS_SIZE_VER0, KVT_STATS_SIZE_VER1, KVT_STATS_SIZE_VER2,
                                      KVT_STATS_SIZE_VER3};
 
 /* The size of this build's structs is their last published layout: a field
  * added without a new KVT_*_SIZE_VER, or one that reuses padding, stops the
  * build here rather than mis-sizing callers. */
-_Static_assert(sizeof(kvt_config) == KVT_CONFIG_SIZE_VER3,
-               "kvt_config grew: publish KVT_CONFIG_SIZE_VER4 and list it in config_sizes");
+_Static_assert(sizeof(kvt_config) == KVT_CONFIG_SIZE_VER4,
+               "kvt_config grew: publish KVT_CONFIG_SIZE_VER5 and list it in config_sizes");
 _Static_assert(sizeof(kvt_stats) == KVT_STATS_SIZE_VER3,
                "kvt_stats grew: publish KVT_STATS_SIZE_VER4 and list it in stats_sizes");
 /* VER0 is frozen: the first published kvt_stats, eighteen 64-bit counters. */

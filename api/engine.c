@@ -78,6 +78,17 @@ static int check_remote(const kvt_config *c)
     return 0;
 }
 
+/* The page layout, which the lossy codecs need (io/quant.c says why). */
+static int check_layout(const kvt_config *c)
+{
+    struct kvt_page_layout L;
+    char why[256];
+    kvt_page_layout_of(c, &L);
+    if (kvt_page_layout_check(c->codec, &L, c->page_bytes, why, sizeof why) < 0)
+        return kvt_fail(KVT_ECONFIG, "%s", why);
+    return 0;
+}
+
 int kvt_config_validate(const kvt_config *c)
 {
     int r;
@@ -113,8 +124,10 @@ int kvt_config_validate(const kvt_config *c)
     if (c->flags & ~(uint64_t)KVT_FLAG_EVICT)
         return kvt_fail(KVT_ECONFIG, "flags has bits this kvtier does not know (0x%llx)",
                         (unsigned long long)(c->flags & ~(uint64_t)KVT_FLAG_EVICT));
-    if (c->codec < KVT_CODEC_NONE || c->codec > KVT_CODEC_ZSTD_SHUFFLE16)
+    if (c->codec < KVT_CODEC_NONE || c->codec > KVT_CODEC_INT4)
         return kvt_fail(KVT_ECONFIG, "codec %d is unknown", c->codec);
+    if ((r = check_layout(c)) < 0)
+        return r;
     if (c->io_backend < KVT_IO_AUTO || c->io_backend > KVT_IO_PSYNC)
         return kvt_fail(KVT_ECONFIG, "io_backend %d is unknown", c->io_backend);
     if (c->queue_depth == 0 || c->queue_depth > 4096)

@@ -142,6 +142,26 @@ typedef enum {
 #define KVT_CODEC_NONE 0
 #define KVT_CODEC_ZSTD 1
 #define KVT_CODEC_ZSTD_SHUFFLE16 2
+/* Lossy codecs (docs/codecs.md): pages are quantised on their way to SSD
+ * and read back dequantised into DRAM; HBM and DRAM keep full precision.
+ * They need the page layout below (kv_dtype set), and keep the layers it
+ * names in full precision. */
+#define KVT_CODEC_FP8 3        /* e4m3, one scale per K/V head per page */
+#define KVT_CODEC_INT8 4       /* asymmetric 8-bit: K per channel, V per token in groups of 64 */
+#define KVT_CODEC_INT4 5       /* asymmetric 4-bit: K per channel, V per token in groups of 64 */
+
+/* Element types of the page layout (kvt_config.kv_dtype; 0: no layout). */
+#define KVT_DTYPE_BF16 1
+#define KVT_DTYPE_FP16 2
+
+/* Where K and V lie in a page of one layer (kvt_config.kv_order). A page
+ * whose key.layer is KVT_ALL_LAYERS holds n_layers such blocks, layer 0
+ * first; bytes of a page beyond its blocks are kept as they are. */
+#define KVT_KV_HEAD_MAJOR 0    /* K[kv_heads][tokens][head_dim], then V[kv_heads][tokens][v_head_dim]
+                                  (transformers' [heads, seq, dim]; kvtier run's pages) */
+#define KVT_KV_TOKEN_MAJOR 1   /* K[tokens][kv_heads][head_dim], then V[tokens][kv_heads][v_head_dim] */
+#define KVT_KV_INTERLEAVED 2   /* per token: K[kv_heads][head_dim], then V[kv_heads][v_head_dim] */
+#define KVT_KV_MLA 3           /* per token: latent[head_dim] then RoPE key[rope_dim]; no V */
 
 #define KVT_IO_AUTO 0          /* io_uring, else the pread/pwrite thread pool */
 #define KVT_IO_URING 1
@@ -204,6 +224,18 @@ typedef struct kvt_config {
     unsigned remote_ttl_s;      /* values expire after this long; 0 = never (Redis evicts) */
     size_t remote_queue_bytes;  /* pages waiting to be published at most; 0 = 64 MiB (a page
                                    that finds the queue full is not published, counted) */
+    /* The page layout (VER4), which the lossy codecs need; kv_dtype 0 = not
+     * given. The layer of a page is its key.layer (see kv_order). */
+    int kv_dtype;               /* KVT_DTYPE_* of the K/V elements; 0 = no layout */
+    int kv_order;               /* KVT_KV_*: where K and V lie in a page */
+    uint32_t page_tokens;       /* tokens per page */
+    uint32_t kv_heads;          /* K/V heads (KVT_KV_MLA: 0 or 1) */
+    uint32_t head_dim;          /* K head dimension (KVT_KV_MLA: the latent width) */
+    uint32_t v_head_dim;        /* V head dimension; 0 = head_dim */
+    uint32_t rope_dim;          /* KVT_KV_MLA: the RoPE key width; else 0 */
+    uint32_t n_layers;          /* layers of the model; 0 = unknown (then no full_* layers) */
+    uint32_t full_first_layers; /* this many first layers are stored in full precision */
+    uint32_t full_last_layers;  /* and this many last ones */
 } kvt_config;
 
 /* kvt_config.remote_publish. Publishing never blocks the caller: pages are
@@ -223,11 +255,13 @@ typedef struct kvt_config {
 
 /* The published layouts of kvt_config: VER0 ends with queue_depth
  * (the first published API, docs/api.md), VER1 with on_transfer_arg
- * (kvtier 0.1), VER2 with flags. */
+ * (kvtier 0.1), VER2 with flags, VER3 with remote_queue_bytes, VER4 with
+ * full_last_layers. */
 #define KVT_CONFIG_SIZE_VER0 offsetof(kvt_config, host_link_gbps)
 #define KVT_CONFIG_SIZE_VER1 (offsetof(kvt_config, on_transfer_arg) + sizeof(void *))
 #define KVT_CONFIG_SIZE_VER2 (offsetof(kvt_config, flags) + sizeof(uint64_t))
 #define KVT_CONFIG_SIZE_VER3 (offsetof(kvt_config, remote_queue_bytes) + sizeof(size_t))
+#define KVT_CONFIG_SIZE_VER4 (offsetof(kvt_config, full_last_layers) + sizeof(uint32_t))
 
 /* Fills the first cfg_size bytes of *cfg with defaults: 256 KiB pages, 1 GiB
  * HBM, 4 GiB DRAM, no SSD, device AUTO, policy "decode", no codec, no

@@ -30,6 +30,7 @@
 
 #include "include/kvtier.h"
 #include "io/codec.h"
+#include "io/quant.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -42,11 +43,25 @@ struct kvt_codec {
     ZSTD_CCtx *cctx;        /* own codec is zstd-based, else NULL */
     ZSTD_DCtx *dctx;        /* NULL until needed */
     unsigned char *scratch; /* page_bytes, for the shuffle; NULL until needed */
+    struct kvt_page_layout layout; /* dtype 0: none */
+    float *qscratch;        /* the lossy codecs' (kvt_quant_scratch_floats); NULL until needed */
 };
 
 static bool codec_valid(int codec)
 {
-    return codec == KVT_CODEC_NONE || codec == KVT_CODEC_ZSTD || codec == KVT_CODEC_ZSTD_SHUFFLE16;
+    return codec >= KVT_CODEC_NONE && codec <= KVT_CODEC_INT4;
+}
+
+bool kvt_codec_lossy(int codec)
+{
+    return codec == KVT_CODEC_FP8 || codec == KVT_CODEC_INT8 || codec == KVT_CODEC_INT4;
+}
+
+const char *kvt_codec_name(int codec)
+{
+    static const char *const names[KVT_CODEC_COUNT] = { "none", "zstd", "zstd-shuffle16",
+                                                        "fp8",  "int8", "int4" };
+    return codec >= 0 && codec < KVT_CODEC_COUNT ? names[codec] : NULL;
 }
 
 /* ---------------------------------------------------------------- shuffle */
@@ -153,9 +168,24 @@ static int codec_need_scratch(struct kvt_codec *c)
     return c->scratch ? 0 : -ENOMEM;
 }
 
+static int codec_need_qscratch(struct kvt_codec *c)
+{
+    if (!c->qscratch)
+        c->qscratch = malloc(kvt_quant_scratch_floats() * sizeof(float));
+    return c->qscratch ? 0 : -ENOMEM;
+}
+
 int kvt_codec_new(int codec, int level, size_t page_bytes, struct kvt_codec **out)
 {
+    return kvt_codec_new_layout(codec, level, page_bytes, NULL, out);
+}
+
+int kvt_codec_new_layout(int codec, int level, size_t page_bytes, const struct kvt_page_layout *L,
+                         struct kvt_codec **out)
+{
     if (!out || !codec_valid(codec) || page_bytes == 0)
+        return -EINVAL;
+    if (kvt_codec_lossy(codec) && (!L || !L->dtype))
         return -EINVAL;
     if (level == 0)
         level = 1; /* speed first: the mover compresses on the eviction path */
@@ -167,8 +197,12 @@ int kvt_codec_new(int codec, int level, size_t page_bytes, struct kvt_codec **ou
     c->codec = codec;
     c->level = level;
     c->page_bytes = page_bytes;
+    if (L)
+        c->layout = *L;
     int rc = 0;
-    if (codec != KVT_CODEC_NONE) {
+    if (kvt_codec_lossy(codec))
+        rc = codec_need_qscratch(c);
+    else if (codec != KVT_CODEC_NONE) {
         c->cctx = ZSTD_createCCtx();
         rc = c->cctx ? codec_cctx_params(c) : -ENOMEM;
         if (rc == 0)
@@ -191,12 +225,14 @@ void kvt_codec_free(struct kvt_codec *c)
     ZSTD_freeCCtx(c->cctx);
     ZSTD_freeDCtx(c->dctx);
     free(c->scratch);
+    free(c->qscratch);
     free(c);
 }
 
+/* A lossy frame is at most raw - raw / 16 bytes (else the page goes raw). */
 size_t kvt_codec_bound(const struct kvt_codec *c, size_t raw)
 {
-    return c->codec == KVT_CODEC_NONE ? raw : ZSTD_compressBound(raw);
+    return c->codec == KVT_CODEC_NONE || kvt_codec_lossy(c->codec) ? raw : ZSTD_compressBound(raw);
 }
 
 /* ---------------------------------------------------------------- encode */
@@ -269,10 +305,23 @@ static ssize_t codec_zstd_halves(struct kvt_codec *c, const void *src, size_t ra
 int kvt_codec_encode(struct kvt_codec *c, const void *src, size_t raw, void *dst, size_t cap,
                      size_t *out_len, int *codec_used)
 {
+    return kvt_codec_encode_page(c, KVT_CODEC_ANY_LAYER, src, raw, dst, cap, out_len, codec_used);
+}
+
+int kvt_codec_encode_page(struct kvt_codec *c, uint32_t layer, const void *src, size_t raw,
+                          void *dst, size_t cap, size_t *out_len, int *codec_used)
+{
     if (!c || (raw && (!src || !dst)) || !out_len || !codec_used || raw > c->page_bytes)
         return -EINVAL;
     ssize_t n = 0;
-    if (c->codec == KVT_CODEC_ZSTD) {
+    if (kvt_codec_lossy(c->codec)) {
+        size_t len = 0;
+        int r = kvt_quant_encode(NULL, c->codec, &c->layout, layer, src, raw, dst, cap, &len,
+                                 c->qscratch);
+        if (r < 0 && r != -ENOSPC)
+            return r;
+        n = r == 0 ? (ssize_t)len : 0; /* -ENOSPC: try raw, as zstd's "not worth it" */
+    } else if (c->codec == KVT_CODEC_ZSTD) {
         n = codec_zstd(c, src, raw, dst, cap);
     } else if (c->codec == KVT_CODEC_ZSTD_SHUFFLE16) {
         kvt_shuffle16(src, c->scratch, raw);
@@ -325,6 +374,11 @@ int kvt_codec_decode(struct kvt_codec *c, int codec, const void *src, size_t sto
         return 0;
     case KVT_CODEC_ZSTD:
         return codec_unzstd(c, src, stored, dst, raw);
+    case KVT_CODEC_FP8:
+    case KVT_CODEC_INT8:
+    case KVT_CODEC_INT4:
+        rc = codec_need_qscratch(c);
+        return rc ? rc : kvt_quant_decode(NULL, codec, src, stored, dst, raw, c->qscratch);
     default: /* KVT_CODEC_ZSTD_SHUFFLE16 */
         rc = codec_need_scratch(c);
         if (rc == 0)

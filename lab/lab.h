@@ -36,6 +36,11 @@ const struct kvt_policy_ops *kvt_lab_policy_find(const char *name);
 /* A page of little-endian bf16 values drawn from N(0, 1), the same for the
  * same seed (lab/codec_bench.c). */
 void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed);
+/* A page of KV as real models have it, in layout L (dtype, K and V where
+ * the layout puts them): values N(0, 1), and in K one channel in 32 of
+ * every head an outlier, N(+-12, 3) (lab/codec_bench.c). Blocks of L one
+ * after another while they fit; the rest N(0, 1) bf16. Same seed, same page. */
+void kvt_codec_fill_kv(void *dst, size_t bytes, const struct kvt_page_layout *L, uint64_t seed);
 /* For `kvtier bench`: encodes and decodes a bf16 page of N(0, 1) values
  * (fixed seed) of page_bytes with codec at the default level, each for about
  * seconds on the calling thread. Returns 0 with the ratio (raw / stored) and
@@ -43,5 +48,10 @@ void kvt_codec_fill_bf16(void *dst, size_t bytes, uint64_t seed);
  * KVT_ECORRUPT if the page did not come back intact. */
 int kvt_codec_bench(int codec, size_t page_bytes, double seconds, double *ratio, double *comp_gbps,
                     double *decomp_gbps);
+/* The same on a page of KV in layout L (kvt_codec_fill_kv; L NULL: as
+ * above). A lossy codec's page is not compared: it comes back close, not
+ * equal (tests/test_quant.c bounds how close). */
+int kvt_codec_bench_layout(int codec, const struct kvt_page_layout *L, size_t page_bytes,
+                           double seconds, double *ratio, double *comp_gbps, double *decomp_gbps);
 
 #endif /* KVT_LAB_H */

@@ -271,7 +271,7 @@ static int scan_entry(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v
     bool ok = slot != KVT_NONE && s->slot_state[slot] == SLOT_FREE && v->raw_len == s->page_bytes &&
               v->stored_len && v->stored_len <= s->slot_bytes &&
               (v->codec != KVT_CODEC_NONE || v->stored_len == v->raw_len) &&
-              v->codec <= KVT_CODEC_ZSTD_SHUFFLE16;
+              v->codec < KVT_CODEC_COUNT;
     if (!ok)
         return scan_drop(sc, k);
     s->slot_state[slot] = SLOT_USED;

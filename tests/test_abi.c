@@ -52,7 +52,7 @@ static int all_zero(const unsigned char *p, size_t n)
 
 /* The sizes a caller may have, by index: each published layout, then newer
  * and larger ones up to the largest taken. */
-#define N_SIZES 7
+#define N_SIZES 8
 
 static size_t config_size(int which)
 {
@@ -61,8 +61,9 @@ static size_t config_size(int which)
     case 1: return KVT_CONFIG_SIZE_VER1;
     case 2: return KVT_CONFIG_SIZE_VER2;
     case 3: return KVT_CONFIG_SIZE_VER3;
-    case 4: return sizeof(kvt_config) + 8;
-    case 5: return sizeof(kvt_config) + 1024;
+    case 4: return KVT_CONFIG_SIZE_VER4;
+    case 5: return sizeof(kvt_config) + 8;
+    case 6: return sizeof(kvt_config) + 1024;
     default: return KVT_STRUCT_SIZE_MAX;
     }
 }
@@ -75,7 +76,8 @@ static size_t stats_size(int which)
     case 2: return KVT_STATS_SIZE_VER2;
     case 3: return KVT_STATS_SIZE_VER3;
     case 4: return sizeof(kvt_stats) + 8;
-    case 5: return sizeof(kvt_stats) + 1024;
+    case 5: return sizeof(kvt_stats) + 512;
+    case 6: return sizeof(kvt_stats) + 1024;
     default: return KVT_STRUCT_SIZE_MAX;
     }
 }
@@ -96,7 +98,7 @@ static void test_ver0_is_the_design3_layout(void **state)
     assert_int_equal(KVT_CONFIG_SIZE_VER0, design3_config_size);
     assert_int_equal(KVT_STATS_SIZE_VER0, design3_stats_size);
     /* This header's structs are their last published layout. */
-    assert_int_equal(KVT_CONFIG_SIZE_VER3, sizeof(kvt_config));
+    assert_int_equal(KVT_CONFIG_SIZE_VER4, sizeof(kvt_config));
     assert_int_equal(KVT_STATS_SIZE_VER3, sizeof(kvt_stats));
     assert_true(sizeof(kvt_config) <= KVT_STRUCT_SIZE_MAX);
     assert_true(sizeof(kvt_stats) <= KVT_STRUCT_SIZE_MAX);

@@ -671,7 +671,8 @@ static void test_invalid_arguments(void **state)
     unsigned char buf[64] = { 0 }, out[64];
     size_t len;
     int used;
-    assert_int_equal(kvt_codec_new(3, 0, 4096, &c), -EINVAL);
+    assert_int_equal(kvt_codec_new(KVT_CODEC_COUNT, 0, 4096, &c), -EINVAL);
+    assert_int_equal(kvt_codec_new(KVT_CODEC_FP8, 0, 4096, &c), -EINVAL); /* no layout */
     assert_int_equal(kvt_codec_new(-1, 0, 4096, &c), -EINVAL);
     assert_int_equal(kvt_codec_new(KVT_CODEC_ZSTD, 1000, 4096, &c), -EINVAL);
     assert_int_equal(kvt_codec_new(KVT_CODEC_ZSTD, 0, 0, &c), -EINVAL);
@@ -686,7 +687,9 @@ static void test_invalid_arguments(void **state)
     kvt_codec_free(c);
     kvt_codec_free(NULL);
     double r;
-    assert_int_equal(kvt_codec_bench(5, 4096, 0, &r, NULL, NULL), -EINVAL);
+    assert_int_equal(kvt_codec_bench(KVT_CODEC_COUNT, 4096, 0, &r, NULL, NULL), -EINVAL);
+    /* a lossy codec without a layout to say where K and V are */
+    assert_int_equal(kvt_codec_bench(KVT_CODEC_INT4, 4096, 0, &r, NULL, NULL), -EINVAL);
 }
 
 /* The bound, the raw fallback with a tight cap, -ENOSPC below it, levels, and

@@ -105,7 +105,9 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     for (uint32_t i = 0; i < n; i++)
         P->job_free[i] = n - 1 - i;
     P->njob_free = n;
-    int r = kvt_codec_new(e->cfg.codec, 0, e->page_bytes, &P->codec);
+    struct kvt_page_layout L;
+    kvt_page_layout_of(&e->cfg, &L);
+    int r = kvt_codec_new_layout(e->cfg.codec, 0, e->page_bytes, &L, &P->codec);
     if (r < 0)
         return kvt_fail(r, "cannot set up codec %d", e->cfg.codec);
     return 0;
@@ -264,12 +266,15 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     size_t pb = e->page_bytes, out = pb;
     int used = KVT_CODEC_NONE;
     if (j->bounce >= 0) {
-        int r = kvt_codec_encode(e->pipe.codec, j->dram, pb, j->buf, pb, &out, &used);
+        uint64_t t0 = kvt_now_ns();
+        int r = kvt_codec_encode_page(e->pipe.codec, j->key.layer, j->dram, pb, j->buf, pb, &out,
+                                      &used);
         if (r < 0 || used == KVT_CODEC_NONE) {
             memcpy(j->buf, j->dram, pb); /* stored raw */
             out = pb;
             used = KVT_CODEC_NONE;
         }
+        j->codec_ns += kvt_now_ns() - t0;
     }
     j->stored_len = (uint32_t)out;
     j->codec = (uint8_t)used;
@@ -350,11 +355,15 @@ static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
 {
     if (j->res < 0)
         return;
-    if (pieces_join(e, j) != j->crc)
+    if (pieces_join(e, j) != j->crc) {
         j->res = KVT_ECORRUPT;
-    else if (j->bounce >= 0 &&
-             kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
-        j->res = KVT_ECORRUPT;
+    } else if (j->bounce >= 0) {
+        uint64_t t0 = kvt_now_ns();
+        if (kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram,
+                             e->page_bytes) < 0)
+            j->res = KVT_ECORRUPT;
+        j->codec_ns += kvt_now_ns() - t0;
+    }
 }
 
 /* A job failed with res: tried again on the next step while it has tries
@@ -576,6 +585,8 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         if (!j->transient)
             kvt_page_read_ok(e, j->pg);
         e->pipe.st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.disk_read += ALIGN4K(j->stored_len);
+        e->pipe.codec_ns += j->codec_ns;
     } else if (kvt_ssd_read_keeps_page(j->res) || j->unsent) {
         e->pipe.st.errors_io++;
         kvt_ssd_read_kept(e, j->res);
@@ -629,12 +640,15 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.disk_written += ALIGN4K(j->stored_len);
         kvt_ssd_slot_set(e, j->pg, j->slot);
         kvt_ssd_forget(e, j->pg);
     } else {
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
+        e->pipe.disk_written += ALIGN4K(j->stored_len);
+        e->pipe.codec_ns += j->codec_ns;
         /* Copy-on-write: the old slot was named by the index until this
          * group's commit; only now may it be reused. */
         if (p->ssd_slot != KVT_NONE)

@@ -295,6 +295,8 @@ struct kvt_ssd_job {
     uint32_t pieces;        /* I/O requests it moves in (ssd_pipe.c: PIECE_BYTES) */
     uint32_t pending;       /* of them, submitted and not yet reaped */
     uint64_t t_ns;          /* when taken into the pipeline (with cfg.on_transfer) */
+    uint64_t codec_ns;      /* its encode or decode took this long (added to the pipe's
+                               count when it finishes, under the lock) */
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
     uint8_t tries;          /* submissions made of this job (ssd_pipe.c: SSD_TRIES) */
     bool unsent;            /* res is the back-end's refusal: the disk never saw it */
@@ -326,6 +328,10 @@ struct kvt_ssd_pipe {
     uint64_t ssd_mark_ns;           /* last time the pipeline's work was counted */
     uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
     kvt_stats st;                   /* SSD link bytes and errors */
+    uint64_t disk_read, disk_written; /* bytes the disk moved for finished jobs: the stored
+                                       form padded to 4 KiB, what a codec saves (st counts
+                                       page bytes) */
+    uint64_t codec_ns;              /* time finished jobs spent encoding and decoding */
 };
 
 /* Tests only: the piece size of engines opened from now on (ssd_pipe.c). */

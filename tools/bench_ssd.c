@@ -565,6 +565,11 @@ static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, s
 
 /* ------------------------------------------------------------- report */
 
+/* The lossy codecs' page: one layer of 8 K/V heads of 128 and 64 tokens in
+ * bf16, K then V (256 KiB), with the test data's outlier channels in K
+ * (lab/codec_bench.c). The lossless ones keep their Gaussian page. */
+#define BENCH_KV_LAYOUT { KVT_DTYPE_BF16, KVT_KV_HEAD_MAJOR, 64, 8, 128, 128, 0, 0, 0, 0 }
+
 struct codec_fig {
     const char *name;
     int codec;
@@ -779,7 +784,8 @@ static void report(const struct ssd_opts *o, const struct ssd_link *l, int nl,
                "   file of its own; then over the file kvtier just read, right after it;\n"
                "   CPU s/GB: through kvtier, every thread of the process, per GB moved)\n");
     if (nc)
-        fprintf(t, "  codecs on a 256 KiB bf16 page (Gaussian values), one core:\n");
+        fprintf(t, "  codecs on a 256 KiB bf16 page, one core (lossless: Gaussian values; lossy: "
+                   "8 K/V heads x 64 tokens x 128,\n   K with outlier channels; GB/s of bf16 in):\n");
     for (int i = 0; i < nc; i++)
         fprintf(t, "    %-16s ratio %.3f  compress %.2f GB/s  decompress %.2f GB/s\n", cf[i].name,
                 cf[i].ratio, cf[i].comp, cf[i].decomp);
@@ -823,12 +829,17 @@ int bench_ssd_main(int argc, char **argv)
     scratch_remove(&sc);
     if (rc)
         return rc;
-    struct codec_fig cf[2] = { { "zstd", KVT_CODEC_ZSTD, 0, 0, 0 },
-                               { "zstd-shuffle16", KVT_CODEC_ZSTD_SHUFFLE16, 0, 0, 0 } };
-    int nc = o.get ? 0 : 2; /* the codecs are the cycle's */
+    struct codec_fig cf[5] = { { "zstd", KVT_CODEC_ZSTD, 0, 0, 0 },
+                               { "zstd-shuffle16", KVT_CODEC_ZSTD_SHUFFLE16, 0, 0, 0 },
+                               { "fp8", KVT_CODEC_FP8, 0, 0, 0 },
+                               { "int8", KVT_CODEC_INT8, 0, 0, 0 },
+                               { "int4", KVT_CODEC_INT4, 0, 0, 0 } };
+    int nc = o.get ? 0 : 5; /* the codecs are the cycle's */
+    const struct kvt_page_layout kv = BENCH_KV_LAYOUT;
     for (int i = 0; i < nc; i++)
-        if (kvt_codec_bench(cf[i].codec, 256 << 10, o.quick ? 0.05 : 0.5, &cf[i].ratio, &cf[i].comp,
-                            &cf[i].decomp) < 0)
+        if (kvt_codec_bench_layout(cf[i].codec, kvt_codec_lossy(cf[i].codec) ? &kv : NULL,
+                                   256 << 10, o.quick ? 0.05 : 0.5, &cf[i].ratio, &cf[i].comp,
+                                   &cf[i].decomp) < 0)
             return cli_error("bench ssd", 1, "codec bench failed");
     struct crc_fig crc;
     if (nc && crc_bench(o.quick, o.quick ? 5 : o.reps, &crc) < 0)

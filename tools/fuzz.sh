@@ -8,7 +8,7 @@
 #   --time S     run each target S seconds (default 1800)
 #   --runs N     run each target N executions instead
 #   --parallel   run the targets at once (one process each), not one by one
-#   TARGET       layout index page sim_trace prefix_trace cli rcluster (default: all)
+#   TARGET       layout index page quant sim_trace prefix_trace cli rcluster (default: all)
 #
 # Unlike the suite's short runs (ctest -R '^fuzz_': a fixed seed), each run
 # here starts from a random seed. It reads tests/fuzz/corpus/<target> and
@@ -23,7 +23,7 @@
 # Exit 0 when nothing was found, 1 when anything was, 2 on bad usage.
 set -euo pipefail
 
-all=(layout index page sim_trace prefix_trace cli rcluster)
+all=(layout index page quant sim_trace prefix_trace cli rcluster)
 time_s=1800 runs="" parallel=0 targets=()
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do

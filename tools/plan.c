@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/codec.h"
 #include "tools/cli.h"
 #include "tools/presets.h"
 #include "tools/util/json.h"
@@ -448,6 +449,11 @@ static void plan_notes(const struct plan_opts *o, struct notes *ns)
              (unsigned long long)o->in.page_tokens);
     else
         note(ns, "no tier capacity given: all KV is taken to be in HBM");
+    if (o->in.bits == 16)
+        note(ns, "codecs: fp8 (e4m3, a scale per head), int8 and int4 (K per channel, V per token "
+                 "in groups of 64) quantise pages on their way to SSD; the frame's scales and its "
+                 "padding to 4 KiB are counted; their CPU time is not (over 4 GB/s of bf16 a core, "
+                 "kvtier bench ssd; docs/codecs.md)");
     note(ns, "sizes are binary (1 GiB = 2^30 bytes); bandwidths decimal (1 GB/s = 1e9 bytes/s)");
 }
 
@@ -512,6 +518,8 @@ static void text_split(FILE *t, const struct plan_opts *o, const struct plan_out
         fprintf(t, "  everything fits\n");
 }
 
+static void text_codecs(FILE *t, const struct plan_opts *o, const struct plan_out *p);
+
 static void text_bound(FILE *t, const struct plan_opts *o, const struct plan_out *p,
                        const struct notes *ns)
 {
@@ -532,9 +540,96 @@ static void text_bound(FILE *t, const struct plan_opts *o, const struct plan_out
                 cli_secs(b1, sizeof b1, p->bound_s), link_name[p->bound_by], p->tokens_per_s,
                 (unsigned long long)o->in.batch, p->tokens_per_s / (double)o->in.batch);
     }
+    text_codecs(t, o, p);
     fprintf(t, "\nAssumptions\n");
     for (int i = 0; i < ns->n; i++)
         fprintf(t, "  - %s\n", ns->s[i]);
+}
+
+/* ------------------------------------------------------------- codecs */
+
+/* The SSD tier with each codec for KV of 16-bit elements: what a
+ * layer-first page stores (the lossy frame, padded to 4 KiB as the SSD
+ * writes it), that per token, and the bound with the SSD's bytes scaled
+ * by it (the codec's decode, at least 4 GB/s a core, is not a term: the
+ * mover keeps up with one SSD; docs/codecs.md). zstd's size depends on the
+ * data: not planned. */
+#define PLAN_CODECS 4
+static const int plan_codec[PLAN_CODECS] = { KVT_CODEC_NONE, KVT_CODEC_FP8, KVT_CODEC_INT8,
+                                             KVT_CODEC_INT4 };
+
+struct codec_row {
+    uint64_t stored;        /* bytes a page stores */
+    double per_token;       /* KV bytes per token on SSD */
+    double ssd_s, bound_s, tokens_per_s;
+    int bound_by;
+};
+
+static void codec_rows(const struct plan_opts *o, const struct plan_out *p,
+                       struct codec_row row[PLAN_CODECS])
+{
+    const struct kvt_shape *s = &o->in.shape;
+    bool mla = kvt_shape_is_mla(s);
+    struct kvt_page_layout L = { KVT_DTYPE_BF16, mla ? KVT_KV_MLA : KVT_KV_HEAD_MAJOR,
+                                 (uint32_t)o->in.page_tokens, mla ? 1 : s->kv_heads,
+                                 mla ? s->kv_lora_rank : s->head_dim, mla ? 0 : s->head_dim,
+                                 mla ? s->rope_dim : 0, 0, 0, 0 };
+    uint64_t raw = p->page_bytes_layer, padded = (raw + 4095) / 4096 * 4096;
+    for (int c = 0; c < PLAN_CODECS; c++) {
+        uint64_t st = kvt_codec_lossy_bytes(plan_codec[c], &L, raw);
+        st = (st + 4095) / 4096 * 4096;
+        double ratio = (double)st / (double)padded;
+        double term[PLAN_TIERS] = { p->term_s[0], p->term_s[1], p->term_s[2] * ratio };
+        row[c] = (struct codec_row){ st, (double)p->per_token * ratio, term[PLAN_SSD], 0, 0, 0 };
+        for (int t = 0; t < PLAN_TIERS; t++)
+            if (term[t] > term[row[c].bound_by])
+                row[c].bound_by = t;
+        row[c].bound_s = term[row[c].bound_by];
+        row[c].tokens_per_s = row[c].bound_s > 0 ? (double)o->in.batch / row[c].bound_s : 0;
+    }
+}
+
+static bool plan_has_codecs(const struct plan_opts *o, const struct plan_out *p)
+{
+    return o->in.bits == 16 && !p->unplaced && o->in.page_tokens <= UINT32_MAX;
+}
+
+static void text_codecs(FILE *t, const struct plan_opts *o, const struct plan_out *p)
+{
+    if (!plan_has_codecs(o, p))
+        return;
+    char b1[32], b2[32], b3[32], b4[32];
+    struct codec_row row[PLAN_CODECS];
+    codec_rows(o, p, row);
+    fprintf(t, "\nCodecs on the SSD tier (a page of %llu tokens of one layer; HBM and DRAM keep "
+               "16 bits)\n", (unsigned long long)o->in.page_tokens);
+    fprintf(t, "  %-6s %12s %14s %10s %10s %12s\n", "codec", "page stores", "SSD bytes/token",
+            "ssd time", "step >=", "tokens/s");
+    for (int c = 0; c < PLAN_CODECS; c++)
+        fprintf(t, "  %-6s %12s %14s %10s %10s %12.3g\n", kvt_codec_name(plan_codec[c]),
+                cli_bytes(b1, sizeof b1, (double)row[c].stored),
+                cli_bytes(b2, sizeof b2, row[c].per_token), cli_secs(b3, sizeof b3, row[c].ssd_s),
+                cli_secs(b4, sizeof b4, row[c].bound_s), row[c].tokens_per_s);
+}
+
+static void json_codecs(const struct plan_opts *o, const struct plan_out *p)
+{
+    if (!plan_has_codecs(o, p)) {
+        printf("\"codecs\": null, ");
+        return;
+    }
+    struct codec_row row[PLAN_CODECS];
+    codec_rows(o, p, row);
+    printf("\"codecs\": [");
+    for (int c = 0; c < PLAN_CODECS; c++)
+        printf("%s{\"codec\": \"%s\", \"page_stored_bytes\": %llu, \"ssd_bytes_per_token\": %.6g, "
+               "\"ssd_s\": %.9g, \"bound_s\": %.9g, \"bound_by\": \"%s\", "
+               "\"tokens_per_s_bound\": %.9g}",
+               c ? ", " : "", kvt_codec_name(plan_codec[c]), (unsigned long long)row[c].stored,
+               row[c].per_token, row[c].ssd_s, row[c].bound_s,
+               row[c].bound_by == PLAN_HBM ? "hbm" : row[c].bound_by == PLAN_DRAM ? "h2d" : "ssd",
+               row[c].tokens_per_s);
+    printf("], ");
 }
 
 static void plan_text(FILE *t, const struct plan_opts *o, const struct plan_out *p,
@@ -609,6 +704,7 @@ static void plan_json(const struct plan_opts *o, const struct plan_out *p, const
                p->term_s[PLAN_HBM], p->term_s[PLAN_DRAM], p->term_s[PLAN_SSD],
                p->bound_by == PLAN_HBM ? "hbm" : p->bound_by == PLAN_DRAM ? "h2d" : "ssd",
                p->bound_s, p->tokens_per_s);
+    json_codecs(o, p);
     printf("\"assumptions\": [");
     for (int i = 0; i < ns->n; i++) {
         printf(i ? ", " : "");

@@ -4,7 +4,9 @@
  *
  *   fuzz_make_seeds SCRATCH CORPUS
  *
- * For each codec (zstd, zstd-shuffle16) an engine with 4 KiB pages, two
+ * For each codec (zstd, zstd-shuffle16, and the lossy fp8, int8 and int4
+ * with a layout of 8 tokens of one K/V head of 64 in bf16, 2 KiB a page,
+ * layer 0 kept in full precision) an engine with 4 KiB pages, two
  * pages of HBM and two of DRAM, persist on, puts eight pages of three kinds
  * (bf16 noise, zeros, incompressible words) into SCRATCH/<codec>, so that
  * most go down to SSD, and closes. Then, from the directory it left:
@@ -66,6 +68,14 @@ static void write_pages(const char *dir, int codec)
     c.ssd_dir = dir;
     c.device = KVT_DEVICE_HOST;
     c.codec = codec;
+    if (kvt_codec_lossy(codec)) {
+        c.kv_dtype = KVT_DTYPE_BF16;
+        c.page_tokens = 8;
+        c.kv_heads = 1;
+        c.head_dim = 64;
+        c.n_layers = 2;
+        c.full_first_layers = 1;
+    }
     c.persist = 1;
     c.fingerprint = FP;
     int r = kvt_open(&c, &e);
@@ -200,6 +210,45 @@ static void cut_seeds(const char *dir, const char *corpus, const char *codec)
     printf("%s: %d pages on SSD\n", codec, c.n);
 }
 
+/* CORPUS/quant/<codec>-<order>-{page,frame}: fuzz_quant's inputs, a page
+ * to encode (mode 1) and the frame the encoder made of it (mode 0), for 8
+ * tokens of two K/V heads of 64 (MLA: a latent of 64 and a RoPE key of 32)
+ * in a 4 KiB page of bf16 noise. */
+static void quant_seeds(const char *corpus, const char *name, int codec)
+{
+    static const char *const orders[4] = { "head", "token", "interleaved", "mla" };
+    for (int o = 0; o < 4; o++) {
+        struct kvt_page_layout L = { KVT_DTYPE_BF16, o, 8, o == KVT_KV_MLA ? 1 : 2, 64,
+                                     o == KVT_KV_MLA ? 0 : 64, o == KVT_KV_MLA ? 32 : 0, 0, 0, 0 };
+        uint8_t page[PAGE], frame[PAGE];
+        kvt_codec_fill_bf16(page, PAGE, (uint64_t)o + 1);
+        struct kvt_codec *c;
+        size_t n = 0;
+        int used, r = kvt_codec_new_layout(codec, 0, PAGE, &L, &c);
+        if (r == 0)
+            r = kvt_codec_encode_page(c, 0, page, PAGE, frame, PAGE, &n, &used);
+        kvt_codec_free(c);
+        if (r != 0)
+            die("quant seed", r);
+        uint16_t dims[6] = { (uint16_t)L.tokens, (uint16_t)L.kv_heads, (uint16_t)L.head_dim,
+                             (uint16_t)L.v_head_dim, (uint16_t)L.rope_dim, 0 };
+        for (int mode = 0; mode < 2; mode++) {
+            char fn[64];
+            snprintf(fn, sizeof fn, "%s-%s-%s", name, orders[o], mode ? "page" : "frame");
+            FILE *f = out_file(corpus, "quant", fn);
+            fputc(mode, f);
+            fputc(codec - KVT_CODEC_FP8, f);
+            fputc(L.dtype, f);
+            fputc(o, f);
+            for (int i = 0; i < 6; i++)
+                put_le(f, dims[i], 2);
+            put_le(f, PAGE, 4);
+            fwrite(mode ? page : frame, 1, mode ? PAGE : n, f);
+            fclose(f);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -209,13 +258,17 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int codec;
-    } codecs[] = { { "zstd", KVT_CODEC_ZSTD }, { "shuffle16", KVT_CODEC_ZSTD_SHUFFLE16 } };
+    } codecs[] = { { "zstd", KVT_CODEC_ZSTD }, { "shuffle16", KVT_CODEC_ZSTD_SHUFFLE16 },
+                   { "fp8", KVT_CODEC_FP8 },   { "int8", KVT_CODEC_INT8 },
+                   { "int4", KVT_CODEC_INT4 } };
     mkdir(argv[2], 0755);   /* an existing one is fine */
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s", argv[1], codecs[i].name);
         write_pages(dir, codecs[i].codec);
         cut_seeds(dir, argv[2], codecs[i].name);
+        if (kvt_codec_lossy(codecs[i].codec))
+            quant_seeds(argv[2], codecs[i].name, codecs[i].codec);
     }
     return 0;
 }

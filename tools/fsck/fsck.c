@@ -108,7 +108,7 @@ static int collect(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *e)
 static int check_entry(const struct spill *s, const struct kvt_ssd_entry *e, uint64_t *aux)
 {
     const struct seg_file *sf;
-    if (e->codec > KVT_CODEC_ZSTD_SHUFFLE16)
+    if (e->codec >= KVT_CODEC_COUNT)
         return R_CODEC;
     if (e->raw_len != s->page_bytes || !e->stored_len || e->stored_len > s->slot_bytes ||
         (e->codec == KVT_CODEC_NONE && e->stored_len != e->raw_len))

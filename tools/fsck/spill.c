@@ -19,6 +19,7 @@
 #include "store/ssd_store.h"
 #include "lab/tool.h"
 #include "tools/cli.h"
+#include "io/codec.h"
 #include "tools/fsck/spill.h"
 
 __attribute__((format(printf, 3, 4))) static int spill_fail(struct spill *s, int rc,
@@ -276,9 +277,8 @@ out_dir:
 
 const char *spill_codec_name(unsigned c, char *buf, size_t n)
 {
-    static const char *const names[] = { "none", "zstd", "zstd-shuffle16" };
-    if (c < sizeof(names) / sizeof(names[0]))
-        return names[c];
+    if (c < KVT_CODEC_COUNT)
+        return kvt_codec_name((int)c);
     snprintf(buf, n, "codec-%u", c);
     return buf;
 }

@@ -285,7 +285,9 @@ int run_decode(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
     kvt_stats s0, s1;
+    struct kvt_tool_disk k0, k1;
     kvt_get_stats(x->e, &s0);
+    kvt_tool_disk(x->e, &k0);
     double t0 = util_now();
     /* Groups in compute order: step, layer, sequence (layer-major, as the
      * schedule says). Each group's first pages are acquired before the one
@@ -310,6 +312,7 @@ int run_decode(struct run_ctx *x, struct run_result *r)
         if (rc)
             break;
         group_hash(x, g);
+        run_err_keep(x, g);
         if (o->trace_path && g->s + 1 == o->batch)
             trace_links(x, &s0);
         if (g->s + 1 == o->batch && g->l + 1 == x->layers)
@@ -320,6 +323,10 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     }
     r->wall_s = util_now() - t0;
     kvt_get_stats(x->e, &s1);
+    kvt_tool_disk(x->e, &k1);
+    r->disk_read = k1.read - k0.read;
+    r->disk_written = k1.written - k0.written;
+    r->codec_s = (double)(k1.codec_ns - k0.codec_ns) / 1e9;
     r->end = s1;
     kvt_stats *d = &r->delta;
     *d = s1;
@@ -345,7 +352,9 @@ int run_verify(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
     uint32_t every = o->verify_every ? o->verify_every : 1;
+    bool lossy = x->outs != NULL;
     r->verified_steps = 0;
+    r->verified = true; /* a lossy codec's steps clear it (run_err_step_done) */
     for (uint32_t step = 0; step < o->tokens; step++) {
         if (step % every && step + 1 < o->tokens)
             continue;
@@ -356,6 +365,10 @@ int run_verify(struct run_ctx *x, struct run_result *r)
                 uint32_t pos = (uint32_t)o->context + step;
                 run_fill_query(&x->sh, o->ref_seed, s, l, pos, x->feed.q);
                 feed_reference(&x->feed, pos + 1, s, l, o->ref_seed);
+                if (lossy) {
+                    run_err_check(x, r, step, l, s);
+                    continue;
+                }
                 const uint64_t *hs = hash_slot(x, step, l, s);
                 for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
                     if (hs[qh] != run_hash_head(x->feed.out + (size_t)qh * x->sh.head_dim,
@@ -367,7 +380,9 @@ int run_verify(struct run_ctx *x, struct run_result *r)
                         return 1;
                     }
             }
+        if (lossy)
+            run_err_step_done(x, r, step);
         r->verified_steps++;
     }
-    return 0;
+    return r->verified ? 0 : 1;
 }

@@ -18,13 +18,25 @@ static inline uint64_t mix64(uint64_t x)
     return x;
 }
 
+/* K has the structure real keys have (KIVI, KVQuant measure it): a few
+ * channels of every head far larger than the rest, the same channels for
+ * every token, and off zero. Here one in 32 (channels 5, 37, ...) is 8 times
+ * the others and 4 off zero, alternately up and down (docs/codecs.md#test-data).
+ * A power of two and a small offset keep the values exact in bf16's
+ * rounding as before. */
+#define KV_OUTLIER_EVERY 32
+#define KV_OUTLIER_AT 5
+
 float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, uint32_t head,
                    uint32_t dim, int kind)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + mix64(((uint64_t)seq << 32 | layer) + 0x1234567ull);
     x = mix64(x ^ ((uint64_t)token << 24 | (uint64_t)head << 12 | dim) ^ ((uint64_t)kind << 62));
     /* 24 bits: exact in a float, so the value does not depend on rounding */
-    return (float)((int32_t)(x >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
+    float v = (float)((int32_t)(x >> 40) - (1 << 23)) * (1.0f / (float)(1 << 23));
+    if (kind == 0 && dim % KV_OUTLIER_EVERY == KV_OUTLIER_AT)
+        v = 8.0f * v + ((dim / KV_OUTLIER_EVERY) % 2 ? 4.0f : -4.0f);
+    return v;
 }
 
 void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,

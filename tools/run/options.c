@@ -10,7 +10,8 @@
 #include "tools/cli.h"
 #include "tools/run/run_priv.h"
 
-const char *const run_codec_name[3] = { "none", "zstd", "zstd-shuffle16" };
+const char *const run_codec_name[RUN_CODECS] = { "none", "zstd", "zstd-shuffle16",
+                                                 "fp8",  "int8", "int4" };
 
 void run_opts_default(struct run_opts *o)
 {
@@ -68,7 +69,12 @@ static void run_usage(FILE *f)
             "  --overwrite-ssd-dir\n"
             "                    let the run wipe the pages a persisted kvtier store in\n"
             "                    --ssd-dir holds (without it such a directory is refused)\n"
-            "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none)\n"
+            "  --codec C         none, zstd or zstd-shuffle16 for SSD pages (default none); or\n"
+            "                    fp8, int8 or int4: pages quantised on their way to SSD, the\n"
+            "                    outputs checked against the reference within the codec's\n"
+            "                    tolerance, their error printed (docs/codecs.md)\n"
+            "  --full-layers N   with a lossy codec: the first and the last N layers stay in\n"
+            "                    full precision on SSD too (default 0)\n"
             "  --policy P        decode or lru (default decode)\n"
             "  --device D        host (default), or a CUDA ordinal: pages in GPU memory and the\n"
             "                    attention on the GPU (builds where CMake found nvcc)\n"
@@ -100,7 +106,7 @@ static const struct option run_lo[] = {
     { "seed", 1, 0, 's' },    { "trace", 1, 0, 'r' },     { "no-progress", 0, 0, 'n' },
     { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
     { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },     { "verify-every", 1, 0, 'V' },
-    { "overwrite-ssd-dir", 0, 0, 'O' },
+    { "overwrite-ssd-dir", 0, 0, 'O' }, { "full-layers", 1, 0, 'F' },
     { 0, 0, 0, 0 },
 };
 
@@ -179,7 +185,10 @@ static int run_option(int c, const char *v, struct run_opts *o)
             return -EINVAL;
         *(c == 'd' ? &o->ssd_dir : &o->trace_path) = v;
         return 0;
-    case 'C': return opt_word(c, v, run_codec_name, 3, "none, zstd or zstd-shuffle16", &o->codec);
+    case 'C':
+        return opt_word(c, v, run_codec_name, RUN_CODECS,
+                        "none, zstd, zstd-shuffle16, fp8, int8 or int4", &o->codec);
+    case 'F': return opt_u32(c, v, 0, 1u << 16, &o->full_layers);
     case 'P':
         if (opt_word(c, v, policies, 2, "decode or lru", &i))
             return -EINVAL;

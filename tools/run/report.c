@@ -48,16 +48,20 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
                 100 * ratio(d->hits[t], d->misses[t]));
     }
     uint64_t ntok = (uint64_t)o->tokens * o->batch;
-    if (r->verified && r->verified_steps < o->tokens)
+    if (r->lossy)
+        run_err_report(f, o, r);
+    else if (r->verified && r->verified_steps < o->tokens)
         fprintf(f, "  verified: yes, the outputs of %u of %u steps (one in %u, and the last) "
                 "bit-exact against the reference", r->verified_steps, o->tokens, o->verify_every);
     else
         fprintf(f, "  verified: %s", r->verified ? "yes, every output bit-exact against the reference"
                                                  : "NO");
-    if (!r->verified)
+    if (!r->verified && !r->lossy)
         fprintf(f, " (first mismatch: step %u, sequence %u, layer %u, q head %u)", r->bad_step,
                 r->bad_seq, r->bad_layer, r->bad_head);
-    fprintf(f, "\n  tokens: %llu in %.3f s = %.2f tokens/s (prefill %.2f s, reference %.2f s)\n",
+    if (!r->lossy)
+        fputc('\n', f);
+    fprintf(f, "  tokens: %llu in %.3f s = %.2f tokens/s (prefill %.2f s, reference %.2f s)\n",
             (unsigned long long)ntok, r->wall_s, (double)ntok / r->wall_s, r->prefill_s, r->verify_s);
     fprintf(f, "  stall: %.3f s = %.1f%% of wall; acquire %.3f s, attention %.3f s; %llu pages prefetched (%llu wasted)\n",
             r->stall_s, 100 * r->stall_s / r->wall_s, r->acquire_s, r->compute_s,
@@ -76,13 +80,20 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
     fputc('\n', f);
     fprintf(f, "  the decode moved ssd->dram %.2f GB/s, dram->hbm %.2f GB/s (bytes / wall)\n",
             r->decode_gbps[TERM_SSD_R], r->decode_gbps[TERM_H2D]);
+    fprintf(f, "  the ssd moved %s read, %s written (as stored, %.3fx the pages' bytes); codec %.3f s "
+               "on the mover\n", cli_bytes(b[0], 32, (double)r->disk_read),
+            cli_bytes(b[1], 32, (double)r->disk_written),
+            d->bytes_up[1] + d->bytes_down[1]
+                ? (double)(r->disk_read + r->disk_written) / (double)(d->bytes_up[1] + d->bytes_down[1])
+                : 0.0,
+            r->codec_s);
     for (int i = 1; i < TERMS; i++)
         if (r->link_gbps[i] > run_raw_gbps(r, i))
             fprintf(f, "  %s: the decode moved more than the raw passes did; the bound uses the "
                        "decode's rate\n", run_term_name[i]);
     fprintf(f,
             "  bound: %.3f s (%s) = max(compute %.3f, dram->hbm %.3f, hbm->dram %.3f, ssd %.3f "
-            "= ssd->dram %.3f + dram->ssd %.3f); wall/bound %.2f\n",
+            "= ssd->dram %.3f + dram->ssd %.3f, or the codec's time); wall/bound %.2f\n",
             r->bound_s, run_term_name[r->bound_by], r->term_s[TERM_COMPUTE], r->term_s[TERM_H2D],
             r->term_s[TERM_D2H], r->term_s[TERM_SSD], r->term_s[TERM_SSD_R],
             r->term_s[TERM_SSD_W], r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
@@ -145,6 +156,10 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            r->stall_s, r->stall_s / r->wall_s, r->compute_s, r->acquire_s, r->prefill_s,
            r->verify_s, r->bound_s, run_term_name[r->bound_by], r->wall_s,
            r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
+    printf(", \"ssd_disk_bytes_read\": %llu, \"ssd_disk_bytes_written\": %llu, \"codec_s\": %.6f",
+           (unsigned long long)r->disk_read, (unsigned long long)r->disk_written, r->codec_s);
+    if (r->lossy)
+        run_err_json(r);
     if (!r->verified)
         printf(", \"mismatch\": {\"step\": %u, \"seq\": %u, \"layer\": %u, \"head\": %u}",
                r->bad_step, r->bad_seq, r->bad_layer, r->bad_head);

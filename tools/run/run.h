@@ -34,6 +34,7 @@ struct run_opts {
     bool overwrite_ssd_dir;  /* ssd_dir may hold persisted pages: the run wipes them */
     const char *policy;
     int codec, device;
+    uint32_t full_layers; /* lossy codec: first and last layers kept in full precision */
     unsigned threads;
     bool fp32;            /* KV in fp32 rather than bf16 */
     uint32_t chunk_pages; /* pages per step of the CPU path's acquire/compute pipeline; 0 = ~4 MiB */
@@ -65,8 +66,20 @@ struct run_link {
     unsigned n;
 };
 
+#define RUN_ERR_STEPS 64 /* steps whose codec error the report lists (the rest: overall) */
+
 struct run_result {
     bool verified;
+    /* --codec fp8|int8|int4: the attention outputs against the exact
+     * reference, per step checked and overall, and the tolerance they met */
+    bool lossy;
+    double err_max_abs, err_max_rel, err_rms_rel; /* max_rel: of the step's largest output */
+    double tol_max_abs, tol_rms_rel;              /* tol_max_abs: as err_max_rel */
+    uint32_t err_steps;
+    struct run_err_step { uint32_t step; double max_abs, max_rel, rms_rel; } err_step[RUN_ERR_STEPS];
+    double err_sq, ref_sq;   /* overall sums behind err_rms_rel */
+    uint64_t disk_read, disk_written; /* bytes the SSD moved over the decode (stored form) */
+    double codec_s;          /* the mover's time in the codec over the decode */
     uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
     uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */

@@ -33,7 +33,8 @@
  * as the one device it is (its two directions share it; see run_bound()). */
 enum { TERM_COMPUTE, TERM_H2D, TERM_D2H, TERM_SSD_R, TERM_SSD_W, TERMS, TERM_SSD = TERMS, BOUND_TERMS };
 extern const char *const run_term_name[BOUND_TERMS];
-extern const char *const run_codec_name[3]; /* by KVT_CODEC_* */
+#define RUN_CODECS 6
+extern const char *const run_codec_name[RUN_CODECS]; /* by KVT_CODEC_* */
 
 /* ------------------------------------------------------------- the feed (feed.c) */
 
@@ -111,6 +112,11 @@ struct run_ctx {
     kvt_key *keys, *keys2;   /* two groups' keys and page pointers: see struct group */
     void **ptrs, **ptrs2;
     uint64_t *hashes;        /* [step][layer][seq][q head] */
+    float *outs;             /* lossy codec: the outputs, [step][layer][seq][q head][dim] */
+    double err_sq, ref_sq;   /* lossy codec: the step being checked, summed */
+    double err_max, ref_max; /* and its largest difference, at (layer, sequence, q head),
+                                and its largest reference output */
+    uint32_t err_at[3];
     char tmpdir[4096];
     const char *ssd_dir;
     bool discard;            /* --ssd-dir held the engine's pages: discarded at the end */
@@ -169,6 +175,22 @@ void run_link_range(const struct run_link *l, double *lo, double *hi);
 /* A link's raw speed, GB/s, by TERM_* (0 for compute). */
 double run_raw_gbps(const struct run_result *r, int term);
 void run_bound(struct run_result *r);
+
+/* codec_err.c: --codec fp8|int8|int4, the outputs' error against the
+ * reference instead of their bits. init: the outputs' buffer (0, or -ENOMEM
+ * said; nothing for a lossless codec); keep: g's outputs, after it ran;
+ * check: one (step, layer, sequence) of the reference in x->feed.out, its
+ * error folded into the step's; step_done: the step's figures into r, and
+ * r->verified cleared (r->bad_* say where) when past the tolerance; free:
+ * the buffer. */
+bool run_lossy(const struct run_opts *o);
+int run_err_init(struct run_ctx *x, struct run_result *r);
+void run_err_keep(struct run_ctx *x, const struct group *g);
+int run_err_check(struct run_ctx *x, struct run_result *r, uint32_t step, uint32_t l, uint32_t s);
+void run_err_step_done(struct run_ctx *x, struct run_result *r, uint32_t step);
+void run_err_free(struct run_ctx *x);
+void run_err_report(FILE *f, const struct run_opts *o, const struct run_result *r);
+void run_err_json(const struct run_result *r);
 
 /* report.c */
 void run_report_text(FILE *f, const struct run_opts *o, const struct run_result *r,

@@ -109,6 +109,7 @@ static void ctx_free(struct run_ctx *x)
     free(x->keys2);
     free(x->ptrs2);
     free(x->hashes);
+    run_err_free(x);
     trace_free(&x->trace);
     /* The engine's files by name and the directory, never a recursive
      * removal: anything else found there stays. */
@@ -195,6 +196,15 @@ static void engine_config(struct run_ctx *x, const struct run_result *r, kvt_con
     c->policy = o->policy;
     c->codec = o->codec;
     c->host_link_gbps = o->link_gbps;
+    /* The page layout (attention.h), which a lossy codec needs: head-major
+     * K then V, one layer a page. */
+    c->kv_dtype = x->sh.bf16 ? KVT_DTYPE_BF16 : 0;
+    c->kv_order = KVT_KV_HEAD_MAJOR;
+    c->page_tokens = x->sh.page_tokens;
+    c->kv_heads = x->sh.kv_heads;
+    c->head_dim = x->sh.head_dim;
+    c->n_layers = x->layers;
+    c->full_first_layers = c->full_last_layers = o->full_layers;
     if (o->trace_path) {
         c->on_transfer = on_transfer;
         c->on_transfer_arg = x;
@@ -207,6 +217,7 @@ static const struct cli_field run_fields[] = {
     { "page_bytes", "page-tokens" }, { "hbm_bytes", "hbm" },   { "dram_bytes", "dram" },
     { "ssd_bytes", "ssd" },          { "ssd_dir", "ssd-dir" }, { "device", "device" },
     { "policy", "policy" },          { "codec", "codec" },     { "host_link_gbps", "link-gbps" },
+    { "full_first_layers", "full-layers" },
     { NULL, NULL },
 };
 
@@ -253,6 +264,11 @@ static int ctx_shape(struct run_ctx *x)
     const struct run_opts *o = x->o;
     if (!o->model || kvt_shape_is_mla(o->model)) {
         cli_error("run", 2, "--model: an MLA shape has no per-head K and V for this kernel");
+        return -EINVAL;
+    }
+    if (run_lossy(o) && o->fp32) {
+        cli_error("run", 2, "--codec %s quantises bf16 or fp16 KV, not --dtype fp32",
+                  run_codec_name[o->codec]);
         return -EINVAL;
     }
     x->layers = o->layers && o->layers < o->model->layers ? o->layers : o->model->layers;
@@ -352,9 +368,10 @@ static int run_finish(struct run_ctx *x, struct run_result *r)
         return rc; /* stopped by a signal: no trace of half a run */
     if (rc)
         cli_error("run", 1,
-                  "verification FAILED: step %u, sequence %u, layer %u, q head %u differs from "
-                  "the reference",
-                  r->bad_step, r->bad_seq, r->bad_layer, r->bad_head);
+                  "verification FAILED: step %u, sequence %u, layer %u, q head %u %s",
+                  r->bad_step, r->bad_seq, r->bad_layer, r->bad_head,
+                  r->lossy ? "is past the codec's tolerance (its largest error)"
+                           : "differs from the reference");
     if (o->trace_path) {
         int w = trace_write(&x->trace, o->trace_path);
         if (w) {
@@ -378,6 +395,8 @@ int run_exec(const struct run_opts *o, struct run_result *r)
         cli_error("run", 1, "out of memory");
         goto out;
     }
+    if ((rc = run_err_init(&x, r)))
+        goto out;
     /* A signal's flag is checked between the phases and in the loops
      * (cli_stop_check): ctx_free then removes the temporary directory. */
     if ((rc = spill_prepare(&x, r)) || (rc = cli_stop_check()) || (rc = run_engine(&x, r)))

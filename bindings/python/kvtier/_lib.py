@@ -52,6 +52,17 @@ KVT_DEVICE_AUTO = -2
 KVT_CODEC_NONE = 0
 KVT_CODEC_ZSTD = 1
 KVT_CODEC_ZSTD_SHUFFLE16 = 2
+KVT_CODEC_FP8 = 3   # lossy: need the page layout (kv_dtype, page_tokens, kv_heads, head_dim)
+KVT_CODEC_INT8 = 4
+KVT_CODEC_INT4 = 5
+
+KVT_DTYPE_BF16 = 1
+KVT_DTYPE_FP16 = 2
+
+KVT_KV_HEAD_MAJOR = 0   # K[kv_heads][tokens][head_dim], then V (KVTierCache's pages)
+KVT_KV_TOKEN_MAJOR = 1  # K[tokens][kv_heads][head_dim], then V
+KVT_KV_INTERLEAVED = 2  # per token: K[kv_heads][head_dim], then V
+KVT_KV_MLA = 3          # per token: latent[head_dim], then RoPE key[rope_dim]
 
 KVT_IO_AUTO = 0
 KVT_IO_URING = 1
@@ -109,7 +120,18 @@ class KvtConfig(ctypes.Structure):
                 ("remote_timeout_ms", ctypes.c_uint),
                 ("remote_publish", ctypes.c_int),
                 ("remote_ttl_s", ctypes.c_uint),
-                ("remote_queue_bytes", ctypes.c_size_t)]
+                ("remote_queue_bytes", ctypes.c_size_t),
+                # VER4: the page layout the lossy codecs need
+                ("kv_dtype", ctypes.c_int),
+                ("kv_order", ctypes.c_int),
+                ("page_tokens", ctypes.c_uint32),
+                ("kv_heads", ctypes.c_uint32),
+                ("head_dim", ctypes.c_uint32),
+                ("v_head_dim", ctypes.c_uint32),
+                ("rope_dim", ctypes.c_uint32),
+                ("n_layers", ctypes.c_uint32),
+                ("full_first_layers", ctypes.c_uint32),
+                ("full_last_layers", ctypes.c_uint32)]
 
 
 class KvtSchedule(ctypes.Structure):

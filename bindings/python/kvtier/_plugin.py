@@ -56,7 +56,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "dram_bytes": ("bytes", "capacity of kvtier's DRAM tier"),
     "ssd_bytes": ("bytes", "capacity of the SSD tier (0: no SSD tier)"),
     "page_bytes": ("bytes", "kvtier page size (a multiple of 4096; default: the chunk's size)"),
-    "codec": ("str", "none | zstd | zstd_shuffle16 (pages on SSD)"),
+    "codec": ("str", "none | zstd | zstd_shuffle16 (pages on SSD; the lossy fp8 | int8 | int4 "
+                     "need a page layout the plug-ins do not give yet: docs/codecs.md)"),
     "persist": ("bool", "keep pages across restarts (fsync'd on flush and close)"),
     "io_backend": ("str", "auto | uring | psync"),
     "queue_depth": ("int", "SSD requests in flight"),

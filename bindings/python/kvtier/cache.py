@@ -65,6 +65,11 @@ class KVTierCache(Cache):
       end of the first forward pass, and the schedule is set then.
     seq_ids: one 64-bit id per batch row (default: random, so caches sharing
       an engine never collide).
+    An engine opened here is told the pages' layout (kv_dtype, kv_order,
+    page_tokens, kv_heads, head_dim, n_layers when known), so engine_config
+    may name a lossy codec (codec="int4", "int8", "fp8"): pages are then
+    quantised on their way to SSD and come back close, not equal
+    (docs/codecs.md). Layout fields given in engine_config win.
     Call close() (or use ``with``) to drop the pages from the engine.
     Not supported: beam search (reorder_cache), crop, contrastive search.
     """
@@ -218,6 +223,8 @@ class KVTierCache(Cache):
             if self._engine is None:
                 cfg = dict(self._engine_config)
                 cfg["page_bytes"] = cfg.get("page_bytes") or need  # larger ones are allowed
+                cfg.update({f: v for f, v in self._layout(H, D, k.dtype).items()
+                            if cfg.get(f) is None})
                 self._engine = Engine(**cfg)
             if self._engine.page_bytes < need:
                 raise ValueError(f"engine pages are {self._engine.page_bytes} bytes; "
@@ -245,6 +252,16 @@ class KVTierCache(Cache):
                 self._engine.set_schedule(self._seq_ids, self._n_layers, order="layer")
                 self._schedule_set = True
         self._max_layer_seen = max(self._max_layer_seen, layer_idx)
+
+    def _layout(self, H, D, dtype):
+        """The page layout for kvt_config (the lossy codecs need it): these
+        pages are [2][H][page_tokens][D], head-major, one layer each. A dtype
+        other than bf16/fp16 has none (a lossy codec is then refused)."""
+        kv_dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
+        if kv_dtype is None:
+            return {}
+        return {"kv_dtype": kv_dtype, "kv_order": "head_major", "page_tokens": self.page_tokens,
+                "kv_heads": H, "head_dim": D, "n_layers": self._n_layers or 0}
 
     def _page_view(self, pinned, i):
         # [2, H, P, D] over page i's memory, no copy.

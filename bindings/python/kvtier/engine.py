@@ -134,7 +134,12 @@ def _fingerprint(fp):
 
 _DEVICES = {"host": _lib.KVT_DEVICE_HOST, "auto": _lib.KVT_DEVICE_AUTO}
 _CODECS = {"none": _lib.KVT_CODEC_NONE, "zstd": _lib.KVT_CODEC_ZSTD,
-           "zstd_shuffle16": _lib.KVT_CODEC_ZSTD_SHUFFLE16}
+           "zstd_shuffle16": _lib.KVT_CODEC_ZSTD_SHUFFLE16, "fp8": _lib.KVT_CODEC_FP8,
+           "int8": _lib.KVT_CODEC_INT8, "int4": _lib.KVT_CODEC_INT4}
+_KV_DTYPES = {"none": 0, "bf16": _lib.KVT_DTYPE_BF16, "bfloat16": _lib.KVT_DTYPE_BF16,
+              "fp16": _lib.KVT_DTYPE_FP16, "float16": _lib.KVT_DTYPE_FP16}
+_KV_ORDERS = {"head_major": _lib.KVT_KV_HEAD_MAJOR, "token_major": _lib.KVT_KV_TOKEN_MAJOR,
+              "interleaved": _lib.KVT_KV_INTERLEAVED, "mla": _lib.KVT_KV_MLA}
 _IOS = {"auto": _lib.KVT_IO_AUTO, "uring": _lib.KVT_IO_URING, "io_uring": _lib.KVT_IO_URING,
         "psync": _lib.KVT_IO_PSYNC}
 _ORDERS = {"layer": _lib.KVT_ORDER_LAYER_MAJOR, "layer_major": _lib.KVT_ORDER_LAYER_MAJOR,
@@ -175,7 +180,11 @@ CONFIG_FIELDS = ("page_bytes", "hbm_bytes", "dram_bytes", "ssd_bytes", "ssd_dir"
                  "policy", "codec", "persist", "fingerprint", "io_backend", "queue_depth",
                  "host_link_gbps", "prefetch_bytes", "flags", "remote_url", "remote_prefix",
                  "remote_auth_file", "remote_timeout_ms", "remote_publish", "remote_ttl_s",
-                 "remote_queue_bytes")
+                 "remote_queue_bytes",
+                 # the page layout (kvtier.h), which the lossy codecs need
+                 "kv_dtype", "kv_order", "page_tokens", "kv_heads", "head_dim", "v_head_dim",
+                 "rope_dim", "n_layers", "full_first_layers", "full_last_layers")
+LAYOUT_FIELDS = CONFIG_FIELDS[-10:]
 
 # kvt_config.remote_publish by name.
 _PUBLISH = {"put": 0, "evict": 1, "explicit": 2}
@@ -186,8 +195,10 @@ def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
     given keep kvt_config_init()'s defaults. Returns (config, keepalive): the
     config's char pointers point into keepalive, which must outlive its use.
     Strings accepted: device 'host'/'auto'/'cuda[:N]', codec 'none'/'zstd'/
-    'zstd_shuffle16', io_backend 'auto'/'uring'/'psync'; fingerprint an int or
-    str/bytes (hashed to 64 bits). Unknown names raise TypeError."""
+    'zstd_shuffle16'/'fp8'/'int8'/'int4', io_backend 'auto'/'uring'/'psync',
+    kv_dtype 'bf16'/'fp16' (or a torch dtype), kv_order 'head_major'/
+    'token_major'/'interleaved'/'mla'; fingerprint an int or str/bytes (hashed
+    to 64 bits). Unknown names raise TypeError."""
     unknown = set(kw) - set(CONFIG_FIELDS)
     if unknown:
         raise TypeError(f"unknown kvtier config field(s): {', '.join(sorted(unknown))}")
@@ -209,6 +220,12 @@ def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
             cfg.device = _device(value)
         elif name == "codec":
             cfg.codec = _choice(value, _CODECS, "codec")
+        elif name == "kv_dtype":
+            if not isinstance(value, (str, int)):
+                value = str(value).rpartition(".")[2]  # torch.bfloat16 -> "bfloat16"
+            cfg.kv_dtype = _choice(value, _KV_DTYPES, "kv_dtype")
+        elif name == "kv_order":
+            cfg.kv_order = _choice(value, _KV_ORDERS, "kv_order")
         elif name == "io_backend":
             cfg.io_backend = _choice(value, _IOS, "io_backend")
         elif name == "remote_publish":
@@ -222,7 +239,7 @@ def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
         else:
             # size_t / unsigned fields: refuse negatives rather than let ctypes wrap them.
             bits = (32 if name in ("queue_depth", "remote_timeout_ms", "remote_ttl_s")
-                    else 8 * ctypes.sizeof(ctypes.c_size_t))
+                    or name in LAYOUT_FIELDS else 8 * ctypes.sizeof(ctypes.c_size_t))
             setattr(cfg, name, uint(value, bits, name))
     return cfg, keep
 
