@@ -118,19 +118,22 @@ ATTN_HD float attn_bf16(uint16_t h)
  * 0x7f and 0xff, NaN, are never stored) widened: exact. */
 ATTN_HD float attn_e4m3(uint8_t b)
 {
+    /* Branch-free (the sign and the rare subnormal are selects, not jumps:
+     * a mispredicted branch per element made fp8 pages 4x slower). */
     uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    float v;
-    if (e == 0) {
-        v = (float)m * (1.0f / 512.0f); /* subnormal: m 2^-9, exact */
-    } else {
-        uint32_t u = (e + 120u) << 23 | m << 20;
+    uint32_t u = (e + 120u) << 23 | m << 20;
+    float v, vs = (float)m * (1.0f / 512.0f); /* subnormal: m 2^-9, exact */
 #ifdef __CUDACC__
-        v = __uint_as_float(u);
+    v = e ? __uint_as_float(u) : vs;
+    return __uint_as_float(__float_as_uint(v) | (uint32_t)(b & 0x80u) << 24);
 #else
-        memcpy(&v, &u, sizeof v);
+    uint32_t us;
+    memcpy(&us, &vs, sizeof us);
+    u = e ? u : us;
+    u |= (uint32_t)(b & 0x80u) << 24;
+    memcpy(&v, &u, sizeof v);
+    return v;
 #endif
-    }
-    return b & 0x80 ? -v : v;
 }
 
 /* Element d of row r of a block of rows of D elements of type dtype

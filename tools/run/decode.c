@@ -420,8 +420,8 @@ static double dtype_tolerance(uint32_t dtype)
 {
     switch (dtype) {
     case ATTN_FP8: return 0.08;
-    case ATTN_INT8: return 0.02;
-    case ATTN_INT4: return 0.25;
+    case ATTN_INT8: return 0.015;
+    case ATTN_INT4: return 0.20;
     default: return 0;
     }
 }
