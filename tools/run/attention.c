@@ -1,6 +1,6 @@
 /*
- * attention.c — grouped-query decode attention on the CPU over KV pages,
- * and the small thread team that splits it by kv head.
+ * attention.c — decode attention on the CPU over KV pages (every shape of
+ * attention.h), and the small thread team that splits it by unit.
  *
  * Vectorised with GCC/Clang vector extensions (8 floats: two SSE registers,
  * one AVX register), no -ffast-math and no FMA contraction

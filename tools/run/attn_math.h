@@ -118,8 +118,8 @@ ATTN_HD float attn_bf16(uint16_t h)
  * 0x7f and 0xff, NaN, are never stored) widened: exact. */
 ATTN_HD float attn_e4m3(uint8_t b)
 {
-    /* Branch-free (the sign and the rare subnormal are selects, not jumps:
-     * a mispredicted branch per element made fp8 pages 4x slower). */
+    /* Branch-free: the sign is as random as the values, and a branch on it
+     * would be mispredicted half the time; the subnormal case is a select. */
     uint32_t e = (b >> 3) & 15u, m = b & 7u;
     uint32_t u = (e + 120u) << 23 | m << 20;
     float v, vs = (float)m * (1.0f / 512.0f); /* subnormal: m 2^-9, exact */
