@@ -83,7 +83,7 @@ int run_prefill(struct run_ctx *x)
     uint32_t npages = (uint32_t)((o->context + pt - 1) / pt);
     for (uint32_t l = 0; l < x->layers; l++)
         for (uint32_t s = 0; s < o->batch; s++)
-            for (uint32_t i = 0; i < npages; i++) {
+            for (uint32_t i = 0, gone = 0; i < npages; i++) {
                 kvt_key k = { run_seq_id(s), l, i };
                 void *p;
                 int rc = cli_stop_check(); /* SIGINT, SIGTERM: no page is held here */
@@ -94,11 +94,14 @@ int run_prefill(struct run_ctx *x)
                 uint32_t nt = o->context - (uint64_t)i * pt < pt ? (uint32_t)(o->context - (uint64_t)i * pt) : pt;
                 if ((rc = write_page(x, p, s, l, i, nt)) || (rc = kvt_release(x->e, &k, 1, 1)))
                     return rc;
-                /* The pages the window of the context's last token has left
-                 * behind go as soon as it is written. */
-                if (i + 1 == npages &&
-                    (rc = drop_pages(x, s, l, 0, attn_first_page(&x->sh, (uint32_t)o->context))))
+                /* A window drops the pages it has passed as the prefill goes
+                 * (so that it never holds more than the window's), and at the
+                 * end those behind the first decode step's window. */
+                uint32_t to = attn_first_page(&x->sh, i + 1 < npages ? (i + 1) * pt
+                                                                     : (uint32_t)o->context + 1);
+                if ((rc = drop_pages(x, s, l, gone, to)))
                     return rc;
+                gone = to > gone ? to : gone;
             }
     return 0;
 }
@@ -177,9 +180,6 @@ static int group_begin(struct run_ctx *x, struct run_result *r, struct group *g)
     g->fresh = g->pos % pt == 0;
     int rc = kvt_advance(x->e, run_seq_id(g->s), g->l);
     if (rc)
-        return rc;
-    /* The page the window has just left, if it has: gone from every tier. */
-    if ((rc = drop_pages(x, g->s, g->l, attn_first_page(&x->sh, g->n - 1), g->p0)))
         return rc;
     if (g->fresh) {
         kvt_key k = { run_seq_id(g->s), g->l, g->pos / pt };
@@ -340,6 +340,13 @@ int run_decode(struct run_ctx *x, struct run_result *r)
             next->step = next->s || next->l ? g->step : g->step + 1;
         }
         rc = group_run(x, r, g, more ? next : NULL);
+        /* The page the window leaves behind for g's next step, if it does:
+         * gone from every tier. Not before: with one sequence and one layer
+         * the next group is g's (sequence, layer), begun while g's pages
+         * are still pinned; now they are released, and that group's start
+         * past them. */
+        if (!rc && g->step + 1 < o->tokens)
+            rc = drop_pages(x, g->s, g->l, g->p0, attn_first_page(&x->sh, g->n + 1));
         if (rc)
             break;
         group_hash(x, g);

@@ -66,8 +66,8 @@ static int run_size(struct run_ctx *x, struct run_result *r)
         if (dram < group + 4 * x->pb)
             dram = group + 4 * x->pb;
     }
-    if (ssd == RUN_AUTO) /* and a (sequence, layer) whole: the prefill's, before its drop */
-        ssd = 2 * kv + ((uint64_t)x->pages_max + 64) * x->pb;
+    if (ssd == RUN_AUTO)
+        ssd = 2 * kv + 64 * x->pb;
     if (hbm < group + 2 * x->pb) {
         cli_error("run", 2,
                   "--hbm %llu bytes is too small: one (sequence, layer) needs %u pages of %zu "
