@@ -69,7 +69,7 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
                 r->bad_seq, r->bad_layer, r->bad_head);
     if (r->err_tol > 0) /* quantised: bit-exact against its own reference, and this */
         fprintf(f, "\n  %s against the bf16 reference: RMS relative error %.4f (worst step %.4f; "
-                   "tolerance %.2f), max abs error %.4g",
+                   "tolerance %.3g), max abs error %.4g",
                 run_dtype_name[o->dtype], r->err_rms_rel, r->err_rms_rel_step, r->err_tol,
                 r->err_max_abs);
     if (o->window)

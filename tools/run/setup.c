@@ -404,7 +404,7 @@ static int run_finish(struct run_ctx *x, struct run_result *r)
     } else if (rc && r->err_rms_rel_step > r->err_tol) {
         cli_error("run", 1,
                   "verification FAILED: --dtype %s's RMS relative error against bf16 %.4f "
-                  "(a step's) is beyond its tolerance %.2f",
+                  "(a step's) is beyond its tolerance %.3g",
                   run_dtype_name[o->dtype], r->err_rms_rel_step, r->err_tol);
     } else if (rc) {
         cli_error("run", 1,
