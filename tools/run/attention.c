@@ -274,17 +274,30 @@ static void unit_fold_bf16(const struct attn_shape *s, const float *q, const voi
     unit_fold(s, q, k, v, nt, u, scale, sc, m, l, out, true);
 }
 
+/* Rows [tb, tb + nt) of D elements dequantised into f: attn_deq, the GPU
+ * kernel's own reads, with the dtype a constant in each caller (its switch
+ * folds away). */
+static inline __attribute__((always_inline)) void
+dequantise_dt(const void *rows, const float *sc, uint32_t D, uint32_t tb, uint32_t nt, float *f,
+              int dt)
+{
+    for (uint32_t t = 0; t < nt; t++)
+        for (uint32_t d = 0; d < D; d++)
+            f[(size_t)t * D + d] = attn_deq(rows, sc, tb + t, D, d, dt);
+}
+
 /* Rows [tb, tb + nt) of kind's block of kv head h dequantised into f (nt
- * rows of head_dim floats): attn_deq, the GPU kernel's own reads. */
+ * rows of head_dim floats). */
 static void dequantise_rows(const struct attn_shape *s, const char *p, int kind, uint32_t h,
                             uint32_t tb, uint32_t nt, float *f)
 {
-    const uint32_t D = s->head_dim;
     const void *rows = p + attn_row_off(s, kind, h, 0);
     const float *sc = (const float *)(p + attn_scale_off(s, kind, h, 0));
-    for (uint32_t t = 0; t < nt; t++)
-        for (uint32_t d = 0; d < D; d++)
-            f[(size_t)t * D + d] = attn_deq(rows, sc, tb + t, D, d, (int)s->dtype);
+    switch (s->dtype) {
+    case ATTN_FP8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_FP8); break;
+    case ATTN_INT8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT8); break;
+    default: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT4); break;
+    }
 }
 
 /* One page's tokens [tb, tb + nt) for units [u0, u1). A quantised page's
