@@ -42,9 +42,10 @@ extern const char *const run_dtype_name[ATTN_DTYPES]; /* by enum attn_dtype */
  * writes q before a group starts), the output (read after it joins), and,
  * for a group streamed chunk by chunk, the state shared with the team's
  * threads under mu: the caller raises ready as chunks are acquired; the
- * parts take kv heads in turn and fold each over what is ready (head_done:
- * pages folded per kv head; head_busy: a part holds it), and record for how
- * long each part computed (busy_s). */
+ * parts take units (attention.h: up to 16 q heads of a kv head) in turn and
+ * fold each over what is ready (head_done: pages folded per unit;
+ * head_busy: a part holds it), and record for how long each part computed
+ * (busy_s). */
 struct run_feed {
     const struct attn_shape *sh;
     struct attn_pool *pool;
