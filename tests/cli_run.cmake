@@ -58,8 +58,36 @@ if(NOT ph MATCHES "^[XC]$")
   message(FATAL_ERROR "trace event 8 has phase ${ph}")
 endif()
 
+# The shapes beyond GQA (docs/run.md): falcon-7b's 71 q heads on one K/V
+# head; deepseek-v3's MLA with int4 pages and a window. Each verified over
+# three tiers (pages read up from the SSD during the decode), the engine
+# holding the window's pages only, the int4 error within its tolerance.
+foreach(args "--model;falcon-7b"
+             "--model;deepseek-v3;--dtype;int4;--window;100;--page-tokens;16;--tokens;8")
+  execute_process(COMMAND ${KVTIER} run ${small} --json ${args}
+                  OUTPUT_VARIABLE o ERROR_VARIABLE e RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "kvtier run ${args} exited ${rc}: ${e}")
+  endif()
+  string(JSON verified GET "${o}" verified)
+  string(JSON ssd_out GET "${o}" tiers ssd bytes_out)
+  string(JSON held GET "${o}" pages_held)
+  string(JSON expected GET "${o}" pages_expected)
+  if(NOT verified OR NOT ssd_out GREATER 0 OR NOT held EQUAL expected)
+    message(FATAL_ERROR "${args}: verified ${verified}, ssd out ${ssd_out}, pages ${held} of ${expected}: ${o}")
+  endif()
+  if(args MATCHES "window")
+    string(JSON dropped GET "${o}" pages_dropped)
+    string(JSON err GET "${o}" dtype_error rms_rel_worst_step)
+    string(JSON tol GET "${o}" dtype_error tolerance)
+    if(NOT dropped GREATER 0 OR err GREATER tol OR NOT err GREATER 0)
+      message(FATAL_ERROR "${args}: ${dropped} pages dropped, error ${err} (tolerance ${tol}): ${o}")
+    endif()
+  endif()
+endforeach()
+
 # Bad arguments: exit 2, the message names the value and the option.
-foreach(bad "--context;banana" "--hbm;4X" "--policy;fifo" "--model;gpt-9" "--nice;20")
+foreach(bad "--context;banana" "--hbm;4X" "--policy;fifo" "--model;gpt-9" "--nice;20" "--dtype;int3")
   list(GET bad 0 opt)
   list(GET bad 1 val)
   execute_process(COMMAND ${KVTIER} run ${opt} ${val}

@@ -16,7 +16,8 @@
 #include "tools/run/attn_math.h"
 #include "tools/run/run.h"
 
-static const struct attn_shape SH = { 8, 2, 32, 8, 0 }; /* 4 q heads per kv head */
+/* 4 q heads per kv head, fp32 */
+static const struct attn_shape SH = { .q_heads = 8, .kv_heads = 2, .head_dim = 32, .page_tokens = 8 };
 
 struct regen {
     const struct attn_shape *s;
@@ -76,7 +77,7 @@ static void test_kernel(void **state)
         assert_memory_equal(out, ref, sizeof out);
         /* bf16 pages compute the bits of fp32 pages holding their values */
         struct attn_shape h16 = SH;
-        h16.bf16 = 1;
+        h16.dtype = ATTN_BF16;
         void **half = calloc(np, sizeof(void *));
         for (uint32_t i = 0; i < np; i++) {
             half[i] = calloc(1, attn_page_bytes(&h16));
@@ -108,7 +109,8 @@ static void test_kernel(void **state)
 /* bf16 rounding: to nearest, ties to even, and back exactly. */
 static void test_bf16(void **state)
 {
-    const struct attn_shape h16 = { 8, 2, 32, 8, 1 };
+    const struct attn_shape h16 = { .q_heads = 8, .kv_heads = 2, .head_dim = 32, .page_tokens = 8,
+                                    .dtype = ATTN_BF16 };
     uint16_t b[4];
     attn_store(&h16, b, 0, 1.0f);
     assert_int_equal(b[0], 0x3f80);
@@ -152,48 +154,55 @@ static void test_attn_exp(void **state)
 
 /* The order a GPU kernel computes in (one q head per block; a score per
  * token; one thread folds the softmax state; one thread per output
- * element), written with attn_math.h's scalar helpers, gives the CPU
- * kernel's bits exactly: llama3-8b's heads, one q head per kv head, pages
- * longer than a head (256 tokens of 64), ragged pages (7 tokens), and
+ * element), written with attn_math.h's scalar helpers and the row offsets
+ * attention_cuda.cu computes, gives the CPU kernel's bits exactly: llama3-8b's
+ * heads, one q head per kv head, pages longer than a head (256 tokens of
+ * 64), ragged pages (7 tokens), 71 q heads per kv head (falcon-7b), MLA's
+ * 576-wide rows and 512-wide output, a window, the quantised dtypes, and
  * queries scaled up until exponentials underflow. */
 static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale)
 {
-    const uint32_t G = sh->q_heads / sh->kv_heads, D = sh->head_dim, pt = sh->page_tokens;
+    const uint32_t G = sh->q_heads / sh->kv_heads, D = sh->head_dim, VD = attn_vdim(sh);
+    const uint32_t pt = sh->page_tokens, ft = attn_first_token(sh, n);
+    const int dt = (int)sh->dtype;
     uint32_t np = (n + pt - 1) / pt;
-    size_t pf = attn_page_elems(sh), qf = (size_t)sh->q_heads * D, eb = attn_elem_bytes(sh);
-    const float scale = (float)(1.0 / sqrt((double)D));
+    size_t qf = (size_t)sh->q_heads * D, of = (size_t)sh->q_heads * VD;
+    const float scale = attn_score_scale(sh);
     char **pages = calloc(np, sizeof(char *));
     for (uint32_t i = 0; i < np; i++) {
-        pages[i] = calloc(pf, eb);
+        pages[i] = calloc(1, attn_page_bytes(sh));
         uint32_t nt = n - i * pt < pt ? n - i * pt : pt;
         run_fill_page(sh, 11, 1, 2, i, nt, 0, sh->kv_heads, pages[i]);
     }
-    float *q = malloc(qf * sizeof(float)), *out = malloc(qf * sizeof(float));
-    float *gpu = malloc(qf * sizeof(float));
-    void *scr = malloc(pf * eb);
+    float *q = malloc(qf * sizeof(float)), *out = malloc(of * sizeof(float));
+    float *gpu = malloc(of * sizeof(float));
+    void *scr = malloc(attn_scratch_bytes(sh));
     float *sc = malloc(pt * sizeof(float)), *p = malloc(pt * sizeof(float));
-    float *acc = malloc(D * sizeof(float));
+    float *acc = malloc(VD * sizeof(float));
     for (size_t i = 0; i < qf; i++)
         q[i] = qscale * run_kv_value(5, 0, 0, (uint32_t)(i / D), (uint32_t)(i % D), 0, 2);
-    attn_decode(sh, q, n, 0, sh->kv_heads, from_array, pages, scr, out);
+    attn_decode(sh, q, n, 0, attn_units(sh), from_array, pages, scr, out);
     for (uint32_t qh = 0; qh < sh->q_heads; qh++) {
         uint32_t h = qh / G;
         float m = -INFINITY, l = 0, c;
-        memset(acc, 0, D * sizeof(float));
-        for (uint32_t pg = 0; pg < np; pg++) {
-            uint32_t nt = n - pg * pt < pt ? n - pg * pt : pt;
-            const char *k = pages[pg] + attn_row(sh, 0, h, 0) * eb;
-            const char *v = pages[pg] + attn_row(sh, 1, h, 0) * eb;
+        memset(acc, 0, VD * sizeof(float));
+        for (uint32_t pg = attn_first_page(sh, n); pg < np; pg++) {
+            uint32_t first = pg * pt, tb = ft > first ? ft - first : 0;
+            uint32_t nt = (n - first < pt ? n - first : pt) - tb;
+            const char *k = pages[pg] + attn_row_off(sh, 0, h, 0);
+            const char *v = pages[pg] + attn_row_off(sh, 1, h, 0);
+            const float *ks = (const float *)(pages[pg] + attn_scale_off(sh, 0, h, 0));
+            const float *vs = (const float *)(pages[pg] + attn_scale_off(sh, 1, h, 0));
             for (uint32_t t = 0; t < nt; t++)
-                sc[t] = attn_score(q + (size_t)qh * D, k + (size_t)t * D * eb, D, scale, sh->bf16);
+                sc[t] = attn_score(q + (size_t)qh * D, k, ks, tb + t, D, scale, dt);
             attn_fold_stats(sc, nt, &m, &l, &c, p);
-            for (uint32_t d = 0; d < D; d++)
-                acc[d] = attn_fold_acc(acc[d], c, p, v + d * eb, nt, D, sh->bf16);
+            for (uint32_t d = 0; d < VD; d++)
+                acc[d] = attn_fold_acc(acc[d], c, p, v, vs, tb, nt, D, d, dt);
         }
-        for (uint32_t d = 0; d < D; d++)
-            gpu[(size_t)qh * D + d] = ATTN_DIV(acc[d], l);
+        for (uint32_t d = 0; d < VD; d++)
+            gpu[(size_t)qh * VD + d] = ATTN_DIV(acc[d], l);
     }
-    assert_memory_equal(out, gpu, qf * sizeof(float));
+    assert_memory_equal(out, gpu, of * sizeof(float));
     for (uint32_t i = 0; i < np; i++)
         free(pages[i]);
     free(pages);
@@ -206,22 +215,144 @@ static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale
     free(acc);
 }
 
+#define SHAPE(q, kv, d, pt, dt) { .q_heads = q, .kv_heads = kv, .head_dim = d, .page_tokens = pt, .dtype = dt }
+/* MLA as kvtier run makes it for deepseek-v3 (fewer q heads): the latent
+ * and the RoPE key in one row, V the latent. */
+#define MLA(q, pt, dt, win) { .q_heads = q, .kv_heads = 1, .head_dim = 576, .page_tokens = pt, \
+                              .dtype = dt, .mla = 1, .v_dim = 512, .window = win, .scale = 0.0721687836f }
+
 static void test_gpu_order(void **state)
 {
     static const struct attn_shape shapes[] = {
-        { 32, 8, 128, 16, 1 }, /* llama3-8b, bf16 (kvtier run's default) */
-        { 32, 8, 128, 16, 0 }, /* the same in fp32 */
-        { 8, 8, 64, 16, 0 },   /* one q head per kv head */
-        { 8, 1, 64, 256, 1 },  /* pages longer than a head */
-        { 16, 4, 128, 7, 0 },  /* ragged pages */
-        { 16, 4, 128, 7, 1 },
+        SHAPE(32, 8, 128, 16, ATTN_BF16), /* llama3-8b, bf16 (kvtier run's default) */
+        SHAPE(32, 8, 128, 16, ATTN_F32),  /* the same in fp32 */
+        SHAPE(8, 8, 64, 16, ATTN_F32),    /* one q head per kv head */
+        SHAPE(8, 1, 64, 256, ATTN_BF16),  /* pages longer than a head */
+        SHAPE(16, 4, 128, 7, ATTN_F32),   /* ragged pages */
+        SHAPE(16, 4, 128, 7, ATTN_BF16),
+        SHAPE(71, 1, 64, 16, ATTN_BF16),  /* falcon-7b: 71 q heads per kv head */
+        SHAPE(16, 4, 128, 16, ATTN_FP8),
+        SHAPE(16, 4, 128, 16, ATTN_INT8),
+        SHAPE(16, 4, 128, 7, ATTN_INT4),
+        MLA(20, 16, ATTN_BF16, 0),        /* two units of 16 and 4 q heads */
+        MLA(20, 16, ATTN_INT4, 0),
+        { .q_heads = 16, .kv_heads = 4, .head_dim = 128, .page_tokens = 7, .dtype = ATTN_BF16,
+          .window = 20 },                 /* the window starts inside a page */
+        MLA(4, 16, ATTN_FP8, 33),
     };
     const uint32_t lens[] = { 1, 16, 17, 300 };
-    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        assert_int_equal(attn_shape_check(&shapes[si]), 0);
         for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
             gpu_order_case(&shapes[si], lens[li], 4.0f);
             gpu_order_case(&shapes[si], lens[li], 1000.0f); /* exponentials underflow */
         }
+    }
+}
+
+/* Every shape against the textbook formula in double precision over the
+ * values the kernel reads (dequantised), and against itself split as the
+ * run splits it: units in separate calls over pages regenerated per kv
+ * head, and pages folded over uneven ranges of calls. */
+static void shape_case(const struct attn_shape *sh, uint32_t n)
+{
+    const uint32_t pt = sh->page_tokens, np = (n + pt - 1) / pt, VD = attn_vdim(sh);
+    const uint32_t U = attn_units(sh);
+    size_t qf = (size_t)sh->q_heads * sh->head_dim, of = (size_t)sh->q_heads * VD;
+    void **pages = calloc(np, sizeof(void *));
+    for (uint32_t i = 0; i < np; i++) {
+        pages[i] = calloc(1, attn_page_bytes(sh));
+        uint32_t nt = n - i * pt < pt ? n - i * pt : pt;
+        run_fill_page(sh, 7, 3, 1, i, nt, 0, sh->kv_heads, pages[i]);
+    }
+    float *q = malloc(qf * sizeof(float)), *out = malloc(of * sizeof(float));
+    float *ref = malloc(of * sizeof(float)), *m = malloc(sh->q_heads * sizeof(float));
+    float *l = malloc(sh->q_heads * sizeof(float));
+    double *naive = malloc(of * sizeof(double));
+    void *scr = malloc(attn_scratch_bytes(sh));
+    for (size_t i = 0; i < qf; i++)
+        q[i] = 4.0f * run_kv_value(9, 0, 0, (uint32_t)(i / sh->head_dim),
+                                   (uint32_t)(i % sh->head_dim), 0, 2);
+    attn_decode(sh, q, n, 0, U, from_array, pages, scr, out);
+    attn_naive(sh, q, n, (const void *const *)pages, naive);
+    for (size_t i = 0; i < of; i++)
+        if (!(fabs(out[i] - naive[i]) <= 1e-5 + 1e-5 * fabs(naive[i])))
+            fail_msg("output %zu: %.9g, the formula %.9g", i, out[i], naive[i]);
+    struct regen g = { sh, n };
+    memset(ref, 0, of * sizeof(float));
+    for (uint32_t u = U; u-- > 0;) /* one unit per call, last first */
+        attn_decode(sh, q, n, u, u + 1, regenerate, &g, scr, ref);
+    assert_memory_equal(out, ref, of * sizeof(float));
+    memset(ref, 0, of * sizeof(float));
+    attn_begin(sh, 0, U, m, l, ref);
+    for (uint32_t p0 = 0, step = 1; p0 < np; p0 += step, step++) {
+        uint32_t p1 = p0 + step < np ? p0 + step : np;
+        attn_pages(sh, q, n, p0, p1, 0, U, from_array, pages, scr, m, l, ref);
+    }
+    attn_end(sh, 0, U, l, ref);
+    assert_memory_equal(out, ref, of * sizeof(float));
+    for (uint32_t i = 0; i < np; i++)
+        free(pages[i]);
+    free(pages);
+    free(q);
+    free(out);
+    free(ref);
+    free(m);
+    free(l);
+    free(naive);
+    free(scr);
+}
+
+static void test_shapes(void **state)
+{
+    static const struct attn_shape shapes[] = {
+        SHAPE(71, 1, 64, 8, ATTN_BF16),  /* MQA, falcon-7b's ratio */
+        SHAPE(24, 2, 64, 8, ATTN_F32),   /* GQA 12 per kv head */
+        SHAPE(40, 2, 64, 8, ATTN_BF16),  /* GQA 20: a unit of 16 and one of 4 per kv head */
+        MLA(20, 8, ATTN_BF16, 0),
+        SHAPE(8, 2, 64, 8, ATTN_FP8),
+        SHAPE(8, 2, 64, 8, ATTN_INT8),
+        SHAPE(8, 2, 128, 8, ATTN_INT4),
+        MLA(4, 8, ATTN_INT4, 0),
+        { .q_heads = 8, .kv_heads = 2, .head_dim = 64, .page_tokens = 8, .dtype = ATTN_BF16,
+          .window = 13 },
+        MLA(4, 8, ATTN_INT8, 10),
+    };
+    const uint32_t lens[] = { 1, 8, 9, 37 };
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+            shape_case(&shapes[si], lens[li]);
+}
+
+/* Quantised rows: fp8 e4m3 codes round to nearest even and widen back
+ * exactly; int8 and int4 codes are within half a step of the value; a
+ * group's scale follows its own values (an outlier group does not coarsen
+ * the others). */
+static void test_quantise(void **state)
+{
+    assert_true(attn_e4m3(0x7e) == 448.0f);
+    assert_true(attn_e4m3(0x08) == 1.0f / 64);  /* the smallest normal */
+    assert_true(attn_e4m3(0x01) == 1.0f / 512); /* the smallest subnormal */
+    assert_true(attn_e4m3(0xb8) == -1.0f);
+    assert_true(attn_e4m3(0x39) == 1.125f);
+    for (int dt = ATTN_FP8; dt <= ATTN_INT4; dt++) {
+        struct attn_shape s = SHAPE(2, 1, 128, 2, (uint32_t)dt);
+        char *page = calloc(1, attn_page_bytes(&s));
+        float v[128];
+        for (int d = 0; d < 128; d++)
+            v[d] = (d < 64 ? 1.0f : 100.0f) * run_kv_value(3, 0, 0, 0, 0, (uint32_t)d, 0);
+        attn_store_row(&s, page, 1, 0, 1, v);
+        for (int d = 0; d < 128; d++) {
+            float got = attn_value(&s, page, 1, 0, 1, (uint32_t)d), mag = d < 64 ? 1.0f : 100.0f;
+            /* fp8: 3 mantissa bits, half an ulp 2^-4 relative (subnormals: half of 2^-9 of the
+             * scale); int8: half a step of 1/127 of the group's largest; int4: of 1/15 of its range */
+            double tol = dt == ATTN_FP8 ? fabs(v[d]) / 16 + mag / 448 / 1024
+                       : dt == ATTN_INT8 ? mag / 127 / 2 * 1.001 : 2 * mag / 15 / 2 * 1.001;
+            if (!(fabs(got - v[d]) <= tol))
+                fail_msg("dtype %d element %d: %.9g for %.9g (tolerance %.3g)", dt, d, got, v[d], tol);
+        }
+        free(page);
+    }
 }
 
 static void test_pool(void **state)
@@ -300,7 +431,7 @@ static void run_ok(const char *policy, int codec, uint32_t chunk)
     small_opts(&o);
     o.policy = policy;
     o.codec = codec < 0 ? KVT_CODEC_NONE : codec;
-    o.fp32 = codec < 0; /* -1: fp32 KV, no codec */
+    o.dtype = codec < 0 ? ATTN_F32 : ATTN_BF16; /* -1: fp32 KV, no codec */
     o.chunk_pages = chunk;
     assert_int_equal(run_exec(&o, &r), 0);
     assert_true(r.verified);
@@ -366,7 +497,7 @@ static void test_run_lossy_mismatch(void **state)
     assert_true(r.err_rms_rel > 0.5);
     small_opts(&o);
     o.codec = KVT_CODEC_INT4;
-    o.fp32 = true;
+    o.dtype = ATTN_F32;
     assert_int_equal(run_exec(&o, &r), -EINVAL);
 }
 
@@ -377,6 +508,103 @@ static void test_run_whole(void **state) { run_ok("decode", KVT_CODEC_NONE, 17);
 static void test_run_lru(void **state) { run_ok("lru", KVT_CODEC_NONE, 0); }
 static void test_run_codec(void **state) { run_ok("decode", KVT_CODEC_ZSTD_SHUFFLE16, 3); }
 static void test_run_fp32(void **state) { run_ok("decode", -1, 5); }
+
+/* A small run of a model's shape (2 layers) in a dtype, with a window or
+ * none: verified, with the SSD in use (HBM and DRAM smaller than the KV,
+ * pages read up from SSD during the decode), and the engine holding every
+ * page the window keeps and no other. */
+static void shape_run(const char *model, uint32_t dtype, uint32_t window, uint32_t page_tokens,
+                      uint32_t tokens, struct run_result *r)
+{
+    struct run_opts o;
+    small_opts(&o);
+    o.model = kvt_preset_find(model);
+    o.dtype = dtype;
+    o.window = window;
+    o.page_tokens = page_tokens;
+    o.tokens = tokens;
+    o.chunk_pages = 3;
+    assert_int_equal(run_exec(&o, r), 0);
+    assert_true(r->verified);
+    assert_int_equal(r->verified_steps, tokens);
+    assert_true(r->kv_bytes > r->cap[0] + r->cap[1]);
+    assert_true(r->delta.bytes_up[KVT_TIER_DRAM] > 0);
+    assert_true(r->end.resident_pages[KVT_TIER_SSD] > 0);
+    assert_true(r->pages_held == r->pages_expected);
+    if (!window)
+        assert_true(r->dropped_pages == 0 && r->pages_held == r->pages);
+}
+
+/* Under ThreadSanitizer (a Debug build, every access checked) a run takes
+ * about 50 s: the runs whose threads do what test_run_decode's do (the
+ * feed hands out units whatever their shape; MLA and the quantised dtypes
+ * differ only in the kernel's arithmetic) are left to the plain and ASan
+ * builds, and the window keeps its smallest run. */
+#ifdef __SANITIZE_THREAD__
+#define SKIP_UNDER_TSAN() skip()
+#else
+#define SKIP_UNDER_TSAN() (void)0
+#endif
+
+/* falcon-7b: 71 q heads on one K/V head (five units of work). */
+static void test_run_mqa(void **state)
+{
+    struct run_result r;
+    SKIP_UNDER_TSAN();
+    shape_run("falcon-7b", ATTN_BF16, 0, 32, 4, &r);
+}
+
+/* deepseek-v3: MLA's absorbed form over 576-wide rows. */
+static void test_run_mla(void **state)
+{
+    struct run_result r;
+    SKIP_UNDER_TSAN();
+    shape_run("deepseek-v3", ATTN_BF16, 0, 32, 4, &r);
+}
+
+/* --window 160 over 16-token pages: 256 context tokens leave 6 pages per
+ * (sequence, layer) behind, 20 more tokens 7; they are dropped from every
+ * tier (the engine holds the window's pages only). */
+static void test_run_window(void **state)
+{
+    struct run_result r;
+#ifndef __SANITIZE_THREAD__
+    shape_run("llama3-8b", ATTN_BF16, 160, 16, 20, &r);
+    assert_int_equal(r.dropped_pages, 2 * 2 * 7);
+    assert_int_equal(r.pages_expected, 2 * 2 * ((276 + 15) / 16 - 7));
+#endif
+    /* One sequence and one layer: each group is begun while the one before,
+     * of the same (sequence, layer), still holds its pages, the page its
+     * window leaves among them. */
+    struct run_opts o;
+    small_opts(&o);
+    o.batch = 1;
+    o.layers = 1;
+    o.window = 40;
+    o.page_tokens = 8;
+    o.tokens = 20;
+    o.chunk_pages = 2;
+    o.ssd = 0;
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified && r.pages_held == r.pages_expected);
+    assert_int_equal(r.dropped_pages, (256 + 20 - 40) / 8);
+}
+
+/* The quantised dtypes: bit-exact against their own reference, and within
+ * their tolerance of bf16's (an error of 0 would say the pages were not
+ * quantised); MLA with int4 and a window too. */
+static void test_run_dtypes(void **state)
+{
+    struct run_result r;
+    SKIP_UNDER_TSAN();
+    for (uint32_t dt = ATTN_FP8; dt <= ATTN_INT4; dt++) {
+        shape_run("llama3-8b", dt, 0, 32, 3, &r);
+        assert_true(r.dt_tol > 0 && r.dt_rms_rel > 0 && r.dt_rms_rel_step <= r.dt_tol);
+        assert_true(r.dt_max_abs > 0);
+    }
+    shape_run("deepseek-v3", ATTN_INT4, 100, 16, 20, &r);
+    assert_true(r.dt_rms_rel > 0 && r.dt_rms_rel_step <= r.dt_tol && r.dropped_pages > 0);
+}
 
 /* --nice 0: the caller computes a part inside the pool's start, so it cannot
  * feed the job chunk by chunk; the group must come in whole first (this
@@ -518,10 +746,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_kernel),      cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_attn_exp),
         cmocka_unit_test(test_gpu_order),   cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_shapes),      cmocka_unit_test(test_quantise),
         cmocka_unit_test(test_pool_nice),
         cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_whole),
         cmocka_unit_test(test_run_lru),     cmocka_unit_test(test_run_fp32),
         cmocka_unit_test(test_run_nice0),
+        cmocka_unit_test(test_run_mqa),     cmocka_unit_test(test_run_mla),
+        cmocka_unit_test(test_run_window),  cmocka_unit_test(test_run_dtypes),
         cmocka_unit_test(test_run_codec),   cmocka_unit_test(test_run_fp8),
         cmocka_unit_test(test_run_int8),    cmocka_unit_test(test_run_int4),
         cmocka_unit_test(test_run_lossy_mismatch),   cmocka_unit_test(test_corrupt_page),

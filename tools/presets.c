@@ -3,7 +3,8 @@
  *
  * The numbers are the models' published config.json values (num_hidden_layers,
  * num_attention_heads, num_key_value_heads, head_dim or hidden_size /
- * num_attention_heads; kv_lora_rank and qk_rope_head_dim for MLA). A wrong
+ * num_attention_heads; kv_lora_rank, qk_rope_head_dim and qk_nope_head_dim
+ * for MLA). A wrong
  * number here makes every figure `plan` and `run` print wrong while looking
  * plausible, so tests/test_plan.c checks each preset's bytes per token
  * against arithmetic done by hand.
@@ -15,19 +16,19 @@
 #include "tools/presets.h"
 
 static const struct kvt_shape presets[] = {
-    /* name            layers  q   kv  dim  lora rope dtype   attn */
-    { "llama3-8b",        32,  32,  8, 128,   0,  0, "bf16", "gqa" },
-    { "llama3-70b",       80,  64,  8, 128,   0,  0, "bf16", "gqa" },
-    { "llama3.1-405b",   126, 128,  8, 128,   0,  0, "bf16", "gqa" },
-    { "qwen2.5-7b",       28,  28,  4, 128,   0,  0, "bf16", "gqa" },
-    { "mistral-7b",       32,  32,  8, 128,   0,  0, "bf16", "gqa" },
+    /* name            layers  q   kv  dim  lora rope dtype   attn  nope */
+    { "llama3-8b",        32,  32,  8, 128,   0,  0, "bf16", "gqa",    0 },
+    { "llama3-70b",       80,  64,  8, 128,   0,  0, "bf16", "gqa",    0 },
+    { "llama3.1-405b",   126, 128,  8, 128,   0,  0, "bf16", "gqa",    0 },
+    { "qwen2.5-7b",       28,  28,  4, 128,   0,  0, "bf16", "gqa",    0 },
+    { "mistral-7b",       32,  32,  8, 128,   0,  0, "bf16", "gqa",    0 },
     /* MHA: every query head has its own K and V. */
-    { "llama2-7b",        32,  32, 32, 128,   0,  0, "fp16", "mha" },
+    { "llama2-7b",        32,  32, 32, 128,   0,  0, "fp16", "mha",    0 },
     /* MQA: one K and V head shared by 71 query heads (hidden 4544 / 71 = 64). */
-    { "falcon-7b",        32,  71,  1,  64,   0,  0, "bf16", "mqa" },
+    { "falcon-7b",        32,  71,  1,  64,   0,  0, "bf16", "mqa",    0 },
     /* MLA caches the compressed latent (512) and the shared RoPE key (64)
      * per token and layer; nothing per head, so kv_heads and head_dim are 0. */
-    { "deepseek-v3",      61, 128,  0,   0, 512, 64, "bf16", "mla" },
+    { "deepseek-v3",      61, 128,  0,   0, 512, 64, "bf16", "mla",  128 },
 };
 
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))

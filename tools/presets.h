@@ -32,6 +32,8 @@ struct kvt_shape {
     uint32_t kv_lora_rank, rope_dim; /* MLA when kv_lora_rank > 0 */
     const char *dtype;               /* the dtype the model's KV is usually kept in */
     const char *attn;
+    uint32_t qk_nope_dim;            /* MLA: each head's query/key width without RoPE (the
+                                        scores' scale is 1/sqrt(qk_nope_dim + rope_dim)) */
 };
 
 /* The presets, in a static table; the pointers stay valid for the program's

@@ -101,6 +101,15 @@ else
   step run_trace 60 "$K" run --device host --model llama3-8b --layers 2 --batch 1 --context 1k --tokens 2 --no-progress --json --trace "$R/trace.json"
 fi
 
+# (c2) every attention shape of kvtier run (docs/run.md) on the kernel, over
+# three tiers (the default sizes: KV 4x HBM, an SSD tier), each step checked
+# bit-exactly (and the quantised ones within their tolerance of bf16).
+for shape in "falcon-7b" "deepseek-v3" "llama3-8b --window 1000" "llama3-8b --dtype fp8" \
+             "llama3-8b --dtype int8" "llama3-8b --dtype int4" "deepseek-v3 --dtype int4 --window 700"; do
+  name=run_shape_$(echo "$shape" | tr -c 'a-z0-9\n' '_' | tr -s _)
+  step "$name" 120 "$K" run $DEV --model $shape --layers 2 --batch 2 --context 2k --tokens 4 --no-progress --json
+done
+
 # (d) the long decode. llama3-8b, all 32 layers: 128 KiB of KV per token, in
 # 128 KiB pages. 64k context = 8 GiB of KV, HBM 2 GiB (KV = 4x HBM), the rest
 # in DRAM: each step loads about 6 GiB over the link. Its length is set for

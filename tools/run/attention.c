@@ -1,6 +1,6 @@
 /*
- * attention.c — grouped-query decode attention on the CPU over KV pages,
- * and the small thread team that splits it by kv head.
+ * attention.c — decode attention on the CPU over KV pages (every shape of
+ * attention.h), and the small thread team that splits it by unit.
  *
  * Vectorised with GCC/Clang vector extensions (8 floats: two SSE registers,
  * one AVX register), no -ffast-math and no FMA contraction
@@ -63,37 +63,142 @@ static inline float hsum8(const v8f *pv)
     return attn_hsum8(v);
 }
 
-#define ATTN_MAX_Q_HEADS 1024u
-
 int attn_shape_check(const struct attn_shape *s)
 {
-    if (!s->q_heads || !s->kv_heads || !s->head_dim || !s->page_tokens || s->bf16 > 1)
+    if (!s->q_heads || !s->kv_heads || !s->head_dim || !s->page_tokens || s->dtype >= ATTN_DTYPES)
         return -EINVAL;
     if (s->head_dim % 8 || s->head_dim > ATTN_MAX_HEAD_DIM || s->q_heads % s->kv_heads ||
-        s->q_heads / s->kv_heads > ATTN_MAX_GROUP || s->q_heads > ATTN_MAX_Q_HEADS ||
-        s->page_tokens > ATTN_MAX_PAGE_TOKENS)
+        s->q_heads > ATTN_MAX_Q_HEADS || s->page_tokens > ATTN_MAX_PAGE_TOKENS)
+        return -EINVAL;
+    if (attn_quantised(s) && s->head_dim % ATTN_QGROUP)
+        return -EINVAL;
+    if (s->mla ? s->kv_heads != 1 || !s->v_dim || s->v_dim % 8 || s->v_dim >= s->head_dim
+               : s->v_dim && s->v_dim != s->head_dim)
         return -EINVAL;
     return 0;
 }
 
+float attn_score_scale(const struct attn_shape *s)
+{
+    return s->scale > 0 ? s->scale : (float)(1.0 / sqrt((double)s->head_dim));
+}
+
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+size_t attn_scratch_bytes(const struct attn_shape *s)
+{
+    size_t deq = attn_quantised(s) ? 2 * (size_t)s->page_tokens * s->head_dim * sizeof(float) : 0;
+    return round64(attn_page_bytes(s)) + deq;
+}
+
 float attn_elem(const struct attn_shape *s, const void *page, size_t i)
 {
-    return attn_kv(page, i, (int)s->bf16);
+    return s->dtype == ATTN_BF16 ? attn_bf16(((const uint16_t *)page)[i]) : ((const float *)page)[i];
+}
+
+float attn_round_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even (no NaN is ever stored) */
+    u &= 0xffff0000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
 }
 
 void attn_store(const struct attn_shape *s, void *page, size_t i, float v)
 {
-    if (!s->bf16) {
+    if (s->dtype != ATTN_BF16) {
         ((float *)page)[i] = v;
         return;
     }
     uint32_t u;
+    v = attn_round_bf16(v);
     memcpy(&u, &v, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even (no NaN is ever stored) */
     ((uint16_t *)page)[i] = (uint16_t)(u >> 16);
 }
 
-/* Scores of the G query heads of one kv head against nt K rows. */
+float attn_value(const struct attn_shape *s, const void *page, int kind, uint32_t h, uint32_t t,
+                 uint32_t d)
+{
+    const char *b = page;
+    return attn_deq(b + attn_row_off(s, kind, h, 0), (const float *)(b + attn_scale_off(s, kind, h, 0)),
+                    t, s->head_dim, d, (int)s->dtype);
+}
+
+/* a (finite, |a| <= 448 after the clamp) to fp8 e4m3, to nearest even. */
+static uint8_t e4m3_encode(float y)
+{
+    uint8_t sign = y < 0 ? 0x80 : 0;
+    float a = fabsf(y);
+    if (a >= 448.0f)
+        return sign | 0x7e;
+    if (a < 0.015625f) /* below 2^-6: subnormal, m 2^-9 (m = 8 is 2^-6, encoded alike) */
+        return sign | (uint8_t)lrintf(a * 512.0f);
+    int E;
+    (void)frexpf(a, &E); /* a in [2^(E-1), 2^E) */
+    int e = E - 1 + 7, m = (int)lrintf((ldexpf(a, 1 - E) - 1.0f) * 8.0f); /* both exact */
+    if (m == 8)
+        m = 0, e++;
+    if (e > 15 || (e == 15 && m > 6))
+        return sign | 0x7e;
+    return sign | (uint8_t)(e << 3 | m);
+}
+
+/* One group of n values quantised into codes and its scales (sc[0], and
+ * the minimum sc[1] for int4), as the dtype says. */
+static void quantise_group(int dtype, const float *v, uint32_t n, uint8_t *codes, float *sc)
+{
+    float lo = v[0], hi = v[0], amax = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+        amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+    }
+    if (dtype == ATTN_INT4) {
+        float step = (hi - lo) / 15.0f;
+        sc[0] = step;
+        sc[1] = lo;
+        for (uint32_t i = 0; i < n; i += 2) {
+            long a = step > 0 ? lrintf((v[i] - lo) / step) : 0;
+            long b = step > 0 ? lrintf((v[i + 1] - lo) / step) : 0;
+            a = a < 0 ? 0 : a > 15 ? 15 : a;
+            b = b < 0 ? 0 : b > 15 ? 15 : b;
+            codes[i / 2] = (uint8_t)(a | b << 4);
+        }
+        return;
+    }
+    float top = dtype == ATTN_FP8 ? 448.0f : 127.0f;
+    sc[0] = amax / top;
+    for (uint32_t i = 0; i < n; i++) {
+        float y = sc[0] > 0 ? v[i] / sc[0] : 0.0f;
+        if (dtype == ATTN_FP8) {
+            codes[i] = e4m3_encode(y);
+        } else {
+            long q = lrintf(y);
+            codes[i] = (uint8_t)(int8_t)(q < -127 ? -127 : q > 127 ? 127 : q);
+        }
+    }
+}
+
+void attn_store_row(const struct attn_shape *s, void *page, int kind, uint32_t h, uint32_t t,
+                    const float *v)
+{
+    char *b = page;
+    if (!attn_quantised(s)) {
+        for (uint32_t d = 0; d < s->head_dim; d++)
+            attn_store(s, page, attn_row(s, kind, h, t) + d, v[d]);
+        return;
+    }
+    uint8_t *codes = (uint8_t *)b + attn_row_off(s, kind, h, t);
+    float sc[2 * ATTN_MAX_HEAD_DIM / ATTN_QGROUP];
+    uint32_t per = s->dtype == ATTN_INT4 ? 2 : 1, cb = s->dtype == ATTN_INT4 ? ATTN_QGROUP / 2 : ATTN_QGROUP;
+    for (uint32_t g = 0; g < s->head_dim / ATTN_QGROUP; g++)
+        quantise_group((int)s->dtype, v + g * ATTN_QGROUP, ATTN_QGROUP, codes + g * cb, sc + g * per);
+    memcpy(b + attn_scale_off(s, kind, h, t), sc, attn_row_scales(s) * sizeof(float));
+}
+
+/* Scores of G query heads (G <= ATTN_QBLOCK) of one kv head against nt K rows. */
 static inline __attribute__((always_inline)) void
 page_scores(const float *qg, const void *k, uint32_t nt, uint32_t G, uint32_t D, uint32_t pt,
             float scale, float *sc, bool bf16)
@@ -110,134 +215,206 @@ page_scores(const float *qg, const void *k, uint32_t nt, uint32_t G, uint32_t D,
     }
 }
 
-/* Folds one page's scores and V rows into a q head's running state: the
- * softmax state by attn_math.h's helper (the GPU kernel's too), then the
- * output, eight elements at a time, in the same per-element order. */
+/* Folds one page's scores and V rows (VD elements each, rows vs apart) into
+ * a q head's running state: the softmax state by attn_math.h's helper (the
+ * GPU kernel's too), then the output, eight elements at a time, in the same
+ * per-element order. */
 static inline __attribute__((always_inline)) void
-page_fold(const float *sc, const void *v, uint32_t nt, uint32_t D, float *m, float *l,
-          float *acc, bool bf16)
+page_fold(const float *sc, const void *v, uint32_t nt, uint32_t VD, uint32_t vs, float *m,
+          float *l, float *acc, bool bf16)
 {
     float c, p[ATTN_MAX_PAGE_TOKENS];
     attn_fold_stats(sc, nt, m, l, &c, p);
     v8f cv = splat8(c);
-    for (uint32_t d = 0; d < D; d += 8)
+    for (uint32_t d = 0; d < VD; d += 8)
         st8(acc + d, ld8(acc + d) * cv);
     for (uint32_t t = 0; t < nt; t++) {
         v8f pv = splat8(p[t]);
-        size_t vr = (size_t)t * D;
-        for (uint32_t d = 0; d < D; d += 8)
+        size_t vr = (size_t)t * vs;
+        for (uint32_t d = 0; d < VD; d += 8)
             st8(acc + d, ld8(acc + d) + pv * ld8kv(v, vr + d, bf16));
     }
 }
 
-/* One page for kv heads [h0, h1): every q head's scores, then its fold. */
-static inline __attribute__((always_inline)) void
-page_heads(const struct attn_shape *s, const float *q, const void *p, uint32_t nt, uint32_t h0,
-           uint32_t h1, float scale, float *sc, float *m, float *l, float *out, bool bf16)
+/* The q heads [*g0, *g1) of unit u. */
+static void unit_q(const struct attn_shape *s, uint32_t u, uint32_t *g0, uint32_t *g1)
 {
-    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
-    const size_t eb = bf16 ? 2 : 4;
-    const char *base = p;
-    for (uint32_t h = h0; h < h1; h++) {
-        page_scores(q + (size_t)h * G * D, base + attn_row(s, 0, h, 0) * eb, nt, G, D, pt, scale,
-                    sc, bf16);
-        for (uint32_t g = 0; g < G; g++) {
-            uint32_t qh = h * G + g;
-            page_fold(sc + g * pt, base + attn_row(s, 1, h, 0) * eb, nt, D, &m[qh], &l[qh],
-                      out + (size_t)qh * D, bf16);
+    uint32_t G = s->q_heads / s->kv_heads, ub = attn_unit_blocks(s);
+    uint32_t h = u / ub, first = h * G, b = (u % ub) * ATTN_QBLOCK;
+    *g0 = first + b;
+    *g1 = first + (b + ATTN_QBLOCK < G ? b + ATTN_QBLOCK : G);
+}
+
+/* One unit over nt tokens of a page whose K and V rows (of that unit's kv
+ * head, from the first token attended) are at k and v: scores, then each
+ * q head's fold. */
+static inline __attribute__((always_inline)) void
+unit_fold(const struct attn_shape *s, const float *q, const void *k, const void *v, uint32_t nt,
+          uint32_t u, float scale, float *sc, float *m, float *l, float *out, bool bf16)
+{
+    const uint32_t D = s->head_dim, VD = attn_vdim(s), pt = s->page_tokens;
+    uint32_t g0, g1;
+    unit_q(s, u, &g0, &g1);
+    page_scores(q + (size_t)g0 * D, k, nt, g1 - g0, D, pt, scale, sc, bf16);
+    for (uint32_t qh = g0; qh < g1; qh++)
+        page_fold(sc + (qh - g0) * pt, v, nt, VD, D, &m[qh], &l[qh], out + (size_t)qh * VD, bf16);
+}
+
+static void unit_fold_f32(const struct attn_shape *s, const float *q, const void *k, const void *v,
+                          uint32_t nt, uint32_t u, float scale, float *sc, float *m, float *l,
+                          float *out)
+{
+    unit_fold(s, q, k, v, nt, u, scale, sc, m, l, out, false);
+}
+
+static void unit_fold_bf16(const struct attn_shape *s, const float *q, const void *k,
+                           const void *v, uint32_t nt, uint32_t u, float scale, float *sc,
+                           float *m, float *l, float *out)
+{
+    unit_fold(s, q, k, v, nt, u, scale, sc, m, l, out, true);
+}
+
+/* Rows [tb, tb + nt) of D elements dequantised into f: attn_deq, the GPU
+ * kernel's own reads, with the dtype a constant in each caller (its switch
+ * folds away). */
+static inline __attribute__((always_inline)) void
+dequantise_dt(const void *rows, const float *sc, uint32_t D, uint32_t tb, uint32_t nt, float *f,
+              int dt)
+{
+    for (uint32_t t = 0; t < nt; t++)
+        for (uint32_t d = 0; d < D; d++)
+            f[(size_t)t * D + d] = attn_deq(rows, sc, tb + t, D, d, dt);
+}
+
+/* Rows [tb, tb + nt) of kind's block of kv head h dequantised into f (nt
+ * rows of head_dim floats). */
+static void dequantise_rows(const struct attn_shape *s, const char *p, int kind, uint32_t h,
+                            uint32_t tb, uint32_t nt, float *f)
+{
+    const void *rows = p + attn_row_off(s, kind, h, 0);
+    const float *sc = (const float *)(p + attn_scale_off(s, kind, h, 0));
+    switch (s->dtype) {
+    case ATTN_FP8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_FP8); break;
+    case ATTN_INT8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT8); break;
+    default: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT4); break;
+    }
+}
+
+/* One page's tokens [tb, tb + nt) for units [u0, u1). A quantised page's
+ * rows are dequantised once per kv head into deq, then folded as fp32. */
+static void page_units(const struct attn_shape *s, const float *q, const char *p, uint32_t tb,
+                       uint32_t nt, uint32_t u0, uint32_t u1, float scale, float *sc, float *m,
+                       float *l, float *out, float *deq)
+{
+    const uint32_t ub = attn_unit_blocks(s);
+    for (uint32_t u = u0; u < u1; u++) {
+        uint32_t h = u / ub;
+        if (attn_quantised(s)) {
+            float *kf = deq, *vf = s->mla ? deq : deq + (size_t)s->page_tokens * s->head_dim;
+            if (u == u0 || u % ub == 0) { /* a new kv head */
+                dequantise_rows(s, p, 0, h, tb, nt, kf);
+                if (!s->mla)
+                    dequantise_rows(s, p, 1, h, tb, nt, vf);
+            }
+            unit_fold_f32(s, q, kf, vf, nt, u, scale, sc, m, l, out);
+        } else if (s->dtype == ATTN_BF16) {
+            unit_fold_bf16(s, q, p + attn_row_off(s, 0, h, tb), p + attn_row_off(s, 1, h, tb), nt,
+                           u, scale, sc, m, l, out);
+        } else {
+            unit_fold_f32(s, q, p + attn_row_off(s, 0, h, tb), p + attn_row_off(s, 1, h, tb), nt,
+                          u, scale, sc, m, l, out);
         }
     }
 }
 
-static void page_heads_f32(const struct attn_shape *s, const float *q, const void *p, uint32_t nt,
-                           uint32_t h0, uint32_t h1, float scale, float *sc, float *m, float *l,
-                           float *out)
-{
-    page_heads(s, q, p, nt, h0, h1, scale, sc, m, l, out, false);
-}
-
-static void page_heads_bf16(const struct attn_shape *s, const float *q, const void *p,
-                            uint32_t nt, uint32_t h0, uint32_t h1, float scale, float *sc,
-                            float *m, float *l, float *out)
-{
-    page_heads(s, q, p, nt, h0, h1, scale, sc, m, l, out, true);
-}
-
-void attn_begin(const struct attn_shape *s, uint32_t h0, uint32_t h1, float *m, float *l,
+void attn_begin(const struct attn_shape *s, uint32_t u0, uint32_t u1, float *m, float *l,
                 float *out)
 {
-    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim;
-    for (uint32_t qh = h0 * G; qh < h1 * G; qh++) {
-        m[qh] = -INFINITY;
-        l[qh] = 0;
-        memset(out + (size_t)qh * D, 0, D * sizeof(float));
+    const uint32_t VD = attn_vdim(s);
+    for (uint32_t u = u0; u < u1; u++) {
+        uint32_t g0, g1;
+        unit_q(s, u, &g0, &g1);
+        for (uint32_t qh = g0; qh < g1; qh++) {
+            m[qh] = -INFINITY;
+            l[qh] = 0;
+            memset(out + (size_t)qh * VD, 0, VD * sizeof(float));
+        }
     }
 }
 
 void attn_pages(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t pg0,
-                uint32_t pg1, uint32_t h0, uint32_t h1, attn_page_fn get, void *ctx,
+                uint32_t pg1, uint32_t u0, uint32_t u1, attn_page_fn get, void *ctx,
                 void *scratch, float *m, float *l, float *out)
 {
-    const uint32_t pt = s->page_tokens;
-    const float scale = (float)(1.0 / sqrt((double)s->head_dim));
-    float sc[ATTN_MAX_GROUP * ATTN_MAX_PAGE_TOKENS];
-    for (uint32_t pg = pg0; pg < pg1; pg++) {
-        const void *p = get(ctx, pg, h0, h1, scratch);
-        uint32_t nt = n_tokens - pg * pt < pt ? n_tokens - pg * pt : pt;
-        if (s->bf16)
-            page_heads_bf16(s, q, p, nt, h0, h1, scale, sc, m, l, out);
-        else
-            page_heads_f32(s, q, p, nt, h0, h1, scale, sc, m, l, out);
+    const uint32_t pt = s->page_tokens, t_lo = attn_first_token(s, n_tokens);
+    const float scale = attn_score_scale(s);
+    float sc[ATTN_QBLOCK * ATTN_MAX_PAGE_TOKENS];
+    float *deq = (float *)((char *)scratch + round64(attn_page_bytes(s)));
+    uint32_t h0, h1;
+    if (u0 >= u1)
+        return;
+    attn_unit_heads(s, u0, u1, &h0, &h1);
+    for (uint32_t pg = pg0 > t_lo / pt ? pg0 : t_lo / pt; pg < pg1; pg++) {
+        const char *p = get(ctx, pg, h0, h1, scratch);
+        uint32_t first = pg * pt;
+        uint32_t tb = t_lo > first ? t_lo - first : 0;
+        uint32_t te = n_tokens - first < pt ? n_tokens - first : pt;
+        page_units(s, q, p, tb, te - tb, u0, u1, scale, sc, m, l, out, deq);
     }
 }
 
-void attn_end(const struct attn_shape *s, uint32_t h0, uint32_t h1, const float *l, float *out)
+void attn_end(const struct attn_shape *s, uint32_t u0, uint32_t u1, const float *l, float *out)
 {
-    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim;
-    for (uint32_t qh = h0 * G; qh < h1 * G; qh++) {
-        v8f lv = splat8(l[qh]);
-        float *o = out + (size_t)qh * D;
-        for (uint32_t d = 0; d < D; d += 8)
-            st8(o + d, ld8(o + d) / lv);
+    const uint32_t VD = attn_vdim(s);
+    for (uint32_t u = u0; u < u1; u++) {
+        uint32_t g0, g1;
+        unit_q(s, u, &g0, &g1);
+        for (uint32_t qh = g0; qh < g1; qh++) {
+            v8f lv = splat8(l[qh]);
+            float *o = out + (size_t)qh * VD;
+            for (uint32_t d = 0; d < VD; d += 8)
+                st8(o + d, ld8(o + d) / lv);
+        }
     }
 }
 
-void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t h0,
-                 uint32_t h1, attn_page_fn get, void *ctx, void *scratch, float *out)
+void attn_decode(const struct attn_shape *s, const float *q, uint32_t n_tokens, uint32_t u0,
+                 uint32_t u1, attn_page_fn get, void *ctx, void *scratch, float *out)
 {
     float m[ATTN_MAX_Q_HEADS], l[ATTN_MAX_Q_HEADS];
-    attn_begin(s, h0, h1, m, l, out);
-    attn_pages(s, q, n_tokens, 0, (n_tokens + s->page_tokens - 1) / s->page_tokens, h0, h1, get,
+    attn_begin(s, u0, u1, m, l, out);
+    attn_pages(s, q, n_tokens, 0, (n_tokens + s->page_tokens - 1) / s->page_tokens, u0, u1, get,
                ctx, scratch, m, l, out);
-    attn_end(s, h0, h1, l, out);
+    attn_end(s, u0, u1, l, out);
 }
 
 void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
                 const void *const *pages, double *out)
 {
-    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, pt = s->page_tokens;
+    const uint32_t G = s->q_heads / s->kv_heads, D = s->head_dim, VD = attn_vdim(s);
+    const uint32_t pt = s->page_tokens, t0 = attn_first_token(s, n_tokens);
+    const double scale = s->scale > 0 ? (double)s->scale : 1.0 / sqrt((double)D);
     double *w = malloc((size_t)n_tokens * sizeof(double));
     if (!w)
         abort();
     for (uint32_t qh = 0; qh < s->q_heads; qh++) {
         uint32_t h = qh / G;
         double mx = -INFINITY, sum = 0;
-        for (uint32_t t = 0; t < n_tokens; t++) {
-            size_t k = attn_row(s, 0, h, t % pt);
+        for (uint32_t t = t0; t < n_tokens; t++) {
             double d = 0;
             for (uint32_t i = 0; i < D; i++)
-                d += (double)q[(size_t)qh * D + i] * attn_elem(s, pages[t / pt], k + i);
-            w[t] = d / sqrt((double)D);
+                d += (double)q[(size_t)qh * D + i] * attn_value(s, pages[t / pt], 0, h, t % pt, i);
+            w[t] = d * scale;
             if (w[t] > mx)
                 mx = w[t];
         }
-        for (uint32_t t = 0; t < n_tokens; t++)
+        for (uint32_t t = t0; t < n_tokens; t++)
             sum += (w[t] = exp(w[t] - mx));
-        for (uint32_t i = 0; i < D; i++) {
+        for (uint32_t i = 0; i < VD; i++) {
             double o = 0;
-            for (uint32_t t = 0; t < n_tokens; t++)
-                o += w[t] * attn_elem(s, pages[t / pt], attn_row(s, 1, h, t % pt) + i);
-            out[(size_t)qh * D + i] = o / sum;
+            for (uint32_t t = t0; t < n_tokens; t++)
+                o += w[t] * attn_value(s, pages[t / pt], 1, h, t % pt, i);
+            out[(size_t)qh * VD + i] = o / sum;
         }
     }
     free(w);

@@ -25,26 +25,41 @@ struct attn_cuda {
     bool queued;             /* a launch not yet finished */
 };
 
-/* One block per q head, blockDim.x = head_dim threads. T: float (fp32 KV)
- * or uint16_t (bf16 KV). */
-template <typename T>
-__global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint32_t n_tokens,
-                                 const float *q, float *out, uint32_t group, uint32_t kv_heads,
-                                 uint32_t head_dim, uint32_t page_tokens, float scale)
+/* Where a kv head's rows lie in a page, from attention.h's layout
+ * (computed on the host: its helpers are host code). */
+struct attn_cuda_layout {
+    uint32_t group, D, VD, pt;
+    uint32_t k_row0, v_row0;  /* row index of kv head 0's first K and V row */
+    uint32_t head_rows;       /* rows between one kv head's block and the next */
+    uint32_t row_bytes, row_scales;
+    size_t scales_at;         /* byte offset of the scales */
+};
+
+/* One block per q head, blockDim.x = v_dim threads (one output element
+ * each). DT: attention.h's enum attn_dtype, the stored element type. The
+ * pages are those from the window's first (p0); tokens before first_token
+ * are not attended. */
+template <int DT>
+__global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint32_t p0,
+                                 uint32_t first_token, uint32_t n_tokens, const float *q,
+                                 float *out, struct attn_cuda_layout L, float scale)
 {
     __shared__ float sc[ATTN_MAX_PAGE_TOKENS], p[ATTN_MAX_PAGE_TOKENS];
     __shared__ float c_all, l_all;
-    const uint32_t qh = blockIdx.x, h = qh / group, tid = threadIdx.x, D = head_dim;
+    const uint32_t qh = blockIdx.x, h = qh / L.group, tid = threadIdx.x, D = L.D;
     const float *qr = q + (size_t)qh * D;
     float m = -INFINITY, l = 0.0f, acc = 0.0f; /* m and l: thread 0's */
     for (uint32_t pg = 0; pg < npages; pg++) {
-        const T *page = (const T *)pages[pg];
-        uint32_t nt = n_tokens - pg * page_tokens < page_tokens ? n_tokens - pg * page_tokens
-                                                                : page_tokens;
-        const T *k = page + (size_t)h * page_tokens * D;
-        const T *v = page + ((size_t)kv_heads + h) * page_tokens * D;
+        const char *page = (const char *)pages[pg];
+        uint32_t first = (p0 + pg) * L.pt;
+        uint32_t tb = first_token > first ? first_token - first : 0;
+        uint32_t nt = (n_tokens - first < L.pt ? n_tokens - first : L.pt) - tb;
+        size_t kr = L.k_row0 + (size_t)h * L.head_rows, vr = L.v_row0 + (size_t)h * L.head_rows;
+        const char *k = page + kr * L.row_bytes, *v = page + vr * L.row_bytes;
+        const float *ks = (const float *)(page + L.scales_at) + kr * L.row_scales;
+        const float *vs = (const float *)(page + L.scales_at) + vr * L.row_scales;
         for (uint32_t t = tid; t < nt; t += blockDim.x)
-            sc[t] = attn_score(qr, k + (size_t)t * D, D, scale, sizeof(T) == 2);
+            sc[t] = attn_score(qr, k, ks, tb + t, D, scale, DT);
         __syncthreads();
         if (tid == 0) {
             float c;
@@ -52,13 +67,13 @@ __global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint
             c_all = c;
         }
         __syncthreads();
-        acc = attn_fold_acc(acc, c_all, p, v + tid, nt, D, sizeof(T) == 2);
+        acc = attn_fold_acc(acc, c_all, p, v, vs, tb, nt, D, tid, DT);
         __syncthreads(); /* sc and p are rewritten by the next page */
     }
     if (tid == 0)
         l_all = l;
     __syncthreads();
-    out[(size_t)qh * D + tid] = ATTN_DIV(acc, l_all);
+    out[(size_t)qh * L.VD + tid] = ATTN_DIV(acc, l_all);
 }
 
 static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen)
@@ -84,13 +99,14 @@ extern "C" int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t m
     a->ordinal = ordinal;
     a->s = *s;
     a->max_pages = max_pages;
-    a->scale = (float)(1.0 / sqrt((double)s->head_dim)); /* as attn_decode */
+    a->scale = attn_score_scale(s); /* as attn_decode */
     size_t qf = (size_t)s->q_heads * s->head_dim * sizeof(float);
+    size_t of = (size_t)s->q_heads * attn_vdim(s) * sizeof(float);
     cudaError_t e = cudaSetDevice(ordinal);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&a->q, qf);
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&a->out, qf);
+        e = cudaMalloc((void **)&a->out, of);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&a->pages, (size_t)max_pages * sizeof(void *));
     for (int i = 0; i < 2 && e == cudaSuccess; i++)
@@ -111,10 +127,11 @@ extern "C" int attn_cuda_launch(struct attn_cuda *a, const float *q, uint32_t n_
         snprintf(err, errlen, "a run is queued and not finished");
         return -EBUSY;
     }
+    uint32_t p0 = n_tokens ? attn_first_page(s, n_tokens) : 0;
     if (!n_tokens || npages > a->max_pages ||
-        npages != (n_tokens + s->page_tokens - 1) / s->page_tokens) {
-        snprintf(err, errlen, "%u pages for %u tokens (at most %u)", npages, n_tokens,
-                 a->max_pages);
+        npages != (n_tokens + s->page_tokens - 1) / s->page_tokens - p0) {
+        snprintf(err, errlen, "%u pages for %u tokens from page %u (at most %u)", npages,
+                 n_tokens, p0, a->max_pages);
         return -EINVAL;
     }
     /* Plain cudaMemcpy from pageable memory: the host buffers may be
@@ -130,14 +147,29 @@ extern "C" int attn_cuda_launch(struct attn_cuda *a, const float *q, uint32_t n_
         e = cudaEventRecord(a->ev[0], 0);
     if (e != cudaSuccess)
         return cuda_fail(e, "attention inputs", err, errlen);
-    if (s->bf16)
-        attn_cuda_kernel<uint16_t><<<s->q_heads, s->head_dim>>>(
-            a->pages, npages, n_tokens, a->q, a->out, s->q_heads / s->kv_heads, s->kv_heads,
-            s->head_dim, s->page_tokens, a->scale);
-    else
-        attn_cuda_kernel<float><<<s->q_heads, s->head_dim>>>(
-            a->pages, npages, n_tokens, a->q, a->out, s->q_heads / s->kv_heads, s->kv_heads,
-            s->head_dim, s->page_tokens, a->scale);
+    struct attn_cuda_layout L;
+    L.group = s->q_heads / s->kv_heads;
+    L.D = s->head_dim;
+    L.VD = attn_vdim(s);
+    L.pt = s->page_tokens;
+    L.k_row0 = (uint32_t)attn_row_index(s, 0, 0, 0);
+    L.v_row0 = (uint32_t)attn_row_index(s, 1, 0, 0);
+    L.head_rows = s->page_tokens;
+    L.row_bytes = (uint32_t)attn_row_bytes(s);
+    L.row_scales = attn_row_scales(s);
+    L.scales_at = attn_scale_off(s, 0, 0, 0);
+    uint32_t ft = attn_first_token(s, n_tokens);
+#define ATTN_LAUNCH(DT)                                                                          \
+    attn_cuda_kernel<DT><<<s->q_heads, L.VD>>>(a->pages, npages, p0, ft, n_tokens, a->q, a->out, \
+                                               L, a->scale)
+    switch (s->dtype) {
+    case ATTN_F32: ATTN_LAUNCH(ATTN_F32); break;
+    case ATTN_BF16: ATTN_LAUNCH(ATTN_BF16); break;
+    case ATTN_FP8: ATTN_LAUNCH(ATTN_FP8); break;
+    case ATTN_INT8: ATTN_LAUNCH(ATTN_INT8); break;
+    default: ATTN_LAUNCH(ATTN_INT4); break;
+    }
+#undef ATTN_LAUNCH
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(e, "attention launch", err, errlen);
     if ((e = cudaEventRecord(a->ev[1], 0)) != cudaSuccess) {
@@ -158,7 +190,7 @@ extern "C" int attn_cuda_finish(struct attn_cuda *a, float *out, double *kernel_
         return -EINVAL;
     }
     a->queued = false;
-    size_t qf = (size_t)a->s.q_heads * a->s.head_dim * sizeof(float);
+    size_t qf = (size_t)a->s.q_heads * attn_vdim(&a->s) * sizeof(float);
     float ms = 0.0f;
     cudaError_t e = cudaSetDevice(a->ordinal);
     if (e == cudaSuccess)

@@ -7,7 +7,11 @@
  * output is compared with the CPU reference bit for bit. One block per q
  * head: the block's threads score the page's tokens, one thread folds the
  * softmax state (the running maximum and sum, in token order), and one
- * thread per output element rescales and accumulates. Correctness first:
+ * thread per output element rescales and accumulates. Every shape of the
+ * CPU kernel: any q heads per kv head (a block per q head reads its kv
+ * head's rows), MLA (blockDim = the latent's width; the scores over the
+ * whole row), the window, and the quantised dtypes (attn_deq, the CPU
+ * kernel's dequantisation). Correctness first:
  * a page at a time, with a barrier between the steps.
  *
  * Built only where CMake finds nvcc (KVT_HAVE_CUDA_ATTN). Every call makes
@@ -39,14 +43,15 @@ int attn_cuda_new(int ordinal, const struct attn_shape *s, uint32_t max_pages,
                   struct attn_cuda **out, char *err, size_t errlen);
 
 /* Queues the attention of q[q_heads][head_dim] (host memory, copied before
- * the call returns) over tokens [0, n_tokens) of the pages at the device
- * addresses pages[i] (npages = the pages those tokens cover, at most
- * max_pages; the array is copied too). 0, or -EIO (-ENOMEM for GPU memory)
+ * the call returns) over tokens [0, n_tokens) (those of the window) of the
+ * pages at the device addresses pages[i] (pages[0] is the window's first
+ * page, attn_first_page; npages = the pages from it the tokens cover, at
+ * most max_pages; the array is copied too). 0, or -EIO (-ENOMEM for GPU memory)
  * with a message in err; -EBUSY if a run is queued and not finished. */
 int attn_cuda_launch(struct attn_cuda *a, const float *q, uint32_t n_tokens, void *const *pages,
                      uint32_t npages, char *err, size_t errlen);
 
-/* Waits for the queued run and writes its out[q_heads][head_dim] (host
+/* Waits for the queued run and writes its out[q_heads][v_dim] (host
  * memory). *kernel_s: the kernel's own time on the device (CUDA events
  * around it), not the wait's. 0, or -EIO with a message in err; -EINVAL if
  * no run is queued. */

@@ -114,31 +114,72 @@ ATTN_HD float attn_bf16(uint16_t h)
 #endif
 }
 
-/* Element i of K or V rows of fp32 or (bf16 set) bf16 elements, as fp32. */
-ATTN_HD float attn_kv(const void *rows, size_t i, int bf16)
+/* An fp8 e4m3 byte (1 sign, 4 exponent bits of bias 7, 3 mantissa bits;
+ * 0x7f and 0xff, NaN, are never stored) widened: exact. */
+ATTN_HD float attn_e4m3(uint8_t b)
 {
-    return bf16 ? attn_bf16(((const uint16_t *)rows)[i]) : ((const float *)rows)[i];
+    /* Branch-free: the sign is as random as the values, and a branch on it
+     * would be mispredicted half the time; the subnormal case is a select. */
+    uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    uint32_t u = (e + 120u) << 23 | m << 20;
+    float v, vs = (float)m * (1.0f / 512.0f); /* subnormal: m 2^-9, exact */
+#ifdef __CUDACC__
+    v = e ? __uint_as_float(u) : vs;
+    return __uint_as_float(__float_as_uint(v) | (uint32_t)(b & 0x80u) << 24);
+#else
+    uint32_t us;
+    memcpy(&us, &vs, sizeof us);
+    u = e ? u : us;
+    u |= (uint32_t)(b & 0x80u) << 24;
+    memcpy(&v, &u, sizeof v);
+    return v;
+#endif
 }
 
-/* One score: (q . k) * scale over D elements (D a multiple of 8), lane j
- * summing elements j, j+8, ... as the CPU kernel's vectors do. */
-ATTN_HD float attn_score(const float *q, const void *k, uint32_t D, float scale, int bf16)
+/* Element d of row r of a block of rows of D elements of type dtype
+ * (attention.h's enum attn_dtype: 0 fp32, 1 bf16, 2 fp8, 3 int8, 4 int4)
+ * whose rows' scales start at sc, as fp32: widened exactly, or dequantised
+ * with one rounded multiply (fp8, int8) and one rounded add after it
+ * (int4's minimum). */
+ATTN_HD float attn_deq(const void *rows, const float *sc, size_t r, uint32_t D, uint32_t d,
+                       int dtype)
+{
+    size_t i = r * D + d;
+    size_t g = r * (D / 64) + d / 64; /* the group: attention.h's ATTN_QGROUP */
+    switch (dtype) {
+    case 0: return ((const float *)rows)[i];
+    case 1: return attn_bf16(((const uint16_t *)rows)[i]);
+    case 2: return ATTN_MUL(attn_e4m3(((const uint8_t *)rows)[i]), sc[g]);
+    case 3: return ATTN_MUL((float)((const int8_t *)rows)[i], sc[g]);
+    default: {
+        uint8_t b = ((const uint8_t *)rows)[i / 2];
+        float q = (float)(i & 1 ? b >> 4 : b & 15u);
+        return ATTN_ADD(ATTN_MUL(q, sc[2 * g]), sc[2 * g + 1]);
+    }
+    }
+}
+
+/* One score: (q . k) * scale over D elements (D a multiple of 8) of row r,
+ * lane j summing elements j, j+8, ... as the CPU kernel's vectors do. */
+ATTN_HD float attn_score(const float *q, const void *rows, const float *sc, size_t r, uint32_t D,
+                         float scale, int dtype)
 {
     float lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
     for (uint32_t c = 0; c < D; c += 8)
         for (uint32_t j = 0; j < 8; j++)
-            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], attn_kv(k, c + j, bf16)));
+            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], attn_deq(rows, sc, r, D, c + j, dtype)));
     return ATTN_MUL(attn_hsum8(lane), scale);
 }
 
-/* One output element over one page: acc * c, then + p[t] * v[t] in token
- * order (v[t] is element d of token t's V row: element t * stride of v). */
-ATTN_HD float attn_fold_acc(float acc, float c, const float *p, const void *v, uint32_t nt,
-                            uint32_t stride, int bf16)
+/* One output element d over one page: acc * c, then + p[t] * v[t] in token
+ * order, v[t] being element d of row r0 + t. */
+ATTN_HD float attn_fold_acc(float acc, float c, const float *p, const void *rows,
+                            const float *sc, size_t r0, uint32_t nt, uint32_t D, uint32_t d,
+                            int dtype)
 {
     acc = ATTN_MUL(acc, c);
     for (uint32_t t = 0; t < nt; t++)
-        acc = ATTN_ADD(acc, ATTN_MUL(p[t], attn_kv(v, (size_t)t * stride, bf16)));
+        acc = ATTN_ADD(acc, ATTN_MUL(p[t], attn_deq(rows, sc, r0 + t, D, d, dtype)));
     return acc;
 }
 

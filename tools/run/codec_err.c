@@ -41,7 +41,7 @@ bool run_lossy(const struct run_opts *o)
 
 static size_t out_elems(const struct run_ctx *x)
 {
-    return (size_t)x->sh.q_heads * x->sh.head_dim;
+    return (size_t)x->sh.q_heads * attn_vdim(&x->sh);
 }
 
 int run_err_init(struct run_ctx *x, struct run_result *r)
@@ -85,7 +85,7 @@ int run_err_check(struct run_ctx *x, struct run_result *r, uint32_t step, uint32
             x->err_max = d;
             x->err_at[0] = l;
             x->err_at[1] = s;
-            x->err_at[2] = (uint32_t)(i / x->sh.head_dim);
+            x->err_at[2] = (uint32_t)(i / attn_vdim(&x->sh));
         }
         x->err_sq += d * d;
         x->ref_sq += (double)ref[i] * ref[i];

@@ -9,6 +9,7 @@
  * compares without holding the outputs.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,21 +31,39 @@ static int page_copy(struct run_ctx *x, bool to_page, void *dst, const void *src
     return rc;
 }
 
-/* Writes the token at pos (its K and V rows, one per kv head) into page. */
+/* Writes the token at pos (its rows, one per kind and kv head, and their
+ * scales when quantised) into page, each built in the stage page at its
+ * place in the layout and copied from there. */
 static int write_token(struct run_ctx *x, void *page, uint32_t seq, uint32_t layer, uint32_t pos)
 {
     const struct attn_shape *s = &x->sh;
     uint32_t t = pos % s->page_tokens;
-    size_t eb = attn_elem_bytes(s);
-    for (int kind = 0; kind < 2; kind++)
+    float row[ATTN_MAX_HEAD_DIM];
+    char *st = x->stage, *pg = page;
+    for (int kind = 0; kind < (int)attn_kinds(s); kind++)
         for (uint32_t h = 0; h < s->kv_heads; h++) {
-            for (uint32_t d = 0; d < s->head_dim; d++)
-                attn_store(s, x->stage, d, run_kv_value(x->o->seed, seq, layer, pos, h, d, kind));
-            int rc = page_copy(x, true, (char *)page + attn_row(s, kind, h, t) * eb,
-                               x->stage, s->head_dim * eb);
+            run_kv_row(s, x->o->seed, seq, layer, pos, h, kind, row);
+            attn_store_row(s, st, kind, h, t, row);
+            size_t ro = attn_row_off(s, kind, h, t), so = attn_scale_off(s, kind, h, t);
+            int rc = page_copy(x, true, pg + ro, st + ro, attn_row_bytes(s));
+            if (!rc && attn_row_scales(s))
+                rc = page_copy(x, true, pg + so, st + so, attn_row_scales(s) * sizeof(float));
             if (rc)
                 return rc;
         }
+    return 0;
+}
+
+/* Drops pages [from, to) of (seq, layer): behind the window. */
+static int drop_pages(struct run_ctx *x, uint32_t seq, uint32_t layer, uint32_t from, uint32_t to)
+{
+    for (uint32_t i = from; i < to; i++) {
+        kvt_key k = { run_seq_id(seq), layer, i };
+        int rc = kvt_drop(x->e, &k, 1);
+        if (rc)
+            return rc;
+        x->dropped++;
+    }
     return 0;
 }
 
@@ -64,7 +83,7 @@ int run_prefill(struct run_ctx *x)
     uint32_t npages = (uint32_t)((o->context + pt - 1) / pt);
     for (uint32_t l = 0; l < x->layers; l++)
         for (uint32_t s = 0; s < o->batch; s++)
-            for (uint32_t i = 0; i < npages; i++) {
+            for (uint32_t i = 0, gone = 0; i < npages; i++) {
                 kvt_key k = { run_seq_id(s), l, i };
                 void *p;
                 int rc = cli_stop_check(); /* SIGINT, SIGTERM: no page is held here */
@@ -75,6 +94,14 @@ int run_prefill(struct run_ctx *x)
                 uint32_t nt = o->context - (uint64_t)i * pt < pt ? (uint32_t)(o->context - (uint64_t)i * pt) : pt;
                 if ((rc = write_page(x, p, s, l, i, nt)) || (rc = kvt_release(x->e, &k, 1, 1)))
                     return rc;
+                /* A window drops the pages it has passed as the prefill goes
+                 * (so that it never holds more than the window's), and at the
+                 * end those behind the first decode step's window. */
+                uint32_t to = attn_first_page(&x->sh, i + 1 < npages ? (i + 1) * pt
+                                                                     : (uint32_t)o->context + 1);
+                if ((rc = drop_pages(x, s, l, gone, to)))
+                    return rc;
+                gone = to > gone ? to : gone;
             }
     return 0;
 }
@@ -96,16 +123,20 @@ static void progress(const struct run_opts *o, uint32_t step, double elapsed)
     fflush(stderr);
 }
 
-/* The test hook of --corrupt-step: flips an exponent bit of K[0][0][0] (in
- * its top byte, which holds the sign and the exponent's upper bits in fp32
- * and bf16 alike). */
-static int corrupt(struct run_ctx *x, void *page)
+/* The test hook of --corrupt-step: flips a bit of element 0 of kv head 0's
+ * K row of the first token the window holds in the page: in fp32 and bf16
+ * an exponent bit (the element's top byte holds the sign and the
+ * exponent's upper bits), in a quantised element a code's lowest bit. */
+static int corrupt(struct run_ctx *x, void *page, uint32_t n)
 {
-    uint8_t b[4];
-    size_t eb = attn_elem_bytes(&x->sh);
-    int rc = page_copy(x, false, b, page, eb);
-    b[eb - 1] ^= 0x01;
-    return rc ? rc : page_copy(x, true, page, b, eb);
+    const struct attn_shape *s = &x->sh;
+    uint8_t b;
+    size_t off = attn_row_off(s, 0, 0, attn_first_token(s, n) % s->page_tokens);
+    if (!attn_quantised(s))
+        off += attn_row_bytes(s) / s->head_dim - 1;
+    int rc = page_copy(x, false, &b, (char *)page + off, 1);
+    b ^= 0x01;
+    return rc ? rc : page_copy(x, true, (char *)page + off, &b, 1);
 }
 
 /* Acquires pages [c0, c1) of g; the token at pos goes into the tail page
@@ -124,7 +155,7 @@ static int acquire_chunk(struct run_ctx *x, struct run_result *r, struct group *
     if (c1 == g->np && !g->fresh && (rc = write_token(x, g->ptrs[g->np - 1], g->s, g->l, g->pos)))
         return rc;
     if (c0 == 0 && x->o->corrupt_step == (int64_t)g->step && g->s == 0 && g->l == 0)
-        rc = corrupt(x, g->ptrs[0]);
+        rc = corrupt(x, g->ptrs[0], g->n);
     return rc;
 }
 
@@ -144,7 +175,8 @@ static int group_begin(struct run_ctx *x, struct run_result *r, struct group *g)
     uint32_t pt = x->sh.page_tokens;
     g->pos = (uint32_t)x->o->context + g->step;
     g->n = g->pos + 1;
-    g->np = (g->n + pt - 1) / pt;
+    g->p0 = attn_first_page(&x->sh, g->n);
+    g->np = (g->n + pt - 1) / pt - g->p0;
     g->fresh = g->pos % pt == 0;
     int rc = kvt_advance(x->e, run_seq_id(g->s), g->l);
     if (rc)
@@ -160,7 +192,7 @@ static int group_begin(struct run_ctx *x, struct run_result *r, struct group *g)
             return rc;
     }
     for (uint32_t i = 0; i < g->np; i++)
-        g->keys[i] = (kvt_key){ run_seq_id(g->s), g->l, i };
+        g->keys[i] = (kvt_key){ run_seq_id(g->s), g->l, g->p0 + i };
     uint32_t C = x->gpu ? g->np : run_chunk_pages(x); /* the GPU: one kernel over the group */
     return acquire_chunk(x, r, g, 0, C < g->np ? C : g->np);
 }
@@ -200,7 +232,7 @@ static int group_run_cpu(struct run_ctx *x, struct run_result *r, struct group *
     struct run_feed *f = &x->feed;
     uint32_t C = run_chunk_pages(x), acq = C < g->np ? C : g->np; /* group_begin took the first */
     uint32_t rel = 0;
-    feed_begin(f, g->ptrs, acq);
+    feed_begin(f, g->ptrs, g->p0, acq);
     /* With --nice 0 the caller computes a part itself, inside the start,
      * and could not feed the group while in it: the whole group comes in
      * first (the chunks, before the start after them). */
@@ -256,7 +288,7 @@ static int group_run(struct run_ctx *x, struct run_result *r, struct group *g,
     return x->gpu ? group_run_gpu(x, r, g, next) : group_run_cpu(x, r, g, next);
 }
 
-static uint64_t *hash_slot(struct run_ctx *x, uint32_t step, uint32_t layer, uint32_t seq)
+static uint64_t *hash_slot(const struct run_ctx *x, uint32_t step, uint32_t layer, uint32_t seq)
 {
     return x->hashes + (((size_t)step * x->layers + layer) * x->o->batch + seq) * x->sh.q_heads;
 }
@@ -264,8 +296,9 @@ static uint64_t *hash_slot(struct run_ctx *x, uint32_t step, uint32_t layer, uin
 static void group_hash(struct run_ctx *x, const struct group *g)
 {
     uint64_t *hs = hash_slot(x, g->step, g->l, g->s);
+    const uint32_t VD = attn_vdim(&x->sh);
     for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
-        hs[qh] = run_hash_head(x->feed.out + (size_t)qh * x->sh.head_dim, x->sh.head_dim);
+        hs[qh] = run_hash_head(x->feed.out + (size_t)qh * VD, VD);
 }
 
 /* The bonus trace rows: cumulative bytes per link after each layer. */
@@ -309,6 +342,13 @@ int run_decode(struct run_ctx *x, struct run_result *r)
             next->step = next->s || next->l ? g->step : g->step + 1;
         }
         rc = group_run(x, r, g, more ? next : NULL);
+        /* The page the window leaves behind for g's next step, if it does:
+         * gone from every tier. Not before: with one sequence and one layer
+         * the next group is g's (sequence, layer), begun while g's pages
+         * are still pinned; now they are released, and that group's start
+         * past them. */
+        if (!rc && g->step + 1 < o->tokens)
+            rc = drop_pages(x, g->s, g->l, g->p0, attn_first_page(&x->sh, g->n + 1));
         if (rc)
             break;
         group_hash(x, g);
@@ -343,46 +383,100 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     return rc;
 }
 
+/* A quantised dtype's error: the outputs of a group (bit-exact against the
+ * quantised reference: the decode's own) against the bf16 reference's,
+ * into the sums of squares (*dd of differences, *rr of the bf16 outputs)
+ * and r->dt_max_abs. */
+static void group_error(const struct run_ctx *x, struct run_result *r, double *dd, double *rr)
+{
+    size_t n = (size_t)x->sh.q_heads * attn_vdim(&x->sh);
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x->feed.out[i] - (double)x->out_bf16[i];
+        *dd += d * d;
+        *rr += (double)x->out_bf16[i] * x->out_bf16[i];
+        r->dt_max_abs = fabs(d) > r->dt_max_abs ? fabs(d) : r->dt_max_abs;
+    }
+}
+
+/* One step's groups against the reference: 0, or 1 at the first mismatch
+ * (r->bad_*). With a quantised dtype, the bf16 reference too, its error
+ * summed into dd and rr (the step's). */
+static int verify_step(struct run_ctx *x, struct run_result *r, uint32_t step, bool lossy,
+                       double *dd, double *rr)
+{
+    const struct run_opts *o = x->o;
+    const uint32_t VD = attn_vdim(&x->sh);
+    for (uint32_t l = 0; l < x->layers; l++)
+        for (uint32_t s = 0; s < o->batch; s++) {
+            uint32_t pos = (uint32_t)o->context + step;
+            run_fill_query(&x->sh, o->ref_seed, s, l, pos, x->feed.q);
+            feed_reference(&x->feed, &x->sh, x->feed.out, pos + 1, s, l, o->ref_seed);
+            if (lossy) { /* a lossy codec: measured against the reference, not hashed */
+                run_err_check(x, r, step, l, s);
+                continue;
+            }
+            const uint64_t *hs = hash_slot(x, step, l, s);
+            for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
+                if (hs[qh] != run_hash_head(x->feed.out + (size_t)qh * VD, VD)) {
+                    r->bad_step = step;
+                    r->bad_seq = s;
+                    r->bad_layer = l;
+                    r->bad_head = qh;
+                    return 1;
+                }
+            if (attn_quantised(&x->sh)) {
+                feed_reference(&x->feed, &x->sh_bf16, x->out_bf16, pos + 1, s, l, o->ref_seed);
+                group_error(x, r, dd, rr);
+            }
+        }
+    return 0;
+}
+
+/* The RMS relative error a quantised dtype may show against bf16 (see
+ * docs/run.md#quantised-kv: the errors measured, and these bounds). */
+static double dtype_tolerance(uint32_t dtype)
+{
+    switch (dtype) {
+    case ATTN_FP8: return 0.08;
+    case ATTN_INT8: return 0.015;
+    case ATTN_INT4: return 0.20;
+    default: return 0;
+    }
+}
+
 /* The reference pass: no kvtier, pages regenerated per thread, over the
  * steps o->verify_every picks (the first and the last always: the last has
  * seen every page the decode wrote). Returns 0, 1 at the first mismatch
- * (r->bad_*), or -EINTR when a signal stops the command; r->verified_steps
- * counts the steps checked in full. */
+ * (r->bad_*) or, for a quantised dtype, an error beyond its tolerance, or
+ * -EINTR when a signal stops the command; r->verified_steps counts the
+ * steps checked in full. */
 int run_verify(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
     uint32_t every = o->verify_every ? o->verify_every : 1;
     bool lossy = x->outs != NULL;
+    double dd = 0, rr = 0;
     r->verified_steps = 0;
     r->verified = true; /* a lossy codec's steps clear it (run_err_step_done) */
+    r->dt_tol = dtype_tolerance(x->sh.dtype);
     for (uint32_t step = 0; step < o->tokens; step++) {
         if (step % every && step + 1 < o->tokens)
             continue;
         if (cli_stopped())
             return -EINTR;
-        for (uint32_t l = 0; l < x->layers; l++)
-            for (uint32_t s = 0; s < o->batch; s++) {
-                uint32_t pos = (uint32_t)o->context + step;
-                run_fill_query(&x->sh, o->ref_seed, s, l, pos, x->feed.q);
-                feed_reference(&x->feed, pos + 1, s, l, o->ref_seed);
-                if (lossy) {
-                    run_err_check(x, r, step, l, s);
-                    continue;
-                }
-                const uint64_t *hs = hash_slot(x, step, l, s);
-                for (uint32_t qh = 0; qh < x->sh.q_heads; qh++)
-                    if (hs[qh] != run_hash_head(x->feed.out + (size_t)qh * x->sh.head_dim,
-                                                 x->sh.head_dim)) {
-                        r->bad_step = step;
-                        r->bad_seq = s;
-                        r->bad_layer = l;
-                        r->bad_head = qh;
-                        return 1;
-                    }
-            }
+        double sdd = 0, srr = 0;
+        if (verify_step(x, r, step, lossy, &sdd, &srr))
+            return 1;
         if (lossy)
             run_err_step_done(x, r, step);
+        double step_rel = srr > 0 ? sqrt(sdd / srr) : 0;
+        r->dt_rms_rel_step = step_rel > r->dt_rms_rel_step ? step_rel : r->dt_rms_rel_step;
+        dd += sdd;
+        rr += srr;
         r->verified_steps++;
     }
-    return r->verified ? 0 : 1;
+    r->dt_rms_rel = rr > 0 ? sqrt(dd / rr) : 0;
+    if (lossy)
+        return r->verified ? 0 : 1;
+    return attn_quantised(&x->sh) && r->dt_rms_rel_step > r->dt_tol ? 1 : 0;
 }

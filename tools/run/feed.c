@@ -4,7 +4,7 @@
  * chunk as the caller acquires them (struct run_feed in run_priv.h).
  *
  * Streaming: the caller raises `ready` as chunks come in; each part takes a
- * kv head no other part holds and folds it over the pages ready for it,
+ * unit (up to 16 q heads of a kv head: attention.h) no other part holds and folds it over the pages ready for it,
  * gives it back, and so on until every head has folded every page of the
  * group (or the caller aborts it). Heads go to whichever part is free, not
  * half to each: a part that the scheduler runs late (the engine's copy,
@@ -25,54 +25,56 @@
 
 static const void *page_acquired(void *ctx, uint32_t page, uint32_t h0, uint32_t h1, void *scr)
 {
-    return ((struct run_job *)ctx)->f->ptrs[page];
+    struct run_job *j = ctx;
+    return j->f->ptrs[page - j->p0];
 }
 
 static const void *page_regenerated(void *ctx, uint32_t page, uint32_t h0, uint32_t h1,
                                     void *scr)
 {
     struct run_job *j = ctx;
-    const struct attn_shape *s = j->f->sh;
+    const struct attn_shape *s = j->sh;
     uint32_t first = page * s->page_tokens;
     uint32_t nt = j->n_tokens - first < s->page_tokens ? j->n_tokens - first : s->page_tokens;
     run_fill_page(s, j->seed, j->seq, j->layer, page, nt, h0, h1, scr);
     return scr;
 }
 
-/* A kv head a streamed part may fold next (under mu): one no part holds,
- * with pages ready beyond those it has folded, the least advanced first
- * (the pages every head is done with go back to the engine). KVT_NONE when
- * there is none now. */
+/* A unit (attention.h) a streamed part may fold next (under mu): one no
+ * part holds, with pages ready beyond those it has folded, the least
+ * advanced first (the pages every unit is done with go back to the engine).
+ * KVT_NONE when there is none now. */
 static uint32_t head_pick(const struct run_feed *f)
 {
     uint32_t best = KVT_NONE;
-    for (uint32_t h = 0; h < f->sh->kv_heads; h++)
+    for (uint32_t h = 0; h < attn_units(f->sh); h++)
         if (!f->head_busy[h] && f->head_done[h] < f->ready &&
             (best == KVT_NONE || f->head_done[h] < f->head_done[best]))
             best = h;
     return best;
 }
 
-/* Pages every kv head has folded (under mu). */
+/* Pages every unit has folded (under mu). */
 static uint32_t heads_done(const struct run_feed *f)
 {
     uint32_t m = UINT32_MAX;
-    for (uint32_t h = 0; h < f->sh->kv_heads; h++)
+    for (uint32_t h = 0; h < attn_units(f->sh); h++)
         m = f->head_done[h] < m ? f->head_done[h] : m;
     return m;
 }
 
-/* Folds kv head h over pages [from, to) of the streamed group. */
+/* Folds unit h over the group's pages [from, to) (counted from its first,
+ * j->p0) of the streamed group. */
 static void fold_head(struct run_job *j, unsigned part, uint32_t h, uint32_t from, uint32_t to,
                       uint32_t np)
 {
     struct run_feed *f = j->f;
     if (from == 0)
-        attn_begin(f->sh, h, h + 1, f->m, f->l, f->out);
-    attn_pages(f->sh, f->q, j->n_tokens, from, to, h, h + 1, page_acquired, j,
-               f->scratch[part], f->m, f->l, f->out);
+        attn_begin(j->sh, h, h + 1, f->m, f->l, j->out);
+    attn_pages(j->sh, f->q, j->n_tokens, j->p0 + from, j->p0 + to, h, h + 1, page_acquired, j,
+               f->scratch[part], f->m, f->l, j->out);
     if (to == np)
-        attn_end(f->sh, h, h + 1, f->l, f->out);
+        attn_end(j->sh, h, h + 1, f->l, j->out);
 }
 
 /* A streamed part: heads in turn until every head has folded all np pages
@@ -111,21 +113,21 @@ static void attn_part(void *arg, unsigned part, unsigned nparts)
 {
     struct run_job *j = arg;
     struct run_feed *f = j->f;
-    uint32_t np = (j->n_tokens + f->sh->page_tokens - 1) / f->sh->page_tokens;
+    uint32_t np = (j->n_tokens + j->sh->page_tokens - 1) / j->sh->page_tokens - j->p0;
     if (j->stream) {
         attn_stream(j, part, np);
         return;
     }
-    uint32_t h0 = f->sh->kv_heads * part / nparts, h1 = f->sh->kv_heads * (part + 1) / nparts;
+    uint32_t U = attn_units(j->sh), u0 = U * part / nparts, u1 = U * (part + 1) / nparts;
     attn_page_fn get = j->reference ? page_regenerated : page_acquired;
-    if (h0 < h1)
-        attn_decode(f->sh, f->q, j->n_tokens, h0, h1, get, j, f->scratch[part], f->out);
+    if (u0 < u1)
+        attn_decode(j->sh, f->q, j->n_tokens, u0, u1, get, j, f->scratch[part], j->out);
 }
 
 int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads, int nice,
-              size_t pb)
+              size_t scratch)
 {
-    size_t qf = (size_t)sh->q_heads * sh->head_dim;
+    size_t qf = (size_t)sh->q_heads * sh->head_dim; /* >= q_heads * v_dim: out too */
     *f = (struct run_feed){ .sh = sh };
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
@@ -133,8 +135,8 @@ int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads,
     if (!(f->pool = attn_pool_new(threads, nice)))
         return -ENOMEM;
     unsigned nt = attn_pool_threads(f->pool);
-    f->head_done = calloc(sh->kv_heads, sizeof(uint32_t));
-    f->head_busy = calloc(sh->kv_heads, 1);
+    f->head_done = calloc(attn_units(sh), sizeof(uint32_t));
+    f->head_busy = calloc(attn_units(sh), 1);
     f->busy_s = calloc(nt, sizeof(double));
     f->scratch = calloc(nt, sizeof(float *));
     f->q = malloc(qf * sizeof(float));
@@ -145,7 +147,7 @@ int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads,
         !f->m || !f->l)
         return -ENOMEM;
     for (unsigned i = 0; i < nt; i++)
-        if (!(f->scratch[i] = malloc(pb)))
+        if (!(f->scratch[i] = malloc(scratch)))
             return -ENOMEM;
     return 0;
 }
@@ -176,13 +178,14 @@ bool feed_background(const struct run_feed *f)
     return attn_pool_background(f->pool);
 }
 
-void feed_begin(struct run_feed *f, void **ptrs, uint32_t ready)
+void feed_begin(struct run_feed *f, void **ptrs, uint32_t p0, uint32_t ready)
 {
     f->ptrs = ptrs;
+    f->p0 = p0;
     pthread_mutex_lock(&f->mu);
     f->ready = ready;
     f->abort = false;
-    for (uint32_t h = 0; h < f->sh->kv_heads; h++)
+    for (uint32_t h = 0; h < attn_units(f->sh); h++)
         f->head_done[h] = 0, f->head_busy[h] = 0;
     for (unsigned i = 0; i < attn_pool_threads(f->pool); i++)
         f->busy_s[i] = 0;
@@ -192,7 +195,7 @@ void feed_begin(struct run_feed *f, void **ptrs, uint32_t ready)
 void feed_start(struct run_feed *f, uint32_t n_tokens, uint32_t seq, uint32_t layer,
                 uint64_t seed)
 {
-    f->job = (struct run_job){ f, n_tokens, seq, layer, seed, false, true };
+    f->job = (struct run_job){ f, f->sh, f->out, n_tokens, seq, layer, f->p0, seed, false, true };
     attn_pool_start(f->pool, attn_part, &f->job);
 }
 
@@ -227,9 +230,9 @@ double feed_busiest(const struct run_feed *f)
     return busy;
 }
 
-void feed_reference(struct run_feed *f, uint32_t n_tokens, uint32_t seq, uint32_t layer,
-                    uint64_t seed)
+void feed_reference(struct run_feed *f, const struct attn_shape *sh, float *out,
+                    uint32_t n_tokens, uint32_t seq, uint32_t layer, uint64_t seed)
 {
-    f->job = (struct run_job){ f, n_tokens, seq, layer, seed, true, false };
+    f->job = (struct run_job){ f, sh, out, n_tokens, seq, layer, 0, seed, true, false };
     attn_pool_run(f->pool, attn_part, &f->job);
 }

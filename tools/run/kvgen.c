@@ -39,16 +39,24 @@ float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, 
     return v;
 }
 
+void run_kv_row(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                uint32_t token, uint32_t h, int kind, float *row)
+{
+    for (uint32_t d = 0; d < s->head_dim; d++) {
+        float v = run_kv_value(seed, seq, layer, token, h, d, kind);
+        row[d] = s->dtype == ATTN_F32 ? v : attn_round_bf16(v);
+    }
+}
+
 void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
                    uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p)
 {
-    for (int kind = 0; kind < 2; kind++)
+    float row[ATTN_MAX_HEAD_DIM];
+    for (int kind = 0; kind < (int)attn_kinds(s); kind++)
         for (uint32_t h = h0; h < h1; h++)
             for (uint32_t t = 0; t < ntok; t++) {
-                size_t row = attn_row(s, kind, h, t);
-                uint32_t tok = page * s->page_tokens + t;
-                for (uint32_t d = 0; d < s->head_dim; d++)
-                    attn_store(s, p, row + d, run_kv_value(seed, seq, layer, tok, h, d, kind));
+                run_kv_row(s, seed, seq, layer, page * s->page_tokens + t, h, kind, row);
+                attn_store_row(s, p, kind, h, t, row);
             }
 }
 

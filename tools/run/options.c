@@ -12,6 +12,7 @@
 
 const char *const run_codec_name[RUN_CODECS] = { "none", "zstd", "zstd-shuffle16",
                                                  "fp8",  "int8", "int4" };
+const char *const run_dtype_name[ATTN_DTYPES] = { "fp32", "bf16", "fp8", "int8", "int4" };
 
 void run_opts_default(struct run_opts *o)
 {
@@ -22,6 +23,7 @@ void run_opts_default(struct run_opts *o)
     o->context = 4096;
     o->tokens = 16;
     o->page_tokens = 32;
+    o->dtype = ATTN_BF16;
     o->hbm = o->dram = o->ssd = RUN_AUTO;
     o->policy = "decode";
     o->codec = KVT_CODEC_NONE;
@@ -44,8 +46,10 @@ static void run_usage(FILE *f)
             "writes every KV page, then each step runs grouped-query attention of a new\n"
             "query over every page of each (sequence, layer), acquired from kvtier, and\n"
             "appends the token's K and V. Every output is checked bit-exactly against a\n"
-            "reference computed without kvtier. bf16 KV (--dtype fp32 for fp32), the\n"
-            "attention in fp32 on the CPU (host back-end) or on the GPU (--device N).\n"
+            "reference computed without kvtier (quantised KV: and within a tolerance of\n"
+            "bf16's). MHA, GQA, MQA (any q heads per kv head) and MLA (absorbed form);\n"
+            "bf16 KV by default, the attention in fp32 on the CPU (host back-end) or on\n"
+            "the GPU (--device N). docs/run.md: the shapes and tolerances.\n"
             "\n"
             "options:\n"
             "  --model NAME      model shape preset (default llama3-8b):\n");
@@ -78,7 +82,10 @@ static void run_usage(FILE *f)
             "  --policy P        decode or lru (default decode)\n"
             "  --device D        host (default), or a CUDA ordinal: pages in GPU memory and the\n"
             "                    attention on the GPU (builds where CMake found nvcc)\n"
-            "  --dtype T         bf16 (default) or fp32: the KV's element type\n"
+            "  --dtype T         the KV's stored type: bf16 (default), fp32, or quantised\n"
+            "                    fp8 (e4m3), int8, int4 (scales per 64 elements in the page)\n"
+            "  --window N        sliding window: the last N tokens attended, the pages\n"
+            "                    wholly behind it dropped from every tier (default 0: all)\n"
             "  --threads N       attention threads (default 2)\n"
             "  --chunk-pages N   CPU: pages computed while the next ones are acquired\n"
             "                    (default: 4 MiB of them; the whole group = no pipeline)\n"
@@ -107,6 +114,7 @@ static const struct option run_lo[] = {
     { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
     { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },     { "verify-every", 1, 0, 'V' },
     { "overwrite-ssd-dir", 0, 0, 'O' }, { "full-layers", 1, 0, 'F' },
+    { "window", 1, 0, 'W' },
     { 0, 0, 0, 0 },
 };
 
@@ -158,6 +166,7 @@ static int run_number(int c, const char *v, struct run_opts *o)
     case 'N': return opt_u32(c, v, 0, 19, &o->nice);
     case 'k': return opt_u32(c, v, 1, 1u << 30, &o->chunk_pages);
     case 'V': return opt_u32(c, v, 1, 1u << 20, &o->verify_every);
+    case 'W': return opt_u32(c, v, 0, 1u << 30, &o->window);
     case 'l': return cli_opt_real("run", n, v, 0, false, 1e6, &o->link_gbps);
     case 's':
         if (cli_opt_count("run", n, v, 0, UINT64_MAX, &o->seed))
@@ -172,7 +181,6 @@ static int run_number(int c, const char *v, struct run_opts *o)
 static int run_option(int c, const char *v, struct run_opts *o)
 {
     static const char *const policies[] = { "decode", "lru" };
-    static const char *const dtypes[] = { "bf16", "fp32" };
     int i = 0;
     switch (c) {
     case 'm':
@@ -195,9 +203,9 @@ static int run_option(int c, const char *v, struct run_opts *o)
         o->policy = policies[i];
         return 0;
     case 'y':
-        if (opt_word(c, v, dtypes, 2, "bf16 or fp32", &i))
+        if (opt_word(c, v, run_dtype_name, ATTN_DTYPES, "bf16, fp32, fp8, int8 or int4", &i))
             return -EINVAL;
-        o->fp32 = i == 1;
+        o->dtype = (uint32_t)i;
         return 0;
     case 'v':
         if (cli_parse_device(v, &o->device))

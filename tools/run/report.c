@@ -27,10 +27,20 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
 {
     char b[5][32];
     const kvt_stats *d = &r->delta;
-    fprintf(f, "kvtier run: %s (%u of %u layers, %u q / %u kv heads x %u), batch %u, context %llu + %u tokens, %s KV\n",
-            o->model->name, layers, o->model->layers, o->model->q_heads, o->model->kv_heads,
-            o->model->head_dim, o->batch, (unsigned long long)o->context, o->tokens,
-            o->fp32 ? "fp32" : "bf16");
+    const struct kvt_shape *m = o->model;
+    char heads[64];
+    if (kvt_shape_is_mla(m))
+        snprintf(heads, sizeof heads, "MLA: %u q heads over latent %u + rope %u", m->q_heads,
+                 m->kv_lora_rank, m->rope_dim);
+    else
+        snprintf(heads, sizeof heads, "%u q / %u kv heads x %u", m->q_heads, m->kv_heads,
+                 m->head_dim);
+    fprintf(f, "kvtier run: %s (%u of %u layers, %s), batch %u, context %llu + %u tokens, %s KV",
+            m->name, layers, m->layers, heads, o->batch, (unsigned long long)o->context,
+            o->tokens, run_dtype_name[o->dtype]);
+    if (o->window)
+        fprintf(f, ", window %u", o->window);
+    fputc('\n', f);
     fprintf(f, "  pages of %u tokens, %s; KV %s (%llu pages, %.1fx HBM); policy %s, codec %s, %u threads (nice %u)\n",
             o->page_tokens, cli_bytes(b[0], 32, (double)r->page_bytes), cli_bytes(b[1], 32, (double)r->kv_bytes),
             (unsigned long long)r->pages, (double)r->kv_bytes / (double)r->cap[0], o->policy,
@@ -56,9 +66,19 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
     else
         fprintf(f, "  verified: %s", r->verified ? "yes, every output bit-exact against the reference"
                                                  : "NO");
-    if (!r->verified && !r->lossy)
+    if (!r->verified && !r->lossy && r->dt_rms_rel_step <= r->dt_tol)
         fprintf(f, " (first mismatch: step %u, sequence %u, layer %u, q head %u)", r->bad_step,
                 r->bad_seq, r->bad_layer, r->bad_head);
+    if (r->dt_tol > 0) /* quantised: bit-exact against its own reference, and this */
+        fprintf(f, "\n  %s against the bf16 reference: RMS relative error %.4f (worst step %.4f; "
+                   "tolerance %.3g), max abs error %.4g",
+                run_dtype_name[o->dtype], r->dt_rms_rel, r->dt_rms_rel_step, r->dt_tol,
+                r->dt_max_abs);
+    if (o->window)
+        fprintf(f, "\n  window %u: %llu pages behind it dropped (kvt_drop); the engine holds %llu "
+                   "pages at the end, the window's %llu",
+                o->window, (unsigned long long)r->dropped_pages,
+                (unsigned long long)r->pages_held, (unsigned long long)r->pages_expected);
     if (!r->lossy)
         fputc('\n', f);
     fprintf(f, "  tokens: %llu in %.3f s = %.2f tokens/s (prefill %.2f s, reference %.2f s)\n",
@@ -107,12 +127,15 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            r->verified ? "true" : "false", o->verify_every, r->verified_steps);
     printf("\"tokens\": %llu, \"steps\": %u, \"batch\": %u, \"model\": \"%s\", "
            "\"layers\": %u, \"context\": %llu, \"page_tokens\": %u, \"dtype\": \"%s\", "
-           "\"page_bytes\": %llu, "
+           "\"window\": %u, \"pages_dropped\": %llu, \"pages_held\": %llu, "
+           "\"pages_expected\": %llu, \"page_bytes\": %llu, "
            "\"policy\": \"%s\", \"codec\": \"%s\", \"device\": \"%s\", \"threads\": %u, "
            "\"nice\": %u, \"tokens_per_s\": %.4f, \"kv_bytes\": %llu, \"tiers\": {",
            (unsigned long long)ntok, o->tokens, o->batch,
            o->model->name, layers, (unsigned long long)o->context, o->page_tokens,
-           o->fp32 ? "fp32" : "bf16", (unsigned long long)r->page_bytes, o->policy, run_codec_name[o->codec],
+           run_dtype_name[o->dtype], o->window, (unsigned long long)r->dropped_pages,
+           (unsigned long long)r->pages_held, (unsigned long long)r->pages_expected,
+           (unsigned long long)r->page_bytes, o->policy, run_codec_name[o->codec],
            r->device[0] ? r->device : "host", o->threads, o->nice,
            (double)ntok / r->wall_s, (unsigned long long)r->kv_bytes);
     for (int t = 0; t < KVT_TIERS; t++) {
@@ -160,6 +183,10 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            (unsigned long long)r->disk_read, (unsigned long long)r->disk_written, r->codec_s);
     if (r->lossy)
         run_err_json(r);
+    if (r->dt_tol > 0)
+        printf(", \"dtype_error\": {\"rms_rel\": %.6f, \"rms_rel_worst_step\": %.6f, "
+               "\"max_abs\": %.6g, \"tolerance\": %.4f}",
+               r->dt_rms_rel, r->dt_rms_rel_step, r->dt_max_abs, r->dt_tol);
     if (!r->verified)
         printf(", \"mismatch\": {\"step\": %u, \"seq\": %u, \"layer\": %u, \"head\": %u}",
                r->bad_step, r->bad_seq, r->bad_layer, r->bad_head);

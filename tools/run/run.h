@@ -36,7 +36,8 @@ struct run_opts {
     int codec, device;
     uint32_t full_layers; /* lossy codec: first and last layers kept in full precision */
     unsigned threads;
-    bool fp32;            /* KV in fp32 rather than bf16 */
+    uint32_t dtype;       /* the KV's stored type, enum attn_dtype (default bf16) */
+    uint32_t window;      /* 0: every token attended; N: the last N, pages behind dropped */
     uint32_t chunk_pages; /* pages per step of the CPU path's acquire/compute pipeline; 0 = ~4 MiB */
     uint32_t nice;        /* the attention threads' nice value; 0 = the caller's, part 0 on it */
     double link_gbps;
@@ -83,6 +84,16 @@ struct run_result {
     uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
     uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */
+    /* A quantised --dtype: its outputs (bit-exact against the quantised
+     * reference) against the bf16 reference's over the steps verified: the
+     * largest absolute difference, the RMS relative error (root of the sum
+     * of squared differences over that of the bf16 outputs), the worst
+     * step's RMS relative error, and the tolerance on the RMS relative
+     * errors (verified fails beyond it). */
+    double dt_max_abs, dt_rms_rel, dt_rms_rel_step, dt_tol;
+    uint64_t dropped_pages;  /* pages behind --window dropped (kvt_drop) */
+    uint64_t pages_held;     /* distinct pages the engine holds at the end (kvt_stats.pages) */
+    uint64_t pages_expected; /* what the window leaves: batch x layers x its pages */
     kvt_stats delta;  /* counters over the decode loop */
     kvt_stats end;    /* counters at its end */
     uint64_t kv_bytes, page_bytes, pages;
@@ -113,9 +124,15 @@ int run_main(int argc, char **argv);
  * 2 the query (head = q head, token = the position decoded). */
 float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, uint32_t head,
                    uint32_t dim, int kind);
-/* Writes K and V of tokens [page*page_tokens, +ntok) for kv heads [h0, h1)
- * into a page in attention.h's layout, in its element type (bf16 values
- * rounded to nearest even); nothing else of the page is touched. */
+/* The head_dim values of token's K row (kind 0) or V row (kind 1) of kv
+ * head h as stored before any quantisation: the generator's, rounded to
+ * bf16 unless the dtype is fp32 (a quantised page quantises bf16 KV). MLA:
+ * kind 0, the latent then the RoPE key. */
+void run_kv_row(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                uint32_t token, uint32_t h, int kind, float *row);
+/* Writes the rows of tokens [page*page_tokens, +ntok) for kv heads [h0, h1)
+ * into a page in attention.h's layout, in its dtype (attn_store_row);
+ * nothing else of the page is touched. */
 void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
                    uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p);
 

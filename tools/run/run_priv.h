@@ -35,6 +35,7 @@ enum { TERM_COMPUTE, TERM_H2D, TERM_D2H, TERM_SSD_R, TERM_SSD_W, TERMS, TERM_SSD
 extern const char *const run_term_name[BOUND_TERMS];
 #define RUN_CODECS 6
 extern const char *const run_codec_name[RUN_CODECS]; /* by KVT_CODEC_* */
+extern const char *const run_dtype_name[ATTN_DTYPES]; /* by enum attn_dtype */
 
 /* ------------------------------------------------------------- the feed (feed.c) */
 
@@ -42,16 +43,18 @@ extern const char *const run_codec_name[RUN_CODECS]; /* by KVT_CODEC_* */
  * writes q before a group starts), the output (read after it joins), and,
  * for a group streamed chunk by chunk, the state shared with the team's
  * threads under mu: the caller raises ready as chunks are acquired; the
- * parts take kv heads in turn and fold each over what is ready (head_done:
- * pages folded per kv head; head_busy: a part holds it), and record for how
- * long each part computed (busy_s). */
+ * parts take units (attention.h: up to 16 q heads of a kv head) in turn and
+ * fold each over what is ready (head_done: pages folded per unit;
+ * head_busy: a part holds it), and record for how long each part computed
+ * (busy_s). */
 struct run_feed {
     const struct attn_shape *sh;
     struct attn_pool *pool;
-    float **scratch;        /* one page per thread, for regenerated pages */
-    float *q, *out;
+    float **scratch;        /* attn_scratch_bytes per thread, for regenerated pages */
+    float *q, *out;         /* q[q_heads][head_dim], out[q_heads][v_dim] */
     float *m, *l;           /* the running softmax state per q head, across chunks */
     void **ptrs;            /* the page pointers of the group being computed */
+    uint32_t p0;            /* the page ptrs[0] is (pages before it: behind the window) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool sync_made;         /* mu and cv initialised */
@@ -61,7 +64,9 @@ struct run_feed {
     bool abort;
     struct run_job {        /* what the team computes now */
         struct run_feed *f;
-        uint32_t n_tokens, seq, layer;
+        const struct attn_shape *sh; /* f->sh, or the reference's in another dtype */
+        float *out;
+        uint32_t n_tokens, seq, layer, p0;
         uint64_t seed;
         bool reference;     /* pages regenerated from seed, not acquired */
         bool stream;        /* pages as ready says (else all of them, at once) */
@@ -69,16 +74,17 @@ struct run_feed {
 };
 
 /* The team of `threads` threads at nice value `nice`, and buffers for sh
- * with pages of pb bytes. 0 or -ENOMEM; feed_free undoes either. */
+ * with scratch bytes per thread. 0 or -ENOMEM; feed_free undoes either. */
 int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads, int nice,
-              size_t pb);
+              size_t scratch);
 void feed_free(struct run_feed *f);
 /* Whether the team runs without the caller (else the caller computes a
  * part inside feed_start and cannot feed the group while it does). */
 bool feed_background(const struct run_feed *f);
-/* A streamed group over the n_tokens tokens in the pages at ptrs, whose
- * first `ready` pages are acquired; then feed_start sets the team on it. */
-void feed_begin(struct run_feed *f, void **ptrs, uint32_t ready);
+/* A streamed group over the n_tokens tokens in the pages at ptrs (ptrs[0]
+ * is page p0, the first the window holds), whose first `ready` are
+ * acquired; then feed_start sets the team on it. */
+void feed_begin(struct run_feed *f, void **ptrs, uint32_t p0, uint32_t ready);
 void feed_start(struct run_feed *f, uint32_t n_tokens, uint32_t seq, uint32_t layer,
                 uint64_t seed);
 /* The first `ready` pages are acquired: the team may fold them. Returns the
@@ -90,10 +96,11 @@ void feed_abort(struct run_feed *f);
 double feed_join(struct run_feed *f);
 /* The busiest part's time folding pages in the last group (not its waits). */
 double feed_busiest(const struct run_feed *f);
-/* The whole group at once over pages regenerated from seed, no kvtier: the
- * reference. */
-void feed_reference(struct run_feed *f, uint32_t n_tokens, uint32_t seq, uint32_t layer,
-                    uint64_t seed);
+/* The whole group at once over pages regenerated from seed in shape sh
+ * (f's, or the same in another dtype: the scratch must hold it), no
+ * kvtier, into out: the reference. */
+void feed_reference(struct run_feed *f, const struct attn_shape *sh, float *out,
+                    uint32_t n_tokens, uint32_t seq, uint32_t layer, uint64_t seed);
 
 /* ------------------------------------------------------------- the run */
 
@@ -102,7 +109,11 @@ struct attn_cuda; /* tools/run/attention_cuda.h */
 struct run_ctx {
     const struct run_opts *o;
     struct attn_shape sh;
+    struct attn_shape sh_bf16; /* a quantised dtype's reference: the same in bf16 */
+    float *out_bf16;           /* its output */
     uint32_t layers, pages_max; /* pages of a (sequence, layer) at the end */
+    uint32_t pages_live;        /* of those, the most a window holds at once (all without one) */
+    uint64_t dropped;           /* pages behind the window dropped (kvt_drop) */
     size_t pb;
     kvt_engine *e;
     struct run_feed feed;
@@ -127,7 +138,8 @@ struct run_ctx {
  * and page pointers (two sets, so that the next group's first pages are
  * acquired while this one's last are computed). */
 struct group {
-    uint32_t step, l, s, pos, n, np;
+    uint32_t step, l, s, pos, n, np; /* np: pages from p0, the first the window holds */
+    uint32_t p0;
     int fresh; /* the token opens a new tail page */
     kvt_key *keys;
     void **ptrs;

@@ -5,6 +5,7 @@
  * decode.c do the work.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,9 @@ static uint64_t round_pages(uint64_t bytes, size_t pb) { return bytes / pb * pb;
 static int run_size(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
-    uint64_t kv, group = (uint64_t)x->pages_max * x->pb; /* < 2^32 pages of < 2^32 bytes */
+    /* With --window the KV is what the window holds: the pages behind it
+     * are dropped as it moves on. */
+    uint64_t kv, group = (uint64_t)x->pages_live * x->pb; /* < 2^32 pages of < 2^32 bytes */
     /* A quarter of 2^64 at most: the SSD's default, twice the KV, must fit too. */
     if (__builtin_mul_overflow(group, (uint64_t)o->batch * x->layers, &kv) || kv > UINT64_MAX / 4) {
         cli_error("run", 2, "--batch %u x %u layers x --context %llu: the KV does not fit 64 bits",
@@ -69,13 +72,13 @@ static int run_size(struct run_ctx *x, struct run_result *r)
         cli_error("run", 2,
                   "--hbm %llu bytes is too small: one (sequence, layer) needs %u pages of %zu "
                   "bytes, plus room to append",
-                  (unsigned long long)hbm, x->pages_max, x->pb);
+                  (unsigned long long)hbm, x->pages_live, x->pb);
         return -EINVAL;
     }
     /* Pages acquired from SSD pass through DRAM, all of one acquire at once:
      * with fewer DRAM slots than that, kvt_acquire waits for ever. */
-    uint64_t acq = o->device == KVT_DEVICE_HOST ? run_chunk_pages(x) : x->pages_max;
-    acq = acq < x->pages_max ? acq : x->pages_max;
+    uint64_t acq = o->device == KVT_DEVICE_HOST ? run_chunk_pages(x) : x->pages_live;
+    acq = acq < x->pages_live ? acq : x->pages_live;
     if (ssd && dram / x->pb < acq) {
         cli_error("run", 2,
                   "--dram %llu bytes is too small: pages read from --ssd pass through DRAM, %llu "
@@ -110,6 +113,7 @@ static void ctx_free(struct run_ctx *x)
     free(x->ptrs2);
     free(x->hashes);
     run_err_free(x);
+    free(x->out_bf16);
     trace_free(&x->trace);
     /* The engine's files by name and the directory, never a recursive
      * removal: anything else found there stays. */
@@ -122,9 +126,13 @@ static void ctx_free(struct run_ctx *x)
 static int ctx_alloc(struct run_ctx *x)
 {
     const struct run_opts *o = x->o;
-    int rc = feed_init(&x->feed, &x->sh, o->threads, (int)o->nice, x->pb);
+    size_t scratch = attn_scratch_bytes(&x->sh), s16 = attn_scratch_bytes(&x->sh_bf16);
+    int rc = feed_init(&x->feed, &x->sh, o->threads, (int)o->nice, scratch > s16 ? scratch : s16);
     if (rc)
         return rc;
+    if (attn_quantised(&x->sh) &&
+        !(x->out_bf16 = malloc((size_t)x->sh.q_heads * attn_vdim(&x->sh) * sizeof(float))))
+        return -ENOMEM;
     x->keys = malloc(x->pages_max * sizeof(kvt_key));
     x->ptrs = malloc(x->pages_max * sizeof(void *));
     x->keys2 = malloc(x->pages_max * sizeof(kvt_key));
@@ -198,7 +206,7 @@ static void engine_config(struct run_ctx *x, const struct run_result *r, kvt_con
     c->host_link_gbps = o->link_gbps;
     /* The page layout (attention.h), which a lossy codec needs: head-major
      * K then V, one layer a page. */
-    c->kv_dtype = x->sh.bf16 ? KVT_DTYPE_BF16 : 0;
+    c->kv_dtype = x->sh.dtype == ATTN_BF16 ? KVT_DTYPE_BF16 : 0;
     c->kv_order = KVT_KV_HEAD_MAJOR;
     c->page_tokens = x->sh.page_tokens;
     c->kv_heads = x->sh.kv_heads;
@@ -209,7 +217,8 @@ static void engine_config(struct run_ctx *x, const struct run_result *r, kvt_con
         c->on_transfer = on_transfer;
         c->on_transfer_arg = x;
     }
-    c->fingerprint = 0x6b767472756e0000ull ^ ((uint64_t)x->sh.kv_heads << 32) ^
+    c->fingerprint = 0x6b767472756e0000ull ^ ((uint64_t)x->sh.dtype << 56) ^
+                     ((uint64_t)x->sh.mla << 48) ^ ((uint64_t)x->sh.kv_heads << 32) ^
                      ((uint64_t)x->sh.head_dim << 16) ^ x->sh.page_tokens;
 }
 
@@ -257,28 +266,52 @@ static int open_engine(struct run_ctx *x, struct run_result *r)
     return rc;
 }
 
+/* The attention's shape for the model: per-head K and V, or MLA's absorbed
+ * form (docs/run.md#mla): one row per token, the latent then the RoPE key,
+ * shared by every q head as MQA's one K/V head is; the query is the
+ * absorbed one (W_UK folded in: latent + rope wide), the output the latent
+ * one (W_UV is applied after the attention, outside it). */
+static struct attn_shape model_shape(const struct run_opts *o)
+{
+    const struct kvt_shape *m = o->model;
+    if (!kvt_shape_is_mla(m))
+        return (struct attn_shape){ m->q_heads, m->kv_heads, m->head_dim, o->page_tokens,
+                                    o->dtype, 0, 0, o->window, 0 };
+    uint32_t qk = m->qk_nope_dim + m->rope_dim; /* the head's width before absorption */
+    return (struct attn_shape){ m->q_heads, 1, m->kv_lora_rank + m->rope_dim, o->page_tokens,
+                                o->dtype, 1, m->kv_lora_rank, o->window,
+                                (float)(1.0 / sqrt((double)(qk ? qk : m->kv_lora_rank + m->rope_dim))) };
+}
+
 /* The attention's shape and the page size from the options; -EINVAL after
  * a message for a model the kernels cannot run. */
 static int ctx_shape(struct run_ctx *x)
 {
     const struct run_opts *o = x->o;
-    if (!o->model || kvt_shape_is_mla(o->model)) {
-        cli_error("run", 2, "--model: an MLA shape has no per-head K and V for this kernel");
+    if (!o->model) {
+        cli_error("run", 2, "--model: no model shape");
         return -EINVAL;
     }
-    if (run_lossy(o) && o->fp32) {
-        cli_error("run", 2, "--codec %s quantises bf16 or fp16 KV, not --dtype fp32",
+    if (run_lossy(o) && o->dtype != ATTN_BF16) {
+        cli_error("run", 2, "--codec %s quantises bf16 KV on its way to SSD, not --dtype %s "
+                  "pages", run_codec_name[o->codec], run_dtype_name[o->dtype]);
+        return -EINVAL;
+    }
+    if (run_lossy(o) && o->model->kv_lora_rank) {
+        cli_error("run", 2, "--codec %s: kvtier run's MLA pages (latent and RoPE rows) have no "
+                  "codec layout yet; use it with an MHA, GQA or MQA model",
                   run_codec_name[o->codec]);
         return -EINVAL;
     }
     x->layers = o->layers && o->layers < o->model->layers ? o->layers : o->model->layers;
-    x->sh = (struct attn_shape){ o->model->q_heads, o->model->kv_heads, o->model->head_dim,
-                                 o->page_tokens, !o->fp32 };
+    x->sh = model_shape(o);
+    x->sh_bf16 = x->sh;
+    x->sh_bf16.dtype = ATTN_BF16;
     if (attn_shape_check(&x->sh)) {
         cli_error("run", 2,
-                  "--model %s: the CPU kernel needs head_dim a multiple of 8 (<= %u) and at "
-                  "most %u q heads per kv head",
-                  o->model->name, ATTN_MAX_HEAD_DIM, ATTN_MAX_GROUP);
+                  "--model %s: the kernel needs head_dim a multiple of 8 (<= %u; of %u for a "
+                  "quantised --dtype) and at most %u q heads",
+                  o->model->name, ATTN_MAX_HEAD_DIM, ATTN_QGROUP, ATTN_MAX_Q_HEADS);
         return -EINVAL;
     }
     x->pb = (attn_page_bytes(&x->sh) + 4095) / 4096 * 4096;
@@ -288,6 +321,10 @@ static int ctx_shape(struct run_ctx *x)
         return -EINVAL;
     }
     x->pages_max = (uint32_t)((final_tokens + o->page_tokens - 1) / o->page_tokens);
+    /* A window of N tokens spans at most N / page_tokens pages, rounded up,
+     * and one more where it starts inside a page. */
+    uint64_t win = o->window ? ((uint64_t)o->window + o->page_tokens - 1) / o->page_tokens + 1 : UINT64_MAX;
+    x->pages_live = win < x->pages_max ? (uint32_t)win : x->pages_max;
     x->ssd_dir = o->ssd_dir;
     return 0;
 }
@@ -326,6 +363,20 @@ static void run_said_error(const char *phase, int rc)
         cli_error("run", 1, "%s: %s", phase, kvt_strerror(rc));
 }
 
+/* The pages the engine holds at the end, and those it should: every page
+ * of each (sequence, layer) the window has not left behind. */
+static void held_pages(struct run_ctx *x, struct run_result *r)
+{
+    const struct run_opts *o = x->o;
+    kvt_stats st;
+    uint32_t n = (uint32_t)(o->context + o->tokens);
+    kvt_get_stats_sized(x->e, &st, sizeof st);
+    r->pages_held = st.pages;
+    r->dropped_pages = x->dropped;
+    r->pages_expected = (uint64_t)o->batch * x->layers *
+                        ((n + x->sh.page_tokens - 1) / x->sh.page_tokens - attn_first_page(&x->sh, n));
+}
+
 /* The engine opened, its links measured raw, the prefill and the timed
  * decode, the SSD measured again, the bound. */
 static int run_engine(struct run_ctx *x, struct run_result *r)
@@ -350,6 +401,7 @@ static int run_engine(struct run_ctx *x, struct run_result *r)
     }
     if ((rc = cli_stop_check()))
         return rc;
+    held_pages(x, r);
     run_links_again(x, r);
     run_bound(r);
     return 0;
@@ -366,12 +418,23 @@ static int run_finish(struct run_ctx *x, struct run_result *r)
     r->verified = rc == 0;
     if (rc < 0)
         return rc; /* stopped by a signal: no trace of half a run */
-    if (rc)
+    if (rc == 0 && r->pages_held != r->pages_expected) {
+        cli_error("run", 1, "verification FAILED: the engine holds %llu pages, the window %llu",
+                  (unsigned long long)r->pages_held, (unsigned long long)r->pages_expected);
+        r->verified = false;
+        rc = 1;
+    } else if (rc && r->dt_rms_rel_step > r->dt_tol) {
+        cli_error("run", 1,
+                  "verification FAILED: --dtype %s's RMS relative error against bf16 %.4f "
+                  "(a step's) is beyond its tolerance %.3g",
+                  run_dtype_name[o->dtype], r->dt_rms_rel_step, r->dt_tol);
+    } else if (rc) {
         cli_error("run", 1,
                   "verification FAILED: step %u, sequence %u, layer %u, q head %u %s",
                   r->bad_step, r->bad_seq, r->bad_layer, r->bad_head,
                   r->lossy ? "is past the codec's tolerance (its largest error)"
                            : "differs from the reference");
+    }
     if (o->trace_path) {
         int w = trace_write(&x->trace, o->trace_path);
         if (w) {
