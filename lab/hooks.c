@@ -19,6 +19,7 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
         w.io_arg = hooks->io;
         w.sync = (struct kvt_syncer){ &kvt_io_faulty_sync_ops, hooks->io };
     }
+    w.no_write_ahead = hooks && hooks->no_write_ahead;
     return kvt_open_ex(cfg, &w, out);
 }
 

@@ -19,6 +19,8 @@
 struct kvt_test_hooks {
     struct kvt_device_faulty *device;
     struct kvt_io_faulty *io;
+    bool no_write_ahead; /* with persist, pages stay only in DRAM until a flush or an
+                            eviction writes them (tiers/dram.c, write-ahead) */
 };
 /* kvt_open with hooks (NULL: none): the faulty back-ends opened in place
  * of the config's, and the I/O plan's power-loss model told of every sync. */
