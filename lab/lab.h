@@ -10,6 +10,7 @@
 #ifndef KVT_LAB_H
 #define KVT_LAB_H
 
+#include "lab/faulty.h"
 #include "tiers/tiers.h"
 
 /* Test hooks, given at open and kept by that engine alone: the faulty

@@ -408,7 +408,7 @@ static void test_model_undo(void **state)
         kvt_io_faulty_init(&plan, NULL, NULL);
         struct kvt_io_powerloss pl = { .at = KVT_IOCUT_ON_DEMAND, .tear = tear, .seed = 7 };
         kvt_io_faulty_powerloss(&plan, &pl);
-        p.faulty = &plan;
+        p.arg = &plan;
         assert_int_equal(kvt_io_faulty_ops.open(&p, &priv), 0);
         unsigned char *b = aligned_alloc(4096, 8192);
         struct kvt_io_req rq[4], *rp[4], *done[4];

@@ -69,7 +69,7 @@ static int open_io(kvt_engine *e, const struct kvt_open_with *with)
     struct kvt_io_params p = { .depth = e->cfg.queue_depth,
                                .fixed_base = e->dram.arena.base,
                                .fixed_len = e->dram.alloc_bytes,
-                               .faulty = with->io_arg,
+                               .arg = with->io_arg,
                                .max_bytes = SSD_INFLIGHT_BYTES };
     kvt_callers_init(e, &p);
     if (with->io) {
