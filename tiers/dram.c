@@ -308,9 +308,27 @@ static bool ahead_wanted(const kvt_engine *e)
            !e->dram.ahead_off && !kvt_ssd_flushing(e);
 }
 
-/* Pages the disk has room for now. */
+/* Whether DRAM is short of room: evictions are making it, in the policy's
+ * order, and a page written ahead is passed over while in flight (a copy in
+ * flight cannot leave) for a newer one. Ahead of a long store of small
+ * pages, with up to 32 MiB written ahead from anywhere in DRAM whenever an
+ * eviction had just freed a slot, pages older than DRAM's worth were still
+ * in DRAM at the end (tests/cli_bench_ssd.cmake, --api get, about one run
+ * in 25). Short: no more free slots than an eviction writes in a batch
+ * (kvt_make_room_dram). */
+static bool ahead_tight(const kvt_engine *e)
+{
+    uint32_t eighth = e->dram.arena.nslots / 8;
+    return kvt_dram_room(e) <= (eighth ? eighth : 1);
+}
+
+/* Pages the disk has room for now: with DRAM short, one at a time and only
+ * on an idle disk, the policy's next victim (kvt_dram_write_ahead), which
+ * moves the order of evictions by one page at most. */
 static uint64_t ahead_room(const kvt_engine *e)
 {
+    if (ahead_tight(e))
+        return e->ssd_tier.busy ? 0 : 1;
     uint64_t queued = e->ssd_tier.busy * e->page_bytes;
     return queued >= AHEAD_BYTES ? 0 : (AHEAD_BYTES - queued + e->page_bytes - 1) / e->page_bytes;
 }
@@ -347,6 +365,21 @@ void kvt_dram_write_ahead_off(kvt_engine *e)
     e->dram.ahead_off = true;
 }
 
+static bool ahead_usable(void *ctx, uint32_t pg)
+{
+    kvt_engine *e = ctx;
+    return ahead_candidate(kvt_pg(&e->pt, pg));
+}
+
+/* Queues pg's write ahead: false when it cannot be queued now. */
+static bool ahead_queue(kvt_engine *e, uint32_t pg)
+{
+    int r = kvt_ssd_queue_write(e, pg, false);
+    if (r < 0 && r != -EAGAIN && r != KVT_EFULL)
+        e->dram.ahead_off = true; /* the disk refuses: the callers' own writes say so */
+    return r == 0; /* else no slot free now: one comes with a commit or a deletion */
+}
+
 /* Looks at the arena from where the last call stopped. A sweep of every
  * slot that finds none leaves the counts of its start in ahead_none: a
  * page that became a candidate after that start changed them. */
@@ -357,6 +390,14 @@ void kvt_dram_write_ahead(kvt_engine *e)
         return;
     struct kvt_dram *d = &e->dram;
     uint64_t room = ahead_room(e);
+    if (room && ahead_tight(e)) {
+        uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, ahead_usable, e);
+        if (v == KVT_NONE) /* the policy looked at every DRAM page: none until they change */
+            ahead_counts(e, d->ahead_none);
+        else
+            (void)ahead_queue(e, v);
+        return;
+    }
     for (uint32_t k = 0; room && k < AHEAD_SCAN && k < d->arena.nslots; k++) {
         uint32_t s = d->ahead_at, pg = d->arena.owner[s];
         d->ahead_at = s + 1 < d->arena.nslots ? s + 1 : 0;
@@ -371,13 +412,8 @@ void kvt_dram_write_ahead(kvt_engine *e)
             continue;
         }
         d->ahead_seen = 0;
-        int r = kvt_ssd_queue_write(e, pg, false);
-        if (r == -EAGAIN || r == KVT_EFULL)
-            return; /* no slot free now: one comes with a commit or a deletion */
-        if (r < 0) {
-            d->ahead_off = true; /* the disk refuses: the callers' own writes say so */
+        if (!ahead_queue(e, pg))
             return;
-        }
         room--;
     }
 }
