@@ -161,7 +161,7 @@ static int pick_device(const kvt_config *c, const struct kvt_open_with *with,
 {
     struct kvt_device_params p = { .ordinal = c->device < 0 ? 0 : c->device,
                                    .link_gbps = c->host_link_gbps,
-                                   .faulty = with->device_arg };
+                                   .arg = with->device_arg };
     const char *env = getenv("KVT_HOST_LINK_GBPS");
     if (p.link_gbps == 0 && env)
         p.link_gbps = atof(env);

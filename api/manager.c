@@ -744,7 +744,7 @@ static int flush_persist(kvt_engine *e)
         r = 0; /* every listed page is durable; what HBM could not give down came later */
     else if (missing > 0 && r >= 0)
         r = kvt_ssd_flush_error(e, &fs, missing);
-    kvt_ssd_flush_end(&fs);
+    kvt_ssd_flush_end(e, &fs);
     return r;
 }
 

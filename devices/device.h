@@ -19,7 +19,6 @@
 #ifndef KVT_DEVICE_H
 #define KVT_DEVICE_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,16 +46,16 @@ struct kvt_copy {
     size_t bytes;
 };
 
-struct kvt_device_faulty;
-
 struct kvt_device_params {
     int ordinal;             /* CUDA ordinal (ignored by host) */
     double link_gbps;        /* host back-end: per-direction cap, 0 = none */
-    struct kvt_device_faulty *faulty; /* the faulty back-end's plan (required there) */
+    void *arg;               /* a back-end's own argument, where it takes one (the
+                                test-support library's faulty back-end: its plan,
+                                lab/faulty.h) */
 };
 
 struct kvt_device_ops {
-    const char *name;        /* "host", "cuda", "faulty" */
+    const char *name;        /* "host", "cuda" (the lab's: "faulty") */
     int version;             /* KVT_DEVICE_OPS_VERSION */
 
     /* Opens the back-end. *priv owns its state until close(). -ENODEV or
@@ -107,49 +106,5 @@ extern const struct kvt_device_ops kvt_device_cuda_ops;
 /* Makes the n-th batch submitted from now on (1 = the next) fail when the copy
  * thread reaches it, as a device error would. 0 disarms. */
 void kvt_device_host_fail_batch(void *priv, uint64_t nth);
-
-/* The faulty wrapper: wraps another back-end and fails the n-th call of a
- * chosen operation synchronously. Tests open an engine with it through
- * kvt_open_with_hooks() (lab/lab.h). */
-enum kvt_fault_op {
-    KVT_FAULT_NONE = 0,
-    KVT_FAULT_SUBMIT,       /* submit() returns err, nothing queued */
-    KVT_FAULT_HBM_ALLOC,    /* hbm_alloc() returns err */
-    KVT_FAULT_HOST_ALLOC,   /* host_alloc() returns err */
-    KVT_FAULT_COPY_SYNC,    /* copy_sync() returns err, nothing copied */
-    KVT_FAULT_ASYNC         /* the n-th submitted batch fails on the copy thread
-                               (host inside only; armed at open, not by set) */
-};
-
-struct kvt_fault {
-    enum kvt_fault_op op;
-    uint64_t nth;            /* 1 = the first call of op */
-    int err;                 /* what to return; 0 = KVT_EDEVICE */
-    int repeat;              /* keep failing every call from the n-th on */
-};
-
-extern const struct kvt_device_ops kvt_device_faulty_ops;
-
-/* A fault plan for the faulty back-end, given at open in
- * kvt_device_params.faulty. The caller owns it and keeps it until the
- * back-end is closed (or its open failed); one back-end at a time per plan,
- * so two engines in one process fail independently. The calls are counted
- * in it, so the counts stay readable after close or a failed open. Holds no
- * resources: nothing to free. Fields are the back-end's: use the calls
- * below. */
-struct kvt_device_faulty {
-    const struct kvt_device_ops *inner;   /* the wrapped back-end */
-    pthread_mutex_t mu;                   /* guards what follows */
-    struct kvt_fault fault;
-    uint64_t calls[KVT_FAULT_ASYNC + 1];  /* per op; ASYNC: batches submitted */
-};
-/* A plan that wraps inner (NULL = host) and injects f (NULL = nothing). */
-void kvt_device_faulty_init(struct kvt_device_faulty *plan, const struct kvt_device_ops *inner,
-                            const struct kvt_fault *f);
-/* Re-arms a plan, also while a back-end uses it: f (NULL = nothing) from the
- * next call on, counted from zero. */
-void kvt_device_faulty_set(struct kvt_device_faulty *plan, const struct kvt_fault *f);
-/* How many calls of op the back-end has made since init or set. */
-uint64_t kvt_device_faulty_count(struct kvt_device_faulty *plan, enum kvt_fault_op op);
 
 #endif /* KVT_DEVICE_H */

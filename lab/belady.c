@@ -572,7 +572,6 @@ static uint64_t belady_use_at(void *priv, uint64_t ahead, uint64_t *group)
 const struct kvt_policy_ops kvt_policy_belady_ops = {
     .name = "belady",
     .version = KVT_POLICY_OPS_VERSION,
-    .offline = true,
     .create = belady_create,
     .destroy = belady_destroy,
     .reserve = belady_reserve,

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "lab/faulty.h"
 #include "tiers/tiers.h"
 
 /* The back-end's state: the plan and the wrapped back-end's own. */
@@ -63,12 +64,12 @@ static int faulty_hit(struct faulty *f, enum kvt_fault_op op)
 
 static int faulty_open(const struct kvt_device_params *p, void **priv)
 {
-    if (!p || !p->faulty)
+    if (!p || !p->arg)
         return -EINVAL;
     struct faulty *f = calloc(1, sizeof(*f));
     if (!f)
         return -ENOMEM;
-    f->plan = p->faulty;
+    f->plan = p->arg;
     f->inner = f->plan->inner;
     int r = f->inner->open(p, &f->ipriv);
     if (r) {

@@ -24,6 +24,7 @@ int kvt_open_with_hooks(const kvt_config *cfg, const struct kvt_test_hooks *hook
         w.remote_kv = &kvt_kv_mem_ops;
         w.remote_kv_arg = hooks->remote;
     }
+    w.no_write_ahead = hooks && hooks->no_write_ahead;
     return kvt_open_ex(cfg, &w, out);
 }
 

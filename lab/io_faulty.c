@@ -19,7 +19,7 @@
  * given at open), one per context: engines in one process each have their
  * own, and a test may re-arm a live context with kvt_io_faulty_set().
  *
- * Power loss (io.h): a write is journalled with the bytes it overwrites,
+ * Power loss (faulty.h): a write is journalled with the bytes it overwrites,
  * read just before it is handed to the inner back-end (the mover owns the
  * slot it writes, so nothing else changes them in between); a completed
  * sync of its file drops it. The journal holds only what no sync covers:
@@ -37,7 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/io.h"
+#include "lab/faulty.h"
 #include "lab/lab.h"
 
 /* The private copy of a request that the inner back-end reads short. */
@@ -141,12 +141,12 @@ static enum verdict fault_judge(const struct kvt_io_fault *ft, const struct kvt_
 
 static int faulty_open(const struct kvt_io_params *p, void **priv)
 {
-    if (!priv || !p || !p->faulty)
+    if (!priv || !p || !p->arg)
         return -EINVAL;
     struct faulty *f = calloc(1, sizeof(*f));
     if (!f)
         return -ENOMEM;
-    f->plan = p->faulty;
+    f->plan = p->arg;
     f->inner = f->plan->inner;
     int rc = f->inner->open(p, &f->ipriv);
     if (rc) {
@@ -583,15 +583,16 @@ static int pl_sync_hit(struct kvt_io_faulty *plan)
 
 int kvt_io_faulty_sync(struct kvt_io_faulty *plan, int fd)
 {
+    static const struct kvt_syncer plain = { NULL, NULL }; /* fdatasync, as the product */
     if (!plan)
-        return fdatasync(fd) == 0 ? 0 : -errno;
+        return kvt_io_sync(&plain, fd);
     pthread_mutex_lock(&plan->mu);
     int r = pl_sync_hit(plan);
     pthread_mutex_unlock(&plan->mu);
     if (r)
         return r;
-    if (fdatasync(fd) != 0)
-        return -errno;
+    if ((r = kvt_io_sync(&plain, fd)) != 0)
+        return r;
     struct stat st;
     if (plan->pl.at == KVT_IOCUT_NONE || fstat(fd, &st) != 0)
         return 0;

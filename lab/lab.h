@@ -10,6 +10,7 @@
 #ifndef KVT_LAB_H
 #define KVT_LAB_H
 
+#include "lab/faulty.h"
 #include "tiers/tiers.h"
 
 /* Test hooks, given at open and kept by that engine alone: the faulty
@@ -21,6 +22,8 @@ struct kvt_test_hooks {
     struct kvt_io_faulty *io;
     struct kvt_kv_mem *remote;      /* the shared tier's values in memory (lab/kv_mem.h);
                                        cfg.remote_url must still be set */
+    bool no_write_ahead; /* with persist, pages stay only in DRAM until a flush or an
+                            eviction writes them (tiers/dram.c, write-ahead) */
 };
 /* kvt_open with hooks (NULL: none): the faulty back-ends opened in place
  * of the config's, and the I/O plan's power-loss model told of every sync. */

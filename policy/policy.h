@@ -67,7 +67,6 @@ typedef bool (*kvt_usable_fn)(void *ctx, uint32_t pg);
 struct kvt_policy_ops {
     const char *name;
     int version;        /* KVT_POLICY_OPS_VERSION */
-    bool offline;       /* needs the whole future trace: the simulator only, never an engine */
     int (*create)(const struct kvt_policy_params *p, void **priv);
     void (*destroy)(void *priv);
     /* Page numbers up to cap may be used from now on. -ENOMEM. */

@@ -1,7 +1,9 @@
 /*
  * mover.c — the engine's one background thread. Each time it is woken, in
- * this order: settle finished copies, prefetch (prefetch.c), one step of the
- * SSD pipeline (ssd_pipe.c, whose state this thread owns), and write-back.
+ * this order: settle finished copies, prefetch (prefetch.c), with persist
+ * the DRAM-only pages written ahead while the disk has room (dram.c), one
+ * step of the SSD pipeline (ssd_pipe.c, whose state this thread owns), and
+ * write-back.
  * Callers wait on fences and on the SSD tier's progress, never on this
  * thread itself.
  *
@@ -51,6 +53,8 @@ static void *mover_main(void *arg)
         e->mover.kick = false;
         kvt_settle(e);
         kvt_prefetch(e);
+        if (!e->mover.stop)
+            kvt_dram_write_ahead(e); /* with persist, while the disk has room */
         /* SSD work first: callers wait on it, while write-back is ahead of need. */
         if (kvt_ssd_pipe_step(e)) {
             e->mover.kick = true;
@@ -98,10 +102,10 @@ void kvt_mover_wake(kvt_engine *e)
     pthread_cond_signal(&e->mover.cv);
 }
 
-/* Called under the lock after pages turned dirty. */
+/* Called under the lock after pages turned dirty or were put. */
 void kvt_mover_kick(kvt_engine *e)
 {
-    if (e->mover.kick || !mover_deficit(e))
+    if (e->mover.kick || (!mover_deficit(e) && !kvt_dram_ahead_due(e)))
         return;
     e->mover.kick = true;
     pthread_cond_signal(&e->mover.cv);

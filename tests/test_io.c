@@ -15,6 +15,7 @@
 
 #include "tests/helpers.h"
 #include "io/io.h"
+#include "lab/faulty.h"
 #include "lab/raw_bench.h"
 #include "io/sched_attr.h"
 
@@ -105,7 +106,7 @@ static void *t_open(const struct fx *f, const struct kvt_io_ops *ops, unsigned d
     if (!f->have)
         skip();
     struct kvt_io_params p = { .depth = depth, .fixed_base = fixed, .fixed_len = fixed_len,
-                               .faulty = &t_plan, .owner_reaps = f->owner };
+                               .arg = &t_plan, .owner_reaps = f->owner };
     void *priv = NULL;
     int rc = ops->open(&p, &priv);
     if (rc == -EPERM || rc == -ENOSYS)

@@ -15,6 +15,7 @@
 #include "helpers.h"
 #include "io/codec.h"
 #include "tiers/tiers.h"
+#include "lab/lab.h"
 #include "lab/tool.h"
 
 /* 3 MiB pages: a put copies them in three 1 MiB pieces, checksumming each. */
@@ -44,7 +45,9 @@ static int fx_teardown(void **state)
     return 0;
 }
 
-/* An engine of pages of pb bytes: 1 of HBM, 4 of DRAM, 16 on SSD. */
+/* An engine of pages of pb bytes: 1 of HBM, 4 of DRAM, 16 on SSD. No
+ * write-ahead: the tests look at the put's checksum before a write-back
+ * takes it. */
 static kvt_engine *open_sized(const struct fx *f, int codec, size_t pb, int persist)
 {
     kvt_config c = t_config(pb, 1, 4);
@@ -54,7 +57,7 @@ static kvt_engine *open_sized(const struct fx *f, int codec, size_t pb, int pers
     c.fingerprint = FP;
     c.codec = codec;
     kvt_engine *e = NULL;
-    int r = kvt_open(&c, &e);
+    int r = kvt_open_with_hooks(&c, &(struct kvt_test_hooks){ .no_write_ahead = true }, &e);
     t_opened(r);
     return e;
 }

@@ -15,6 +15,7 @@
  * it back (kvt_dram_restore_spare) as soon as a copy can go for free.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "tiers/tiers.h"
 
@@ -271,6 +272,149 @@ void kvt_dram_drop_redundant(kvt_engine *e)
             (p->flags & (PG_VALID_DRAM | PG_VALID_SSD)) != (PG_VALID_DRAM | PG_VALID_SSD))
             continue;
         kvt_page_drop_copy(e, pg, KVT_TIER_DRAM);
+    }
+}
+
+/* ------------------------------------------------------------- write-ahead */
+
+/* With persist every page must reach SSD before kvt_flush returns, so time
+ * the disk idles while puts fill DRAM is time the flush pays for later:
+ * storing 32 MiB pages, the disk idled while the first half of DRAM filled
+ * and the flush then wrote the pages still only in DRAM with nothing else
+ * left to overlap (docs/performance.md#durable-store). While the SSD has
+ * little queued, the mover writes DRAM-only pages down ahead. They stay in
+ * DRAM, clean: an eviction later drops them for free, and the flush finds
+ * them done.
+ *
+ * Only pages nobody may still change: a page valid in HBM may be rewritten
+ * there (a decode step appending to its tail page), which would make the
+ * write wasted, so only DRAM-only pages, idle, unpinned, not being created.
+ * Never a second try of a failed write (the callers' evictions and the
+ * flush meet that error and report it), and not while a flush waits: pages
+ * put meanwhile are not its to wait for. */
+
+/* Bytes of SSD work queued or in flight below which the disk counts as
+ * having room: two of the tier's in-flight windows (ssd.c,
+ * SSD_INFLIGHT_BYTES), so that a write ahead keeps the disk busy without
+ * holding a caller's read behind much. */
+#define AHEAD_BYTES ((uint64_t)32 << 20)
+
+/* Arena slots one call looks at, at most. */
+#define AHEAD_SCAN 256u
+
+static bool ahead_wanted(const kvt_engine *e)
+{
+    return e->cfg.persist && e->ssd && !e->failed && !e->ssd_tier.write_err &&
+           !e->dram.ahead_off && !kvt_ssd_flushing(e);
+}
+
+/* Whether DRAM is short of room: evictions are making it, in the policy's
+ * order, and a page written ahead is passed over while in flight (a copy in
+ * flight cannot leave) for a newer one. Ahead of a long store of small
+ * pages, with up to 32 MiB written ahead from anywhere in DRAM whenever an
+ * eviction had just freed a slot, pages older than DRAM's worth were still
+ * in DRAM at the end (tests/cli_bench_ssd.cmake, --api get, about one run
+ * in 25). Short: no more free slots than an eviction writes in a batch
+ * (kvt_make_room_dram). */
+static bool ahead_tight(const kvt_engine *e)
+{
+    uint32_t eighth = e->dram.arena.nslots / 8;
+    return kvt_dram_room(e) <= (eighth ? eighth : 1);
+}
+
+/* Pages the disk has room for now: with DRAM short, one at a time and only
+ * on an idle disk, the policy's next victim (kvt_dram_write_ahead), which
+ * moves the order of evictions by one page at most. */
+static uint64_t ahead_room(const kvt_engine *e)
+{
+    if (ahead_tight(e))
+        return e->ssd_tier.busy ? 0 : 1;
+    uint64_t queued = e->ssd_tier.busy * e->page_bytes;
+    return queued >= AHEAD_BYTES ? 0 : (AHEAD_BYTES - queued + e->page_bytes - 1) / e->page_bytes;
+}
+
+static bool ahead_candidate(const struct kvt_page *p)
+{
+    return (p->flags & PG_HASHED) && !(p->flags & (PG_ZOMBIE | PG_CREATED)) &&
+           (p->flags & PG_VALID_ALL) == PG_VALID_DRAM && !p->pins &&
+           kvt_page_can_leave(p, KVT_TIER_DRAM, KVT_LEAVE_WRITE);
+}
+
+/* What changes when a page may have become a candidate: a slot taken or
+ * given up in either arena, a copy made valid or dropped, a page let go by
+ * a call, a copy or a pin (page.c moves the slots' epoch). */
+static void ahead_counts(const kvt_engine *e, uint64_t c[KVT_AHEAD_COUNTS])
+{
+    c[0] = (uint64_t)e->dram.arena.nfree << 32 | e->hbm.arena.nfree;
+    c[1] = e->pages.st.resident_pages[KVT_TIER_DRAM];
+    c[2] = e->pages.st.resident_pages[KVT_TIER_SSD];
+    c[3] = e->slots.epoch;
+}
+
+bool kvt_dram_ahead_due(const kvt_engine *e)
+{
+    if (!ahead_wanted(e) || !ahead_room(e))
+        return false;
+    uint64_t c[KVT_AHEAD_COUNTS];
+    ahead_counts(e, c);
+    return memcmp(c, e->dram.ahead_none, sizeof(c)) != 0;
+}
+
+void kvt_dram_write_ahead_off(kvt_engine *e)
+{
+    e->dram.ahead_off = true;
+}
+
+static bool ahead_usable(void *ctx, uint32_t pg)
+{
+    kvt_engine *e = ctx;
+    return ahead_candidate(kvt_pg(&e->pt, pg));
+}
+
+/* Queues pg's write ahead: false when it cannot be queued now. */
+static bool ahead_queue(kvt_engine *e, uint32_t pg)
+{
+    int r = kvt_ssd_queue_write(e, pg, false);
+    if (r < 0 && r != -EAGAIN && r != KVT_EFULL)
+        e->dram.ahead_off = true; /* the disk refuses: the callers' own writes say so */
+    return r == 0; /* else no slot free now: one comes with a commit or a deletion */
+}
+
+/* Looks at the arena from where the last call stopped. A sweep of every
+ * slot that finds none leaves the counts of its start in ahead_none: a
+ * page that became a candidate after that start changed them. */
+void kvt_dram_write_ahead(kvt_engine *e)
+{
+    KVT_ASSERT_LOCKED(e);
+    if (!kvt_dram_ahead_due(e))
+        return;
+    struct kvt_dram *d = &e->dram;
+    uint64_t room = ahead_room(e);
+    if (room && ahead_tight(e)) {
+        uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, ahead_usable, e);
+        if (v == KVT_NONE) /* the policy looked at every DRAM page: none until they change */
+            ahead_counts(e, d->ahead_none);
+        else
+            (void)ahead_queue(e, v);
+        return;
+    }
+    for (uint32_t k = 0; room && k < AHEAD_SCAN && k < d->arena.nslots; k++) {
+        uint32_t s = d->ahead_at, pg = d->arena.owner[s];
+        d->ahead_at = s + 1 < d->arena.nslots ? s + 1 : 0;
+        if (!d->ahead_seen)
+            ahead_counts(e, d->ahead_start);
+        if (pg == KVT_NONE || !ahead_candidate(kvt_pg(&e->pt, pg))) {
+            if (++d->ahead_seen == d->arena.nslots) {
+                memcpy(d->ahead_none, d->ahead_start, sizeof(d->ahead_none));
+                d->ahead_seen = 0;
+                return;
+            }
+            continue;
+        }
+        d->ahead_seen = 0;
+        if (!ahead_queue(e, pg))
+            return;
+        room--;
     }
 }
 

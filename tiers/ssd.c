@@ -69,7 +69,7 @@ static int open_io(kvt_engine *e, const struct kvt_open_with *with)
     struct kvt_io_params p = { .depth = e->cfg.queue_depth,
                                .fixed_base = e->dram.arena.base,
                                .fixed_len = e->dram.alloc_bytes,
-                               .faulty = with->io_arg,
+                               .arg = with->io_arg,
                                .max_bytes = SSD_INFLIGHT_BYTES };
     kvt_callers_init(e, &p);
     if (with->io) {
@@ -117,6 +117,8 @@ int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_open_with *with)
     if (info.message[0])
         fprintf(stderr, "kvtier: %s\n", info.message);
     kvt_ssd_set_syncer(e->ssd, &with->sync); /* tests: a power-loss model sees the syncs */
+    if (with->no_write_ahead)
+        kvt_dram_write_ahead_off(e);
     return open_io(e, with);
 }
 
@@ -398,13 +400,20 @@ int kvt_ssd_flush_begin(kvt_engine *e, struct kvt_flush_set *fs)
     for (uint32_t pg = 0; pg < e->pt.used; pg++)
         if (needs_ssd_copy(kvt_pg(&e->pt, pg)))
             fs->items[fs->n++] = (struct kvt_flush_item){ pg, kvt_pg(&e->pt, pg)->birth };
+    e->ssd_tier.flushes++;
     return 0;
 }
 
-void kvt_ssd_flush_end(struct kvt_flush_set *fs)
+void kvt_ssd_flush_end(kvt_engine *e, struct kvt_flush_set *fs)
 {
+    e->ssd_tier.flushes--;
     free(fs->items);
     fs->items = NULL;
+}
+
+bool kvt_ssd_flushing(const kvt_engine *e)
+{
+    return e->ssd_tier.flushes != 0;
 }
 
 /* Queues a write of every listed page still missing that has a DRAM copy
@@ -470,7 +479,7 @@ int kvt_ssd_flush(kvt_engine *e)
         prev = missing;
     }
     r = missing < 0 ? (int)missing : missing ? kvt_ssd_flush_error(e, &fs, missing) : 0;
-    kvt_ssd_flush_end(&fs);
+    kvt_ssd_flush_end(e, &fs);
     return r;
 }
 

@@ -159,6 +159,7 @@ struct kvt_hbm {
     uint32_t room_waiters;          /* callers waiting for HBM slots being freed for them */
 };
 
+#define KVT_AHEAD_COUNTS 4
 struct kvt_dram {
     struct kvt_arena arena;         /* one spare slot beyond the configured size */
     size_t alloc_bytes;
@@ -167,6 +168,14 @@ struct kvt_dram {
      * from dropping them, which would make those pages dirty again (more
      * dirty pages than DRAM slots then never went down). */
     bool flushing;
+    /* Write-ahead (kvt_dram_write_ahead): the next arena slot to look at,
+     * the slots looked at since a page was a candidate, the counts at that
+     * sweep's start, and those of the last sweep that found none (no wake
+     * until they change: kvt_dram_ahead_due). */
+    uint32_t ahead_at, ahead_seen;
+    uint64_t ahead_start[KVT_AHEAD_COUNTS], ahead_none[KVT_AHEAD_COUNTS];
+    bool ahead_off;                 /* none (the opener asked so), or no more: one could
+                                       not be queued (no blocks for a segment) */
 };
 
 /* ------------------------------------------------------------- SSD (ssd.c) */
@@ -219,6 +228,7 @@ struct kvt_ssd_tier {
                                        SSD waiters wait for these too */
     uint64_t progress;              /* pipe steps that finished jobs or freed slots:
                                        what SSD waiters watch */
+    uint32_t flushes;               /* flushes between kvt_ssd_flush_begin and _end */
     int read_err;                   /* the last read error that kept its page (PG_READ_ERR) */
     int write_err;                  /* the last write error, for kvt_flush's answer */
     int evict_err;                  /* an eviction's write failed: the next room maker says so */
@@ -539,6 +549,8 @@ struct kvt_open_with {
     struct kvt_syncer sync;         /* the SSD store's and index's syncs */
     const struct kvt_kv_ops *remote_kv; /* the shared tier's transport (store/remote_kv.h) */
     void *remote_kv_arg;
+    bool no_write_ahead;            /* the mover writes no page ahead (kvt_dram_write_ahead):
+                                       tests that look at a page between its put and a flush */
 };
 /* kvt_open with back-ends (NULL: none). */
 int kvt_open_ex(const kvt_config *cfg, const struct kvt_open_with *with, kvt_engine **out);
@@ -702,6 +714,14 @@ void kvt_dram_restore_spare(kvt_engine *e);
 void kvt_dram_drop_redundant(kvt_engine *e);
 /* A flush's write-backs begin (on) or end: see struct kvt_dram, flushing. */
 void kvt_dram_flushing(kvt_engine *e, bool on);
+/* With persist: queues SSD writes of DRAM-only pages while the SSD has
+ * little to do (the mover, each time it runs; bounded). */
+void kvt_dram_write_ahead(kvt_engine *e);
+/* Whether kvt_dram_write_ahead may find work now (for a caller's wake of
+ * the mover; cheap). */
+bool kvt_dram_ahead_due(const kvt_engine *e);
+/* No write-ahead in this engine (an opener's kvt_open_with.no_write_ahead). */
+void kvt_dram_write_ahead_off(kvt_engine *e);
 
 /* ------------------------------------------------------------- ssd.c */
 
@@ -788,7 +808,9 @@ int kvt_ssd_flush_begin(kvt_engine *e, struct kvt_flush_set *fs);
 int64_t kvt_ssd_flush_pass(kvt_engine *e, struct kvt_flush_set *fs);
 /* The error for missing pages left after the last pass, named. */
 int kvt_ssd_flush_error(kvt_engine *e, const struct kvt_flush_set *fs, int64_t missing);
-void kvt_ssd_flush_end(struct kvt_flush_set *fs);
+void kvt_ssd_flush_end(kvt_engine *e, struct kvt_flush_set *fs);
+/* Whether a flush is between kvt_ssd_flush_begin and _end. */
+bool kvt_ssd_flushing(const kvt_engine *e);
 /* Writes every page only in DRAM without a current SSD copy and waits
  * (benchmarks: no page is in HBM). */
 int kvt_ssd_flush(kvt_engine *e);
