@@ -194,10 +194,11 @@ static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale
             const float *ks = (const float *)(pages[pg] + attn_scale_off(sh, 0, h, 0));
             const float *vs = (const float *)(pages[pg] + attn_scale_off(sh, 1, h, 0));
             for (uint32_t t = 0; t < nt; t++)
-                sc[t] = attn_score(q + (size_t)qh * D, k, ks, tb + t, D, scale, dt);
+                sc[t] = attn_score(q + (size_t)qh * D, k, ks, tb + t, D, scale, dt,
+                                   attn_per_channel(sh, 0));
             attn_fold_stats(sc, nt, &m, &l, &c, p);
             for (uint32_t d = 0; d < VD; d++)
-                acc[d] = attn_fold_acc(acc[d], c, p, v, vs, tb, nt, D, d, dt);
+                acc[d] = attn_fold_acc(acc[d], c, p, v, vs, tb, nt, D, d, dt, attn_per_channel(sh, 1));
         }
         for (uint32_t d = 0; d < VD; d++)
             gpu[(size_t)qh * VD + d] = ATTN_DIV(acc[d], l);
@@ -359,6 +360,38 @@ static void test_quantise(void **state)
                        : dt == ATTN_INT8 ? a / 127 / 2 * 1.001 : r / 15 / 2 * 1.001;
             if (!(fabs(got - v[d]) <= tol))
                 fail_msg("dtype %d element %d: %.9g for %.9g (tolerance %.3g)", dt, d, got, v[d], tol);
+        }
+        free(page);
+    }
+    /* int8 and int4 K: a scale per channel over the page's tokens, so an
+     * outlier channel coarsens no other; fp8's K keeps per-row groups. */
+    for (int dt = ATTN_INT8; dt <= ATTN_INT4; dt++) {
+        struct attn_shape s = SHAPE(2, 1, 64, 4, (uint32_t)dt);
+        char *page = calloc(1, attn_page_bytes(&s));
+        float rows[4][64], st[3 * 64];
+        assert_true(attn_per_channel(&s, 0) && !attn_per_channel(&s, 1));
+        for (uint32_t t = 0; t < 4; t++) {
+            for (int d = 0; d < 64; d++)
+                rows[t][d] = (d == 5 ? 100.0f : 1.0f) * run_kv_value(3, 0, 0, t, 0, (uint32_t)d, 1);
+            attn_k_stats(&s, st, t, rows[t]);
+        }
+        attn_k_scales_set(&s, page, 0, st);
+        for (uint32_t t = 0; t < 4; t++)
+            attn_store_row(&s, page, 0, 0, t, rows[t]);
+        for (int d = 0; d < 64; d++) {
+            double lo = rows[0][d], hi = lo, a = fabs(lo);
+            for (uint32_t t = 1; t < 4; t++) {
+                lo = fmin(lo, rows[t][d]);
+                hi = fmax(hi, rows[t][d]);
+                a = fmax(a, fabs(rows[t][d]));
+            }
+            double tol = dt == ATTN_INT8 ? a / 127 / 2 * 1.001 : (hi - lo) / 15 / 2 * 1.001;
+            for (uint32_t t = 0; t < 4; t++) {
+                float got = attn_value(&s, page, 0, 0, t, (uint32_t)d);
+                if (!(fabs(got - rows[t][d]) <= tol))
+                    fail_msg("dtype %d K channel %d token %u: %.9g for %.9g (tolerance %.3g)", dt,
+                             d, t, got, rows[t][d], tol);
+            }
         }
         free(page);
     }
