@@ -14,17 +14,19 @@
  * its row is one token's latent (v_dim wide, 512 for DeepSeek-V3) followed
  * by its RoPE key (head_dim - v_dim, 64), and V is the latent, the row's
  * first v_dim elements — the absorbed form (docs/run.md#mla).
- * Quantised, K is scaled per channel and V per token, as KIVI does: K has
- * outlier channels (a few channels far larger than the rest, the same for
- * every token), and a scale shared along a K row would follow them and
- * coarsen every other channel. A kv head's K block (MLA: its rows) has one
- * scale per channel over the page's tokens written so far; a V row is split
+ * Quantised to int8 or int4, K is scaled per channel and V per token, as
+ * KIVI does: K has outlier channels (a few channels far larger than the
+ * rest, the same for every token), and a scale shared along a K row would
+ * follow them and coarsen every other channel. A kv head's K block (MLA:
+ * its rows) has one scale per channel over the page's tokens written so
+ * far. A V row, and every fp8 row (floating codes: a scale only sets their
+ * range; K per channel measured worse, docs/run.md#quantised-kv), is split
  * into groups of ATTN_QGROUP elements along head_dim, each with its own. A
  * scale is one fp32 (fp8, int8: value = q * scale) or two, scale and
  * minimum (int4, asymmetric: value = q * scale + min); int4 packs element
  * 2i of a row in the low nibble of byte i. The scales lie after the rows:
- * every kv head's K scales [kv_heads][head_dim], then the V rows' in the
- * rows' order.
+ * every kv head's K channel scales [kv_heads][head_dim] (int8, int4), then
+ * the per-row scales in the rows' order.
  *
  * The arithmetic is fp32 whatever the dtype: an element is widened (bf16:
  * exactly) or dequantised (attn_math.h's attn_deq: one rounded multiply,
