@@ -596,12 +596,23 @@ static void test_run_mqa(void **state)
     shape_run("falcon-7b", ATTN_BF16, 0, 32, 4, &r);
 }
 
-/* deepseek-v3: MLA's absorbed form over 576-wide rows. */
+/* deepseek-v3: MLA's absorbed form over 576-wide rows; and a lossy codec
+ * on its pages, which the engine knows as KVT_KV_MLA (one latent + RoPE row
+ * per token): a page is one 36 KiB block, within its tolerance. */
 static void test_run_mla(void **state)
 {
     struct run_result r;
+    struct run_opts o;
     SKIP_UNDER_TSAN();
     shape_run("deepseek-v3", ATTN_BF16, 0, 32, 4, &r);
+    small_opts(&o);
+    o.model = kvt_preset_find("deepseek-v3");
+    o.codec = KVT_CODEC_INT4;
+    o.tokens = 4;
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified && r.lossy && r.page_bytes == 36864);
+    assert_true(r.err_rms_rel > 0 && r.err_rms_rel <= r.tol_rms_rel);
+    assert_true(r.disk_read > 0);
 }
 
 /* --window 160 over 16-token pages: 256 context tokens leave 6 pages per

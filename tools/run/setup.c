@@ -300,12 +300,6 @@ static int ctx_shape(struct run_ctx *x)
                   "pages", run_codec_name[o->codec], run_dtype_name[o->dtype]);
         return -EINVAL;
     }
-    if (run_lossy(o) && o->model->kv_lora_rank) {
-        cli_error("run", 2, "--codec %s: kvtier run's MLA pages (latent and RoPE rows) have no "
-                  "codec layout yet; use it with an MHA, GQA or MQA model",
-                  run_codec_name[o->codec]);
-        return -EINVAL;
-    }
     x->layers = o->layers && o->layers < o->model->layers ? o->layers : o->model->layers;
     x->sh = model_shape(o);
     x->sh_bf16 = x->sh;
