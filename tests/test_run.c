@@ -194,10 +194,11 @@ static void gpu_order_case(const struct attn_shape *sh, uint32_t n, float qscale
             const float *ks = (const float *)(pages[pg] + attn_scale_off(sh, 0, h, 0));
             const float *vs = (const float *)(pages[pg] + attn_scale_off(sh, 1, h, 0));
             for (uint32_t t = 0; t < nt; t++)
-                sc[t] = attn_score(q + (size_t)qh * D, k, ks, tb + t, D, scale, dt);
+                sc[t] = attn_score(q + (size_t)qh * D, k, ks, tb + t, D, scale, dt,
+                                   attn_per_channel(sh, 0));
             attn_fold_stats(sc, nt, &m, &l, &c, p);
             for (uint32_t d = 0; d < VD; d++)
-                acc[d] = attn_fold_acc(acc[d], c, p, v, vs, tb, nt, D, d, dt);
+                acc[d] = attn_fold_acc(acc[d], c, p, v, vs, tb, nt, D, d, dt, attn_per_channel(sh, 1));
         }
         for (uint32_t d = 0; d < VD; d++)
             gpu[(size_t)qh * VD + d] = ATTN_DIV(acc[d], l);
@@ -342,14 +343,55 @@ static void test_quantise(void **state)
         for (int d = 0; d < 128; d++)
             v[d] = (d < 64 ? 1.0f : 100.0f) * run_kv_value(3, 0, 0, 0, 0, (uint32_t)d, 0);
         attn_store_row(&s, page, 1, 0, 1, v);
+        /* Each group's largest magnitude and range, from its own values: K's
+         * outlier channels (kvgen.c) make them up to 12x the others'. */
+        double amax[2] = { 0, 0 }, lo[2] = { v[0], v[64] }, hi[2] = { v[0], v[64] };
         for (int d = 0; d < 128; d++) {
-            float got = attn_value(&s, page, 1, 0, 1, (uint32_t)d), mag = d < 64 ? 1.0f : 100.0f;
+            amax[d / 64] = fmax(amax[d / 64], fabs(v[d]));
+            lo[d / 64] = fmin(lo[d / 64], v[d]);
+            hi[d / 64] = fmax(hi[d / 64], v[d]);
+        }
+        for (int d = 0; d < 128; d++) {
+            float got = attn_value(&s, page, 1, 0, 1, (uint32_t)d);
+            double a = amax[d / 64], r = hi[d / 64] - lo[d / 64];
             /* fp8: 3 mantissa bits, half an ulp 2^-4 relative (subnormals: half of 2^-9 of the
              * scale); int8: half a step of 1/127 of the group's largest; int4: of 1/15 of its range */
-            double tol = dt == ATTN_FP8 ? fabs(v[d]) / 16 + mag / 448 / 1024
-                       : dt == ATTN_INT8 ? mag / 127 / 2 * 1.001 : 2 * mag / 15 / 2 * 1.001;
+            double tol = dt == ATTN_FP8 ? fabs(v[d]) / 16 + a / 448 / 1024
+                       : dt == ATTN_INT8 ? a / 127 / 2 * 1.001 : r / 15 / 2 * 1.001;
             if (!(fabs(got - v[d]) <= tol))
                 fail_msg("dtype %d element %d: %.9g for %.9g (tolerance %.3g)", dt, d, got, v[d], tol);
+        }
+        free(page);
+    }
+    /* int8 and int4 K: a scale per channel over the page's tokens, so an
+     * outlier channel coarsens no other; fp8's K keeps per-row groups. */
+    for (int dt = ATTN_INT8; dt <= ATTN_INT4; dt++) {
+        struct attn_shape s = SHAPE(2, 1, 64, 4, (uint32_t)dt);
+        char *page = calloc(1, attn_page_bytes(&s));
+        float rows[4][64], st[3 * 64];
+        assert_true(attn_per_channel(&s, 0) && !attn_per_channel(&s, 1));
+        for (uint32_t t = 0; t < 4; t++) {
+            for (int d = 0; d < 64; d++)
+                rows[t][d] = (d == 5 ? 100.0f : 1.0f) * run_kv_value(3, 0, 0, t, 0, (uint32_t)d, 1);
+            attn_k_stats(&s, st, t, rows[t]);
+        }
+        attn_k_scales_set(&s, page, 0, st);
+        for (uint32_t t = 0; t < 4; t++)
+            attn_store_row(&s, page, 0, 0, t, rows[t]);
+        for (int d = 0; d < 64; d++) {
+            double lo = rows[0][d], hi = lo, a = fabs(lo);
+            for (uint32_t t = 1; t < 4; t++) {
+                lo = fmin(lo, rows[t][d]);
+                hi = fmax(hi, rows[t][d]);
+                a = fmax(a, fabs(rows[t][d]));
+            }
+            double tol = dt == ATTN_INT8 ? a / 127 / 2 * 1.001 : (hi - lo) / 15 / 2 * 1.001;
+            for (uint32_t t = 0; t < 4; t++) {
+                float got = attn_value(&s, page, 0, 0, t, (uint32_t)d);
+                if (!(fabs(got - rows[t][d]) <= tol))
+                    fail_msg("dtype %d K channel %d token %u: %.9g for %.9g (tolerance %.3g)", dt,
+                             d, t, got, rows[t][d], tol);
+            }
         }
         free(page);
     }
@@ -554,12 +596,23 @@ static void test_run_mqa(void **state)
     shape_run("falcon-7b", ATTN_BF16, 0, 32, 4, &r);
 }
 
-/* deepseek-v3: MLA's absorbed form over 576-wide rows. */
+/* deepseek-v3: MLA's absorbed form over 576-wide rows; and a lossy codec
+ * on its pages, which the engine knows as KVT_KV_MLA (one latent + RoPE row
+ * per token): a page is one 36 KiB block, within its tolerance. */
 static void test_run_mla(void **state)
 {
     struct run_result r;
+    struct run_opts o;
     SKIP_UNDER_TSAN();
     shape_run("deepseek-v3", ATTN_BF16, 0, 32, 4, &r);
+    small_opts(&o);
+    o.model = kvt_preset_find("deepseek-v3");
+    o.codec = KVT_CODEC_INT4;
+    o.tokens = 4;
+    assert_int_equal(run_exec(&o, &r), 0);
+    assert_true(r.verified && r.lossy && r.page_bytes == 36864);
+    assert_true(r.err_rms_rel > 0 && r.err_rms_rel <= r.tol_rms_rel);
+    assert_true(r.disk_read > 0);
 }
 
 /* --window 160 over 16-token pages: 256 context tokens leave 6 pages per

@@ -123,7 +123,7 @@ float attn_value(const struct attn_shape *s, const void *page, int kind, uint32_
 {
     const char *b = page;
     return attn_deq(b + attn_row_off(s, kind, h, 0), (const float *)(b + attn_scale_off(s, kind, h, 0)),
-                    t, s->head_dim, d, (int)s->dtype);
+                    t, s->head_dim, d, (int)s->dtype, attn_per_channel(s, kind));
 }
 
 /* a (finite, |a| <= 448 after the clamp) to fp8 e4m3, to nearest even. */
@@ -145,8 +145,42 @@ static uint8_t e4m3_encode(float y)
     return sign | (uint8_t)(e << 3 | m);
 }
 
-/* One group of n values quantised into codes and its scales (sc[0], and
- * the minimum sc[1] for int4), as the dtype says. */
+/* A group's scales from its lowest, highest and largest magnitude: sc[0],
+ * and the minimum sc[1] for int4. */
+static void group_scales(int dtype, float lo, float hi, float amax, float *sc)
+{
+    if (dtype == ATTN_INT4) {
+        sc[0] = (hi - lo) / 15.0f;
+        sc[1] = lo;
+        return;
+    }
+    sc[0] = amax / (dtype == ATTN_FP8 ? 448.0f : 127.0f);
+}
+
+/* v's code with the scales sc (int4: 0..15 in the low nibble). */
+static uint8_t code_of(int dtype, float v, const float *sc)
+{
+    if (dtype == ATTN_INT4) {
+        long a = sc[0] > 0 ? lrintf((v - sc[1]) / sc[0]) : 0;
+        return (uint8_t)(a < 0 ? 0 : a > 15 ? 15 : a);
+    }
+    float y = sc[0] > 0 ? v / sc[0] : 0.0f;
+    if (dtype == ATTN_FP8)
+        return e4m3_encode(y);
+    long q = lrintf(y);
+    return (uint8_t)(int8_t)(q < -127 ? -127 : q > 127 ? 127 : q);
+}
+
+/* Element d of a quantised row's codes set to code c. */
+static void code_put(int dtype, uint8_t *codes, uint32_t d, uint8_t c)
+{
+    if (dtype != ATTN_INT4)
+        codes[d] = c;
+    else
+        codes[d / 2] = (uint8_t)(d & 1 ? (codes[d / 2] & 0x0f) | c << 4 : (codes[d / 2] & 0xf0) | c);
+}
+
+/* One group of n values quantised into codes and its scales. */
 static void quantise_group(int dtype, const float *v, uint32_t n, uint8_t *codes, float *sc)
 {
     float lo = v[0], hi = v[0], amax = 0;
@@ -155,30 +189,29 @@ static void quantise_group(int dtype, const float *v, uint32_t n, uint8_t *codes
         hi = v[i] > hi ? v[i] : hi;
         amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
     }
-    if (dtype == ATTN_INT4) {
-        float step = (hi - lo) / 15.0f;
-        sc[0] = step;
-        sc[1] = lo;
-        for (uint32_t i = 0; i < n; i += 2) {
-            long a = step > 0 ? lrintf((v[i] - lo) / step) : 0;
-            long b = step > 0 ? lrintf((v[i + 1] - lo) / step) : 0;
-            a = a < 0 ? 0 : a > 15 ? 15 : a;
-            b = b < 0 ? 0 : b > 15 ? 15 : b;
-            codes[i / 2] = (uint8_t)(a | b << 4);
-        }
-        return;
+    group_scales(dtype, lo, hi, amax, sc);
+    for (uint32_t i = 0; i < n; i++)
+        code_put(dtype, codes, i, code_of(dtype, v[i], sc));
+}
+
+void attn_k_stats(const struct attn_shape *s, float *st, uint32_t t, const float *row)
+{
+    float *lo = st, *hi = st + s->head_dim, *amax = st + 2 * s->head_dim;
+    for (uint32_t d = 0; d < s->head_dim; d++) {
+        float v = row[d];
+        lo[d] = t == 0 || v < lo[d] ? v : lo[d];
+        hi[d] = t == 0 || v > hi[d] ? v : hi[d];
+        amax[d] = t == 0 || fabsf(v) > amax[d] ? fabsf(v) : amax[d];
     }
-    float top = dtype == ATTN_FP8 ? 448.0f : 127.0f;
-    sc[0] = amax / top;
-    for (uint32_t i = 0; i < n; i++) {
-        float y = sc[0] > 0 ? v[i] / sc[0] : 0.0f;
-        if (dtype == ATTN_FP8) {
-            codes[i] = e4m3_encode(y);
-        } else {
-            long q = lrintf(y);
-            codes[i] = (uint8_t)(int8_t)(q < -127 ? -127 : q > 127 ? 127 : q);
-        }
-    }
+}
+
+void attn_k_scales_set(const struct attn_shape *s, void *page, uint32_t h, const float *st)
+{
+    float sc[2 * ATTN_MAX_HEAD_DIM];
+    const uint32_t D = s->head_dim, per = attn_scale_floats(s);
+    for (uint32_t d = 0; d < D; d++)
+        group_scales((int)s->dtype, st[d], st[D + d], st[2 * D + d], sc + d * per);
+    memcpy((char *)page + attn_scale_off(s, 0, h, 0), sc, attn_k_scales(s) * sizeof(float));
 }
 
 void attn_store_row(const struct attn_shape *s, void *page, int kind, uint32_t h, uint32_t t,
@@ -191,8 +224,16 @@ void attn_store_row(const struct attn_shape *s, void *page, int kind, uint32_t h
         return;
     }
     uint8_t *codes = (uint8_t *)b + attn_row_off(s, kind, h, t);
+    const uint32_t per = attn_scale_floats(s);
+    if (attn_per_channel(s, kind)) {
+        float sc[2 * ATTN_MAX_HEAD_DIM];
+        memcpy(sc, b + attn_scale_off(s, kind, h, 0), attn_k_scales(s) * sizeof(float));
+        for (uint32_t d = 0; d < s->head_dim; d++)
+            code_put((int)s->dtype, codes, d, code_of((int)s->dtype, v[d], sc + d * per));
+        return;
+    }
     float sc[2 * ATTN_MAX_HEAD_DIM / ATTN_QGROUP];
-    uint32_t per = s->dtype == ATTN_INT4 ? 2 : 1, cb = s->dtype == ATTN_INT4 ? ATTN_QGROUP / 2 : ATTN_QGROUP;
+    uint32_t cb = s->dtype == ATTN_INT4 ? ATTN_QGROUP / 2 : ATTN_QGROUP;
     for (uint32_t g = 0; g < s->head_dim / ATTN_QGROUP; g++)
         quantise_group((int)s->dtype, v + g * ATTN_QGROUP, ATTN_QGROUP, codes + g * cb, sc + g * per);
     memcpy(b + attn_scale_off(s, kind, h, t), sc, attn_row_scales(s) * sizeof(float));
@@ -279,11 +320,11 @@ static void unit_fold_bf16(const struct attn_shape *s, const float *q, const voi
  * folds away). */
 static inline __attribute__((always_inline)) void
 dequantise_dt(const void *rows, const float *sc, uint32_t D, uint32_t tb, uint32_t nt, float *f,
-              int dt)
+              int dt, int pc)
 {
     for (uint32_t t = 0; t < nt; t++)
         for (uint32_t d = 0; d < D; d++)
-            f[(size_t)t * D + d] = attn_deq(rows, sc, tb + t, D, d, dt);
+            f[(size_t)t * D + d] = attn_deq(rows, sc, tb + t, D, d, dt, pc);
 }
 
 /* Rows [tb, tb + nt) of kind's block of kv head h dequantised into f (nt
@@ -293,10 +334,11 @@ static void dequantise_rows(const struct attn_shape *s, const char *p, int kind,
 {
     const void *rows = p + attn_row_off(s, kind, h, 0);
     const float *sc = (const float *)(p + attn_scale_off(s, kind, h, 0));
+    int pc = attn_per_channel(s, kind);
     switch (s->dtype) {
-    case ATTN_FP8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_FP8); break;
-    case ATTN_INT8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT8); break;
-    default: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT4); break;
+    case ATTN_FP8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_FP8, pc); break;
+    case ATTN_INT8: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT8, pc); break;
+    default: dequantise_dt(rows, sc, s->head_dim, tb, nt, f, ATTN_INT4, pc); break;
     }
 }
 

@@ -14,10 +14,19 @@
  * its row is one token's latent (v_dim wide, 512 for DeepSeek-V3) followed
  * by its RoPE key (head_dim - v_dim, 64), and V is the latent, the row's
  * first v_dim elements — the absorbed form (docs/run.md#mla).
- * A quantised row is split into groups of ATTN_QGROUP elements along
- * head_dim, each with its own fp32 scale (fp8, int8: value = q * scale) or
- * scale and minimum (int4, asymmetric: value = q * scale + min); int4 packs
- * element 2i in the low nibble of byte i.
+ * Quantised to int8 or int4, K is scaled per channel and V per token, as
+ * KIVI does: K has outlier channels (a few channels far larger than the
+ * rest, the same for every token), and a scale shared along a K row would
+ * follow them and coarsen every other channel. A kv head's K block (MLA:
+ * its rows) has one scale per channel over the page's tokens written so
+ * far. A V row, and every fp8 row (floating codes: a scale only sets their
+ * range; K per channel measured worse, docs/run.md#quantised-kv), is split
+ * into groups of ATTN_QGROUP elements along head_dim, each with its own. A
+ * scale is one fp32 (fp8, int8: value = q * scale) or two, scale and
+ * minimum (int4, asymmetric: value = q * scale + min); int4 packs element
+ * 2i of a row in the low nibble of byte i. The scales lie after the rows:
+ * every kv head's K channel scales [kv_heads][head_dim] (int8, int4), then
+ * the per-row scales in the rows' order.
  *
  * The arithmetic is fp32 whatever the dtype: an element is widened (bf16:
  * exactly) or dequantised (attn_math.h's attn_deq: one rounded multiply,
@@ -75,12 +84,28 @@ static inline size_t attn_row_bytes(const struct attn_shape *s)
     static const uint8_t bits[ATTN_DTYPES] = { 32, 16, 8, 8, 4 };
     return (size_t)s->head_dim * bits[s->dtype] / 8;
 }
-/* Scale floats per row (0 unquantised). */
+/* Floats per scale: 2 for int4 (scale, minimum), else 1. */
+static inline uint32_t attn_scale_floats(const struct attn_shape *s)
+{
+    return s->dtype == ATTN_INT4 ? 2 : 1;
+}
+/* Whether kind's rows are scaled per channel: K's (MLA's one kind), for
+ * int8 and int4. */
+static inline bool attn_per_channel(const struct attn_shape *s, int kind)
+{
+    return (s->dtype == ATTN_INT8 || s->dtype == ATTN_INT4) && (kind == 0 || s->mla);
+}
+/* Scale floats per V row (0 unquantised). */
 static inline uint32_t attn_row_scales(const struct attn_shape *s)
 {
     if (!attn_quantised(s))
         return 0;
-    return s->head_dim / ATTN_QGROUP * (s->dtype == ATTN_INT4 ? 2 : 1);
+    return s->head_dim / ATTN_QGROUP * attn_scale_floats(s);
+}
+/* Scale floats of one kv head's K block when per channel (else 0). */
+static inline uint32_t attn_k_scales(const struct attn_shape *s)
+{
+    return attn_per_channel(s, 0) ? s->head_dim * attn_scale_floats(s) : 0;
 }
 /* Rows a page holds. */
 static inline size_t attn_page_rows(const struct attn_shape *s)
@@ -96,10 +121,19 @@ static inline size_t attn_elem_bytes(const struct attn_shape *s)
 {
     return s->dtype == ATTN_F32 ? 4 : 2;
 }
+/* The rows scaled per row (per group along it): all, or V's when K's are
+ * per channel. */
+static inline size_t attn_scaled_rows(const struct attn_shape *s)
+{
+    return attn_per_channel(s, 0) ? attn_page_rows(s) - (size_t)s->kv_heads * s->page_tokens
+                                  : attn_page_rows(s);
+}
 /* Bytes of K, V and scales a page holds (without padding). */
 static inline size_t attn_page_bytes(const struct attn_shape *s)
 {
-    return attn_page_rows(s) * (attn_row_bytes(s) + attn_row_scales(s) * sizeof(float));
+    return attn_page_rows(s) * attn_row_bytes(s) +
+           ((size_t)s->kv_heads * attn_k_scales(s) + attn_scaled_rows(s) * attn_row_scales(s)) *
+               sizeof(float);
 }
 /* The index of token t's K row (kind 0) or V row (kind 1) of kv head h
  * among the page's rows (MLA: kind 1 is the K row). */
@@ -112,10 +146,14 @@ static inline size_t attn_row_off(const struct attn_shape *s, int kind, uint32_t
 {
     return attn_row_index(s, kind, h, t) * attn_row_bytes(s);
 }
+/* (K, per channel: the kv head's scales, whatever t.) */
 static inline size_t attn_scale_off(const struct attn_shape *s, int kind, uint32_t h, uint32_t t)
 {
-    return attn_page_rows(s) * attn_row_bytes(s) +
-           attn_row_index(s, kind, h, t) * attn_row_scales(s) * sizeof(float);
+    size_t rows = attn_page_rows(s) * attn_row_bytes(s);
+    if (attn_per_channel(s, kind))
+        return rows + (size_t)h * attn_k_scales(s) * sizeof(float);
+    size_t r = attn_row_index(s, kind, h, t) - (attn_page_rows(s) - attn_scaled_rows(s));
+    return rows + ((size_t)s->kv_heads * attn_k_scales(s) + r * attn_row_scales(s)) * sizeof(float);
 }
 /* Offset, in elements, of token t's K or V row of kv head h (fp32 and bf16
  * pages, whose elements are whole). */
@@ -171,9 +209,17 @@ void attn_store(const struct attn_shape *s, void *page, size_t i, float v);
 float attn_value(const struct attn_shape *s, const void *page, int kind, uint32_t h, uint32_t t,
                  uint32_t d);
 /* Stores head_dim values v as that row in the page's dtype: bf16 rounded to
- * nearest even; quantised per group of ATTN_QGROUP, the scales beside. */
+ * nearest even; a quantised V row per group of ATTN_QGROUP, its scales
+ * beside; a quantised K row with the kv head's channel scales already in
+ * the page (attn_k_scales_set). */
 void attn_store_row(const struct attn_shape *s, void *page, int kind, uint32_t h, uint32_t t,
                     const float *v);
+/* A quantised K block's channel scales, in two steps: attn_k_stats() takes
+ * the rows of the page's tokens one by one (t = 0 first) into st
+ * (3 * head_dim floats, the caller's), attn_k_scales_set() writes kv head
+ * h's scales from them into the page. Its rows are stored after that. */
+void attn_k_stats(const struct attn_shape *s, float *st, uint32_t t, const float *row);
+void attn_k_scales_set(const struct attn_shape *s, void *page, uint32_t h, const float *st);
 /* bf16 rounding (to nearest, ties to even) of v, as a float. */
 float attn_round_bf16(float v);
 

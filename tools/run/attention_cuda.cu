@@ -31,8 +31,10 @@ struct attn_cuda_layout {
     uint32_t group, D, VD, pt;
     uint32_t k_row0, v_row0;  /* row index of kv head 0's first K and V row */
     uint32_t head_rows;       /* rows between one kv head's block and the next */
-    uint32_t row_bytes, row_scales;
-    size_t scales_at;         /* byte offset of the scales */
+    uint32_t row_bytes;
+    uint32_t k_head_scales, v_head_scales; /* scale floats between one kv head's and the next */
+    size_t k_scales_at, v_scales_at;       /* byte offsets of kv head 0's K and V scales */
+    int k_pc, v_pc;                        /* scaled per channel (MLA: V is the K rows) */
 };
 
 /* One block per q head, blockDim.x = v_dim threads (one output element
@@ -56,10 +58,10 @@ __global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint
         uint32_t nt = (n_tokens - first < L.pt ? n_tokens - first : L.pt) - tb;
         size_t kr = L.k_row0 + (size_t)h * L.head_rows, vr = L.v_row0 + (size_t)h * L.head_rows;
         const char *k = page + kr * L.row_bytes, *v = page + vr * L.row_bytes;
-        const float *ks = (const float *)(page + L.scales_at) + kr * L.row_scales;
-        const float *vs = (const float *)(page + L.scales_at) + vr * L.row_scales;
+        const float *ks = (const float *)(page + L.k_scales_at) + (size_t)h * L.k_head_scales;
+        const float *vs = (const float *)(page + L.v_scales_at) + (size_t)h * L.v_head_scales;
         for (uint32_t t = tid; t < nt; t += blockDim.x)
-            sc[t] = attn_score(qr, k, ks, tb + t, D, scale, DT);
+            sc[t] = attn_score(qr, k, ks, tb + t, D, scale, DT, L.k_pc);
         __syncthreads();
         if (tid == 0) {
             float c;
@@ -67,7 +69,7 @@ __global__ void attn_cuda_kernel(const void *const *pages, uint32_t npages, uint
             c_all = c;
         }
         __syncthreads();
-        acc = attn_fold_acc(acc, c_all, p, v, vs, tb, nt, D, tid, DT);
+        acc = attn_fold_acc(acc, c_all, p, v, vs, tb, nt, D, tid, DT, L.v_pc);
         __syncthreads(); /* sc and p are rewritten by the next page */
     }
     if (tid == 0)
@@ -156,8 +158,13 @@ extern "C" int attn_cuda_launch(struct attn_cuda *a, const float *q, uint32_t n_
     L.v_row0 = (uint32_t)attn_row_index(s, 1, 0, 0);
     L.head_rows = s->page_tokens;
     L.row_bytes = (uint32_t)attn_row_bytes(s);
-    L.row_scales = attn_row_scales(s);
-    L.scales_at = attn_scale_off(s, 0, 0, 0);
+    /* from the offsets of kv heads 0 and 1 (a formula: also for one kv head) */
+    L.k_scales_at = attn_scale_off(s, 0, 0, 0);
+    L.v_scales_at = attn_scale_off(s, 1, 0, 0);
+    L.k_head_scales = (uint32_t)((attn_scale_off(s, 0, 1, 0) - L.k_scales_at) / sizeof(float));
+    L.v_head_scales = (uint32_t)((attn_scale_off(s, 1, 1, 0) - L.v_scales_at) / sizeof(float));
+    L.k_pc = attn_per_channel(s, 0);
+    L.v_pc = attn_per_channel(s, 1);
     uint32_t ft = attn_first_token(s, n_tokens);
 #define ATTN_LAUNCH(DT)                                                                          \
     attn_cuda_kernel<DT><<<s->q_heads, L.VD>>>(a->pages, npages, p0, ft, n_tokens, a->q, a->out, \

@@ -138,14 +138,15 @@ ATTN_HD float attn_e4m3(uint8_t b)
 
 /* Element d of row r of a block of rows of D elements of type dtype
  * (attention.h's enum attn_dtype: 0 fp32, 1 bf16, 2 fp8, 3 int8, 4 int4)
- * whose rows' scales start at sc, as fp32: widened exactly, or dequantised
+ * whose scales start at sc, as fp32: widened exactly, or dequantised
  * with one rounded multiply (fp8, int8) and one rounded add after it
- * (int4's minimum). */
+ * (int4's minimum). pc: the block is scaled per channel (K: scale d,
+ * whatever the row), else per group of 64 of each row (V). */
 ATTN_HD float attn_deq(const void *rows, const float *sc, size_t r, uint32_t D, uint32_t d,
-                       int dtype)
+                       int dtype, int pc)
 {
     size_t i = r * D + d;
-    size_t g = r * (D / 64) + d / 64; /* the group: attention.h's ATTN_QGROUP */
+    size_t g = pc ? d : r * (D / 64) + d / 64; /* the group: attention.h's ATTN_QGROUP */
     switch (dtype) {
     case 0: return ((const float *)rows)[i];
     case 1: return attn_bf16(((const uint16_t *)rows)[i]);
@@ -159,27 +160,29 @@ ATTN_HD float attn_deq(const void *rows, const float *sc, size_t r, uint32_t D, 
     }
 }
 
-/* One score: (q . k) * scale over D elements (D a multiple of 8) of row r,
- * lane j summing elements j, j+8, ... as the CPU kernel's vectors do. */
+/* One score: (q . k) * scale over D elements (D a multiple of 8) of K row r
+ * (pc: scaled per channel), lane j summing elements j, j+8, ... as the CPU
+ * kernel's vectors do. */
 ATTN_HD float attn_score(const float *q, const void *rows, const float *sc, size_t r, uint32_t D,
-                         float scale, int dtype)
+                         float scale, int dtype, int pc)
 {
     float lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
     for (uint32_t c = 0; c < D; c += 8)
         for (uint32_t j = 0; j < 8; j++)
-            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], attn_deq(rows, sc, r, D, c + j, dtype)));
+            lane[j] = ATTN_ADD(lane[j], ATTN_MUL(q[c + j], attn_deq(rows, sc, r, D, c + j, dtype, pc)));
     return ATTN_MUL(attn_hsum8(lane), scale);
 }
 
 /* One output element d over one page: acc * c, then + p[t] * v[t] in token
- * order, v[t] being element d of row r0 + t. */
+ * order, v[t] being element d of row r0 + t (pc: rows scaled per channel,
+ * MLA's, whose V is its K rows). */
 ATTN_HD float attn_fold_acc(float acc, float c, const float *p, const void *rows,
                             const float *sc, size_t r0, uint32_t nt, uint32_t D, uint32_t d,
-                            int dtype)
+                            int dtype, int pc)
 {
     acc = ATTN_MUL(acc, c);
     for (uint32_t t = 0; t < nt; t++)
-        acc = ATTN_ADD(acc, ATTN_MUL(p[t], attn_deq(rows, sc, r0 + t, D, d, dtype)));
+        acc = ATTN_ADD(acc, ATTN_MUL(p[t], attn_deq(rows, sc, r0 + t, D, d, dtype, pc)));
     return acc;
 }
 

@@ -48,16 +48,30 @@ void run_kv_row(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_
     }
 }
 
+void run_k_scales(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                  uint32_t page, uint32_t ntok, uint32_t h, void *p)
+{
+    float row[ATTN_MAX_HEAD_DIM], st[3 * ATTN_MAX_HEAD_DIM];
+    for (uint32_t t = 0; t < ntok; t++) {
+        run_kv_row(s, seed, seq, layer, page * s->page_tokens + t, h, 0, row);
+        attn_k_stats(s, st, t, row);
+    }
+    attn_k_scales_set(s, p, h, st);
+}
+
 void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
                    uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p)
 {
     float row[ATTN_MAX_HEAD_DIM];
     for (int kind = 0; kind < (int)attn_kinds(s); kind++)
-        for (uint32_t h = h0; h < h1; h++)
+        for (uint32_t h = h0; h < h1; h++) {
+            if (attn_per_channel(s, kind) && ntok)
+                run_k_scales(s, seed, seq, layer, page, ntok, h, p);
             for (uint32_t t = 0; t < ntok; t++) {
                 run_kv_row(s, seed, seq, layer, page * s->page_tokens + t, h, kind, row);
                 attn_store_row(s, p, kind, h, t, row);
             }
+        }
 }
 
 void run_fill_query(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,

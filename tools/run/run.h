@@ -130,9 +130,14 @@ float run_kv_value(uint64_t seed, uint32_t seq, uint32_t layer, uint32_t token, 
  * kind 0, the latent then the RoPE key. */
 void run_kv_row(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
                 uint32_t token, uint32_t h, int kind, float *row);
+/* A quantised page's K channel scales of kv head h over its tokens
+ * [page*page_tokens, +ntok), ntok > 0, written into page p. */
+void run_k_scales(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
+                  uint32_t page, uint32_t ntok, uint32_t h, void *p);
 /* Writes the rows of tokens [page*page_tokens, +ntok) for kv heads [h0, h1)
- * into a page in attention.h's layout, in its dtype (attn_store_row);
- * nothing else of the page is touched. */
+ * into a page in attention.h's layout, in its dtype (attn_store_row), and
+ * their K channel scales when quantised (run_k_scales); nothing else of the
+ * page is touched. */
 void run_fill_page(const struct attn_shape *s, uint64_t seed, uint32_t seq, uint32_t layer,
                    uint32_t page, uint32_t ntok, uint32_t h0, uint32_t h1, void *p);
 

@@ -204,13 +204,16 @@ static void engine_config(struct run_ctx *x, const struct run_result *r, kvt_con
     c->policy = o->policy;
     c->codec = o->codec;
     c->host_link_gbps = o->link_gbps;
-    /* The page layout (attention.h), which a lossy codec needs: head-major
-     * K then V, one layer a page. */
+    /* The page layout (attention.h), which a lossy codec needs, one layer
+     * a page: head-major K then V, or MLA's one row per token (the latent,
+     * then the RoPE key; no V rows). Only bf16 pages have one the engine
+     * knows. */
     c->kv_dtype = x->sh.dtype == ATTN_BF16 ? KVT_DTYPE_BF16 : 0;
-    c->kv_order = KVT_KV_HEAD_MAJOR;
+    c->kv_order = x->sh.mla ? KVT_KV_MLA : KVT_KV_HEAD_MAJOR;
     c->page_tokens = x->sh.page_tokens;
     c->kv_heads = x->sh.kv_heads;
-    c->head_dim = x->sh.head_dim;
+    c->head_dim = x->sh.mla ? x->sh.v_dim : x->sh.head_dim;
+    c->rope_dim = x->sh.mla ? x->sh.head_dim - x->sh.v_dim : 0;
     c->n_layers = x->layers;
     c->full_first_layers = c->full_last_layers = o->full_layers;
     if (o->trace_path) {
@@ -295,12 +298,6 @@ static int ctx_shape(struct run_ctx *x)
     if (run_lossy(o) && o->dtype != ATTN_BF16) {
         cli_error("run", 2, "--codec %s quantises bf16 KV on its way to SSD, not --dtype %s "
                   "pages", run_codec_name[o->codec], run_dtype_name[o->dtype]);
-        return -EINVAL;
-    }
-    if (run_lossy(o) && o->model->kv_lora_rank) {
-        cli_error("run", 2, "--codec %s: kvtier run's MLA pages (latent and RoPE rows) have no "
-                  "codec layout yet; use it with an MHA, GQA or MQA model",
-                  run_codec_name[o->codec]);
         return -EINVAL;
     }
     x->layers = o->layers && o->layers < o->model->layers ? o->layers : o->model->layers;
