@@ -168,7 +168,10 @@ static int rs_get(struct kvt_store *s, struct kvt_store_item *it, size_t n)
     return found;
 }
 
-static int rs_exists(struct kvt_store *s, struct kvt_store_item *it, size_t n)
+/* A call on keys alone (exists, del) through the transport's fn: the
+ * number of items whose res is 1. */
+static int keys_call(struct kvt_store *s, struct kvt_store_item *it, size_t n,
+                     int (*fn)(void *conn, struct kvt_rc_item *it, size_t n))
 {
     struct remote_store *r = of(s);
     if (n && !it)
@@ -176,36 +179,26 @@ static int rs_exists(struct kvt_store *s, struct kvt_store_item *it, size_t n)
     int e = name_all(r, it, n);
     if (e)
         return e;
-    r->kv->exists(r->conn, r->items, n);
-    int held = 0;
+    fn(r->conn, r->items, n);
+    int yes = 0;
     for (size_t i = 0; i < n; i++) {
         it[i].res = r->items[i].res;
         if (it[i].res == 1)
-            held++;
+            yes++;
         else if (it[i].res < 0)
             count_fail(r, it[i].res);
     }
-    return held;
+    return yes;
+}
+
+static int rs_exists(struct kvt_store *s, struct kvt_store_item *it, size_t n)
+{
+    return keys_call(s, it, n, of(s)->kv->exists);
 }
 
 static int rs_del(struct kvt_store *s, struct kvt_store_item *it, size_t n)
 {
-    struct remote_store *r = of(s);
-    if (n && !it)
-        return -EINVAL;
-    int e = name_all(r, it, n);
-    if (e)
-        return e;
-    r->kv->del(r->conn, r->items, n);
-    int gone = 0;
-    for (size_t i = 0; i < n; i++) {
-        it[i].res = r->items[i].res;
-        if (it[i].res == 1)
-            gone++;
-        else if (it[i].res < 0)
-            count_fail(r, it[i].res);
-    }
-    return gone;
+    return keys_call(s, it, n, of(s)->kv->del);
 }
 
 static void rs_stats(const struct kvt_store *s, struct kvt_store_stats *st)

@@ -210,15 +210,24 @@ static void give_handle(struct kvt_remote *r, int h)
     pthread_mutex_unlock(&r->pool_mu);
 }
 
+/* The store's op over it[0..n) in batches, on a callers' handle h: the
+ * number of items whose res is 1. */
+static int in_batches(struct kvt_remote *r, int h, struct kvt_store_item *it, size_t n,
+                      int (*op)(struct kvt_store *, struct kvt_store_item *, size_t))
+{
+    int yes = 0;
+    for (size_t at = 0; at < n; at += r->batch) {
+        size_t m = n - at < r->batch ? n - at : r->batch;
+        int k = op(r->handle[h], it + at, m);
+        yes += k > 0 ? k : 0;
+    }
+    return yes;
+}
+
 int kvt_remote_exists(struct kvt_remote *r, struct kvt_store_item *it, size_t n)
 {
     int h = take_handle(r);
-    int held = 0;
-    for (size_t at = 0; at < n; at += r->batch) {
-        size_t m = n - at < r->batch ? n - at : r->batch;
-        int k = r->ops->exists(r->handle[h], it + at, m);
-        held += k > 0 ? k : 0;
-    }
+    int held = in_batches(r, h, it, n, r->ops->exists);
     pthread_mutex_lock(&r->pool_mu);
     for (size_t i = 0; i < n; i++)
         if (it[i].res == 1) {
@@ -233,12 +242,7 @@ int kvt_remote_exists(struct kvt_remote *r, struct kvt_store_item *it, size_t n)
 int kvt_remote_load(struct kvt_remote *r, struct kvt_store_item *it, size_t n)
 {
     int h = take_handle(r);
-    int found = 0;
-    for (size_t at = 0; at < n; at += r->batch) {
-        size_t m = n - at < r->batch ? n - at : r->batch;
-        int k = r->ops->get(r->handle[h], it + at, m);
-        found += k > 0 ? k : 0;
-    }
+    int found = in_batches(r, h, it, n, r->ops->get);
     pthread_mutex_lock(&r->pool_mu);
     for (size_t i = 0; i < n; i++) {
         uint64_t hv = key_hash(&it[i].key);
