@@ -217,7 +217,6 @@ static void print_json(const struct rb_opts *o, const struct row *rows, int n)
     }
     json_object_set_new(j, "rows", a);
     util_json_print(stdout, j);
-    json_decref(j);
 }
 
 int bench_remote_main(int argc, char **argv)

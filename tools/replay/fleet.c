@@ -210,7 +210,7 @@ static double frac(uint64_t a, uint64_t b)
 static void report_text(FILE *out, const struct fleet *f, const struct phase *ph, int n)
 {
     fprintf(out, "kvtier replay: %llu requests dealt in turn to %u engines, each caching %llu "
-                 "blocks of %llu bytes (%.3g of the trace's %u distinct)\n",
+                 "blocks of %llu bytes (%.3g x the trace's %u distinct blocks)\n",
             (unsigned long long)f->requests, f->o->instances, (unsigned long long)f->cap_blocks,
             (unsigned long long)f->o->block_bytes, frac(f->cap_blocks, f->tr.distinct),
             f->tr.distinct);
@@ -270,7 +270,6 @@ static void report_json(const struct fleet *f, const struct phase *ph, int n)
         json_object_set_new(j, p->name, o);
     }
     util_json_print(stdout, j);
-    json_decref(j);
 }
 
 static int fleet_alloc(struct fleet *f)
