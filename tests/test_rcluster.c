@@ -36,6 +36,7 @@
 #include <hiredis/hiredis.h>
 
 #include "tests/helpers.h"
+#include "tests/redis_helpers.h"
 #include "io/rcluster.h"
 #include "io/rcluster_parse.h"
 
@@ -96,24 +97,7 @@ static struct kvt_rcluster *open_url(const char *url, const char *auth_file, uns
 
 static redisContext *admin(unsigned port)
 {
-    struct timeval tv = { 5, 0 };
-    redisContext *a = redisConnectWithTimeout("127.0.0.1", (int)port, tv);
-    assert_non_null(a);
-    assert_int_equal(a->err, 0);
-    redisSetTimeout(a, tv);
-    if (g_passfile) {
-        char pass[128] = "";
-        FILE *f = fopen(g_passfile, "r");
-        assert_non_null(f);
-        assert_non_null(fgets(pass, sizeof pass, f));
-        fclose(f);
-        pass[strcspn(pass, "\r\n")] = '\0';
-        redisReply *r = redisCommand(a, "AUTH %s", pass);
-        assert_non_null(r);
-        assert_int_equal(r->type, REDIS_REPLY_STATUS);
-        freeReplyObject(r);
-    }
-    return a;
+    return t_redis_admin(port, g_passfile);
 }
 
 static redisReply *cmd(redisContext *a, const char *fmt, ...)
@@ -170,14 +154,7 @@ static void node_id(unsigned port, char *id, size_t cap)
 
 static pid_t pid_of(unsigned port)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%u/pid", g_dir, port);
-    FILE *f = fopen(p, "r");
-    assert_non_null(f);
-    int pid = 0;
-    assert_int_equal(fscanf(f, "%d", &pid), 1);
-    fclose(f);
-    return pid;
+    return t_redis_pid(g_dir, port);
 }
 
 /* n keys "<prefix><i>", values of the given size (2 sizes alternating). */
@@ -1070,10 +1047,6 @@ static void test_evict(void **state)
 }
 
 /* ------------------------------------------------------------------- main */
-static bool have_redis(void)
-{
-    return system("command -v redis-server >/dev/null 2>&1") == 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -1102,12 +1075,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_rcluster parse | GROUP PORT DIR [PASSFILE]\n");
         return 2;
     }
-    if (!have_redis()) {
-        const char *ci = getenv("CI");
-        fprintf(stderr, "test_rcluster: redis-server is not installed%s\n",
-                ci && !strcmp(ci, "true") ? " (CI: a failure)" : ": SKIP");
-        return ci && !strcmp(ci, "true") ? 1 : 77;
-    }
+    if (!t_redis_installed())
+        return t_redis_missing("test_rcluster");
     g_port = (unsigned)atoi(argv[2]);
     g_dir = argv[3];
     g_passfile = argc > 4 ? argv[4] : NULL;

@@ -13,8 +13,8 @@
  * The same logic with faults made in memory: tests/test_remote.c.
  */
 #include "tests/helpers.h"
+#include "tests/redis_helpers.h"
 
-#include <hiredis/hiredis.h>
 #include <poll.h>
 #include <sys/time.h>
 
@@ -169,11 +169,7 @@ static void test_two_processes_share_pages(void **state)
 
 static redisContext *admin(unsigned port)
 {
-    struct timeval tv = { 5, 0 };
-    redisContext *a = redisConnectWithTimeout("127.0.0.1", (int)port, tv);
-    assert_non_null(a);
-    assert_int_equal(a->err, 0);
-    return a;
+    return t_redis_admin(port, g_passfile);
 }
 
 /* SET name value on whichever master owns it (following one MOVED). */
@@ -243,14 +239,7 @@ static void test_values_written_by_others_are_misses(void **state)
 
 static pid_t pid_of(unsigned port)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%u/pid", g_dir, port);
-    FILE *f = fopen(p, "r");
-    assert_non_null(f);
-    int pid = 0;
-    assert_int_equal(fscanf(f, "%d", &pid), 1);
-    fclose(f);
-    return pid;
+    return t_redis_pid(g_dir, port);
 }
 
 static void test_a_master_killed_while_reading(void **state)
@@ -364,12 +353,6 @@ static void test_redis_evicting_gives_misses_never_wrong_bytes(void **state)
     kvt_close(e);
 }
 
-static bool have_redis(void)
-{
-    return access("/usr/bin/redis-server", X_OK) == 0 || access("/usr/local/bin/redis-server",
-                                                                X_OK) == 0;
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest shared[] = {
@@ -386,13 +369,8 @@ int main(int argc, char **argv)
         return 2;
     }
     g_group = argv[1];
-    if (!have_redis()) {
-        const char *ci = getenv("CI");
-        bool in_ci = ci && !strcmp(ci, "true");
-        fprintf(stderr, "test_remote_cluster: redis-server is not installed%s\n",
-                in_ci ? " (CI: a failure)" : ": SKIP");
-        return in_ci ? 1 : 77;
-    }
+    if (!t_redis_installed())
+        return t_redis_missing("test_remote_cluster");
     g_port = (unsigned)atoi(argv[2]);
     g_dir = argv[3];
     g_passfile = argc > 4 ? argv[4] : NULL;
