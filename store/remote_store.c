@@ -69,9 +69,12 @@ static int grow(struct remote_store *r, size_t n)
     return 0;
 }
 
-/* The client's items for it[0..n): names filled, the rest zero. */
+/* The client's items for it[0..n): names filled, the rest zero. -EINVAL
+ * for items NULL with n > 0 (every call of the store starts here). */
 static int name_all(struct remote_store *r, const struct kvt_store_item *it, size_t n)
 {
+    if (n && !it)
+        return -EINVAL;
     int e = grow(r, n);
     if (e)
         return e;
@@ -95,8 +98,6 @@ static void count_fail(struct remote_store *r, int res)
 static int rs_put(struct kvt_store *s, struct kvt_store_item *it, size_t n)
 {
     struct remote_store *r = of(s);
-    if (n && !it)
-        return -EINVAL;
     int e = name_all(r, it, n);
     if (e)
         return e;
@@ -127,8 +128,6 @@ static int rs_put(struct kvt_store *s, struct kvt_store_item *it, size_t n)
 static int rs_get(struct kvt_store *s, struct kvt_store_item *it, size_t n)
 {
     struct remote_store *r = of(s);
-    if (n && !it)
-        return -EINVAL;
     int e = name_all(r, it, n);
     if (e)
         return e;
@@ -174,8 +173,6 @@ static int keys_call(struct kvt_store *s, struct kvt_store_item *it, size_t n,
                      int (*fn)(void *conn, struct kvt_rc_item *it, size_t n))
 {
     struct remote_store *r = of(s);
-    if (n && !it)
-        return -EINVAL;
     int e = name_all(r, it, n);
     if (e)
         return e;
