@@ -40,6 +40,15 @@
  * page, not a hang. */
 #define SSD_TRIES 3
 
+/* Completions one step takes when reads are decoded (a codec is set). A
+ * read's page is served only when its step finishes, after every read the
+ * step took is decoded: 64 decoded pages of 1 MiB hold the first of them
+ * back for about 11 ms, a whole group of the caller's compute, and the
+ * caller and the mover take turns instead of overlapping
+ * (docs/performance.md#codecs-on-the-ssd). Undecoded completions wait in the
+ * ring for the next step; the disk keeps the rest of the queue. */
+#define DECODE_BATCH 4
+
 /* Bytes of pages the pipeline holds at least (kvt_ssd_pipe_init). */
 #define PIPE_BYTES ((uint64_t)256 << 20)
 
@@ -495,7 +504,8 @@ static int pipe_reap(kvt_engine *e, bool wait)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
     struct kvt_io_req *done[64];
-    int m = e->io->reap(e->io_priv, done, 64, wait && P->inflight ? 1 : 0);
+    int most = e->cfg.codec != KVT_CODEC_NONE ? DECODE_BATCH : 64;
+    int m = e->io->reap(e->io_priv, done, most, wait && P->inflight ? 1 : 0);
     if (m < 0)
         return m;
     for (int i = 0; i < m; i++)

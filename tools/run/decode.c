@@ -280,6 +280,7 @@ static int group_run_cpu(struct run_ctx *x, struct run_result *r, struct group *
     /* The compute: the busiest part's time folding pages, not the waits for
      * them (the job's span holds both). */
     r->compute_s += feed_busiest(f);
+    r->compute_cpu_s += feed_cpu(f);
     if (x->o->trace_path)
         trace_span(&x->trace, "attention", "compute", TRACE_ATTN_TID, t2, t3, g->step, g->s,
                    g->l);

@@ -13,12 +13,13 @@
  * (docs/performance.md#attention-feed). A head's pages still fold in page
  * order, one part at a time, so the bits are those of the reference.
  *
- * Locking: mu guards ready, head_done, head_busy, busy_s and abort; the
+ * Locking: mu guards ready, head_done, head_busy, busy_s, cpu_s and abort; the
  * caller's thread writes ptrs, q and the job only while the team is idle.
  */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "tools/cli.h"
 #include "tools/run/run_priv.h"
@@ -109,19 +110,33 @@ static void attn_stream(struct run_job *j, unsigned part, uint32_t np)
     pthread_mutex_unlock(&f->mu);
 }
 
+/* The calling thread's CPU time, s: what a part computed, without the time
+ * another thread held its core (the wall clock's busy_s counts both). */
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 static void attn_part(void *arg, unsigned part, unsigned nparts)
 {
     struct run_job *j = arg;
     struct run_feed *f = j->f;
     uint32_t np = (j->n_tokens + j->sh->page_tokens - 1) / j->sh->page_tokens - j->p0;
+    double c0 = thread_cpu();
     if (j->stream) {
         attn_stream(j, part, np);
-        return;
+    } else {
+        uint32_t U = attn_units(j->sh), u0 = U * part / nparts, u1 = U * (part + 1) / nparts;
+        attn_page_fn get = j->reference ? page_regenerated : page_acquired;
+        if (u0 < u1)
+            attn_decode(j->sh, f->q, j->n_tokens, u0, u1, get, j, f->scratch[part], j->out);
     }
-    uint32_t U = attn_units(j->sh), u0 = U * part / nparts, u1 = U * (part + 1) / nparts;
-    attn_page_fn get = j->reference ? page_regenerated : page_acquired;
-    if (u0 < u1)
-        attn_decode(j->sh, f->q, j->n_tokens, u0, u1, get, j, f->scratch[part], j->out);
+    double c = thread_cpu() - c0;
+    pthread_mutex_lock(&f->mu);
+    f->cpu_s[part] = c;
+    pthread_mutex_unlock(&f->mu);
 }
 
 int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads, int nice,
@@ -138,12 +153,13 @@ int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads,
     f->head_done = calloc(attn_units(sh), sizeof(uint32_t));
     f->head_busy = calloc(attn_units(sh), 1);
     f->busy_s = calloc(nt, sizeof(double));
+    f->cpu_s = calloc(nt, sizeof(double));
     f->scratch = calloc(nt, sizeof(float *));
     f->q = malloc(qf * sizeof(float));
     f->out = malloc(qf * sizeof(float));
     f->m = malloc(sh->q_heads * sizeof(float));
     f->l = malloc(sh->q_heads * sizeof(float));
-    if (!f->head_done || !f->head_busy || !f->busy_s || !f->scratch || !f->q || !f->out ||
+    if (!f->head_done || !f->head_busy || !f->busy_s || !f->cpu_s || !f->scratch || !f->q || !f->out ||
         !f->m || !f->l)
         return -ENOMEM;
     for (unsigned i = 0; i < nt; i++)
@@ -162,6 +178,7 @@ void feed_free(struct run_feed *f)
     free(f->head_done);
     free(f->head_busy);
     free(f->busy_s);
+    free(f->cpu_s);
     if (f->sync_made) {
         pthread_mutex_destroy(&f->mu);
         pthread_cond_destroy(&f->cv);
@@ -188,7 +205,7 @@ void feed_begin(struct run_feed *f, void **ptrs, uint32_t p0, uint32_t ready)
     for (uint32_t h = 0; h < attn_units(f->sh); h++)
         f->head_done[h] = 0, f->head_busy[h] = 0;
     for (unsigned i = 0; i < attn_pool_threads(f->pool); i++)
-        f->busy_s[i] = 0;
+        f->busy_s[i] = 0, f->cpu_s[i] = 0;
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -228,6 +245,16 @@ double feed_busiest(const struct run_feed *f)
     for (unsigned i = 0; i < attn_pool_threads(f->pool); i++)
         busy = f->busy_s[i] > busy ? f->busy_s[i] : busy;
     return busy;
+}
+
+double feed_cpu(struct run_feed *f)
+{
+    double sum = 0;
+    pthread_mutex_lock(&f->mu);
+    for (unsigned i = 0; i < attn_pool_threads(f->pool); i++)
+        sum += f->cpu_s[i];
+    pthread_mutex_unlock(&f->mu);
+    return sum;
 }
 
 void feed_reference(struct run_feed *f, const struct attn_shape *sh, float *out,

@@ -113,10 +113,12 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
                        "decode's rate\n", run_term_name[i]);
     fprintf(f,
             "  bound: %.3f s (%s) = max(compute %.3f, dram->hbm %.3f, hbm->dram %.3f, ssd %.3f "
-            "= ssd->dram %.3f + dram->ssd %.3f, or the codec's time); wall/bound %.2f\n",
+            "= ssd->dram %.3f + dram->ssd %.3f, or the codec's time, cpu %.3f = %.3f s of work "
+            "on %u cores); wall/bound %.2f\n",
             r->bound_s, run_term_name[r->bound_by], r->term_s[TERM_COMPUTE], r->term_s[TERM_H2D],
             r->term_s[TERM_D2H], r->term_s[TERM_SSD], r->term_s[TERM_SSD_R],
-            r->term_s[TERM_SSD_W], r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
+            r->term_s[TERM_SSD_W], r->term_s[TERM_CPU], r->cpu_work_s, r->cores,
+            r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
 }
 
 void run_report_json(const struct run_opts *o, const struct run_result *r, uint32_t layers)
@@ -181,6 +183,8 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
     printf(", \"ssd_disk_bytes_read\": %llu, \"ssd_disk_bytes_written\": %llu, \"codec_s\": %.6f",
            (unsigned long long)r->disk_read, (unsigned long long)r->disk_written, r->codec_s);
+    printf(", \"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u", r->compute_cpu_s,
+           r->cpu_work_s, r->cores);
     if (r->lossy)
         run_err_json(r);
     if (r->dt_tol > 0)

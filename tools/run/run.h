@@ -104,8 +104,12 @@ struct run_result {
     struct run_link spill_read;          /* read passes over the engine's spill segment */
     double decode_gbps[5]; /* per link: bytes the decode moved / wall_s (index as term_s) */
     double link_gbps[5];   /* per link: the speed the bound uses, max(raw, decode_gbps) */
-    double term_s[6]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd, and
-                       * ssd: the last two summed (one device), capped at wall_s */
+    double term_s[7]; /* compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd,
+                       * ssd: the last two summed (one device), capped at wall_s, and
+                       * cpu: the work the cores did, over the cores (run_bound) */
+    double compute_cpu_s; /* the attention threads' CPU time over the decode, summed */
+    double cpu_work_s;    /* the CPU term's numerator: attention, codec, host copies */
+    uint32_t cores;       /* the CPUs this process may run on */
     double bound_s;
     int bound_by;     /* index into term_s */
 };

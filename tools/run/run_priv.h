@@ -31,7 +31,8 @@
 
 /* The terms of the bound: compute and one per link direction, then the SSD
  * as the one device it is (its two directions share it; see run_bound()). */
-enum { TERM_COMPUTE, TERM_H2D, TERM_D2H, TERM_SSD_R, TERM_SSD_W, TERMS, TERM_SSD = TERMS, BOUND_TERMS };
+enum { TERM_COMPUTE, TERM_H2D, TERM_D2H, TERM_SSD_R, TERM_SSD_W, TERMS, TERM_SSD = TERMS, TERM_CPU,
+       BOUND_TERMS };
 extern const char *const run_term_name[BOUND_TERMS];
 #define RUN_CODECS 6
 extern const char *const run_codec_name[RUN_CODECS]; /* by KVT_CODEC_* */
@@ -61,6 +62,7 @@ struct run_feed {
     uint32_t ready, *head_done;
     uint8_t *head_busy;
     double *busy_s;
+    double *cpu_s;          /* each part's CPU time on the group (thread clock) */
     bool abort;
     struct run_job {        /* what the team computes now */
         struct run_feed *f;
@@ -96,6 +98,8 @@ void feed_abort(struct run_feed *f);
 double feed_join(struct run_feed *f);
 /* The busiest part's time folding pages in the last group (not its waits). */
 double feed_busiest(const struct run_feed *f);
+/* The parts' CPU time on the last group, summed (after feed_join). */
+double feed_cpu(struct run_feed *f);
 /* The whole group at once over pages regenerated from seed in shape sh
  * (f's, or the same in another dtype: the scratch must hold it), no
  * kvtier, into out: the reference. */
