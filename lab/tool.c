@@ -40,8 +40,7 @@ void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out)
 void kvt_tool_disk(kvt_engine *e, struct kvt_tool_disk *out)
 {
     pthread_mutex_lock(&e->lock);
-    *out = (struct kvt_tool_disk){ e->pipe.disk_read, e->pipe.disk_written, e->pipe.codec_ns,
-                                   e->pipe.dec.started ? 2 : 1 };
+    *out = (struct kvt_tool_disk){ e->pipe.disk_read, e->pipe.disk_written, e->pipe.codec_ns };
     pthread_mutex_unlock(&e->lock);
 }
 

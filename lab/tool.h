@@ -39,12 +39,10 @@ void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out);
 
 /* Since open, through the mover: the bytes the SSD itself moved, each
  * page's stored form (after the codec) padded to 4 KiB, read and written
- * (kvt_stats counts page bytes, the same with any codec); the time the
- * mover and the second decoder spent in the codec, ns, summed (0 without
- * one); and how many threads decode (1, or 2 with the second decoder). */
+ * (kvt_stats counts page bytes, the same with any codec); and the time the
+ * mover spent in the codec, ns (0 without one). */
 struct kvt_tool_disk {
     uint64_t read, written, codec_ns;
-    uint32_t codec_threads;
 };
 void kvt_tool_disk(kvt_engine *e, struct kvt_tool_disk *out);
 

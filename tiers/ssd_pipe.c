@@ -2,8 +2,7 @@
  * ssd_pipe.c — the mover's SSD pipeline: requests in, I/O, results out.
  *
  * Owned by the mover thread (tiers.h, Locking): e->pipe is touched only by
- * it, with or without the lock, except the jobs it hands the second decoder
- * for the time that holds them (pipe_decode). Each step (kvt_ssd_pipe_step) takes queued
+ * it, with or without the lock. Each step (kvt_ssd_pipe_step) takes queued
  * requests under the lock, then without it encodes, submits the reads and
  * writes through io/ at the configured depth, reaps what completed,
  * verifies and decodes reads and commits a group of writes to the index;
@@ -19,11 +18,9 @@
  * present.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include "tiers/tiers.h"
 
@@ -52,10 +49,6 @@
  * ring for the next step; the disk keeps the rest of the queue. */
 #define DECODE_BATCH 4
 
-/* With a codec, a step's decodes are split between the mover and a second
- * thread when the machine has more than one CPU (pipe_decode). */
-#define DECODERS 2
-
 /* Bytes of pages the pipeline holds at least (kvt_ssd_pipe_init). */
 #define PIPE_BYTES ((uint64_t)256 << 20)
 
@@ -72,9 +65,6 @@
 size_t kvt_test_piece_bytes;
 
 /* ------------------------------------------------------------- set-up */
-
-static void decoder_start(kvt_engine *e, const struct kvt_page_layout *L);
-static void decoder_stop(struct kvt_ssd_pipe *P);
 
 /* pipe_take's scratch for order_write_slots() (below). */
 struct kvt_slot_order {
@@ -113,13 +103,12 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     P->reqs = calloc((size_t)n * P->max_pieces, sizeof(*P->reqs));
     P->piece_crc = calloc((size_t)n * P->max_pieces, sizeof(*P->piece_crc));
     P->job_free = malloc(n * sizeof(uint32_t));
-    P->to_decode = malloc(n * sizeof(uint32_t));
     P->uncommitted = malloc(n * sizeof(uint32_t));
     P->finished = malloc(n * sizeof(uint32_t));
     P->order = malloc(n * sizeof(*P->order));
     P->order_slot = malloc(n * sizeof(uint32_t));
     P->retry = malloc(n * sizeof(uint32_t));
-    if (!P->jobs || !P->reqs || !P->piece_crc || !P->job_free || !P->to_decode || !P->uncommitted || !P->finished || !P->order ||
+    if (!P->jobs || !P->reqs || !P->piece_crc || !P->job_free || !P->uncommitted || !P->finished || !P->order ||
         !P->order_slot || !P->retry)
         return kvt_fail(-ENOMEM, "out of memory for the SSD pipeline");
     for (uint32_t i = 0; i < n; i++)
@@ -130,7 +119,6 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     int r = kvt_codec_new_layout(e->cfg.codec, 0, e->page_bytes, &L, &P->codec);
     if (r < 0)
         return kvt_fail(r, "cannot set up codec %d", e->cfg.codec);
-    decoder_start(e, &L);
     return 0;
 }
 
@@ -139,9 +127,7 @@ void kvt_ssd_pipe_fini(kvt_engine *e)
     struct kvt_ssd_pipe *P = &e->pipe;
     if (P->bounce)
         munmap(P->bounce, (size_t)P->max_jobs * e->page_bytes);
-    decoder_stop(P);
     kvt_codec_free(P->codec);
-    free(P->to_decode);
     free(P->jobs);
     free(P->reqs);
     free(P->piece_crc);
@@ -372,131 +358,21 @@ static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j)
     return kvt_ssd_crc_join(e, piece_crcs(e, j), j->pieces, j->stored_len);
 }
 
-/* Decodes a verified read from its bounce buffer into its DRAM slot with
- * codec c (the mover's or the second decoder's). Unlocked. */
-static void job_decode(const kvt_engine *e, struct kvt_codec *c, struct kvt_ssd_job *j)
-{
-    uint64_t t0 = kvt_now_ns();
-    if (kvt_codec_decode(c, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
-        j->res = KVT_ECORRUPT;
-    j->codec_ns += kvt_now_ns() - t0;
-}
-
-/* Verifies a page read (unlocked): its pieces were checksummed as they came
- * back (piece_back). True when it is to be decoded (pipe_decode) before it
- * finishes. */
-static bool job_verify(kvt_engine *e, struct kvt_ssd_job *j)
+/* Verifies and decodes a page read (unlocked): its pieces were checksummed
+ * as they came back (piece_back). */
+static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
 {
     if (j->res < 0)
-        return false;
+        return;
     if (pieces_join(e, j) != j->crc) {
         j->res = KVT_ECORRUPT;
-        return false;
+    } else if (j->bounce >= 0) {
+        uint64_t t0 = kvt_now_ns();
+        if (kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram,
+                             e->page_bytes) < 0)
+            j->res = KVT_ECORRUPT;
+        j->codec_ns += kvt_now_ns() - t0;
     }
-    return j->bounce >= 0;
-}
-
-/* ------------------------------------------------------------- the second decoder */
-
-/* A read is served only once decoded, and one thread decoding every page
- * read was the SSD path's bottleneck with a codec: on this project's 2-core
- * machine the mover decoded back to back while the cores were a fifth idle,
- * the attention waiting for pages (docs/performance.md#codecs-on-the-ssd).
- * So a second thread takes half of each step's decodes, and the mover waits
- * for it before the step finishes them: the pages come in half the time.
- * The jobs given are the decoder's alone until it says they are done, both
- * under dec.mu, which orders their bytes, res and codec_ns both ways. */
-static void *decoder_main(void *arg)
-{
-    kvt_engine *e = arg;
-    struct kvt_ssd_decoder *D = &e->pipe.dec;
-    pthread_setname_np(pthread_self(), "kvt-decode");
-    (void)kvt_io_short_slice(); /* as the mover's: callers wait on what it decodes */
-    pthread_mutex_lock(&D->mu);
-    for (;;) {
-        while (!D->given && !D->stop)
-            pthread_cond_wait(&D->cv, &D->mu);
-        if (!D->given)
-            break; /* stop: never while jobs are given, the mover waits for each */
-        const uint32_t *jobs = D->jobs;
-        uint32_t n = D->n;
-        pthread_mutex_unlock(&D->mu);
-        for (uint32_t i = 0; i < n; i++)
-            job_decode(e, D->codec, &e->pipe.jobs[jobs[i]]);
-        pthread_mutex_lock(&D->mu);
-        D->given = false;
-        pthread_cond_broadcast(&D->cv);
-    }
-    pthread_mutex_unlock(&D->mu);
-    return NULL;
-}
-
-/* With a codec and more than one CPU; without it (one CPU, no memory, no
- * thread) the mover decodes alone, as before: slower, never wrong. */
-static void decoder_start(kvt_engine *e, const struct kvt_page_layout *L)
-{
-    struct kvt_ssd_decoder *D = &e->pipe.dec;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (e->cfg.codec == KVT_CODEC_NONE || cpus < DECODERS)
-        return;
-    if (kvt_codec_new_layout(e->cfg.codec, 0, e->page_bytes, L, &D->codec) < 0) {
-        kvt_clear_error();
-        return;
-    }
-    pthread_mutex_init(&D->mu, NULL);
-    pthread_cond_init(&D->cv, NULL);
-    if (pthread_create(&D->thread, NULL, decoder_main, e)) {
-        pthread_mutex_destroy(&D->mu);
-        pthread_cond_destroy(&D->cv);
-        kvt_codec_free(D->codec);
-        D->codec = NULL;
-        return;
-    }
-    D->started = true;
-}
-
-static void decoder_stop(struct kvt_ssd_pipe *P)
-{
-    struct kvt_ssd_decoder *D = &P->dec;
-    if (!D->started)
-        return;
-    pthread_mutex_lock(&D->mu);
-    D->stop = true;
-    pthread_cond_broadcast(&D->cv);
-    pthread_mutex_unlock(&D->mu);
-    pthread_join(D->thread, NULL);
-    pthread_mutex_destroy(&D->mu);
-    pthread_cond_destroy(&D->cv);
-    kvt_codec_free(D->codec);
-    *D = (struct kvt_ssd_decoder){ 0 };
-}
-
-/* Decodes the step's verified reads, the last half on the second decoder
- * while the mover does the first, then finishes them all. Unlocked. */
-static void pipe_decode(kvt_engine *e)
-{
-    struct kvt_ssd_pipe *P = &e->pipe;
-    struct kvt_ssd_decoder *D = &P->dec;
-    uint32_t n = P->nto_decode, half = D->started && n > 1 ? n / 2 : 0;
-    if (half) {
-        pthread_mutex_lock(&D->mu);
-        D->jobs = P->to_decode + (n - half);
-        D->n = half;
-        D->given = true;
-        pthread_cond_broadcast(&D->cv);
-        pthread_mutex_unlock(&D->mu);
-    }
-    for (uint32_t i = 0; i < n - half; i++)
-        job_decode(e, P->codec, &P->jobs[P->to_decode[i]]);
-    if (half) {
-        pthread_mutex_lock(&D->mu);
-        while (D->given)
-            pthread_cond_wait(&D->cv, &D->mu);
-        pthread_mutex_unlock(&D->mu);
-    }
-    for (uint32_t i = 0; i < n; i++)
-        P->finished[P->nfinished++] = P->to_decode[i];
-    P->nto_decode = 0;
 }
 
 /* A job failed with res: tried again on the next step while it has tries
@@ -525,10 +401,8 @@ static void job_back(kvt_engine *e, struct kvt_ssd_job *j)
     if (j->res < 0 && (!j->write || j->unsent)) {
         job_failed(e, j, j->res, j->unsent);
     } else if (!j->write) {
-        if (job_verify(e, j))
-            P->to_decode[P->nto_decode++] = ji;
-        else
-            P->finished[P->nfinished++] = ji;
+        job_verify(e, j);
+        P->finished[P->nfinished++] = ji;
     } else if (j->res < 0) {
         P->finished[P->nfinished++] = ji;
     } else {
@@ -881,7 +755,6 @@ bool kvt_ssd_pipe_step(kvt_engine *e)
      * disk: new work is taken on the next step. */
     if (pipe_reap(e, n == 0) < 0)
         pipe_abandon(e);
-    pipe_decode(e);
     /* Commit when the writes have gathered into a group, or when nothing
      * else is coming (so a lone write is not left waiting). */
     if (P->nuncommitted && (P->nuncommitted >= e->cfg.queue_depth || !P->inflight))

@@ -334,16 +334,6 @@ struct kvt_ssd_pipe {
     uint64_t retried_errors;        /* errors seen by jobs then retried, not yet counted
                                        in e->pipe.st.errors_io */
     struct kvt_codec *codec;
-    uint32_t *to_decode, nto_decode; /* reads verified, to decode before they finish */
-    struct kvt_ssd_decoder {        /* the second decoder (ssd_pipe.c, pipe_decode) */
-        pthread_t thread;
-        pthread_mutex_t mu;
-        pthread_cond_t cv;          /* both ways: jobs given, jobs done, stop */
-        struct kvt_codec *codec;    /* its own: a codec's scratch is one thread's */
-        const uint32_t *jobs;       /* given: jobs[0..n), the decoder's until given is false */
-        uint32_t n;
-        bool given, stop, started;
-    } dec;
     uint64_t generation;            /* of the next SSD write */
     uint64_t ssd_mark_ns;           /* last time the pipeline's work was counted */
     uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */

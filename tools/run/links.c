@@ -243,17 +243,16 @@ void run_bound(struct run_result *r)
     }
     double ssd = r->term_s[TERM_SSD_R] + r->term_s[TERM_SSD_W];
     r->term_s[TERM_SSD] = ssd < r->wall_s ? ssd : r->wall_s;
-    /* The codec runs beside the disk's transfers on the mover and the second
-     * decoder (tiers/ssd_pipe.c, pipe_decode), a step's pages split between
-     * them: the SSD path takes at least its time over those threads too. */
-    double codec = r->codec_s / (r->codec_threads ? r->codec_threads : 1);
-    codec = codec < r->wall_s ? codec : r->wall_s;
+    /* The codec runs on the one mover thread, beside the disk's transfers:
+     * the SSD path takes at least its time too. */
+    double codec = r->codec_s < r->wall_s ? r->codec_s : r->wall_s;
     if (codec > r->term_s[TERM_SSD])
         r->term_s[TERM_SSD] = codec;
     bool host = strcmp(r->device, "cuda") != 0;
     r->cores = cores_usable();
-    r->cpu_work_s = host ? r->codec_s + r->compute_cpu_s + r->term_s[TERM_H2D] + r->term_s[TERM_D2H]
-                         : r->codec_s;
+    r->cpu_work_s = r->codec_s;
+    if (host)
+        r->cpu_work_s += r->compute_cpu_s + r->term_s[TERM_H2D] + r->term_s[TERM_D2H];
     double cpu = r->cpu_work_s / r->cores;
     r->term_s[TERM_CPU] = cpu < r->wall_s ? cpu : r->wall_s;
     static const int candidates[] = { TERM_H2D, TERM_D2H, TERM_SSD, TERM_CPU };

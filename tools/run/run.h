@@ -80,8 +80,7 @@ struct run_result {
     struct run_err_step { uint32_t step; double max_abs, max_rel, rms_rel; } err_step[RUN_ERR_STEPS];
     double err_sq, ref_sq;   /* overall sums behind err_rms_rel */
     uint64_t disk_read, disk_written; /* bytes the SSD moved over the decode (stored form) */
-    double codec_s;          /* the codec's time over the decode, its threads' summed */
-    uint32_t codec_threads;  /* threads that decode SSD reads: the mover, and a second */
+    double codec_s;          /* the mover's time in the codec over the decode */
     uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
     uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */
@@ -111,7 +110,6 @@ struct run_result {
     double compute_cpu_s; /* the attention threads' CPU time over the decode, summed */
     double cpu_work_s;    /* the CPU term's numerator: attention, codec, host copies */
     uint32_t cores;       /* the CPUs this process may run on */
-    double process_cpu_s; /* every thread's CPU time over the decode (getrusage) */
     double bound_s;
     int bound_by;     /* index into term_s */
 };
