@@ -483,15 +483,23 @@ static void run_ok(const char *policy, int codec, uint32_t chunk)
     assert_true(r.delta.bytes_up[KVT_TIER_DRAM] > 0);  /* SSD -> DRAM */
     assert_true(r.end.resident_pages[KVT_TIER_SSD] > 0);
     assert_true(r.wall_s > 0 && r.bound_s > 0);
-    /* term_s: compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd, ssd. The
-     * SSD is one device: its term is the two directions' sum, capped at the
-     * wall time; the bound is the largest of compute, the two DRAM<->HBM
-     * links and that sum, and never above the wall time. */
+    /* term_s: compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd, ssd, cpu.
+     * The SSD is one device: its term is the two directions' sum, capped at
+     * the wall time, or the mover's codec time where more; the cores' term
+     * is the CPU work (the attention's, the codec's and, on the host
+     * back-end, the copies') over the cores; the bound is the largest of
+     * compute, the two DRAM<->HBM links, the SSD and the cores, and never
+     * above the wall time. */
+    assert_true(codec == KVT_CODEC_NONE || codec < 0 || r.codec_s > 0);
     double ssd = r.term_s[3] + r.term_s[4], mover = r.codec_s < r.wall_s ? r.codec_s : r.wall_s;
     ssd = ssd < r.wall_s ? ssd : r.wall_s;
-    assert_true(r.term_s[5] == (mover > ssd ? mover : ssd)); /* or the mover's codec time */
+    assert_true(r.term_s[5] == (mover > ssd ? mover : ssd));
+    assert_true(r.cores >= 1 && r.compute_cpu_s > 0 && r.process_cpu_s > 0);
+    assert_true(r.cpu_work_s == r.codec_s + r.compute_cpu_s + r.term_s[1] + r.term_s[2]);
+    double cpu = r.cpu_work_s / r.cores;
+    assert_true(r.term_s[6] == (cpu < r.wall_s ? cpu : r.wall_s));
     double b = r.term_s[0];
-    for (int i = 1; i < 6; i++)
+    for (int i = 1; i < 7; i++)
         if (i != 3 && i != 4 && r.term_s[i] > b)
             b = r.term_s[i];
     assert_true(r.bound_s == b);

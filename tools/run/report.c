@@ -119,6 +119,9 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
             r->term_s[TERM_D2H], r->term_s[TERM_SSD], r->term_s[TERM_SSD_R],
             r->term_s[TERM_SSD_W], r->term_s[TERM_CPU], r->cpu_work_s, r->cores,
             r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
+    fprintf(f, "  cores busy: %.3f s of CPU time over the decode, all threads = %.0f%% of %u cores\n",
+            r->process_cpu_s, r->wall_s > 0 ? 100 * r->process_cpu_s / (r->wall_s * r->cores) : 0,
+            r->cores);
 }
 
 void run_report_json(const struct run_opts *o, const struct run_result *r, uint32_t layers)
@@ -183,8 +186,8 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
     printf(", \"ssd_disk_bytes_read\": %llu, \"ssd_disk_bytes_written\": %llu, \"codec_s\": %.6f",
            (unsigned long long)r->disk_read, (unsigned long long)r->disk_written, r->codec_s);
-    printf(", \"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u", r->compute_cpu_s,
-           r->cpu_work_s, r->cores);
+    printf(", \"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u, \"process_cpu_s\": %.6f",
+           r->compute_cpu_s, r->cpu_work_s, r->cores, r->process_cpu_s);
     if (r->lossy)
         run_err_json(r);
     if (r->dt_tol > 0)

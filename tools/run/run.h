@@ -110,6 +110,7 @@ struct run_result {
     double compute_cpu_s; /* the attention threads' CPU time over the decode, summed */
     double cpu_work_s;    /* the CPU term's numerator: attention, codec, host copies */
     uint32_t cores;       /* the CPUs this process may run on */
+    double process_cpu_s; /* every thread's CPU time over the decode (getrusage) */
     double bound_s;
     int bound_by;     /* index into term_s */
 };
