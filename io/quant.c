@@ -3,8 +3,9 @@
  * into K and V streams, and where their scales and codes go.
  *
  * A page holds one layer's block (key.layer < n_layers) or n_layers blocks
- * one after another (key.layer == KVT_ALL_LAYERS); bytes past the blocks
- * travel as they are. A block is one or two streams, each a matrix of
+ * one after another (key.layer == KVT_ALL_LAYERS; KVT_KV_SPLIT_LAYERS: the
+ * K parts of all blocks, then their V parts); bytes past the blocks travel
+ * as they are. A block is one or two streams, each a matrix of
  * `tokens` rows and `width` elements a row, or one such per head
  * (kvtier.h, KVT_KV_*):
  *   K:   width kv_heads * head_dim (a head-major page: one matrix of
@@ -70,6 +71,7 @@ struct stream {
     uint32_t nsub;      /* matrices of this shape, hstride elements apart (a head-major
                            page has one a head), each framed as a stream of its own */
     uint64_t hstride;
+    uint64_t bstep;     /* elements from a block's row 0 to the next block's */
 };
 
 struct frame {
@@ -102,14 +104,14 @@ static uint32_t group_of(uint32_t dim)
     return g;
 }
 
-/* The streams of a block, from the frame's dimensions. */
+/* The streams of a block, from the frame's dimensions (nblocks set). */
 static void frame_streams(struct frame *f)
 {
     uint64_t T = f->tokens, H = f->heads, D = f->hd, Dv = f->vhd;
     uint32_t g = group_of(f->vhd ? f->vhd : 1);
     if (f->order == KVT_KV_MLA) {
         uint32_t w = f->hd + f->rope;
-        f->s[0] = (struct stream){ S_K, 0, w, f->tokens, w, w, 0, 1, 0 };
+        f->s[0] = (struct stream){ S_K, 0, w, f->tokens, w, w, 0, 1, 0, T * w };
         f->ns = 1;
         f->block_bytes = T * w * 2;
         return;
@@ -117,20 +119,52 @@ static void frame_streams(struct frame *f)
     uint32_t wk = f->heads * f->hd, wv = f->heads * f->vhd;
     switch (f->order) {
     case KVT_KV_HEAD_MAJOR:
-        f->s[0] = (struct stream){ S_K, 0, D, f->tokens, f->hd, f->hd, 0, f->heads, T * D };
-        f->s[1] = (struct stream){ S_V, H * T * D, Dv, f->tokens, f->vhd, f->vhd, g, f->heads, T * Dv };
+        f->s[0] = (struct stream){ S_K, 0, D, f->tokens, f->hd, f->hd, 0, f->heads, T * D, 0 };
+        f->s[1] = (struct stream){ S_V, H * T * D, Dv, f->tokens, f->vhd, f->vhd, g, f->heads, T * Dv, 0 };
         break;
     case KVT_KV_TOKEN_MAJOR:
-        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0 };
-        f->s[1] = (struct stream){ S_V, T * wk, wv, f->tokens, wv, f->vhd, g, 1, 0 };
+        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0, 0 };
+        f->s[1] = (struct stream){ S_V, T * wk, wv, f->tokens, wv, f->vhd, g, 1, 0, 0 };
+        break;
+    case KVT_KV_SPLIT_LAYERS: /* block b's K at b T wk, its V past every block's K */
+        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0, T * wk };
+        f->s[1] = (struct stream){ S_V, f->nblocks * T * wk, wv, f->tokens, wv, f->vhd, g, 1, 0,
+                                   T * wv };
         break;
     default: /* KVT_KV_INTERLEAVED */
-        f->s[0] = (struct stream){ S_K, 0, (uint64_t)wk + wv, f->tokens, wk, f->hd, 0, 1, 0 };
-        f->s[1] = (struct stream){ S_V, wk, (uint64_t)wk + wv, f->tokens, wv, f->vhd, g, 1, 0 };
+        f->s[0] = (struct stream){ S_K, 0, (uint64_t)wk + wv, f->tokens, wk, f->hd, 0, 1, 0, 0 };
+        f->s[1] = (struct stream){ S_V, wk, (uint64_t)wk + wv, f->tokens, wv, f->vhd, g, 1, 0, 0 };
         break;
     }
     f->ns = 2;
     f->block_bytes = T * ((uint64_t)wk + wv) * 2;
+    if (f->order != KVT_KV_SPLIT_LAYERS) /* one block after another */
+        f->s[0].bstep = f->s[1].bstep = f->block_bytes / 2;
+}
+
+/* Stream i of block b, its offset from the page's start. */
+static struct stream block_stream(const struct frame *f, int i, uint32_t b)
+{
+    struct stream t = f->s[i];
+    t.off += (uint64_t)b * t.bstep;
+    return t;
+}
+
+/* A block kept in full precision, copied between the page and the frame
+ * (to_frame: page -> frame): its bytes in the order of the page. */
+static void raw_block(const struct frame *f, uint32_t b, uint8_t *page, uint8_t *frame,
+                      bool to_frame)
+{
+    for (int i = 0; i < f->ns; i++) {
+        bool one = f->order != KVT_KV_SPLIT_LAYERS;
+        struct stream t = block_stream(f, one ? 0 : i, b);
+        uint64_t n = one ? f->block_bytes : 2 * (uint64_t)t.rows * t.width;
+        uint8_t *p = page + 2 * t.off;
+        memcpy(to_frame ? frame : p, to_frame ? p : frame, n);
+        frame += n;
+        if (one)
+            return;
+    }
 }
 
 static uint64_t row_bytes(const struct frame *f, const struct stream *s)
@@ -298,13 +332,15 @@ static bool enc_stream(const struct kvt_quant_kernels *k, const struct frame *f,
     return true;
 }
 
-static void frame_from_layout(struct frame *f, int codec, const struct kvt_page_layout *L)
+static void frame_from_layout(struct frame *f, int codec, const struct kvt_page_layout *L,
+                              uint32_t nblocks)
 {
     bool mla = L->order == KVT_KV_MLA;
     *f = (struct frame){ .codec = codec, .dtype = L->dtype, .order = L->order,
                          .tokens = L->tokens, .heads = mla ? 1 : L->kv_heads, .hd = L->head_dim,
                          .vhd = mla ? 0 : (L->v_head_dim ? L->v_head_dim : L->head_dim),
-                         .rope = mla ? L->rope_dim : 0, .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
+                         .rope = mla ? L->rope_dim : 0, .nblocks = nblocks,
+                         .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
     frame_streams(f);
 }
 
@@ -329,13 +365,12 @@ int kvt_quant_encode(const struct kvt_quant_kernels *k, int codec, const struct 
         k = kvt_quant_best();
     if (!L || !L->dtype)
         return 1;
-    frame_from_layout(&f, codec, L);
     bool all = layer == KVT_ALL_LAYERS;
     if (all && !L->n_layers)
         return 1; /* which block is which layer is unknown */
     if (!all && L->n_layers && layer >= L->n_layers && layer != KVT_CODEC_ANY_LAYER)
         return 1;
-    f.nblocks = all ? L->n_layers : 1;
+    frame_from_layout(&f, codec, L, all ? L->n_layers : 1);
     if (f.block_bytes == 0 || (uint64_t)f.nblocks * f.block_bytes > raw)
         return 1;
     uint32_t nq = 0;
@@ -351,21 +386,22 @@ int kvt_quant_encode(const struct kvt_quant_kernels *k, int codec, const struct 
     uint8_t *out = dst, *flags = out + HDR_BYTES, *at = flags + f.nblocks;
     const uint8_t *in = src;
     frame_header(&f, out);
-    for (uint32_t b = 0; b < f.nblocks; b++, in += f.block_bytes) {
+    for (uint32_t b = 0; b < f.nblocks; b++) {
         flags[b] = !layer_full(L, all ? b : layer);
         if (!flags[b]) {
-            memcpy(at, in, f.block_bytes);
+            raw_block(&f, b, (uint8_t *)in, at, true);
             at += f.block_bytes;
             continue;
         }
         for (int i = 0; i < f.ns; i++) {
-            if (!enc_stream(k, &f, &f.s[i], in, at, scratch))
+            struct stream t = block_stream(&f, i, b);
+            if (!enc_stream(k, &f, &t, in, at, scratch))
                 return 1;
-            at += stream_bytes(&f, &f.s[i]);
+            at += stream_bytes(&f, &t);
         }
     }
-    size_t tail = raw - (size_t)f.nblocks * f.block_bytes;
-    memcpy(at, in, tail);
+    size_t blocks = (size_t)f.nblocks * f.block_bytes;
+    memcpy(at, in + blocks, raw - blocks);
     *out_len = (size_t)need;
     return 0;
 }
@@ -444,7 +480,8 @@ static bool frame_parse(struct frame *f, int codec, const uint8_t *h, size_t sto
                          .heads = rd32(h + 12), .hd = rd32(h + 16), .vhd = rd32(h + 20),
                          .rope = rd32(h + 24), .nblocks = rd32(h + 28),
                          .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
-    if ((f->dtype != KVT_DTYPE_BF16 && f->dtype != KVT_DTYPE_FP16) || f->order > KVT_KV_MLA)
+    if ((f->dtype != KVT_DTYPE_BF16 && f->dtype != KVT_DTYPE_FP16) ||
+        f->order > KVT_KV_SPLIT_LAYERS)
         return false;
     if (!f->tokens || f->tokens > MAX_TOKENS || !f->heads || f->heads > MAX_DIM || !f->hd ||
         f->hd > MAX_DIM || f->vhd > MAX_DIM || f->rope > MAX_DIM || !f->nblocks)
@@ -479,15 +516,15 @@ int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *s
     if (frame_bytes(&f, nq, raw) != stored)
         return KVT_ECORRUPT;
     const uint8_t *at = flags + f.nblocks;
-    for (uint32_t b = 0; b < f.nblocks; b++, out += f.block_bytes) {
+    for (uint32_t b = 0; b < f.nblocks; b++) {
         if (!flags[b]) {
-            memcpy(out, at, f.block_bytes);
+            raw_block(&f, b, out, (uint8_t *)at, false);
             at += f.block_bytes;
             continue;
         }
         for (int i = 0; i < f.ns; i++)
             for (uint32_t h = 0; h < f.s[i].nsub; h++) {
-                struct stream t = sub_stream(&f.s[i], h);
+                struct stream bs = block_stream(&f, i, b), t = sub_stream(&bs, h);
                 bool ok = f.codec == KVT_CODEC_FP8 ? dec_fp8(k, &f, &t, at, out, scratch)
                           : t.kind == S_K          ? dec_k(k, &f, &t, at, out, scratch)
                                                    : dec_v(k, &f, &t, at, out, scratch);
@@ -496,7 +533,8 @@ int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *s
                 at += sub_bytes(&f, &t);
             }
     }
-    memcpy(out, at, raw - (size_t)f.nblocks * f.block_bytes);
+    size_t blocks = (size_t)f.nblocks * f.block_bytes;
+    memcpy(out + blocks, at, raw - blocks);
     return 0;
 }
 
@@ -505,8 +543,7 @@ size_t kvt_codec_lossy_bytes(int codec, const struct kvt_page_layout *L, size_t 
     struct frame f;
     if (!kvt_codec_lossy(codec) || !L->dtype)
         return raw;
-    frame_from_layout(&f, codec, L);
-    f.nblocks = 1;
+    frame_from_layout(&f, codec, L, 1);
     if (!f.block_bytes || f.block_bytes > raw || layer_full(L, KVT_CODEC_ANY_LAYER))
         return raw;
     uint64_t n = frame_bytes(&f, 1, raw);
@@ -549,9 +586,9 @@ static int layout_dims(const struct kvt_page_layout *L, char *why, size_t n)
     bool mla = L->order == KVT_KV_MLA;
     if (L->dtype != KVT_DTYPE_BF16 && L->dtype != KVT_DTYPE_FP16)
         return LAYOUT_FAIL("kv_dtype %d is unknown (KVT_DTYPE_BF16 or KVT_DTYPE_FP16)", L->dtype);
-    if (L->order < KVT_KV_HEAD_MAJOR || L->order > KVT_KV_MLA)
+    if (L->order < KVT_KV_HEAD_MAJOR || L->order > KVT_KV_SPLIT_LAYERS)
         return LAYOUT_FAIL("kv_order %d is unknown (KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, "
-                           "KVT_KV_INTERLEAVED or KVT_KV_MLA)", L->order);
+                           "KVT_KV_INTERLEAVED, KVT_KV_MLA or KVT_KV_SPLIT_LAYERS)", L->order);
     if (!L->tokens || L->tokens > MAX_TOKENS)
         return LAYOUT_FAIL("page_tokens must be 1..%u (got %u)", MAX_TOKENS, L->tokens);
     /* A head (MLA: a latent and its RoPE key) within one chunk of columns:
