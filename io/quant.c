@@ -20,6 +20,9 @@
  *        values stay in that token's share of the attention output.
  *   MLA: one stream of latent + RoPE key per token, quantised as K (it
  *        is the key, and the values are derived from it).
+ *   SINGLE: one stream of kv_heads * head_dim, quantised as K: the page
+ *        holds K or V and cannot tell which; on V the two axes measure the
+ *        same (docs/codecs.md#axes), on K only per channel is good.
  *   FP8 (e4m3): one float scale per head per stream (absmax / 448): a
  *        float format keeps its relative precision across magnitudes, so an
  *        outlier channel costs the others nothing but exponent range.
@@ -117,6 +120,12 @@ static void frame_streams(struct frame *f)
         return;
     }
     uint32_t wk = f->heads * f->hd, wv = f->heads * f->vhd;
+    if (f->order == KVT_KV_SINGLE) {
+        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0, T * wk };
+        f->ns = 1;
+        f->block_bytes = T * wk * 2;
+        return;
+    }
     switch (f->order) {
     case KVT_KV_HEAD_MAJOR:
         f->s[0] = (struct stream){ S_K, 0, D, f->tokens, f->hd, f->hd, 0, f->heads, T * D, 0 };
@@ -335,10 +344,10 @@ static bool enc_stream(const struct kvt_quant_kernels *k, const struct frame *f,
 static void frame_from_layout(struct frame *f, int codec, const struct kvt_page_layout *L,
                               uint32_t nblocks)
 {
-    bool mla = L->order == KVT_KV_MLA;
+    bool mla = L->order == KVT_KV_MLA, one = mla || L->order == KVT_KV_SINGLE;
     *f = (struct frame){ .codec = codec, .dtype = L->dtype, .order = L->order,
                          .tokens = L->tokens, .heads = mla ? 1 : L->kv_heads, .hd = L->head_dim,
-                         .vhd = mla ? 0 : (L->v_head_dim ? L->v_head_dim : L->head_dim),
+                         .vhd = one ? 0 : (L->v_head_dim ? L->v_head_dim : L->head_dim),
                          .rope = mla ? L->rope_dim : 0, .nblocks = nblocks,
                          .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
     frame_streams(f);
@@ -481,12 +490,15 @@ static bool frame_parse(struct frame *f, int codec, const uint8_t *h, size_t sto
                          .rope = rd32(h + 24), .nblocks = rd32(h + 28),
                          .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
     if ((f->dtype != KVT_DTYPE_BF16 && f->dtype != KVT_DTYPE_FP16) ||
-        f->order > KVT_KV_SPLIT_LAYERS)
+        f->order > KVT_KV_SINGLE)
         return false;
     if (!f->tokens || f->tokens > MAX_TOKENS || !f->heads || f->heads > MAX_DIM || !f->hd ||
         f->hd > MAX_DIM || f->vhd > MAX_DIM || f->rope > MAX_DIM || !f->nblocks)
         return false;
-    if (f->order == KVT_KV_MLA ? (f->heads != 1 || f->vhd != 0) : (!f->vhd || f->rope != 0))
+    bool one = f->order == KVT_KV_MLA || f->order == KVT_KV_SINGLE; /* no V stream */
+    if (f->order == KVT_KV_MLA ? f->heads != 1 : f->rope != 0)
+        return false;
+    if (one ? f->vhd != 0 : !f->vhd)
         return false;
     /* A row's width in 32 bits, far: heads x dimension past 2^24 is no model. */
     if ((uint64_t)f->heads * f->hd > MAX_ROW || (uint64_t)f->heads * f->vhd > MAX_ROW)
@@ -559,11 +571,11 @@ size_t kvt_quant_scratch_floats(void)
 
 void kvt_page_layout_of(const kvt_config *cfg, struct kvt_page_layout *L)
 {
-    bool mla = cfg->kv_order == KVT_KV_MLA;
+    bool mla = cfg->kv_order == KVT_KV_MLA, one = mla || cfg->kv_order == KVT_KV_SINGLE;
     *L = (struct kvt_page_layout){
         .dtype = cfg->kv_dtype, .order = cfg->kv_order, .tokens = cfg->page_tokens,
         .kv_heads = mla && !cfg->kv_heads ? 1 : cfg->kv_heads, .head_dim = cfg->head_dim,
-        .v_head_dim = mla ? 0 : (cfg->v_head_dim ? cfg->v_head_dim : cfg->head_dim),
+        .v_head_dim = one ? 0 : (cfg->v_head_dim ? cfg->v_head_dim : cfg->head_dim),
         .rope_dim = cfg->rope_dim, .n_layers = cfg->n_layers,
         .full_first = cfg->full_first_layers, .full_last = cfg->full_last_layers,
     };
@@ -575,7 +587,8 @@ size_t kvt_page_layout_block_bytes(const struct kvt_page_layout *L)
         return 0;
     uint64_t row = L->order == KVT_KV_MLA
                        ? (uint64_t)L->head_dim + L->rope_dim
-                       : (uint64_t)L->kv_heads * ((uint64_t)L->head_dim + L->v_head_dim);
+                       : (uint64_t)L->kv_heads * ((uint64_t)L->head_dim +
+                                                  (L->order == KVT_KV_SINGLE ? 0 : L->v_head_dim));
     return (size_t)((uint64_t)L->tokens * row * 2);
 }
 
@@ -586,9 +599,10 @@ static int layout_dims(const struct kvt_page_layout *L, char *why, size_t n)
     bool mla = L->order == KVT_KV_MLA;
     if (L->dtype != KVT_DTYPE_BF16 && L->dtype != KVT_DTYPE_FP16)
         return LAYOUT_FAIL("kv_dtype %d is unknown (KVT_DTYPE_BF16 or KVT_DTYPE_FP16)", L->dtype);
-    if (L->order < KVT_KV_HEAD_MAJOR || L->order > KVT_KV_SPLIT_LAYERS)
+    if (L->order < KVT_KV_HEAD_MAJOR || L->order > KVT_KV_SINGLE)
         return LAYOUT_FAIL("kv_order %d is unknown (KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, "
-                           "KVT_KV_INTERLEAVED, KVT_KV_MLA or KVT_KV_SPLIT_LAYERS)", L->order);
+                           "KVT_KV_INTERLEAVED, KVT_KV_MLA, KVT_KV_SPLIT_LAYERS or "
+                           "KVT_KV_SINGLE)", L->order);
     if (!L->tokens || L->tokens > MAX_TOKENS)
         return LAYOUT_FAIL("page_tokens must be 1..%u (got %u)", MAX_TOKENS, L->tokens);
     /* A head (MLA: a latent and its RoPE key) within one chunk of columns:

@@ -129,9 +129,9 @@ static void frames_agree(const struct kvt_quant_kernels *v)
     assert_non_null(a);
     assert_non_null(b);
     const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA,
-                           KVT_KV_SPLIT_LAYERS };
+                           KVT_KV_SPLIT_LAYERS, KVT_KV_SINGLE };
     for (int codec = KVT_CODEC_FP8; codec <= KVT_CODEC_INT4; codec++)
-        for (int o = 0; o < 5; o++) {
+        for (int o = 0; o < 6; o++) {
             struct kvt_page_layout L = layout(KVT_DTYPE_BF16 + o % 2, orders[o]);
             kvt_codec_fill_kv(in, PAGE, &L, (uint64_t)codec);
             size_t na = 0, nb = 0;
@@ -280,6 +280,9 @@ static double block_worst(const struct bound_ctx *b, double rel[2])
     if (L->order == KVT_KV_MLA) {
         uint32_t w = L->head_dim + L->rope_dim;
         worst = stream_worst(b, 0, w, T, w, w, true, 0, &e[0], &x[0]);
+    } else if (L->order == KVT_KV_SINGLE) {
+        uint32_t w = L->kv_heads * L->head_dim;
+        worst = stream_worst(b, 0, w, T, w, L->head_dim, true, 0, &e[0], &x[0]);
     } else {
         uint32_t wk = L->kv_heads * L->head_dim, wv = L->kv_heads * L->v_head_dim;
         uint32_t D = L->head_dim, Dv = L->v_head_dim, H = L->kv_heads;
@@ -354,9 +357,9 @@ static void test_roundtrip_error(void **state)
 {
     (void)state;
     const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA,
-                           KVT_KV_SPLIT_LAYERS };
+                           KVT_KV_SPLIT_LAYERS, KVT_KV_SINGLE };
     for (int d = KVT_DTYPE_BF16; d <= KVT_DTYPE_FP16; d++)
-        for (int o = 0; o < 5; o++) {
+        for (int o = 0; o < 6; o++) {
             struct kvt_page_layout L = layout(d, orders[o]);
             roundtrip(KVT_CODEC_INT8, L, 0.004, 0.01);
             roundtrip(KVT_CODEC_INT4, L, 0.07, 0.17);
