@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
-from ._plugin import SETTINGS, chunk_layout, model_fingerprint, open_engine, read_settings
+from ._plugin import (SETTINGS, LayoutRefused, chunk_layout, kv_layout, model_fingerprint,
+                      one_page_for_codec, open_engine, read_settings)
 from .engine import Engine
 from .storage import KVTierStorage
 
@@ -48,6 +49,42 @@ logger = logging.getLogger(__name__)
 
 # Keys of the extra config that SGLang itself reads; not kvtier settings.
 _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "tp_lcm_size"}
+
+
+def _pool_layout(pool: HostKVCache, region_bytes: int, page_bytes: int
+                 ) -> tuple[dict[str, Any] | str, bool]:
+    """(the layout of one region's page, or the text saying why there is
+    none; whether the page holds every layer's block). SGLang's MHA host
+    pool hands K and V as separate regions of one page of page_size tokens:
+    layer_first a layer's K (or V) [tokens][heads][head_dim], page_first
+    every layer's [tokens][layers][heads][head_dim], page_first_direct
+    [layers][tokens][heads][head_dim]. Each is KVT_KV_SINGLE (the region is
+    K or V, quantised per channel); page_first's layers are more heads of a
+    token's row, page_first_direct's are blocks of a page keyed
+    KVT_ALL_LAYERS."""
+    name, layout = type(pool).__name__, pool.layout
+    if name != "MHATokenToKVPoolHost":
+        return (f"SGLang's {name} is not described to kvtier (the MHA host pool is; MLA and "
+                "quantised pools are not yet)"), False
+    if region_bytes > page_bytes:
+        return (f"a region of {region_bytes} bytes spans several pages of {page_bytes} "
+                "(page_bytes); quantising needs a region in one page"), False
+    ps, layers, heads, hd = pool.page_size, pool.layer_num, pool.head_num, pool.head_dim
+    blocks = {"layer_first": (heads, 0), "page_first": (layers * heads, 0),
+              "page_first_direct": (heads, layers)}
+    if layout not in blocks:
+        return (f"SGLang's host pool layout {layout!r} is not described to kvtier "
+                "(layer_first, page_first and page_first_direct are)"), False
+    kv_heads, n_layers = blocks[layout]
+    try:
+        item = pool.dtype.itemsize
+        if ps * kv_heads * hd * max(n_layers, 1) * item != region_bytes:
+            return (f"a region of {region_bytes} bytes is not {layout}'s page of {ps} tokens, "
+                    f"{layers} layers, {heads} heads of {hd}"), False
+        return kv_layout(pool.dtype, "single", ps, kv_heads, hd, n_layers=n_layers), \
+            n_layers > 0
+    except LayoutRefused as exc:
+        return str(exc), False
 
 
 class KVTierHiCacheStorage(KVTierStorage, HiCacheStorage):
@@ -87,7 +124,8 @@ class KVTierHiCacheStorage(KVTierStorage, HiCacheStorage):
                                 regions: int) -> tuple[Engine, dict[str, Any]]:
         """kvtier for the pool's regions, its fingerprint the model and the
         pool's dtype, layout, page size and geometry plus this rank's shard."""
-        page_bytes, _ = chunk_layout(region_bytes, self.settings.get("page_bytes"))
+        page_bytes, _ = chunk_layout(region_bytes, one_page_for_codec(self.settings, region_bytes))
+        layout, self.region_all_layers = _pool_layout(pool, region_bytes, page_bytes)
         self.fingerprint = model_fingerprint(
             engine="sglang", model=self.storage_config.model_name or "", pool=type(pool).__name__,
             dtype=str(pool.dtype), layout=pool.layout, page_tokens=pool.page_size,
@@ -100,7 +138,8 @@ class KVTierHiCacheStorage(KVTierStorage, HiCacheStorage):
         if rank is not None and "spill_dir" in settings:
             # One directory per process: kvtier locks its spill directory.
             settings["spill_dir"] = os.path.join(settings["spill_dir"], rank)
-        engine, config = open_engine(settings, page_bytes, self.fingerprint, "sglang", rank=rank)
+        engine, config = open_engine(settings, page_bytes, self.fingerprint, "sglang", rank=rank,
+                                     layout=layout)
         n_pages = -(-region_bytes // page_bytes)
         logger.info("kvtier HiCache storage: %s, pages of %d bytes (%d per region of %d), "
                     "DRAM %d, SSD %d bytes in %s", self.fingerprint, page_bytes, n_pages,
