@@ -69,8 +69,8 @@ if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
     from vllm.v1.kv_offload.tiering.base import TransferJob
 
-from ._plugin import (ChunkIO, chunk_layout, close_engine, default_spill_dir, model_fingerprint,
-                      open_engine, read_settings)
+from ._plugin import (ChunkIO, LayoutRefused, chunk_layout, close_engine, default_spill_dir,
+                      kv_dtype, model_fingerprint, open_engine, read_settings)
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -103,6 +103,27 @@ def _fingerprint(spec: OffloadingSpec, block_bytes: int) -> str:
                          f"({exc}); it is needed so that another model never matches") from None
     return model_fingerprint(engine="vllm", chunk_bytes=block_bytes, **extra,
                              **{k: repr(v) for k, v in fields.items()})
+
+
+def _no_layout(spec: OffloadingSpec) -> str:
+    """Why this tier gives kvtier no page layout (a lossy codec is refused
+    with it). A chunk is blocks of every layer, each block [heads, tokens,
+    K|V] or [tokens, heads, K|V] (RFC 42082's [L, B, H, N, C], the content
+    C a head's K then its V): per head it is KVT_KV_INTERLEAVED blocks, but
+    the tier, made by the scheduler, is given the dtype, tokens per block,
+    layer names and bytes per block (OffloadingConfig), not the K/V heads,
+    head size or MLA of the worker's KV cache spec, nor its physical
+    layout."""
+    try:
+        kv_dtype(spec.config.model.dtype)
+    except LayoutRefused as exc:
+        return str(exc)
+    except AttributeError:
+        pass
+    return ("vLLM's offloading config gives a secondary tier the dtype, tokens per block, "
+            "layer names and bytes of a block, but not the K/V heads, head size, MLA or "
+            "physical layout of the worker's KV cache spec, which the codecs need to find "
+            "K and V in a block")
 
 
 class KVTierTier(SecondaryTierManager):
@@ -145,7 +166,8 @@ class KVTierTier(SecondaryTierManager):
             # Replicas of one model would otherwise share (and contend for)
             # one directory.
             settings["spill_dir"] = default_spill_dir("vllm", fp) + f"-d{replica}"
-        self.engine, self.kvtier_config = open_engine(settings, page_bytes, fp, "vllm")
+        self.engine, self.kvtier_config = open_engine(settings, page_bytes, fp, "vllm",
+                                                      layout=_no_layout(offloading_spec))
         self._io = ChunkIO(self.engine, block)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvtier-vllm")
         self._done = queue.SimpleQueue()
