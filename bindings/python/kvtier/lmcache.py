@@ -36,6 +36,13 @@ model name, world size, worker, KV dtype, KV shape, MLA and chunk size: an
 engine of another model or layout opened on the same spill directory drops
 (persist) or never sees (no persist) these pages, and its keys differ anyway.
 
+Codecs. With codec fp8, int8 or int4 a full chunk is one page (by
+default the chunk's size; a page_bytes that splits it is refused), keyed
+KVT_ALL_LAYERS, its layout KV_2LTD's (KVT_KV_SPLIT_LAYERS: every layer's
+K, then every layer's V; MLA chunks KVT_KV_MLA) taken from LMCacheMetadata;
+self-describing chunks are opaque pages, kept raw. A KV dtype other than
+bfloat16/float16 is refused with the reason (docs/codecs.md#plugins).
+
 Asynchrony. batched_submit_put_task returns at once with a Future: one
 worker thread stores the batch (chunks in the order given, one kvt_put per
 part, so kvtier's prefix policy sees the chain) while the MemoryObjs are

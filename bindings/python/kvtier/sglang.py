@@ -21,6 +21,12 @@ region). batch_set_v1 / batch_get_v1 hand kvtier the host pool's own memory:
 one copy each way; batch_set / batch_get work on the flat pages SGLang's
 controller builds (a gather and a scatter of its own) and add nothing.
 
+Codecs. With codec fp8, int8 or int4, each region of an MHA host pool's
+page (K or V; layer_first, page_first, page_first_direct) is one page of
+layout KVT_KV_SINGLE, from the pool's dtype, page size, heads, head size and
+layers; other pools and layouts, other dtypes and regions over several pages
+are refused with the reason (docs/codecs.md#plugins).
+
 Identity. The kvtier fingerprint is the model name and the pool's dtype,
 layout, page size and geometry plus this rank's shard: another model, dtype,
 layout or shard reads as a miss, never as wrong data; a damaged page reads as

@@ -34,6 +34,10 @@ kvtier's fingerprint is the storage identity vLLM's own file tier uses
 parallel layout and rank, KV cache groups, canonical format) plus the chunk
 size, so another model or layout never matches.
 
+Codecs. fp8, int8 and int4 are refused at open, saying why: the tier is
+not given the heads, head size or layout of vLLM's blocks
+(docs/codecs.md#plugins). none, zstd and zstd_shuffle16 work on any dtype.
+
 Asynchrony. submit_store/submit_load queue the job for one worker thread
 and return; get_finished_jobs() hands back the JobResults of jobs done since
 the last call; drain_jobs() waits for all of them. lookup() asks kvtier's
@@ -107,13 +111,12 @@ def _fingerprint(spec: OffloadingSpec, block_bytes: int) -> str:
 
 def _no_layout(spec: OffloadingSpec) -> str:
     """Why this tier gives kvtier no page layout (a lossy codec is refused
-    with it). A chunk is blocks of every layer, each block [heads, tokens,
-    K|V] or [tokens, heads, K|V] (RFC 42082's [L, B, H, N, C], the content
-    C a head's K then its V): per head it is KVT_KV_INTERLEAVED blocks, but
-    the tier, made by the scheduler, is given the dtype, tokens per block,
-    layer names and bytes per block (OffloadingConfig), not the K/V heads,
-    head size or MLA of the worker's KV cache spec, nor its physical
-    layout."""
+    with it). A chunk is blocks of every layer in RFC 42082's [L, B, H, N,
+    C] (a cell C a head's K and V for one token) in the worker's stride
+    order; the tier, made by the scheduler, is given the dtype, tokens per
+    block, layer names and bytes per block (OffloadingConfig), not the K/V
+    heads, head size or MLA of the worker's KV cache spec, nor that order
+    (docs/codecs.md#plugins)."""
     try:
         kv_dtype(spec.config.model.dtype)
     except LayoutRefused as exc:
