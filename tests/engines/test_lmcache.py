@@ -371,7 +371,9 @@ def test_password_in_the_url_is_never_shown(tmp_path, redis_cluster, caplog):
 # they would cost K several times the error below (docs/codecs.md#axes).
 # Measured here (12 chunks, 9 read back from the SSD tier), the largest
 # chunk's RMS error relative to the data, K and V:
-#   int4 0.031 / 0.091, int8 0.0018 / 0.0055, fp8 0.027 / 0.027.
+#   int4 0.031 / 0.091, int8 0.0018 / 0.0055, fp8 0.027 / 0.027;
+# the same chunks described as token-major layers (V of layer 0 read as K
+# of layer 1, ...): K int4 0.144, int8 0.0084, past the tolerances.
 TOLERANCE = {"int4": (0.06, 0.12), "int8": (0.004, 0.008), "fp8": (0.04, 0.04)}
 
 
