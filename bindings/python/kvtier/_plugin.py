@@ -124,8 +124,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "page_bytes": ("bytes", "kvtier page size (a multiple of 4096; default: the chunk's size)"),
     "codec": ("str", "none | zstd | zstd_shuffle16 | fp8 | int8 | int4 (pages on SSD; the lossy "
                      "three quantise K/V pages whose layout the plug-in takes from its engine: "
-                     "LMCache's full chunks, SGLang's MHA host pools, not vLLM's blocks; bf16 "
-                     "or fp16 KV only: docs/codecs.md)"),
+                     "LMCache's full chunks, SGLang's MHA and MLA host pools, not vLLM's "
+                     "blocks; bf16 or fp16 KV only: docs/codecs.md#plugins)"),
     "persist": ("bool", "keep pages across restarts (fsync'd on flush and close)"),
     "io_backend": ("str", "auto | uring | psync"),
     "queue_depth": ("int", "SSD requests in flight"),

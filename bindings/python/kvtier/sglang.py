@@ -21,11 +21,12 @@ region). batch_set_v1 / batch_get_v1 hand kvtier the host pool's own memory:
 one copy each way; batch_set / batch_get work on the flat pages SGLang's
 controller builds (a gather and a scatter of its own) and add nothing.
 
-Codecs. With codec fp8, int8 or int4, each region of an MHA host pool's
-page (K or V; layer_first, page_first, page_first_direct) is one page of
-layout KVT_KV_SINGLE, from the pool's dtype, page size, heads, head size and
-layers; other pools and layouts, other dtypes and regions over several pages
-are refused with the reason (docs/codecs.md#plugins).
+Codecs. With codec fp8, int8 or int4, each region of a host pool's page
+(MHA: K or V; MLA: the latent + RoPE rows; layouts layer_first, page_first,
+page_first_direct) is one page of layout KVT_KV_SINGLE or KVT_KV_MLA, from
+the pool's dtype, page size, heads, head sizes and layers; other pools and
+layouts, other dtypes and regions over several pages are refused with the
+reason (docs/codecs.md#plugins).
 
 Identity. The kvtier fingerprint is the model name and the pool's dtype,
 layout, page size and geometry plus this rank's shard: another model, dtype,
@@ -60,34 +61,51 @@ _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "tp
 def _pool_layout(pool: HostKVCache, region_bytes: int, page_bytes: int
                  ) -> tuple[dict[str, Any] | str, bool]:
     """(the layout of one region's page, or the text saying why there is
-    none; whether the page holds every layer's block). SGLang's MHA host
-    pool hands K and V as separate regions of one page of page_size tokens:
-    layer_first a layer's K (or V) [tokens][heads][head_dim], page_first
-    every layer's [tokens][layers][heads][head_dim], page_first_direct
-    [layers][tokens][heads][head_dim]. Each is KVT_KV_SINGLE (the region is
-    K or V, quantised per channel); page_first's layers are more heads of a
-    token's row, page_first_direct's are blocks of a page keyed
-    KVT_ALL_LAYERS."""
-    name, layout = type(pool).__name__, pool.layout
-    if name != "MHATokenToKVPoolHost":
-        return (f"SGLang's {name} is not described to kvtier (the MHA host pool is; MLA and "
-                "quantised pools are not yet)"), False
+    none; whether the page holds every layer's block). A region is part of
+    one pool page of page_size tokens:
+    - MHA pool: K and V are separate regions. layer_first a layer's K (or V)
+      [tokens][heads][head_dim], page_first every layer's
+      [tokens][layers][heads][head_dim], page_first_direct
+      [layers][tokens][heads][head_dim]: KVT_KV_SINGLE (the region is K or
+      V, quantised per channel), page_first's layers as more heads of a
+      token's row.
+    - MLA pool: one row of latent + RoPE key a token and layer.
+      layer_first [tokens][row] and page_first_direct [layers][tokens][row]:
+      KVT_KV_MLA; page_first [tokens][layers][row]: KVT_KV_SINGLE with a
+      layer's row as a head (a token's rows of every layer are wider than
+      one MLA row may be).
+    page_first_direct's layers are the blocks of a page keyed KVT_ALL_LAYERS."""
+    name, layout, ps = type(pool).__name__, pool.layout, pool.page_size
     if region_bytes > page_bytes:
         return (f"a region of {region_bytes} bytes spans several pages of {page_bytes} "
                 "(page_bytes); quantising needs a region in one page"), False
-    ps, layers, heads, hd = pool.page_size, pool.layer_num, pool.head_num, pool.head_dim
-    blocks = {"layer_first": (heads, 0), "page_first": (layers * heads, 0),
-              "page_first_direct": (heads, layers)}
-    if layout not in blocks:
+    layers = pool.layer_num
+    if name == "MHATokenToKVPoolHost":
+        heads, hd = pool.head_num, pool.head_dim
+        geometry = {"layer_first": ("single", heads, hd, 0, 0),
+                    "page_first": ("single", layers * heads, hd, 0, 0),
+                    "page_first_direct": ("single", heads, hd, 0, layers)}
+    elif name == "MLATokenToKVPoolHost":
+        lora, rope, row = pool.kv_lora_rank, pool.qk_rope_head_dim, pool.kv_cache_dim
+        if row != lora + rope or getattr(pool, "dsa_kv_cache_store_fp8", False) or \
+                getattr(pool, "dcp_size", 1) != 1:
+            return (f"SGLang's MLA host pool with rows of {row} (latent {lora}, RoPE {rope}), "
+                    "packed FP8 or decode context parallelism is not described to kvtier"), False
+        geometry = {"layer_first": ("mla", 1, lora, rope, 0),
+                    "page_first": ("single", layers, row, 0, 0),
+                    "page_first_direct": ("mla", 1, lora, rope, layers)}
+    else:
+        return (f"SGLang's {name} is not described to kvtier (the MHA and MLA host pools "
+                "are)"), False
+    if layout not in geometry:
         return (f"SGLang's host pool layout {layout!r} is not described to kvtier "
                 "(layer_first, page_first and page_first_direct are)"), False
-    kv_heads, n_layers = blocks[layout]
+    order, heads, hd, rope, n_layers = geometry[layout]
     try:
-        item = pool.dtype.itemsize
-        if ps * kv_heads * hd * max(n_layers, 1) * item != region_bytes:
+        if ps * heads * (hd + rope) * max(n_layers, 1) * pool.dtype.itemsize != region_bytes:
             return (f"a region of {region_bytes} bytes is not {layout}'s page of {ps} tokens, "
-                    f"{layers} layers, {heads} heads of {hd}"), False
-        return kv_layout(pool.dtype, "single", ps, kv_heads, hd, n_layers=n_layers), \
+                    f"{max(n_layers, 1)} layers, {heads} rows of {hd + rope}"), False
+        return kv_layout(pool.dtype, order, ps, heads, hd, n_layers=n_layers, rope_dim=rope), \
             n_layers > 0
     except LayoutRefused as exc:
         return str(exc), False
