@@ -129,7 +129,8 @@ static void frame_streams(struct frame *f)
     switch (f->order) {
     case KVT_KV_HEAD_MAJOR:
         f->s[0] = (struct stream){ S_K, 0, D, f->tokens, f->hd, f->hd, 0, f->heads, T * D, 0 };
-        f->s[1] = (struct stream){ S_V, H * T * D, Dv, f->tokens, f->vhd, f->vhd, g, f->heads, T * Dv, 0 };
+        f->s[1] = (struct stream){ S_V, H * T * D, Dv, f->tokens, f->vhd, f->vhd, g, f->heads,
+                                   T * Dv, 0 };
         break;
     case KVT_KV_TOKEN_MAJOR:
         f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0, 0 };
@@ -159,21 +160,18 @@ static struct stream block_stream(const struct frame *f, int i, uint32_t b)
     return t;
 }
 
-/* A block kept in full precision, copied between the page and the frame
- * (to_frame: page -> frame): its bytes in the order of the page. */
-static void raw_block(const struct frame *f, uint32_t b, uint8_t *page, uint8_t *frame,
-                      bool to_frame)
+/* Where block b's bytes lie in the page, for a block kept in full
+ * precision: one run, or (KVT_KV_SPLIT_LAYERS) its K part and its V part,
+ * which the frame holds one after the other. Returns the number of runs. */
+static int block_runs(const struct frame *f, uint32_t b, uint64_t at[2], uint64_t len[2])
 {
-    for (int i = 0; i < f->ns; i++) {
-        bool one = f->order != KVT_KV_SPLIT_LAYERS;
-        struct stream t = block_stream(f, one ? 0 : i, b);
-        uint64_t n = one ? f->block_bytes : 2 * (uint64_t)t.rows * t.width;
-        uint8_t *p = page + 2 * t.off;
-        memcpy(to_frame ? frame : p, to_frame ? p : frame, n);
-        frame += n;
-        if (one)
-            return;
+    int n = f->order == KVT_KV_SPLIT_LAYERS ? f->ns : 1;
+    for (int i = 0; i < n; i++) {
+        struct stream t = block_stream(f, i, b);
+        at[i] = 2 * t.off;
+        len[i] = n == 1 ? f->block_bytes : 2 * (uint64_t)t.rows * t.width;
     }
+    return n;
 }
 
 static uint64_t row_bytes(const struct frame *f, const struct stream *s)
@@ -398,8 +396,9 @@ int kvt_quant_encode(const struct kvt_quant_kernels *k, int codec, const struct 
     for (uint32_t b = 0; b < f.nblocks; b++) {
         flags[b] = !layer_full(L, all ? b : layer);
         if (!flags[b]) {
-            raw_block(&f, b, (uint8_t *)in, at, true);
-            at += f.block_bytes;
+            uint64_t off[2], len[2];
+            for (int i = 0, n = block_runs(&f, b, off, len); i < n; at += len[i], i++)
+                memcpy(at, in + off[i], len[i]);
             continue;
         }
         for (int i = 0; i < f.ns; i++) {
@@ -530,8 +529,9 @@ int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *s
     const uint8_t *at = flags + f.nblocks;
     for (uint32_t b = 0; b < f.nblocks; b++) {
         if (!flags[b]) {
-            raw_block(&f, b, out, (uint8_t *)at, false);
-            at += f.block_bytes;
+            uint64_t off[2], len[2];
+            for (int i = 0, n = block_runs(&f, b, off, len); i < n; at += len[i], i++)
+                memcpy(out + off[i], at, len[i]);
             continue;
         }
         for (int i = 0; i < f.ns; i++)
