@@ -162,6 +162,11 @@ typedef enum {
 #define KVT_KV_TOKEN_MAJOR 1   /* K[tokens][kv_heads][head_dim], then V[tokens][kv_heads][v_head_dim] */
 #define KVT_KV_INTERLEAVED 2   /* per token: K[kv_heads][head_dim], then V[kv_heads][v_head_dim] */
 #define KVT_KV_MLA 3           /* per token: latent[head_dim] then RoPE key[rope_dim]; no V */
+#define KVT_KV_SPLIT_LAYERS 4  /* a page of one layer: as KVT_KV_TOKEN_MAJOR; a page of every
+                                  layer: the K of all layers (each [tokens][kv_heads][head_dim]),
+                                  then the V of all layers (LMCache's KV_2LTD chunk) */
+#define KVT_KV_SINGLE 5        /* K or V alone: [tokens][kv_heads][head_dim], quantised per channel
+                                  as K (stores that keep K and V apart: SGLang's host pool) */
 
 #define KVT_IO_AUTO 0          /* io_uring, else the pread/pwrite thread pool */
 #define KVT_IO_URING 1

@@ -3,8 +3,9 @@
  * into K and V streams, and where their scales and codes go.
  *
  * A page holds one layer's block (key.layer < n_layers) or n_layers blocks
- * one after another (key.layer == KVT_ALL_LAYERS); bytes past the blocks
- * travel as they are. A block is one or two streams, each a matrix of
+ * one after another (key.layer == KVT_ALL_LAYERS; KVT_KV_SPLIT_LAYERS: the
+ * K parts of all blocks, then their V parts); bytes past the blocks travel
+ * as they are. A block is one or two streams, each a matrix of
  * `tokens` rows and `width` elements a row, or one such per head
  * (kvtier.h, KVT_KV_*):
  *   K:   width kv_heads * head_dim (a head-major page: one matrix of
@@ -19,6 +20,9 @@
  *        values stay in that token's share of the attention output.
  *   MLA: one stream of latent + RoPE key per token, quantised as K (it
  *        is the key, and the values are derived from it).
+ *   SINGLE: one stream of kv_heads * head_dim, quantised as K: the page
+ *        holds K or V and cannot tell which; on V the two axes measure the
+ *        same (docs/codecs.md#axes), on K only per channel is good.
  *   FP8 (e4m3): one float scale per head per stream (absmax / 448): a
  *        float format keeps its relative precision across magnitudes, so an
  *        outlier channel costs the others nothing but exponent range.
@@ -70,6 +74,7 @@ struct stream {
     uint32_t nsub;      /* matrices of this shape, hstride elements apart (a head-major
                            page has one a head), each framed as a stream of its own */
     uint64_t hstride;
+    uint64_t bstep;     /* elements from a block's row 0 to the next block's */
 };
 
 struct frame {
@@ -102,35 +107,71 @@ static uint32_t group_of(uint32_t dim)
     return g;
 }
 
-/* The streams of a block, from the frame's dimensions. */
+/* The streams of a block, from the frame's dimensions (nblocks set). */
 static void frame_streams(struct frame *f)
 {
     uint64_t T = f->tokens, H = f->heads, D = f->hd, Dv = f->vhd;
     uint32_t g = group_of(f->vhd ? f->vhd : 1);
     if (f->order == KVT_KV_MLA) {
         uint32_t w = f->hd + f->rope;
-        f->s[0] = (struct stream){ S_K, 0, w, f->tokens, w, w, 0, 1, 0 };
+        f->s[0] = (struct stream){ S_K, 0, w, f->tokens, w, w, 0, 1, 0, T * w };
         f->ns = 1;
         f->block_bytes = T * w * 2;
         return;
     }
     uint32_t wk = f->heads * f->hd, wv = f->heads * f->vhd;
+    if (f->order == KVT_KV_SINGLE) {
+        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0, T * wk };
+        f->ns = 1;
+        f->block_bytes = T * wk * 2;
+        return;
+    }
     switch (f->order) {
     case KVT_KV_HEAD_MAJOR:
-        f->s[0] = (struct stream){ S_K, 0, D, f->tokens, f->hd, f->hd, 0, f->heads, T * D };
-        f->s[1] = (struct stream){ S_V, H * T * D, Dv, f->tokens, f->vhd, f->vhd, g, f->heads, T * Dv };
+        f->s[0] = (struct stream){ S_K, 0, D, f->tokens, f->hd, f->hd, 0, f->heads, T * D, 0 };
+        f->s[1] = (struct stream){ S_V, H * T * D, Dv, f->tokens, f->vhd, f->vhd, g, f->heads,
+                                   T * Dv, 0 };
         break;
     case KVT_KV_TOKEN_MAJOR:
-        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0 };
-        f->s[1] = (struct stream){ S_V, T * wk, wv, f->tokens, wv, f->vhd, g, 1, 0 };
+        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0, 0 };
+        f->s[1] = (struct stream){ S_V, T * wk, wv, f->tokens, wv, f->vhd, g, 1, 0, 0 };
+        break;
+    case KVT_KV_SPLIT_LAYERS: /* block b's K at b T wk, its V past every block's K */
+        f->s[0] = (struct stream){ S_K, 0, wk, f->tokens, wk, f->hd, 0, 1, 0, T * wk };
+        f->s[1] = (struct stream){ S_V, f->nblocks * T * wk, wv, f->tokens, wv, f->vhd, g, 1, 0,
+                                   T * wv };
         break;
     default: /* KVT_KV_INTERLEAVED */
-        f->s[0] = (struct stream){ S_K, 0, (uint64_t)wk + wv, f->tokens, wk, f->hd, 0, 1, 0 };
-        f->s[1] = (struct stream){ S_V, wk, (uint64_t)wk + wv, f->tokens, wv, f->vhd, g, 1, 0 };
+        f->s[0] = (struct stream){ S_K, 0, (uint64_t)wk + wv, f->tokens, wk, f->hd, 0, 1, 0, 0 };
+        f->s[1] = (struct stream){ S_V, wk, (uint64_t)wk + wv, f->tokens, wv, f->vhd, g, 1, 0, 0 };
         break;
     }
     f->ns = 2;
     f->block_bytes = T * ((uint64_t)wk + wv) * 2;
+    if (f->order != KVT_KV_SPLIT_LAYERS) /* one block after another */
+        f->s[0].bstep = f->s[1].bstep = f->block_bytes / 2;
+}
+
+/* Stream i of block b, its offset from the page's start. */
+static struct stream block_stream(const struct frame *f, int i, uint32_t b)
+{
+    struct stream t = f->s[i];
+    t.off += (uint64_t)b * t.bstep;
+    return t;
+}
+
+/* Where block b's bytes lie in the page, for a block kept in full
+ * precision: one run, or (KVT_KV_SPLIT_LAYERS) its K part and its V part,
+ * which the frame holds one after the other. Returns the number of runs. */
+static int block_runs(const struct frame *f, uint32_t b, uint64_t at[2], uint64_t len[2])
+{
+    int n = f->order == KVT_KV_SPLIT_LAYERS ? f->ns : 1;
+    for (int i = 0; i < n; i++) {
+        struct stream t = block_stream(f, i, b);
+        at[i] = 2 * t.off;
+        len[i] = n == 1 ? f->block_bytes : 2 * (uint64_t)t.rows * t.width;
+    }
+    return n;
 }
 
 static uint64_t row_bytes(const struct frame *f, const struct stream *s)
@@ -298,13 +339,15 @@ static bool enc_stream(const struct kvt_quant_kernels *k, const struct frame *f,
     return true;
 }
 
-static void frame_from_layout(struct frame *f, int codec, const struct kvt_page_layout *L)
+static void frame_from_layout(struct frame *f, int codec, const struct kvt_page_layout *L,
+                              uint32_t nblocks)
 {
-    bool mla = L->order == KVT_KV_MLA;
+    bool mla = L->order == KVT_KV_MLA, one = mla || L->order == KVT_KV_SINGLE;
     *f = (struct frame){ .codec = codec, .dtype = L->dtype, .order = L->order,
                          .tokens = L->tokens, .heads = mla ? 1 : L->kv_heads, .hd = L->head_dim,
-                         .vhd = mla ? 0 : (L->v_head_dim ? L->v_head_dim : L->head_dim),
-                         .rope = mla ? L->rope_dim : 0, .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
+                         .vhd = one ? 0 : (L->v_head_dim ? L->v_head_dim : L->head_dim),
+                         .rope = mla ? L->rope_dim : 0, .nblocks = nblocks,
+                         .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
     frame_streams(f);
 }
 
@@ -329,13 +372,12 @@ int kvt_quant_encode(const struct kvt_quant_kernels *k, int codec, const struct 
         k = kvt_quant_best();
     if (!L || !L->dtype)
         return 1;
-    frame_from_layout(&f, codec, L);
     bool all = layer == KVT_ALL_LAYERS;
     if (all && !L->n_layers)
         return 1; /* which block is which layer is unknown */
     if (!all && L->n_layers && layer >= L->n_layers && layer != KVT_CODEC_ANY_LAYER)
         return 1;
-    f.nblocks = all ? L->n_layers : 1;
+    frame_from_layout(&f, codec, L, all ? L->n_layers : 1);
     if (f.block_bytes == 0 || (uint64_t)f.nblocks * f.block_bytes > raw)
         return 1;
     uint32_t nq = 0;
@@ -351,21 +393,23 @@ int kvt_quant_encode(const struct kvt_quant_kernels *k, int codec, const struct 
     uint8_t *out = dst, *flags = out + HDR_BYTES, *at = flags + f.nblocks;
     const uint8_t *in = src;
     frame_header(&f, out);
-    for (uint32_t b = 0; b < f.nblocks; b++, in += f.block_bytes) {
+    for (uint32_t b = 0; b < f.nblocks; b++) {
         flags[b] = !layer_full(L, all ? b : layer);
         if (!flags[b]) {
-            memcpy(at, in, f.block_bytes);
-            at += f.block_bytes;
+            uint64_t off[2], len[2];
+            for (int i = 0, n = block_runs(&f, b, off, len); i < n; at += len[i], i++)
+                memcpy(at, in + off[i], len[i]);
             continue;
         }
         for (int i = 0; i < f.ns; i++) {
-            if (!enc_stream(k, &f, &f.s[i], in, at, scratch))
+            struct stream t = block_stream(&f, i, b);
+            if (!enc_stream(k, &f, &t, in, at, scratch))
                 return 1;
-            at += stream_bytes(&f, &f.s[i]);
+            at += stream_bytes(&f, &t);
         }
     }
-    size_t tail = raw - (size_t)f.nblocks * f.block_bytes;
-    memcpy(at, in, tail);
+    size_t blocks = (size_t)f.nblocks * f.block_bytes;
+    memcpy(at, in + blocks, raw - blocks);
     *out_len = (size_t)need;
     return 0;
 }
@@ -444,12 +488,16 @@ static bool frame_parse(struct frame *f, int codec, const uint8_t *h, size_t sto
                          .heads = rd32(h + 12), .hd = rd32(h + 16), .vhd = rd32(h + 20),
                          .rope = rd32(h + 24), .nblocks = rd32(h + 28),
                          .bits = codec == KVT_CODEC_INT4 ? 4 : 8 };
-    if ((f->dtype != KVT_DTYPE_BF16 && f->dtype != KVT_DTYPE_FP16) || f->order > KVT_KV_MLA)
+    if ((f->dtype != KVT_DTYPE_BF16 && f->dtype != KVT_DTYPE_FP16) ||
+        f->order > KVT_KV_SINGLE)
         return false;
     if (!f->tokens || f->tokens > MAX_TOKENS || !f->heads || f->heads > MAX_DIM || !f->hd ||
         f->hd > MAX_DIM || f->vhd > MAX_DIM || f->rope > MAX_DIM || !f->nblocks)
         return false;
-    if (f->order == KVT_KV_MLA ? (f->heads != 1 || f->vhd != 0) : (!f->vhd || f->rope != 0))
+    bool one = f->order == KVT_KV_MLA || f->order == KVT_KV_SINGLE; /* no V stream */
+    if (f->order == KVT_KV_MLA ? f->heads != 1 : f->rope != 0)
+        return false;
+    if (one ? f->vhd != 0 : !f->vhd)
         return false;
     /* A row's width in 32 bits, far: heads x dimension past 2^24 is no model. */
     if ((uint64_t)f->heads * f->hd > MAX_ROW || (uint64_t)f->heads * f->vhd > MAX_ROW)
@@ -479,15 +527,16 @@ int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *s
     if (frame_bytes(&f, nq, raw) != stored)
         return KVT_ECORRUPT;
     const uint8_t *at = flags + f.nblocks;
-    for (uint32_t b = 0; b < f.nblocks; b++, out += f.block_bytes) {
+    for (uint32_t b = 0; b < f.nblocks; b++) {
         if (!flags[b]) {
-            memcpy(out, at, f.block_bytes);
-            at += f.block_bytes;
+            uint64_t off[2], len[2];
+            for (int i = 0, n = block_runs(&f, b, off, len); i < n; at += len[i], i++)
+                memcpy(out + off[i], at, len[i]);
             continue;
         }
         for (int i = 0; i < f.ns; i++)
             for (uint32_t h = 0; h < f.s[i].nsub; h++) {
-                struct stream t = sub_stream(&f.s[i], h);
+                struct stream bs = block_stream(&f, i, b), t = sub_stream(&bs, h);
                 bool ok = f.codec == KVT_CODEC_FP8 ? dec_fp8(k, &f, &t, at, out, scratch)
                           : t.kind == S_K          ? dec_k(k, &f, &t, at, out, scratch)
                                                    : dec_v(k, &f, &t, at, out, scratch);
@@ -496,7 +545,8 @@ int kvt_quant_decode(const struct kvt_quant_kernels *k, int codec, const void *s
                 at += sub_bytes(&f, &t);
             }
     }
-    memcpy(out, at, raw - (size_t)f.nblocks * f.block_bytes);
+    size_t blocks = (size_t)f.nblocks * f.block_bytes;
+    memcpy(out + blocks, at, raw - blocks);
     return 0;
 }
 
@@ -505,8 +555,7 @@ size_t kvt_codec_lossy_bytes(int codec, const struct kvt_page_layout *L, size_t 
     struct frame f;
     if (!kvt_codec_lossy(codec) || !L->dtype)
         return raw;
-    frame_from_layout(&f, codec, L);
-    f.nblocks = 1;
+    frame_from_layout(&f, codec, L, 1);
     if (!f.block_bytes || f.block_bytes > raw || layer_full(L, KVT_CODEC_ANY_LAYER))
         return raw;
     uint64_t n = frame_bytes(&f, 1, raw);
@@ -522,11 +571,11 @@ size_t kvt_quant_scratch_floats(void)
 
 void kvt_page_layout_of(const kvt_config *cfg, struct kvt_page_layout *L)
 {
-    bool mla = cfg->kv_order == KVT_KV_MLA;
+    bool mla = cfg->kv_order == KVT_KV_MLA, one = mla || cfg->kv_order == KVT_KV_SINGLE;
     *L = (struct kvt_page_layout){
         .dtype = cfg->kv_dtype, .order = cfg->kv_order, .tokens = cfg->page_tokens,
         .kv_heads = mla && !cfg->kv_heads ? 1 : cfg->kv_heads, .head_dim = cfg->head_dim,
-        .v_head_dim = mla ? 0 : (cfg->v_head_dim ? cfg->v_head_dim : cfg->head_dim),
+        .v_head_dim = one ? 0 : (cfg->v_head_dim ? cfg->v_head_dim : cfg->head_dim),
         .rope_dim = cfg->rope_dim, .n_layers = cfg->n_layers,
         .full_first = cfg->full_first_layers, .full_last = cfg->full_last_layers,
     };
@@ -538,7 +587,8 @@ size_t kvt_page_layout_block_bytes(const struct kvt_page_layout *L)
         return 0;
     uint64_t row = L->order == KVT_KV_MLA
                        ? (uint64_t)L->head_dim + L->rope_dim
-                       : (uint64_t)L->kv_heads * ((uint64_t)L->head_dim + L->v_head_dim);
+                       : (uint64_t)L->kv_heads * ((uint64_t)L->head_dim +
+                                                  (L->order == KVT_KV_SINGLE ? 0 : L->v_head_dim));
     return (size_t)((uint64_t)L->tokens * row * 2);
 }
 
@@ -549,9 +599,10 @@ static int layout_dims(const struct kvt_page_layout *L, char *why, size_t n)
     bool mla = L->order == KVT_KV_MLA;
     if (L->dtype != KVT_DTYPE_BF16 && L->dtype != KVT_DTYPE_FP16)
         return LAYOUT_FAIL("kv_dtype %d is unknown (KVT_DTYPE_BF16 or KVT_DTYPE_FP16)", L->dtype);
-    if (L->order < KVT_KV_HEAD_MAJOR || L->order > KVT_KV_MLA)
+    if (L->order < KVT_KV_HEAD_MAJOR || L->order > KVT_KV_SINGLE)
         return LAYOUT_FAIL("kv_order %d is unknown (KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, "
-                           "KVT_KV_INTERLEAVED or KVT_KV_MLA)", L->order);
+                           "KVT_KV_INTERLEAVED, KVT_KV_MLA, KVT_KV_SPLIT_LAYERS or "
+                           "KVT_KV_SINGLE)", L->order);
     if (!L->tokens || L->tokens > MAX_TOKENS)
         return LAYOUT_FAIL("page_tokens must be 1..%u (got %u)", MAX_TOKENS, L->tokens);
     /* A head (MLA: a latent and its RoPE key) within one chunk of columns:

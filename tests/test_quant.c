@@ -128,9 +128,10 @@ static void frames_agree(const struct kvt_quant_kernels *v)
     assert_non_null(in);
     assert_non_null(a);
     assert_non_null(b);
-    const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA };
+    const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA,
+                           KVT_KV_SPLIT_LAYERS, KVT_KV_SINGLE };
     for (int codec = KVT_CODEC_FP8; codec <= KVT_CODEC_INT4; codec++)
-        for (int o = 0; o < 4; o++) {
+        for (int o = 0; o < 6; o++) {
             struct kvt_page_layout L = layout(KVT_DTYPE_BF16 + o % 2, orders[o]);
             kvt_codec_fill_kv(in, PAGE, &L, (uint64_t)codec);
             size_t na = 0, nb = 0;
@@ -279,6 +280,9 @@ static double block_worst(const struct bound_ctx *b, double rel[2])
     if (L->order == KVT_KV_MLA) {
         uint32_t w = L->head_dim + L->rope_dim;
         worst = stream_worst(b, 0, w, T, w, w, true, 0, &e[0], &x[0]);
+    } else if (L->order == KVT_KV_SINGLE) {
+        uint32_t w = L->kv_heads * L->head_dim;
+        worst = stream_worst(b, 0, w, T, w, L->head_dim, true, 0, &e[0], &x[0]);
     } else {
         uint32_t wk = L->kv_heads * L->head_dim, wv = L->kv_heads * L->v_head_dim;
         uint32_t D = L->head_dim, Dv = L->v_head_dim, H = L->kv_heads;
@@ -294,7 +298,8 @@ static double block_worst(const struct bound_ctx *b, double rel[2])
                 worst = fmax(worst, fmax(a, c));
             }
         } else {
-            bool tm = L->order == KVT_KV_TOKEN_MAJOR;
+            /* A one-layer block of KVT_KV_SPLIT_LAYERS is token-major. */
+            bool tm = L->order == KVT_KV_TOKEN_MAJOR || L->order == KVT_KV_SPLIT_LAYERS;
             double wk1 = stream_worst(b, 0, tm ? wk : wk + wv, T, wk, D, true, 0, &e[0], &x[0]);
             double wv1 = stream_worst(b, tm ? (uint64_t)T * wk : wk, tm ? wv : wk + wv, T, wv, Dv,
                                       false, g, &e[1], &x[1]);
@@ -351,9 +356,10 @@ static void roundtrip(int codec, struct kvt_page_layout L, double max_rel_k, dou
 static void test_roundtrip_error(void **state)
 {
     (void)state;
-    const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA };
+    const int orders[] = { KVT_KV_HEAD_MAJOR, KVT_KV_TOKEN_MAJOR, KVT_KV_INTERLEAVED, KVT_KV_MLA,
+                           KVT_KV_SPLIT_LAYERS, KVT_KV_SINGLE };
     for (int d = KVT_DTYPE_BF16; d <= KVT_DTYPE_FP16; d++)
-        for (int o = 0; o < 4; o++) {
+        for (int o = 0; o < 6; o++) {
             struct kvt_page_layout L = layout(d, orders[o]);
             roundtrip(KVT_CODEC_INT8, L, 0.004, 0.01);
             roundtrip(KVT_CODEC_INT4, L, 0.07, 0.17);
@@ -436,6 +442,83 @@ static void test_mixed_precision(void **state)
     free(in);
     free(st);
     free(out);
+}
+
+/* A page of KVT_KV_SPLIT_LAYERS (LMCache's [2, layers, tokens, hidden]
+ * chunk): every layer's K, then every layer's V. Its frame is the frame of
+ * the same layers stored token-major one after another, byte for byte but
+ * the order in the header, and it decodes back to the split page: each
+ * layer's K and V found where the chunk has them, the full layers exact. */
+static void test_split_layers(void **state)
+{
+    (void)state;
+    struct kvt_page_layout L = layout(KVT_DTYPE_BF16, KVT_KV_TOKEN_MAJOR);
+    L.tokens = 15; /* 60 KiB a layer: four in a page, 16 KiB of tail */
+    L.n_layers = 4;
+    L.full_first = 1;
+    L.full_last = 1;
+    const size_t block = kvt_page_layout_block_bytes(&L), kb = block / 2; /* K = V here */
+    uint8_t *tm = malloc(PAGE), *split = malloc(PAGE), *st = malloc(PAGE), *st2 = malloc(PAGE);
+    uint8_t *out = malloc(PAGE), *back = malloc(PAGE);
+    assert_true(tm && split && st && st2 && out && back);
+    kvt_codec_fill_kv(tm, PAGE, &L, 5);
+    uint64_t s = 9;
+    for (size_t i = 4 * block; i < PAGE; i++)
+        tm[i] = (uint8_t)rnd(&s);
+    for (uint32_t l = 0; l < 4; l++) {
+        memcpy(split + l * kb, tm + l * block, kb);
+        memcpy(split + 4 * kb + l * kb, tm + l * block + kb, kb);
+    }
+    memcpy(split + 4 * block, tm + 4 * block, PAGE - 4 * block);
+    const int codecs[3] = { KVT_CODEC_INT4, KVT_CODEC_INT8, KVT_CODEC_FP8 };
+    for (int i = 0; i < 3; i++) {
+        struct kvt_codec *a, *b;
+        struct kvt_page_layout Ls = L;
+        Ls.order = KVT_KV_SPLIT_LAYERS;
+        assert_int_equal(kvt_codec_new_layout(codecs[i], 0, PAGE, &L, &a), 0);
+        assert_int_equal(kvt_codec_new_layout(codecs[i], 0, PAGE, &Ls, &b), 0);
+        size_t n = 0, n2 = 0;
+        int used = -1, used2 = -1;
+        assert_int_equal(kvt_codec_encode_page(a, KVT_ALL_LAYERS, tm, PAGE, st, PAGE, &n, &used), 0);
+        assert_int_equal(kvt_codec_encode_page(b, KVT_ALL_LAYERS, split, PAGE, st2, PAGE, &n2,
+                                               &used2), 0);
+        assert_int_equal(used2, codecs[i]);
+        assert_int_equal(n, n2);
+        assert_int_equal(st2[6], KVT_KV_SPLIT_LAYERS);
+        st2[6] = st[6];
+        assert_memory_equal(st, st2, n);
+        st2[6] = KVT_KV_SPLIT_LAYERS;
+        assert_int_equal(kvt_codec_decode(b, used2, st2, n2, out, PAGE), 0);
+        assert_memory_equal(out + 4 * block, split + 4 * block, PAGE - 4 * block);
+        for (uint32_t l = 0; l < 4; l++) {
+            memcpy(back + l * block, out + l * kb, kb);
+            memcpy(back + l * block + kb, out + 4 * kb + l * kb, kb);
+        }
+        assert_memory_equal(back, tm, block);
+        assert_memory_equal(back + 3 * block, tm + 3 * block, block);
+        for (int l = 1; l <= 2; l++) {
+            struct bound_ctx bc = { &L, codecs[i], tm + l * block, back + l * block };
+            double rel[2];
+            assert_memory_not_equal(back + l * block, tm + l * block, block);
+            assert_true(block_worst(&bc, rel) <= 1.0);
+        }
+        /* One layer's page of the same order is a token-major block. */
+        assert_int_equal(kvt_codec_encode_page(b, 2, tm, PAGE, st2, PAGE, &n2, &used2), 0);
+        assert_int_equal(used2, codecs[i]);
+        assert_int_equal(kvt_codec_decode(b, used2, st2, n2, out, PAGE), 0);
+        assert_memory_equal(out + block, tm + block, PAGE - block);
+        struct bound_ctx bc = { &L, codecs[i], tm, out };
+        double rel[2];
+        assert_true(block_worst(&bc, rel) <= 1.0);
+        kvt_codec_free(a);
+        kvt_codec_free(b);
+    }
+    free(tm);
+    free(split);
+    free(st);
+    free(st2);
+    free(out);
+    free(back);
 }
 
 /* ---------------------------------------------------------------- damage */
@@ -673,7 +756,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_agree),   cmocka_unit_test(test_fp8_codes),
         cmocka_unit_test(test_roundtrip_error), cmocka_unit_test(test_frame_size),
-        cmocka_unit_test(test_mixed_precision), cmocka_unit_test(test_damaged_frames),
+        cmocka_unit_test(test_mixed_precision), cmocka_unit_test(test_split_layers),
+        cmocka_unit_test(test_damaged_frames),
         cmocka_unit_test(test_axis_choice),     cmocka_unit_test(test_config_layout),
         cmocka_unit_test(test_engine_ssd),
     };

@@ -16,6 +16,7 @@ from conftest import assert_loss_reported, damage_pages
 from lmcache.utils import CacheEngineKey  # noqa: E402
 from lmcache.v1.config import LMCacheEngineConfig  # noqa: E402
 from lmcache.v1.event_manager import EventManager  # noqa: E402
+from lmcache.v1.memory_management import MemoryFormat  # noqa: E402
 from lmcache.v1.metadata import LMCacheMetadata  # noqa: E402
 from lmcache.v1.storage_backend.storage_manager import StorageManager  # noqa: E402
 
@@ -44,12 +45,13 @@ def write_config(path, **settings):
     return str(path)
 
 
-def open_manager(config_path, model="kvtier-test/tiny"):
+def open_manager(config_path, model="kvtier-test/tiny", mla_row=0):
+    """mla_row: an MLA model of that row (latent + RoPE) a token and layer."""
     config = LMCacheEngineConfig.from_file(config_path)
+    shape = (LAYERS, 1, CHUNK, 1, mla_row) if mla_row else (LAYERS, 2, CHUNK, HEADS, HDIM)
     meta = LMCacheMetadata(model_name=model, world_size=1, local_world_size=1, worker_id=0,
-                           local_worker_id=0, kv_dtype=DTYPE,
-                           kv_shape=(LAYERS, 2, CHUNK, HEADS, HDIM), chunk_size=CHUNK,
-                           role="worker")
+                           local_worker_id=0, kv_dtype=DTYPE, kv_shape=shape,
+                           chunk_size=CHUNK, role="worker", use_mla=bool(mla_row))
     sm = StorageManager(config, meta, EventManager())
     plugin = sm.storage_backends.get("kvtier")
     assert isinstance(plugin, KVTierStoragePlugin), \
@@ -358,5 +360,158 @@ def test_password_in_the_url_is_never_shown(tmp_path, redis_cluster, caplog):
         assert any(redacted in m for m in logged), logged
         assert not any("s3cret" in m for m in logged), logged
         assert plugin.engine.stats().remote_nodes == 3   # it did log in
+    finally:
+        sm.close()
+
+
+# ------------------------------------------------------------------ codecs
+#
+# A full chunk is one kvtier page keyed KVT_ALL_LAYERS, its layout LMCache's
+# KV_2LTD (every layer's K, then every layer's V: KVT_KV_SPLIT_LAYERS). K has
+# the outlier channels real keys have (one in 32 of every head, N(+-12, 3)
+# against N(0, 1)): quantised along the wrong axis or at the wrong place
+# they would cost K several times the error below (docs/codecs.md#axes).
+# Measured here (12 chunks, 9 read back from the SSD tier), the largest
+# chunk's RMS error relative to the data, K and V:
+#   int4 0.031 / 0.091, int8 0.0018 / 0.0055, fp8 0.027 / 0.027;
+# the same chunks described as token-major layers (V of layer 0 read as K
+# of layer 1, ...): K int4 0.144, int8 0.0084, past the tolerances.
+TOLERANCE = {"int4": (0.06, 0.12), "int8": (0.004, 0.008), "fp8": (0.04, 0.04)}
+
+
+def kv_chunks(n, seed, dtype=DTYPE):
+    """n chunks [2, LAYERS, CHUNK, HEADS * HDIM] of K with outlier channels
+    and plain V."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        c = torch.randn(2, LAYERS, CHUNK, HEADS * HDIM, generator=g)
+        col = torch.arange(HEADS * HDIM) % HDIM
+        outlier = (col % 32) == 5
+        sign = torch.where((col // 32) % 2 == 1, 12.0, -12.0)
+        c[0][..., outlier] = c[0][..., outlier] * 3 + sign[outlier]
+        out.append(c.to(dtype))
+    return out
+
+
+def put_kv_chunks(sm, meta, chunks, seed):
+    objs = [sm.allocate(meta.get_shapes(CHUNK)[0], DTYPE) for _ in chunks]
+    for o, c in zip(objs, chunks):
+        o.tensor.copy_(c)
+    return [key(meta, seed * 1000 + i) for i in range(len(chunks))], objs
+
+
+def rms_rel(got, want):
+    got, want = got.float(), want.float()
+    return float(((got - want) ** 2).sum().sqrt() / (want ** 2).sum().sqrt())
+
+
+@pytest.mark.parametrize("codec", ["int4", "fp8", "int8", "none"])
+def test_codec_through_the_plugin(tmp_path, spill_dir, codec):
+    """Chunks put through LMCache, evicted from its CPU backend and from
+    kvtier's DRAM (4 pages of 12) to the SSD tier, read back through
+    LMCache: within the codec's tolerance (none: bit-exact); the partial
+    chunk, stored self-describing, exact under every codec."""
+    path = write_config(tmp_path / "c.yaml", spill_dir=spill_dir, codec=codec,
+                        dram_bytes="128KiB", ssd_bytes="8MiB")
+    sm, plugin, meta = open_manager(path)
+    try:
+        cfg = plugin.kvtier_config
+        assert plugin.page_bytes == FULL_BYTES
+        if codec != "none":
+            assert (cfg["kv_order"], cfg["n_layers"], cfg["page_tokens"], cfg["kv_heads"],
+                    cfg["head_dim"], cfg["kv_dtype"]) == ("split_layers", LAYERS, CHUNK, HEADS,
+                                                          HDIM, "bf16")
+        chunks = kv_chunks(12, seed=11)
+        keys, objs = put_kv_chunks(sm, meta, chunks, seed=11)
+        pkeys, pobjs, pdata = make_chunks(sm, meta, 1, seed=12, tokens=5)
+        put_and_evict(sm, plugin, keys + pkeys, objs + pobjs)
+        st = plugin.engine.stats()
+        assert st.resident_pages[2] >= 8
+        got = retrieve(sm, keys + pkeys)
+        assert got_bytes(got[-1:]) == pdata
+        errs, quantised = [], 0
+        for o, want in zip(got[:-1], chunks):
+            t = o.tensor.view(want.shape)
+            if codec == "none":
+                assert torch.equal(t, want)
+                continue
+            quantised += not torch.equal(t, want)
+            errs.append((rms_rel(t[0], want[0]), rms_rel(t[1], want[1])))
+        for o in got:
+            o.ref_count_down()
+        if codec != "none":
+            k = max(e[0] for e in errs)
+            v = max(e[1] for e in errs)
+            print(f"lmcache {codec}: {quantised} of 12 chunks quantised; RMS rel K {k:.4f} "
+                  f"V {v:.4f}")
+            assert quantised >= 8
+            assert k <= TOLERANCE[codec][0] and v <= TOLERANCE[codec][1], (k, v)
+    finally:
+        sm.close()
+
+
+@pytest.mark.parametrize("dtype,why", [(torch.float8_e4m3fn, "already 8-bit"),
+                                       (torch.float32, "not a 16-bit float")])
+def test_codec_refused_for_the_kv_dtype(tmp_path, spill_dir, dtype, why):
+    config = LMCacheEngineConfig.from_file(
+        write_config(tmp_path / "c.yaml", spill_dir=spill_dir, codec="int4"))
+    meta = LMCacheMetadata("m", 1, 1, 0, 0, dtype, (LAYERS, 2, CHUNK, HEADS, HDIM),
+                           chunk_size=CHUNK, role="worker")
+    with pytest.raises(ValueError, match=f"codec int4 quantises .*KV dtype {dtype} is {why}"):
+        KVTierStoragePlugin(dst_device="cpu", config=config, metadata=meta,
+                            local_cpu_backend=object())
+
+
+def test_codec_refused_when_a_chunk_spans_pages(tmp_path, spill_dir):
+    config = LMCacheEngineConfig.from_file(
+        write_config(tmp_path / "c.yaml", spill_dir=spill_dir, codec="fp8", page_bytes=4096))
+    meta = LMCacheMetadata("m", 1, 1, 0, 0, DTYPE, (LAYERS, 2, CHUNK, HEADS, HDIM),
+                           chunk_size=CHUNK, role="worker")
+    with pytest.raises(ValueError, match="spans several pages of 4096"):
+        KVTierStoragePlugin(dst_device="cpu", config=config, metadata=meta,
+                            local_cpu_backend=object())
+
+
+@pytest.mark.parametrize("codec", ["int4", "fp8", "none"])
+def test_codec_through_the_plugin_mla(tmp_path, spill_dir, codec):
+    """An MLA model's chunks ([1, layers, tokens, 576]-like rows, here 96):
+    KVT_KV_MLA blocks of a page keyed KVT_ALL_LAYERS; the rows have K's
+    outlier channels. Measured (8 of 12 chunks from the SSD tier), RMS
+    relative: int4 0.031, fp8 0.028."""
+    path = write_config(tmp_path / "c.yaml", spill_dir=spill_dir, codec=codec,
+                        dram_bytes="64KiB", ssd_bytes="8MiB")
+    sm, plugin, meta = open_manager(path, mla_row=96)
+    try:
+        shape = meta.get_shapes(CHUNK)[0]
+        assert tuple(shape) == (1, LAYERS, CHUNK, 96)
+        if codec != "none":
+            cfg = plugin.kvtier_config
+            assert (cfg["kv_order"], cfg["n_layers"], cfg["head_dim"]) == ("mla", LAYERS, 96)
+        g = torch.Generator().manual_seed(21)
+        chunks = []
+        for _ in range(12):
+            x = torch.randn(tuple(shape), generator=g)
+            d = torch.arange(96)
+            out = (d % 32) == 5
+            x[..., out] = x[..., out] * 3 + torch.where((d[out] // 32) % 2 == 1, 12.0, -12.0)
+            chunks.append(x.to(DTYPE))
+        objs = [sm.allocate(shape, DTYPE, fmt=MemoryFormat.KV_MLA_FMT) for _ in chunks]
+        for o, c in zip(objs, chunks):
+            o.tensor.copy_(c)
+        keys = [key(meta, 21000 + i) for i in range(12)]
+        put_and_evict(sm, plugin, keys, objs)
+        got = retrieve(sm, keys)
+        ts = [o.tensor.view(c.shape).clone() for o, c in zip(got, chunks)]
+        for o in got:
+            o.ref_count_down()
+        if codec == "none":
+            assert all(torch.equal(t, c) for t, c in zip(ts, chunks))
+            return
+        quantised = sum(not torch.equal(t, c) for t, c in zip(ts, chunks))
+        err = max(rms_rel(t, c) for t, c in zip(ts, chunks))
+        print(f"lmcache mla {codec}: {quantised} of 12 chunks quantised; RMS rel {err:.4f}")
+        assert quantised >= 6
+        assert err <= TOLERANCE[codec][0], err
     finally:
         sm.close()

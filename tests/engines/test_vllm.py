@@ -35,7 +35,7 @@ BLOCK, BLOCKS_PER_CHUNK, PRIMARY_CHUNKS = 16384, 2, 4
 MODEL = "kvtier-test/tiny"
 
 
-def make_config(tier, model=MODEL):
+def make_config(tier, model=MODEL, dtype="bfloat16"):
     extra = {"spec_name": "TieringOffloadingSpec",
              "cpu_bytes_to_use": PRIMARY_CHUNKS * BLOCK * BLOCKS_PER_CHUNK,
              "secondary_tiers": [dict(type="KVTierTier", module_path="kvtier.vllm", **tier)]}
@@ -44,7 +44,7 @@ def make_config(tier, model=MODEL):
                                       group_id=0),),
         worker_kv_bytes_per_block=BLOCK, enable_kv_cache_events=False, extra_config=extra,
         engine_id=f"kvtier-test-{uuid.uuid4().hex}",
-        model=OffloadingModelConfig(name=model, dtype="bfloat16"),
+        model=OffloadingModelConfig(name=model, dtype=dtype),
         cache=OffloadingCacheConfig(tokens_per_hash=16, blocks_per_chunk=BLOCKS_PER_CHUNK),
         parallel=OffloadingParallelConfig(
             rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
@@ -56,8 +56,8 @@ class Offload:
     """vLLM's offloading stack as its scheduler-side connector builds it,
     stepped by hand."""
 
-    def __init__(self, tier, model=MODEL):
-        self.spec = OffloadingSpecFactory.create_spec(make_config(tier, model))
+    def __init__(self, tier, model=MODEL, dtype="bfloat16"):
+        self.spec = OffloadingSpecFactory.create_spec(make_config(tier, model, dtype))
         self.m = self.spec.get_manager()
         assert isinstance(self.m, TieringOffloadingManager)
         self.tier = self.m.secondary_tiers[0]
@@ -184,6 +184,22 @@ def test_jobs_complete_in_the_background(off):
 def test_unknown_setting_is_refused(spill_dir):
     with pytest.raises(ValueError, match="ssd_byte"):
         Offload(dict(spill_dir=spill_dir, ssd_byte="4MiB"))
+
+
+@pytest.mark.parametrize("codec", ["int4", "fp8"])
+def test_lossy_codec_refused_without_the_block_layout(spill_dir, codec):
+    """The tier is given no heads, head size or physical layout of vLLM's
+    blocks, so a lossy codec is refused at open, saying so."""
+    with pytest.raises(ValueError, match=f"codec {codec} quantises .*not the K/V heads, head "
+                                         "size, MLA or physical layout"):
+        Offload(dict(spill_dir=spill_dir, codec=codec))
+
+
+@pytest.mark.parametrize("dtype,why", [("fp8_e4m3", "already 8-bit"),
+                                       ("float32", "not a 16-bit float")])
+def test_lossy_codec_refused_for_the_kv_dtype(spill_dir, dtype, why):
+    with pytest.raises(ValueError, match=f"codec int8 quantises .*KV dtype {dtype} is {why}"):
+        Offload(dict(spill_dir=spill_dir, codec="int8"), dtype=dtype)
 
 
 def test_no_settings(tmp_path, monkeypatch):

@@ -216,8 +216,9 @@ static void cut_seeds(const char *dir, const char *corpus, const char *codec)
  * in a 4 KiB page of bf16 noise. */
 static void quant_seeds(const char *corpus, const char *name, int codec)
 {
-    static const char *const orders[4] = { "head", "token", "interleaved", "mla" };
-    for (int o = 0; o < 4; o++) {
+    static const char *const orders[6] = { "head", "token", "interleaved", "mla", "split",
+                                           "single" };
+    for (int o = 0; o < 6; o++) {
         struct kvt_page_layout L = { KVT_DTYPE_BF16, o, 8, o == KVT_KV_MLA ? 1 : 2, 64,
                                      o == KVT_KV_MLA ? 0 : 64, o == KVT_KV_MLA ? 32 : 0, 0, 0, 0 };
         uint8_t page[PAGE], frame[PAGE];

@@ -63,6 +63,8 @@ KVT_KV_HEAD_MAJOR = 0   # K[kv_heads][tokens][head_dim], then V (KVTierCache's p
 KVT_KV_TOKEN_MAJOR = 1  # K[tokens][kv_heads][head_dim], then V
 KVT_KV_INTERLEAVED = 2  # per token: K[kv_heads][head_dim], then V
 KVT_KV_MLA = 3          # per token: latent[head_dim], then RoPE key[rope_dim]
+KVT_KV_SPLIT_LAYERS = 4  # a page of every layer: all layers' K, then all layers' V (LMCache)
+KVT_KV_SINGLE = 5       # K or V alone, [tokens][kv_heads][head_dim], per channel (SGLang)
 
 KVT_IO_AUTO = 0
 KVT_IO_URING = 1

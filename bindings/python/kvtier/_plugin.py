@@ -21,18 +21,27 @@ For plug-in code (none of this is public API):
   from MemAvailable and the free space of the spill directory's file system.
 - chunk_layout(chunk_bytes, page_bytes=None) -> (page_bytes, n_pages): how a
   chunk of the engine's size is cut into kvtier pages (the last may be padded).
-- page_keys(name, n_pages) -> [Key]: the kvtier keys of one chunk's pages;
-  the package's one scheme from names (str/bytes) to kvt_keys.
-- open_engine(settings, page_bytes, fingerprint, engine, rank=None)
-  -> (Engine, dict): an Engine on the host back-end with defaults filled in
-  (the dict is the configuration used, for logs and get_stats()).
+- page_keys(name, n_pages, layers="pages") -> [Key]: the kvtier keys of one
+  chunk's pages; the package's one scheme from names (str/bytes) to
+  kvt_keys. layers="all": one page holding every layer's block (its layer
+  KVT_ALL_LAYERS); "opaque": pages that are no layout's blocks (stored raw
+  under a lossy codec).
+- kv_layout(dtype, order, page_tokens, kv_heads, head_dim, n_layers=0, ...)
+  -> dict: the page layout as Engine keywords (docs/codecs.md); LayoutRefused
+  (a ValueError) naming why for an element type the lossy codecs do not take.
+- open_engine(settings, page_bytes, fingerprint, engine, rank=None,
+  layout=None) -> (Engine, dict): an Engine on the host back-end with
+  defaults filled in (the dict is the configuration used, for logs and
+  get_stats()); layout, a kv_layout() dict or the text saying why the
+  plug-in has none, is what a lossy codec needs.
 - close_engine(engine, persist, log, who) -> int: the shutdown of a plug-in's
   engine: no flush without persist (nothing outlives the close), with persist
   a flush whose failure (a full cache) is a warning naming how many pages are
   not durable, never an exception; then close. Returns that count.
-- ChunkIO(engine, chunk_bytes): put / get / exists of whole chunks given as
-  host addresses (the engine's own memory: kvt_put and kvt_get read and write
-  it in place); a padded last page goes through a bounce page.
+- ChunkIO(engine, chunk_bytes, all_layers=False): put / get / exists of whole
+  chunks given as host addresses (the engine's own memory: kvt_put and
+  kvt_get read and write it in place); a padded last page goes through a
+  bounce page. all_layers: a chunk in one page is keyed layers="all".
 """
 
 from __future__ import annotations
@@ -48,6 +57,63 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from ._lib import KVT_ALL_LAYERS, KVT_FLAG_EVICT, KvtBusy, KvtError, KvtFull
+
+# The codecs that quantise, and so need the page layout.
+LOSSY_CODECS = ("fp8", "int8", "int4")
+
+# The first key layer of "opaque" pages (bytes that are no layout's block,
+# such as a header): past any model's layer count, so that a lossy codec on
+# a layout with n_layers set keeps them as they are (io/quant.c quantises a
+# page of key.layer < n_layers, or of KVT_ALL_LAYERS, only).
+OPAQUE_LAYER = 1 << 31
+
+
+class LayoutRefused(ValueError):
+    """The engine's KV cannot be described to kvtier's lossy codecs; the
+    message says why."""
+
+
+_KV_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16",
+              "half": "fp16"}
+
+
+def kv_dtype(dtype: object) -> str:
+    """'bf16' or 'fp16' for the engine's KV element type (a torch dtype or
+    its name: 'torch.bfloat16', 'float16', ...); LayoutRefused naming the
+    type otherwise (an fp8 KV cache is already quantised with the engine's
+    own scales, which kvtier's page does not hold; fp32 or others are not
+    what the codecs read)."""
+    name = str(dtype).removeprefix("torch.").lower()
+    if name in _KV_DTYPES:
+        return _KV_DTYPES[name]
+    if "fp8" in name or "float8" in name or "e4m3" in name or "e5m2" in name:
+        why = ("is already 8-bit (the engine quantises it with scales of its own, which "
+               "kvtier's pages do not carry)")
+    else:
+        why = "is not a 16-bit float"
+    raise LayoutRefused(f"the engine's KV dtype {dtype} {why}; kvtier's lossy codecs read "
+                        "bfloat16 or float16 KV only")
+
+
+def kv_layout(dtype: object, order: str, page_tokens: int, kv_heads: int, head_dim: int,
+              n_layers: int = 0, v_head_dim: int = 0, rope_dim: int = 0) -> dict[str, Any]:
+    """The page layout as Engine keywords (kvt_config's kv_* fields,
+    docs/codecs.md): dtype the engine's KV type (kv_dtype()), order an
+    Engine kv_order name. LayoutRefused for a KV type the codecs do not
+    take; the dimensions are checked by kvtier when the engine opens."""
+    return dict(kv_dtype=kv_dtype(dtype), kv_order=order, page_tokens=page_tokens,
+                kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim,
+                rope_dim=rope_dim, n_layers=n_layers)
+
+
+def one_page_for_codec(settings: Mapping[str, Any], chunk_bytes: int) -> int | None:
+    """The page size a plug-in whose layout covers a whole chunk uses: with
+    a lossy codec and no page_bytes set, the chunk rounded up to 4 KiB
+    (quantising needs the chunk's blocks in one page, past
+    MAX_DEFAULT_PAGE too); else the page_bytes setting (None: the default)."""
+    if settings.get("codec") in LOSSY_CODECS and "page_bytes" not in settings:
+        return (chunk_bytes + 4095) // 4096 * 4096
+    return settings.get("page_bytes")
 from .engine import Engine, Key
 
 # key -> (kind, meaning); kinds: bytes, str, bool, int, codec.
@@ -56,8 +122,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "dram_bytes": ("bytes", "capacity of kvtier's DRAM tier"),
     "ssd_bytes": ("bytes", "capacity of the SSD tier (0: no SSD tier)"),
     "page_bytes": ("bytes", "kvtier page size (a multiple of 4096; default: the chunk's size)"),
-    "codec": ("str", "none | zstd | zstd_shuffle16 (pages on SSD; the lossy fp8 | int8 | int4 "
-                     "need a page layout the plug-ins do not give yet: docs/codecs.md)"),
+    "codec": ("str", "none | zstd | zstd_shuffle16 | fp8 | int8 | int4 (pages on SSD; the lossy "
+                     "three quantise K/V pages whose layout the plug-in takes from its engine: "
+                     "LMCache's full chunks, SGLang's MHA and MLA host pools, not vLLM's "
+                     "blocks; bf16 or fp16 KV only: docs/codecs.md#plugins)"),
     "persist": ("bool", "keep pages across restarts (fsync'd on flush and close)"),
     "io_backend": ("str", "auto | uring | psync"),
     "queue_depth": ("int", "SSD requests in flight"),
@@ -280,14 +348,17 @@ def chunk_layout(chunk_bytes: int, page_bytes: int | None = None) -> tuple[int, 
     return page_bytes, -(-chunk_bytes // page_bytes)
 
 
-def page_keys(name: str | bytes, n_pages: int) -> list[Key]:
+def page_keys(name: str | bytes, n_pages: int, layers: str = "pages") -> list[Key]:
     """The kvtier keys of the n_pages pages stored under name (str, taken as
     UTF-8, or bytes): the package's one scheme from names to kvt_keys, used
     by every store of it (KVTierStorage and key_hash, the LMCache, SGLang and
     vLLM plug-ins). id and index carry 96 bits of blake2b(name, person
-    "kvtier-chunk"), little-endian; layer is the page number, never
-    KVT_ALL_LAYERS. Stable across processes and machines (no
-    PYTHONHASHSEED), which persistence needs.
+    "kvtier-chunk"), little-endian; layer is what the page holds, which a
+    lossy codec reads (docs/codecs.md): with layers="pages" the page number;
+    "all" (n_pages 1) KVT_ALL_LAYERS, a page of every layer's block;
+    "opaque" OPAQUE_LAYER + the page number, bytes that are no layout's
+    block. Stable across processes and machines (no PYTHONHASHSEED), which
+    persistence needs.
 
     Collision stance: among n stored pages some two names collide with
     probability about n**2 / 2**97 (about 1e-11 at a billion pages). We
@@ -300,29 +371,44 @@ def page_keys(name: str | bytes, n_pages: int) -> list[Key]:
         name = bytes(name)
     else:
         raise TypeError(f"kvtier keys are named by str or bytes, not {type(name).__name__}")
-    if n_pages >= KVT_ALL_LAYERS:
-        raise ValueError(f"a chunk of {n_pages} pages")
+    if n_pages >= OPAQUE_LAYER or (layers == "all" and n_pages != 1):
+        raise ValueError(f"a chunk of {n_pages} pages (layers={layers!r})")
+    first = {"pages": 0, "all": KVT_ALL_LAYERS, "opaque": OPAQUE_LAYER}.get(layers)
+    if first is None:
+        raise ValueError(f"page_keys layers={layers!r}: 'pages', 'all' or 'opaque'")
     d = hashlib.blake2b(name, digest_size=12, person=b"kvtier-chunk").digest()
     i, x = int.from_bytes(d[:8], "little"), int.from_bytes(d[8:], "little")
-    return [Key(i, p, x) for p in range(n_pages)]
+    return [Key(i, first + p, x) for p in range(n_pages)]
 
 
 def open_engine(settings: Mapping[str, Any], page_bytes: int, fingerprint: str, engine: str,
-                rank: int | str | None = None) -> tuple[Engine, dict[str, Any]]:
+                rank: int | str | None = None, layout: dict[str, Any] | str | None = None
+                ) -> tuple[Engine, dict[str, Any]]:
     """Opens kvtier for a plug-in: settings from read_settings() (page_bytes
     there is ignored: the plug-in has decided it), defaults for what is
-    missing. Returns (Engine, config used). Owned by the caller (close())."""
+    missing. layout: the pages' layout (kv_layout()) or, where the plug-in
+    has none, the text saying why; a lossy codec without one is refused
+    with a ValueError naming that reason. Only a lossy codec gets it (the
+    others never read it). Returns (Engine, config used). Owned by the
+    caller (close())."""
+    codec = settings.get("codec", "none")
+    if codec in LOSSY_CODECS and not isinstance(layout, dict):
+        raise LayoutRefused(f"kvtier {engine}: codec {codec} quantises K and V and needs the "
+                            f"pages' layout, which this plug-in cannot give: "
+                            f"{layout or 'no layout'}; use codec none, zstd or zstd_shuffle16")
     spill = settings.get("spill_dir") or default_spill_dir(engine, fingerprint, rank)
     spill = os.path.abspath(_expand_home(spill))
     # kvtier makes the directory itself but not its parents.
     os.makedirs(os.path.dirname(spill), mode=0o700, exist_ok=True)
     cfg = dict(page_bytes=page_bytes, hbm_bytes=page_bytes, device="host",
                ssd_dir=spill, fingerprint=fingerprint,
-               policy=settings.get("policy", "prefix"), codec=settings.get("codec", "none"),
+               policy=settings.get("policy", "prefix"), codec=codec,
                persist=settings.get("persist", False),
                # A cache: when every tier is full, the policy's victims make room.
                flags=KVT_FLAG_EVICT)
     cfg.update(default_capacities(page_bytes, spill))
+    if codec in LOSSY_CODECS:
+        cfg.update(layout)
     for k in ("dram_bytes", "ssd_bytes", "io_backend", "queue_depth") + _REMOTE:
         if k in settings:
             cfg[k] = settings[k]
@@ -376,11 +462,14 @@ class ChunkIO:
     second copy of that page's bytes). Thread-safe as the Engine is (bounce
     pages are made per call)."""
 
-    def __init__(self, engine: Engine, chunk_bytes: int) -> None:
+    def __init__(self, engine: Engine, chunk_bytes: int, all_layers: bool = False) -> None:
         self.engine = engine
         self.chunk_bytes = chunk_bytes
         self.page_bytes = engine.page_bytes
         self.n_pages = -(-chunk_bytes // self.page_bytes)
+        # A chunk of every layer's block in one page says so in its key, so
+        # that a lossy codec finds each layer (docs/codecs.md).
+        self.layers = "all" if all_layers and self.n_pages == 1 else "pages"
         self.tail = chunk_bytes - (self.n_pages - 1) * self.page_bytes
         self.padded = self.tail != self.page_bytes
         dram_pages = engine.stats().capacity_pages[1]
@@ -390,7 +479,7 @@ class ChunkIO:
 
     def keys(self, names: Iterable[str | bytes]) -> list[Key]:
         """Every page key of the chunks, chunk by chunk."""
-        return [k for n in names for k in page_keys(n, self.n_pages)]
+        return [k for n in names for k in page_keys(n, self.n_pages, self.layers)]
 
     def _page_addrs(self, addrs: Iterable[int]
                     ) -> tuple[list[int], list[tuple[ctypes.Array, int]]]:

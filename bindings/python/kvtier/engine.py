@@ -139,7 +139,8 @@ _CODECS = {"none": _lib.KVT_CODEC_NONE, "zstd": _lib.KVT_CODEC_ZSTD,
 _KV_DTYPES = {"none": 0, "bf16": _lib.KVT_DTYPE_BF16, "bfloat16": _lib.KVT_DTYPE_BF16,
               "fp16": _lib.KVT_DTYPE_FP16, "float16": _lib.KVT_DTYPE_FP16}
 _KV_ORDERS = {"head_major": _lib.KVT_KV_HEAD_MAJOR, "token_major": _lib.KVT_KV_TOKEN_MAJOR,
-              "interleaved": _lib.KVT_KV_INTERLEAVED, "mla": _lib.KVT_KV_MLA}
+              "interleaved": _lib.KVT_KV_INTERLEAVED, "mla": _lib.KVT_KV_MLA,
+              "split_layers": _lib.KVT_KV_SPLIT_LAYERS, "single": _lib.KVT_KV_SINGLE}
 _IOS = {"auto": _lib.KVT_IO_AUTO, "uring": _lib.KVT_IO_URING, "io_uring": _lib.KVT_IO_URING,
         "psync": _lib.KVT_IO_PSYNC}
 _ORDERS = {"layer": _lib.KVT_ORDER_LAYER_MAJOR, "layer_major": _lib.KVT_ORDER_LAYER_MAJOR,
@@ -197,7 +198,7 @@ def make_config(**kw: Any) -> tuple[KvtConfig, list[bytes]]:
     Strings accepted: device 'host'/'auto'/'cuda[:N]', codec 'none'/'zstd'/
     'zstd_shuffle16'/'fp8'/'int8'/'int4', io_backend 'auto'/'uring'/'psync',
     kv_dtype 'bf16'/'fp16' (or a torch dtype), kv_order 'head_major'/
-    'token_major'/'interleaved'/'mla'; fingerprint an int or str/bytes (hashed
+    'token_major'/'interleaved'/'mla'/'split_layers'/'single'; fingerprint an int or str/bytes (hashed
     to 64 bits). Unknown names raise TypeError."""
     unknown = set(kw) - set(CONFIG_FIELDS)
     if unknown:

@@ -36,6 +36,13 @@ model name, world size, worker, KV dtype, KV shape, MLA and chunk size: an
 engine of another model or layout opened on the same spill directory drops
 (persist) or never sees (no persist) these pages, and its keys differ anyway.
 
+Codecs. With codec fp8, int8 or int4 a full chunk is one page (by
+default the chunk's size; a page_bytes that splits it is refused), keyed
+KVT_ALL_LAYERS, its layout KV_2LTD's (KVT_KV_SPLIT_LAYERS: every layer's
+K, then every layer's V; MLA chunks KVT_KV_MLA) taken from LMCacheMetadata;
+self-describing chunks are opaque pages, kept raw. A KV dtype other than
+bfloat16/float16 is refused with the reason (docs/codecs.md#plugins).
+
 Asynchrony. batched_submit_put_task returns at once with a Future: one
 worker thread stores the batch (chunks in the order given, one kvt_put per
 part, so kvtier's prefix policy sees the chain) while the MemoryObjs are
@@ -69,8 +76,9 @@ from lmcache.v1.memory_management import MemoryFormat
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
 from ._lib import KvtBusy, KvtFull
-from ._plugin import (SETTINGS, ChunkIO, chunk_layout, close_engine, model_fingerprint,
-                      open_engine, page_keys, read_settings)
+from ._plugin import (SETTINGS, ChunkIO, LayoutRefused, chunk_layout, close_engine, kv_layout,
+                      model_fingerprint, one_page_for_codec, open_engine, page_keys,
+                      read_settings)
 
 if TYPE_CHECKING:
     from lmcache.utils import CacheEngineKey
@@ -183,6 +191,46 @@ def _numel(shape):
     return n
 
 
+def _heads(metadata, hidden):
+    """(K/V heads, head size) of a chunk row of hidden elements: from
+    kv_shape (layers, 2, tokens, heads, head size), else from the one layer
+    group LMCache registered; None when neither multiplies to hidden."""
+    shape = tuple(metadata.kv_shape or ())
+    if len(shape) == 5 and shape[3] * shape[4] == hidden:
+        return int(shape[3]), int(shape[4])
+    groups = getattr(metadata.kv_layer_groups_manager, "kernel_groups", None) or []
+    sd = getattr(groups[0], "shape_desc", None) if len(groups) == 1 else None
+    if sd is not None and sd.nh * sd.hs == hidden:
+        return int(sd.nh), int(sd.hs)
+    return None
+
+
+def _layout(metadata, full, page_bytes):
+    """The layout of a full chunk's page (kv_layout()), or the text saying
+    why there is none. KV_2LTD [2, layers, tokens, heads * head size]: every
+    layer's K then every layer's V, KVT_KV_SPLIT_LAYERS; KV_MLA_FMT [1,
+    layers, tokens, latent + RoPE]: a KVT_KV_MLA block a layer, whose two
+    widths LMCache does not tell apart (they are quantised alike, one row a
+    token). The chunk's page is keyed KVT_ALL_LAYERS."""
+    if full is None:
+        return ("LMCache's metadata has several layer groups, whose chunks kvtier stores as "
+                "opaque bytes")
+    shape = full.shapes[0]
+    if full.nbytes > page_bytes:
+        return (f"a chunk of {full.nbytes} bytes spans several pages of {page_bytes} "
+                "(page_bytes); quantising needs a chunk's layers in one page")
+    try:
+        if full.fmt == MemoryFormat.KV_MLA_FMT:
+            return kv_layout(full.dtypes[0], "mla", shape[2], 1, shape[3], n_layers=shape[1])
+        heads = _heads(metadata, shape[3])
+        if full.fmt != MemoryFormat.KV_2LTD or shape[0] != 2 or heads is None:
+            return f"LMCache's chunk {tuple(shape)} ({full.fmt.name}) is not [2, L, T, H * D]"
+        return kv_layout(full.dtypes[0], "split_layers", shape[2], heads[0], heads[1],
+                         n_layers=shape[1])
+    except LayoutRefused as exc:
+        return str(exc)
+
+
 def _full_desc(metadata):
     """The descriptor of a full chunk of this engine (None when LMCache's
     metadata has several layer groups: all chunks are then self-describing)."""
@@ -214,17 +262,18 @@ class KVTierStoragePlugin(StoragePluginInterface):
         settings = _settings(config, self.name)
         self._full = _full_desc(metadata)
         chunk = self._full.nbytes if self._full else metadata.chunk_size * 4096
-        page_bytes, self._full_pages = chunk_layout(chunk, settings.get("page_bytes"))
+        page_bytes, self._full_pages = chunk_layout(chunk, one_page_for_codec(settings, chunk))
         fp = model_fingerprint(
             engine="lmcache", model=metadata.model_name, world_size=metadata.world_size,
             worker=metadata.worker_id, dtype=str(metadata.kv_dtype),
             kv_shape=tuple(metadata.kv_shape), mla=bool(metadata.use_mla),
             chunk_size=metadata.chunk_size,
             full=self._full.key() if self._full else None)
-        self.engine, self.kvtier_config = open_engine(settings, page_bytes, fp, "lmcache",
-                                                      rank=metadata.worker_id)
+        self.engine, self.kvtier_config = open_engine(
+            settings, page_bytes, fp, "lmcache", rank=metadata.worker_id,
+            layout=_layout(metadata, self._full, page_bytes))
         self.page_bytes = page_bytes
-        self._io = ChunkIO(self.engine, self._full.nbytes) if self._full else None
+        self._io = ChunkIO(self.engine, self._full.nbytes, all_layers=True) if self._full else None
         self._io_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._inflight = set()
@@ -245,6 +294,11 @@ class KVTierStoragePlugin(StoragePluginInterface):
     def _self_name(key):
         return "lmcache-self:" + key.to_string()
 
+    def _self_keys(self, key, n):
+        """A self-describing chunk's keys: opaque pages (a header, any
+        shape), which a lossy codec stores as they are."""
+        return page_keys(self._self_name(key), n, "opaque")
+
     def _self_pages(self, nbytes):
         return -(-(nbytes + _HEADER) // self.page_bytes)
 
@@ -257,7 +311,7 @@ class KVTierStoragePlugin(StoragePluginInterface):
         if not keys:
             return []
         full = self._io.keys([self._name(k) for k in keys]) if self._io else []
-        first = [page_keys(self._self_name(k), 1)[0] for k in keys]
+        first = [self._self_keys(k, 1)[0] for k in keys]
         where = self.engine.exists(full + first).where
         n = self._full_pages if self._io else 0
         out = []
@@ -361,7 +415,7 @@ class KVTierStoragePlugin(StoragePluginInterface):
         ctypes.memmove((ctypes.c_char * nbytes).from_buffer(buf, _HEADER), obj.data_ptr, nbytes)
         view = memoryview(buf)
         pages = [view[i * self.page_bytes:(i + 1) * self.page_bytes] for i in range(n)]
-        keys = page_keys(self._self_name(key), n)
+        keys = self._self_keys(key, n)
         try:
             if all(w >= 0 for w in self.engine.exists(keys).where):
                 return True
@@ -406,7 +460,7 @@ class KVTierStoragePlugin(StoragePluginInterface):
         return out
 
     def _get_self(self, key):
-        first = self.engine.get(page_keys(self._self_name(key), 1))[0]
+        first = self.engine.get(self._self_keys(key, 1))[0]
         if first is None:
             return None
         parsed = _Desc.decode(memoryview(first)[:_HEADER])
@@ -417,7 +471,7 @@ class KVTierStoragePlugin(StoragePluginInterface):
         if nbytes != desc.nbytes:
             return None
         n = self._self_pages(nbytes)
-        keys = page_keys(self._self_name(key), n)
+        keys = self._self_keys(key, n)
         buf = bytearray(n * self.page_bytes)
         view = memoryview(buf)
         pages = [view[i * self.page_bytes:(i + 1) * self.page_bytes] for i in range(n)]
@@ -457,7 +511,7 @@ class KVTierStoragePlugin(StoragePluginInterface):
         keys = []
         if self._io is not None:
             keys += self._io.keys([self._name(key)])
-        keys += page_keys(self._self_name(key), self._self_pages(
+        keys += self._self_keys(key, self._self_pages(
             self._full.nbytes if self._full else self.page_bytes) + 1)
         self.engine.drop(keys)
         return held

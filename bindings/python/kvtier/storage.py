@@ -108,6 +108,9 @@ class KVTierStorage:
         self.value_bytes = 0
         self.page_bytes = 0
         self._order = [0]
+        # A region holds every layer's block (set by open_for_pool's caller
+        # for such pools): its one page is keyed KVT_ALL_LAYERS.
+        self.region_all_layers = False
         self._owns = False
         self._closed = False
         self._open_for_pool = open_for_pool
@@ -138,7 +141,7 @@ class KVTierStorage:
         self.page_bytes = engine.page_bytes
         self.region_bytes = region_bytes or engine.page_bytes
         self.value_bytes = self.regions * self.region_bytes
-        self.io = ChunkIO(engine, self.region_bytes)
+        self.io = ChunkIO(engine, self.region_bytes, all_layers=self.region_all_layers)
 
     # ------------------------------------------------------------ host pool
 

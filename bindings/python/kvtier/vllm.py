@@ -34,6 +34,10 @@ kvtier's fingerprint is the storage identity vLLM's own file tier uses
 parallel layout and rank, KV cache groups, canonical format) plus the chunk
 size, so another model or layout never matches.
 
+Codecs. fp8, int8 and int4 are refused at open, saying why: the tier is
+not given the heads, head size or layout of vLLM's blocks
+(docs/codecs.md#plugins). none, zstd and zstd_shuffle16 work on any dtype.
+
 Asynchrony. submit_store/submit_load queue the job for one worker thread
 and return; get_finished_jobs() hands back the JobResults of jobs done since
 the last call; drain_jobs() waits for all of them. lookup() asks kvtier's
@@ -69,8 +73,8 @@ if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
     from vllm.v1.kv_offload.tiering.base import TransferJob
 
-from ._plugin import (ChunkIO, chunk_layout, close_engine, default_spill_dir, model_fingerprint,
-                      open_engine, read_settings)
+from ._plugin import (ChunkIO, LayoutRefused, chunk_layout, close_engine, default_spill_dir,
+                      kv_dtype, model_fingerprint, open_engine, read_settings)
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -103,6 +107,26 @@ def _fingerprint(spec: OffloadingSpec, block_bytes: int) -> str:
                          f"({exc}); it is needed so that another model never matches") from None
     return model_fingerprint(engine="vllm", chunk_bytes=block_bytes, **extra,
                              **{k: repr(v) for k, v in fields.items()})
+
+
+def _no_layout(spec: OffloadingSpec) -> str:
+    """Why this tier gives kvtier no page layout (a lossy codec is refused
+    with it). A chunk is blocks of every layer in RFC 42082's [L, B, H, N,
+    C] (a cell C a head's K and V for one token) in the worker's stride
+    order; the tier, made by the scheduler, is given the dtype, tokens per
+    block, layer names and bytes per block (OffloadingConfig), not the K/V
+    heads, head size or MLA of the worker's KV cache spec, nor that order
+    (docs/codecs.md#plugins)."""
+    try:
+        kv_dtype(spec.config.model.dtype)
+    except LayoutRefused as exc:
+        return str(exc)
+    except AttributeError:
+        pass
+    return ("vLLM's offloading config gives a secondary tier the dtype, tokens per block, "
+            "layer names and bytes of a block, but not the K/V heads, head size, MLA or "
+            "physical layout of the worker's KV cache spec, which the codecs need to find "
+            "K and V in a block")
 
 
 class KVTierTier(SecondaryTierManager):
@@ -145,7 +169,8 @@ class KVTierTier(SecondaryTierManager):
             # Replicas of one model would otherwise share (and contend for)
             # one directory.
             settings["spill_dir"] = default_spill_dir("vllm", fp) + f"-d{replica}"
-        self.engine, self.kvtier_config = open_engine(settings, page_bytes, fp, "vllm")
+        self.engine, self.kvtier_config = open_engine(settings, page_bytes, fp, "vllm",
+                                                      layout=_no_layout(offloading_spec))
         self._io = ChunkIO(self.engine, block)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvtier-vllm")
         self._done = queue.SimpleQueue()
