@@ -217,7 +217,7 @@ double run_raw_gbps(const struct run_result *r, int term)
  * would have it, but takes turns with it. So one more term: that CPU work
  * over the cores, a lower bound on the wall time as sure as a link's (the
  * cores did all of it within the wall time). On the GPU only the codec is
- * CPU work here. docs/run.md#the-bound. */
+ * CPU work here. docs/commands.md#the-bound. */
 static uint32_t cores_usable(void)
 {
     cpu_set_t set;
