@@ -75,6 +75,15 @@ static inline uint64_t kvt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The calling thread's CPU time: what it computed, without the time another
+ * thread held its core (kvt_now_ns counts both). */
+static inline uint64_t kvt_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Exponential smoothing with weight 1/4 for the new sample (0 = no history). */
 static inline uint64_t kvt_smooth(uint64_t avg, uint64_t sample)
 {

@@ -147,7 +147,7 @@ typedef enum {
  * They need the page layout below (kv_dtype set), and keep the layers it
  * names in full precision. */
 #define KVT_CODEC_FP8 3        /* e4m3, one scale per K/V head per page */
-#define KVT_CODEC_INT8 4       /* asymmetric 8-bit: K per channel, V per token in groups of 64 */
+#define KVT_CODEC_INT8 4       /* asymmetric 8-bit: K per channel, V per token in groups of 128 */
 #define KVT_CODEC_INT4 5       /* asymmetric 4-bit: K per channel, V per token in groups of 64 */
 
 /* Element types of the page layout (kvt_config.kv_dtype; 0: no layout). */

@@ -6,7 +6,7 @@
  *   e->hbm.arena, e->dram.arena: nslots and base     (fixed at open)
  *   e->hbm.dev, e->hbm.dev_priv: submit, wait, copy_sync  (the device back-end)
  *   e->lock, kvt_ssd_flush, kvt_dram_drop_redundant, kvt_ssd_read_all
- *   e->pipe.disk_read, disk_written, codec_ns        (under the lock)
+ *   e->pipe.disk_read, disk_written, codec_ns, codec_cpu_ns (under the lock)
  * Whoever renames them keeps this file compiling; the tools do not change.
  */
 #include <errno.h>
@@ -40,7 +40,8 @@ void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out)
 void kvt_tool_disk(kvt_engine *e, struct kvt_tool_disk *out)
 {
     pthread_mutex_lock(&e->lock);
-    *out = (struct kvt_tool_disk){ e->pipe.disk_read, e->pipe.disk_written, e->pipe.codec_ns };
+    *out = (struct kvt_tool_disk){ e->pipe.disk_read, e->pipe.disk_written, e->pipe.codec_ns,
+                                   e->pipe.codec_cpu_ns };
     pthread_mutex_unlock(&e->lock);
 }
 

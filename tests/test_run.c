@@ -495,8 +495,12 @@ static void run_ok(const char *policy, int codec, uint32_t chunk)
     ssd = ssd < r.wall_s ? ssd : r.wall_s;
     assert_true(r.term_s[5] == (mover > ssd ? mover : ssd));
     assert_true(r.cores >= 1 && r.compute_cpu_s > 0 && r.process_cpu_s > 0);
-    double work = r.codec_s + r.compute_cpu_s + r.term_s[1] + r.term_s[2];
+    double work = r.codec_cpu_s + r.compute_cpu_s + (r.term_s[1] + r.term_s[2]);
     assert_true(fabs(r.cpu_work_s - work) <= 1e-9 * work);
+    /* Thread clocks: no more than every thread's CPU time together (1 ms for
+     * the clocks' granularity). */
+    assert_true(r.codec_cpu_s <= r.codec_s + 1e-3);
+    assert_true(r.compute_cpu_s + r.codec_cpu_s <= r.process_cpu_s + 1e-3);
     double cpu = r.cpu_work_s / r.cores;
     assert_true(r.term_s[6] == (cpu < r.wall_s ? cpu : r.wall_s));
     double b = r.term_s[0];

@@ -275,7 +275,7 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     size_t pb = e->page_bytes, out = pb;
     int used = KVT_CODEC_NONE;
     if (j->bounce >= 0) {
-        uint64_t t0 = kvt_now_ns();
+        uint64_t t0 = kvt_now_ns(), c0 = kvt_thread_cpu_ns();
         int r = kvt_codec_encode_page(e->pipe.codec, j->key.layer, j->dram, pb, j->buf, pb, &out,
                                       &used);
         if (r < 0 || used == KVT_CODEC_NONE) {
@@ -284,6 +284,7 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
             used = KVT_CODEC_NONE;
         }
         j->codec_ns += kvt_now_ns() - t0;
+        j->codec_cpu_ns += kvt_thread_cpu_ns() - c0;
     }
     j->stored_len = (uint32_t)out;
     j->codec = (uint8_t)used;
@@ -367,11 +368,12 @@ static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
     if (pieces_join(e, j) != j->crc) {
         j->res = KVT_ECORRUPT;
     } else if (j->bounce >= 0) {
-        uint64_t t0 = kvt_now_ns();
+        uint64_t t0 = kvt_now_ns(), c0 = kvt_thread_cpu_ns();
         if (kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram,
                              e->page_bytes) < 0)
             j->res = KVT_ECORRUPT;
         j->codec_ns += kvt_now_ns() - t0;
+        j->codec_cpu_ns += kvt_thread_cpu_ns() - c0;
     }
 }
 
@@ -597,6 +599,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         e->pipe.st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
         e->pipe.disk_read += ALIGN4K(j->stored_len);
         e->pipe.codec_ns += j->codec_ns;
+        e->pipe.codec_cpu_ns += j->codec_cpu_ns;
     } else if (kvt_ssd_read_keeps_page(j->res) || j->unsent) {
         e->pipe.st.errors_io++;
         kvt_ssd_read_kept(e, j->res);
@@ -659,6 +662,7 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
         e->pipe.disk_written += ALIGN4K(j->stored_len);
         e->pipe.codec_ns += j->codec_ns;
+        e->pipe.codec_cpu_ns += j->codec_cpu_ns;
         /* Copy-on-write: the old slot was named by the index until this
          * group's commit; only now may it be reused. */
         if (p->ssd_slot != KVT_NONE)

@@ -307,6 +307,7 @@ struct kvt_ssd_job {
     uint64_t t_ns;          /* when taken into the pipeline (with cfg.on_transfer) */
     uint64_t codec_ns;      /* its encode or decode took this long (added to the pipe's
                                count when it finishes, under the lock) */
+    uint64_t codec_cpu_ns;  /* of that, the mover's CPU time (its thread clock) */
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
     uint8_t tries;          /* submissions made of this job (ssd_pipe.c: SSD_TRIES) */
     bool unsent;            /* res is the back-end's refusal: the disk never saw it */
@@ -342,6 +343,7 @@ struct kvt_ssd_pipe {
                                        form padded to 4 KiB, what a codec saves (st counts
                                        page bytes) */
     uint64_t codec_ns;              /* time finished jobs spent encoding and decoding */
+    uint64_t codec_cpu_ns;          /* of that, CPU time (not waits for a core) */
 };
 
 /* Tests only: the piece size of engines opened from now on (ssd_pipe.c). */

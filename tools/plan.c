@@ -451,7 +451,7 @@ static void plan_notes(const struct plan_opts *o, struct notes *ns)
         note(ns, "no tier capacity given: all KV is taken to be in HBM");
     if (o->in.bits == 16)
         note(ns, "codecs: fp8 (e4m3, a scale per head), int8 and int4 (K per channel, V per token "
-                 "in groups of 64) quantise pages on their way to SSD; the frame's scales and its "
+                 "in groups of 128 and 64) quantise pages on their way to SSD; the frame's scales and its "
                  "padding to 4 KiB are counted; their CPU time is not (over 4 GB/s of bf16 a core, "
                  "kvtier bench ssd; docs/codecs.md)");
     note(ns, "sizes are binary (1 GiB = 2^30 bytes); bandwidths decimal (1 GB/s = 1e9 bytes/s)");

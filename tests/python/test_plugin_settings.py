@@ -101,3 +101,13 @@ def test_tilde_spill_dir_with_empty_home(monkeypatch, tmp_path):
 ])
 def test_redact_url_hides_every_part_of_the_credentials(url, shown):
     assert _plugin.redact_url(url) == shown
+
+
+@pytest.mark.parametrize("given", ["INT4", "Int4", "int4"])
+def test_codec_name_any_case_is_the_lossy_codec(given):
+    """The Engine takes a codec's name in any case; the plug-ins' own
+    checks (a lossy codec needs the layout, a chunk in one page) must see it
+    as that codec too, not pass it on without its layout."""
+    s = _plugin.read_settings({"codec": given})
+    assert s["codec"] == "int4"
+    assert _plugin.one_page_for_codec(s, 5000) == 8192

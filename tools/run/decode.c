@@ -407,6 +407,7 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     r->disk_read = k1.read - k0.read;
     r->disk_written = k1.written - k0.written;
     r->codec_s = (double)(k1.codec_ns - k0.codec_ns) / 1e9;
+    r->codec_cpu_s = (double)(k1.codec_cpu_ns - k0.codec_cpu_ns) / 1e9;
     r->end = s1;
     kvt_stats *d = &r->delta;
     *d = s1;

@@ -250,9 +250,14 @@ void run_bound(struct run_result *r)
         r->term_s[TERM_SSD] = codec;
     bool host = strcmp(r->device, "cuda") != 0;
     r->cores = cores_usable();
-    r->cpu_work_s = r->codec_s;
-    if (host)
-        r->cpu_work_s += r->compute_cpu_s + r->term_s[TERM_H2D] + r->term_s[TERM_D2H];
+    /* The codec's and the attention's CPU time by their threads' clocks (a
+     * wall clock would count the time each waited for the other's core);
+     * the copies by their link terms, the time the copy threads took at the
+     * speed measured, unless --link-gbps paced them (most of it is then
+     * their sleep). */
+    bool copies = host && !r->link_paced;
+    r->cpu_work_s = r->codec_cpu_s + (host ? r->compute_cpu_s : 0) +
+                    (copies ? r->term_s[TERM_H2D] + r->term_s[TERM_D2H] : 0);
     double cpu = r->cpu_work_s / r->cores;
     r->term_s[TERM_CPU] = cpu < r->wall_s ? cpu : r->wall_s;
     static const int candidates[] = { TERM_H2D, TERM_D2H, TERM_SSD, TERM_CPU };

@@ -186,8 +186,9 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
     printf(", \"ssd_disk_bytes_read\": %llu, \"ssd_disk_bytes_written\": %llu, \"codec_s\": %.6f",
            (unsigned long long)r->disk_read, (unsigned long long)r->disk_written, r->codec_s);
-    printf(", \"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u, \"process_cpu_s\": %.6f",
-           r->compute_cpu_s, r->cpu_work_s, r->cores, r->process_cpu_s);
+    printf(", \"codec_cpu_s\": %.6f, \"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u, "
+           "\"process_cpu_s\": %.6f",
+           r->codec_cpu_s, r->compute_cpu_s, r->cpu_work_s, r->cores, r->process_cpu_s);
     if (r->lossy)
         run_err_json(r);
     if (r->dt_tol > 0)

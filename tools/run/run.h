@@ -81,6 +81,8 @@ struct run_result {
     double err_sq, ref_sq;   /* overall sums behind err_rms_rel */
     uint64_t disk_read, disk_written; /* bytes the SSD moved over the decode (stored form) */
     double codec_s;          /* the mover's time in the codec over the decode */
+    double codec_cpu_s;      /* of it, the mover's CPU time (its thread clock) */
+    bool link_paced;         /* --link-gbps: the host back-end's copies sleep to a speed */
     uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
     uint32_t bad_step, bad_seq, bad_layer, bad_head; /* the first mismatch */

@@ -400,6 +400,7 @@ static int run_engine(struct run_ctx *x, struct run_result *r)
         return rc;
     held_pages(x, r);
     run_links_again(x, r);
+    r->link_paced = x->o->link_gbps > 0;
     run_bound(r);
     return 0;
 }

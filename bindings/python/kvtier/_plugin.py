@@ -245,7 +245,9 @@ def read_settings(raw: Optional[Mapping[str, object]], prefix: str = "",
         else:
             if not isinstance(value, str) or not value:
                 raise ValueError(f"kvtier setting {full}: {value!r} is not a non-empty string")
-            out[name] = value
+            # Codec names are the Engine's, which takes any case: the
+            # plug-ins' own checks (LOSSY_CODECS) must see the same name.
+            out[name] = value.lower() if name == "codec" else value
     return out
 
 
