@@ -91,12 +91,19 @@ void kvt_io_faulty_init(struct kvt_io_faulty *plan, const struct kvt_io_ops *inn
     kvt_io_faulty_set(plan, f);
 }
 
+/* Under submit_mu too: a submit judges its requests against the counts,
+ * then stores the counts it reached once the inner back-end took them, so a
+ * reset between the two would be undone by that store, and a submit of the
+ * old plan (a background write-back's) would carry its counts into the new
+ * one. */
 void kvt_io_faulty_set(struct kvt_io_faulty *plan, const struct kvt_io_fault *f)
 {
+    pthread_mutex_lock(&plan->submit_mu);
     pthread_mutex_lock(&plan->mu);
     plan->fault = f ? *f : (struct kvt_io_fault){ 0 };
     plan->reads = plan->writes = plan->submits = 0;
     pthread_mutex_unlock(&plan->mu);
+    pthread_mutex_unlock(&plan->submit_mu);
 }
 
 uint64_t kvt_io_faulty_count(struct kvt_io_faulty *plan, enum kvt_io_fault_op op)

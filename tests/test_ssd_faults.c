@@ -751,7 +751,10 @@ static void flush_fault_child(const char *dir, const struct kvt_io_fault *f, int
     t_force_faulty(&plan);
     kvt_config c = ssd_config(dir, 4, 8, 64);
     kvt_engine *e = NULL;
-    if (t_open_io(&c, &e))
+    /* No write-ahead: the flush must make the writes the fault is armed
+     * for, not find them done by the mover before the plan was set. */
+    struct kvt_test_hooks h = { .io = &plan, .no_write_ahead = true };
+    if (kvt_open_with_hooks(&c, &h, &e))
         _exit(2);
     void *b = aligned_alloc(4096, PB);
     for (uint32_t i = 0; i < 6; i++) { /* DRAM holds them all: no SSD write yet */
