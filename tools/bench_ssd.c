@@ -291,14 +291,6 @@ static void scratch_remove(struct scratch *s)
 
 /* ------------------------------------------------------------- kvtier */
 
-/* The process's CPU time, seconds (the wall clock is util_now). */
-static double cpu_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Page i: key (1, 0, i), its bytes the page pattern (tools/util/util.h),
  * so that every page read back can be checked. */
 static kvt_key page_key(uint64_t i)
@@ -449,9 +441,9 @@ static int kvtier_get(const struct ssd_opts *o, const char *dir, size_t pb, uint
     cold -= cold % o->chain;
     kvt_stats s0, s1;
     kvt_get_stats(e, &s0);
-    double t0 = util_now(), c0 = cpu_s();
+    double t0 = util_now(), c0 = util_process_cpu();
     r = get_chains(o, e, cold, pb, bufs);
-    double t1 = util_now(), c1 = cpu_s();
+    double t1 = util_now(), c1 = util_process_cpu();
     kvt_get_stats(e, &s1);
     uint64_t read = s1.bytes_up[1] - s0.bytes_up[1];
     double rb = (double)read / 1e9;

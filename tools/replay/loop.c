@@ -14,27 +14,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "tools/cli.h"
 #include "tools/replay/replay_priv.h"
-
-double replay_thread_cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double process_cpu(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
 
 static int call_failed(struct replay_ctx *x, const char *call, uint64_t req, int rc)
 {
@@ -86,7 +70,7 @@ static void check_blocks(struct replay_ctx *x, struct replay_worker *w, const ui
                          uint32_t k)
 {
     struct replay_result *r = &w->part;
-    double c0 = replay_thread_cpu();
+    double c0 = util_thread_cpu();
     for (uint32_t i = 0; i < k; i++) {
         size_t off;
         if (!w->cfound[i])
@@ -99,7 +83,7 @@ static void check_blocks(struct replay_ctx *x, struct replay_worker *w, const ui
         }
         r->bytes_verified += x->bb;
     }
-    r->client_cpu_s += replay_thread_cpu() - c0;
+    r->client_cpu_s += util_thread_cpu() - c0;
 }
 
 /* Room in the record of note_same_reads for a call of k more blocks. */
@@ -298,14 +282,14 @@ static int store_rest(struct replay_ctx *x, struct replay_worker *w, uint64_t re
     uint32_t blk[4096];
     for (uint32_t at = from; at < n; at += x->chunk) {
         uint32_t k = n - at < x->chunk ? n - at : x->chunk;
-        double c0 = replay_thread_cpu();
+        double c0 = util_thread_cpu();
         for (uint32_t i = 0; i < k; i++) {
             w->ckeys[i] = w->keys[at + i];
             w->ptrs[i] = w->buf + (size_t)i * x->bb;
             blk[i] = x->tr.block[q->first + at + i];
             replay_fill(&w->ckeys[i], w->ptrs[i], x->bb);
         }
-        w->part.client_cpu_s += replay_thread_cpu() - c0;
+        w->part.client_cpu_s += util_thread_cpu() - c0;
         int rc = put_chunk(x, w, req, k, blk);
         if (rc)
             return rc < 0 ? rc : 0;
@@ -569,11 +553,11 @@ int replay_requests(struct replay_ctx *x)
     struct replay_result *r = x->r;
     kvt_stats s0;
     kvt_get_stats(x->e, &s0);
-    double cpu0 = process_cpu();
+    double cpu0 = util_process_cpu();
     x->start = x->shown = util_now();
     int rc = run_workers(x);
     r->wall_s = util_now() - x->start;
-    r->cpu_s = process_cpu() - cpu0;
+    r->cpu_s = util_process_cpu() - cpu0;
     kvt_get_stats(x->e, &r->end);
     uint64_t *d = (uint64_t *)&r->delta;
     const uint64_t *a = (const uint64_t *)&r->end, *b = (const uint64_t *)&s0;

@@ -130,7 +130,4 @@ void replay_trace_span(struct replay_ctx *x, const struct replay_worker *w, cons
                        double t0, double t1, uint64_t req, uint32_t hit, uint32_t blocks);
 int replay_trace_write(const struct replay_ctx *x, const char *path);
 
-/* Seconds of CPU this thread has used. */
-double replay_thread_cpu(void);
-
 #endif

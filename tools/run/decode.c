@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "tools/cli.h"
@@ -342,16 +341,6 @@ static void trace_links(struct run_ctx *x, const kvt_stats *s0)
     trace_counter(&x->trace, "stall ms", now, "ms", (double)(s.stall_ns - s0->stall_ns) / 1e6);
 }
 
-/* The CPU time of every thread of this process so far, s. */
-static double process_cpu(void)
-{
-    struct rusage u;
-    if (getrusage(RUSAGE_SELF, &u))
-        return 0;
-    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 int run_decode(struct run_ctx *x, struct run_result *r)
 {
     const struct run_opts *o = x->o;
@@ -359,7 +348,7 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     struct kvt_tool_disk k0, k1;
     kvt_get_stats(x->e, &s0);
     kvt_tool_disk(x->e, &k0);
-    double c0 = process_cpu();
+    double c0 = util_process_cpu();
     double t0 = util_now();
     /* Groups in compute order: step, layer, sequence (layer-major, as the
      * schedule says). Each group's first pages are acquired before the one
@@ -401,7 +390,7 @@ int run_decode(struct run_ctx *x, struct run_result *r)
         next = t;
     }
     r->wall_s = util_now() - t0;
-    r->process_cpu_s = process_cpu() - c0;
+    r->process_cpu_s = util_process_cpu() - c0;
     kvt_get_stats(x->e, &s1);
     kvt_tool_disk(x->e, &k1);
     r->disk_read = k1.read - k0.read;

@@ -19,7 +19,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "tools/cli.h"
 #include "tools/run/run_priv.h"
@@ -110,21 +109,12 @@ static void attn_stream(struct run_job *j, unsigned part, uint32_t np)
     pthread_mutex_unlock(&f->mu);
 }
 
-/* The calling thread's CPU time, s: what a part computed, without the time
- * another thread held its core (the wall clock's busy_s counts both). */
-static double thread_cpu(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static void attn_part(void *arg, unsigned part, unsigned nparts)
 {
     struct run_job *j = arg;
     struct run_feed *f = j->f;
     uint32_t np = (j->n_tokens + j->sh->page_tokens - 1) / j->sh->page_tokens - j->p0;
-    double c0 = thread_cpu();
+    double c0 = util_thread_cpu(); /* busy_s's wall clock counts preemption too */
     if (j->stream) {
         attn_stream(j, part, np);
     } else {
@@ -133,7 +123,7 @@ static void attn_part(void *arg, unsigned part, unsigned nparts)
         if (u0 < u1)
             attn_decode(j->sh, f->q, j->n_tokens, u0, u1, get, j, f->scratch[part], j->out);
     }
-    double c = thread_cpu() - c0;
+    double c = util_thread_cpu() - c0;
     pthread_mutex_lock(&f->mu);
     f->cpu_s[part] = c;
     pthread_mutex_unlock(&f->mu);

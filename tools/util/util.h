@@ -23,6 +23,11 @@
 double util_now(void);
 uint64_t util_now_ns(void);
 
+/* CPU time in seconds: the calling thread's (what it computed, not the
+ * time another thread held its core), and every thread's of the process. */
+double util_thread_cpu(void);
+double util_process_cpu(void);
+
 /* ------------------------------------------------------------- median.c */
 
 /* The median of v[0..n): the middle value, or the mean of the two middle
