@@ -69,9 +69,12 @@ struct kvt_io_ops {
      * each class oldest first. Returns 0 or -errno (nothing of this call
      * queued). */
     int (*submit)(void *priv, struct kvt_io_req *const *reqs, size_t n);
-    /* Moves up to max completed requests into done[], waiting until at
-     * least min_wait have completed (0 = do not wait). Returns the count or
-     * -errno. */
+    /* Moves up to max completed requests into done[], oldest completion
+     * first, waiting until at least min_wait have completed (0 = do not
+     * wait). Returns the count or -errno. Oldest first, because an owner
+     * that takes a few at a time (the SSD pipeline with a codec decodes four
+     * a step) would otherwise serve the newest over and over while the
+     * first completion, a page a caller waits for, stays under them. */
     int (*reap)(void *priv, struct kvt_io_req **done, size_t max, size_t min_wait);
     /* Requests submitted and not yet reaped. */
     size_t (*inflight)(void *priv);

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "io/io.h"
@@ -223,8 +224,10 @@ static int psync_reap(void *priv, struct kvt_io_req **done, size_t max, size_t m
     while (s->ndone < min_wait)
         pthread_cond_wait(&s->done_cv, &s->lock);
     size_t k = s->ndone < max ? s->ndone : max;
-    for (size_t i = 0; i < k; i++)
-        done[i] = s->done[--s->ndone];
+    /* Oldest first (io.h). */
+    memcpy(done, s->done, k * sizeof(*done));
+    s->ndone -= k;
+    memmove(s->done, s->done + k, s->ndone * sizeof(*done));
     s->unreaped -= k;
     pthread_mutex_unlock(&s->lock);
     return (int)k;

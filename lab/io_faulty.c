@@ -489,9 +489,11 @@ static int faulty_reap(void *priv, struct kvt_io_req **done, size_t max, size_t 
         return -EINVAL;
     if (max > INT_MAX)
         max = INT_MAX;
-    size_t k = 0;
-    while (k < max && f->nfailed)
-        done[k++] = f->failed[--f->nfailed];
+    /* The failed ones first, oldest first (io.h). */
+    size_t k = f->nfailed < max ? f->nfailed : max;
+    memcpy(done, f->failed, k * sizeof(*done));
+    f->nfailed -= k;
+    memmove(f->failed, f->failed + k, f->nfailed * sizeof(*done));
     if (k == max)
         return (int)k;
     int rc = f->inner->reap(f->ipriv, done + k, max - k, min_wait > k ? min_wait - k : 0);

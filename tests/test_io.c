@@ -319,6 +319,29 @@ static void test_reap_min_wait_and_inflight(void **state)
     f->ops->close(io);
 }
 
+/* reap() hands completions back oldest first. One request in flight at a
+ * time, so they complete in the order submitted; reaped one by one, they
+ * must come back in that order. A stack of completions handed the newest
+ * first, and an owner taking four a step (the SSD pipeline with a codec)
+ * left a page a caller waited for under 20 ms of later read-ahead. */
+static void test_reap_oldest_first(void **state)
+{
+    struct fx *f = *state;
+    void *io = t_open(f, f->ops, 1, NULL, 0);
+    struct kvt_io_req r[6], *in[6], *out[1];
+    for (size_t i = 0; i < 6; i++) {
+        r[i] = t_req(f->fd, false, f->arena + i * T_PAGE, T_PAGE, i * T_PAGE);
+        in[i] = &r[i];
+    }
+    assert_int_equal(f->ops->submit(io, in, 6), 0);
+    for (size_t i = 0; i < 6; i++) {
+        assert_int_equal(f->ops->reap(io, out, 1, 1), 1);
+        assert_ptr_equal(out[0], &r[i]);
+        assert_int_equal(out[0]->res, 0);
+    }
+    f->ops->close(io);
+}
+
 /* A read that meets the end of the file cannot be whole: -EIO, never a
  * success with stale bytes in the tail of the buffer. */
 static void test_read_past_eof(void **state)
@@ -816,6 +839,7 @@ int main(void)
         BOTH(test_fixed_and_plain_buffers),
         BOTH(test_random_offsets),
         BOTH(test_reap_min_wait_and_inflight),
+        BOTH(test_reap_oldest_first),
         BOTH(test_read_past_eof),
         BOTH(test_errors_per_request),
         BOTH(test_close_waits),
