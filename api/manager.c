@@ -173,7 +173,15 @@ static int load_pages(kvt_engine *e, const uint32_t *pages, size_t n)
                 return KVT_EFULL;
             continue; /* stage_up used the room: look again */
         }
-        int r = kvt_hbm_wait_room(e, &w);
+        /* The prefetcher stands back only while the caller waits for room:
+         * HBM slots being freed for it (room == -EAGAIN), or DRAM slots for
+         * reads still to stage (missing). A caller waiting for its own reads
+         * and copies, queued ahead of anything a prefetch adds, lets it read
+         * on: standing back then left the disk idle while the caller waited
+         * for a page being decoded, and the codec's thread waited for the
+         * disk after (docs/performance.md#prefetch-during-waits). */
+        bool for_room = room == -EAGAIN || missing > 0;
+        int r = for_room ? kvt_hbm_wait_room(e, &w) : kvt_wait_on(e, &w, true);
         if (r < 0)
             return kvt_fail(r, "a transfer that makes room failed: %s", kvt_strerror(r));
         if (e->failed)
