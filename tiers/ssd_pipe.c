@@ -40,13 +40,14 @@
  * page, not a hang. */
 #define SSD_TRIES 3
 
-/* Completions one step takes when reads are decoded (a codec is set). A
- * read's page is served only when its step finishes, after every read the
- * step took is decoded: 64 decoded pages of 1 MiB hold the first of them
- * back for about 11 ms, a whole group of the caller's compute, and the
- * caller and the mover take turns instead of overlapping
+/* Completions one step takes per decoding thread when reads are decoded (a
+ * codec is set). A read's page is served only when its step finishes, after
+ * every read the step took is decoded: 64 decoded pages of 1 MiB hold the
+ * first of them back for about 11 ms, a whole group of the caller's
+ * compute, and the caller and the mover take turns instead of overlapping
  * (docs/performance.md#codecs-on-the-ssd). Undecoded completions wait in the
- * ring for the next step; the disk keeps the rest of the queue. */
+ * ring for the next step, oldest first (io.h); the disk keeps the rest of
+ * the queue. */
 #define DECODE_BATCH 4
 
 /* Bytes of pages the pipeline holds at least (kvt_ssd_pipe_init). */
@@ -108,8 +109,9 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     P->order = malloc(n * sizeof(*P->order));
     P->order_slot = malloc(n * sizeof(uint32_t));
     P->retry = malloc(n * sizeof(uint32_t));
+    P->verify = malloc(n * sizeof(uint32_t));
     if (!P->jobs || !P->reqs || !P->piece_crc || !P->job_free || !P->uncommitted || !P->finished || !P->order ||
-        !P->order_slot || !P->retry)
+        !P->order_slot || !P->retry || !P->verify)
         return kvt_fail(-ENOMEM, "out of memory for the SSD pipeline");
     for (uint32_t i = 0; i < n; i++)
         P->job_free[i] = n - 1 - i;
@@ -119,6 +121,17 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     int r = kvt_codec_new_layout(e->cfg.codec, 0, e->page_bytes, &L, &P->codec);
     if (r < 0)
         return kvt_fail(r, "cannot set up codec %d", e->cfg.codec);
+    P->decoders = 1;
+    if (e->cfg.codec != KVT_CODEC_NONE && kvt_cpus_usable() > 1) {
+        /* Best effort: without the helper the mover decodes alone. */
+        if (kvt_codec_new_layout(e->cfg.codec, 0, e->page_bytes, &L, &P->codec_helper) == 0 &&
+            kvt_team_open(&P->team) == 0) {
+            P->decoders = 2;
+        } else {
+            kvt_codec_free(P->codec_helper);
+            P->codec_helper = NULL;
+        }
+    }
     return 0;
 }
 
@@ -127,6 +140,8 @@ void kvt_ssd_pipe_fini(kvt_engine *e)
     struct kvt_ssd_pipe *P = &e->pipe;
     if (P->bounce)
         munmap(P->bounce, (size_t)P->max_jobs * e->page_bytes);
+    kvt_team_close(P->team);
+    kvt_codec_free(P->codec_helper);
     kvt_codec_free(P->codec);
     free(P->jobs);
     free(P->reqs);
@@ -137,6 +152,7 @@ void kvt_ssd_pipe_fini(kvt_engine *e)
     free(P->order);
     free(P->order_slot);
     free(P->retry);
+    free(P->verify);
     *P = (struct kvt_ssd_pipe){ 0 };
 }
 
@@ -318,10 +334,15 @@ uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t gen
     return kvt_crc32c(seed, (const uint8_t *)page + at, crc_len);
 }
 
-/* CRC32C of job j's piece k (unlocked). */
-static uint32_t piece_crc(const kvt_engine *e, const struct kvt_ssd_job *j, uint32_t k)
+/* CRC32C of job j's piece k (unlocked), its CPU time counted to the job:
+ * checksums are work of the SSD path as much as the codec's, and kvtier
+ * run's bound counts both (docs/commands.md#the-bound). */
+static uint32_t piece_crc(const kvt_engine *e, struct kvt_ssd_job *j, uint32_t k)
 {
-    return kvt_ssd_piece_crc(e, &j->key, j->generation, j->buf, j->stored_len, k);
+    uint64_t c0 = kvt_thread_cpu_ns();
+    uint32_t c = kvt_ssd_piece_crc(e, &j->key, j->generation, j->buf, j->stored_len, k);
+    j->crc_cpu_ns += kvt_thread_cpu_ns() - c0;
+    return c;
 }
 
 /* The checksum a write stores, when the put that wrote the page took its
@@ -359,18 +380,21 @@ static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j)
     return kvt_ssd_crc_join(e, piece_crcs(e, j), j->pieces, j->stored_len);
 }
 
-/* Verifies and decodes a page read (unlocked): its pieces were checksummed
- * as they came back (piece_back). */
-static void job_verify(kvt_engine *e, struct kvt_ssd_job *j)
+/* Verifies and decodes a page read (unlocked) with codec c, the calling
+ * thread's: a page in pieces had them checksummed as they came back
+ * (piece_back). Run by the decode team: it writes only the job's own fields,
+ * its piece CRCs and its DRAM slot. */
+static void job_verify(const kvt_engine *e, struct kvt_ssd_job *j, struct kvt_codec *c)
 {
     if (j->res < 0)
         return;
+    if (j->pieces == 1)
+        piece_crcs(e, j)[0] = piece_crc(e, j, 0);
     if (pieces_join(e, j) != j->crc) {
         j->res = KVT_ECORRUPT;
     } else if (j->bounce >= 0) {
         uint64_t t0 = kvt_now_ns(), c0 = kvt_thread_cpu_ns();
-        if (kvt_codec_decode(e->pipe.codec, j->codec, j->buf, j->stored_len, j->dram,
-                             e->page_bytes) < 0)
+        if (kvt_codec_decode(c, j->codec, j->buf, j->stored_len, j->dram, e->page_bytes) < 0)
             j->res = KVT_ECORRUPT;
         j->codec_ns += kvt_now_ns() - t0;
         j->codec_cpu_ns += kvt_thread_cpu_ns() - c0;
@@ -403,8 +427,7 @@ static void job_back(kvt_engine *e, struct kvt_ssd_job *j)
     if (j->res < 0 && (!j->write || j->unsent)) {
         job_failed(e, j, j->res, j->unsent);
     } else if (!j->write) {
-        job_verify(e, j);
-        P->finished[P->nfinished++] = ji;
+        P->verify[P->nverify++] = ji; /* pipe_verify, once the step's reaping is done */
     } else if (j->res < 0) {
         P->finished[P->nfinished++] = ji;
     } else {
@@ -419,8 +442,9 @@ static void job_back(kvt_engine *e, struct kvt_ssd_job *j)
 
 /* Piece k of job j came back with res, or was refused by the back-end
  * (unsent). A failure on the medium outranks a refusal: it says something
- * about the data. A piece read is checksummed here, while the job's other
- * pieces are still on the disk. Unlocked. */
+ * about the data. A piece of a page read in several is checksummed here,
+ * while the job's other pieces are still on the disk; a page read whole is
+ * checksummed with its decode, by the decode team (job_verify). Unlocked. */
 static void piece_back(kvt_engine *e, struct kvt_ssd_job *j, uint32_t k, int res, bool unsent)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
@@ -429,7 +453,7 @@ static void piece_back(kvt_engine *e, struct kvt_ssd_job *j, uint32_t k, int res
     if (res < 0 && (j->res == 0 || j->unsent)) {
         j->res = res;
         j->unsent = unsent;
-    } else if (res == 0 && !j->write && j->res == 0) {
+    } else if (res == 0 && !j->write && j->res == 0 && j->pieces > 1) {
         piece_crcs(e, j)[k] = piece_crc(e, j, k);
     }
     if (!j->pending)
@@ -506,13 +530,31 @@ static int pipe_reap(kvt_engine *e, bool wait)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
     struct kvt_io_req *done[64];
-    int most = e->cfg.codec != KVT_CODEC_NONE ? DECODE_BATCH : 64;
+    int most = e->cfg.codec != KVT_CODEC_NONE ? DECODE_BATCH * (int)P->decoders : 64;
     int m = e->io->reap(e->io_priv, done, most, wait && P->inflight ? 1 : 0);
     if (m < 0)
         return m;
     for (int i = 0; i < m; i++)
         piece_back(e, done[i]->user, piece_of(P, done[i]), done[i]->res, false);
     return m;
+}
+
+static void verify_one(void *arg, uint32_t i, unsigned worker)
+{
+    kvt_engine *e = arg;
+    struct kvt_ssd_pipe *P = &e->pipe;
+    job_verify(e, &P->jobs[P->verify[i]], worker ? P->codec_helper : P->codec);
+}
+
+/* The reads that came back whole this step, verified and decoded by the
+ * decode team (the mover alone without one), then finished. Unlocked. */
+static void pipe_verify(kvt_engine *e)
+{
+    struct kvt_ssd_pipe *P = &e->pipe;
+    kvt_team_for(P->team, P->nverify, verify_one, e);
+    for (uint32_t i = 0; i < P->nverify; i++)
+        P->finished[P->nfinished++] = P->verify[i];
+    P->nverify = 0;
 }
 
 /* Group commit of the written pages: data durable (persist), then one index
@@ -600,6 +642,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         e->pipe.disk_read += ALIGN4K(j->stored_len);
         e->pipe.codec_ns += j->codec_ns;
         e->pipe.codec_cpu_ns += j->codec_cpu_ns;
+        e->pipe.crc_cpu_ns += j->crc_cpu_ns;
     } else if (kvt_ssd_read_keeps_page(j->res) || j->unsent) {
         e->pipe.st.errors_io++;
         kvt_ssd_read_kept(e, j->res);
@@ -663,6 +706,7 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         e->pipe.disk_written += ALIGN4K(j->stored_len);
         e->pipe.codec_ns += j->codec_ns;
         e->pipe.codec_cpu_ns += j->codec_cpu_ns;
+        e->pipe.crc_cpu_ns += j->crc_cpu_ns;
         /* Copy-on-write: the old slot was named by the index until this
          * group's commit; only now may it be reused. */
         if (p->ssd_slot != KVT_NONE)
@@ -759,6 +803,7 @@ bool kvt_ssd_pipe_step(kvt_engine *e)
      * disk: new work is taken on the next step. */
     if (pipe_reap(e, n == 0) < 0)
         pipe_abandon(e);
+    pipe_verify(e);
     /* Commit when the writes have gathered into a group, or when nothing
      * else is coming (so a lone write is not left waiting). */
     if (P->nuncommitted && (P->nuncommitted >= e->cfg.queue_depth || !P->inflight))

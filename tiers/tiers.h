@@ -307,7 +307,8 @@ struct kvt_ssd_job {
     uint64_t t_ns;          /* when taken into the pipeline (with cfg.on_transfer) */
     uint64_t codec_ns;      /* its encode or decode took this long (added to the pipe's
                                count when it finishes, under the lock) */
-    uint64_t codec_cpu_ns;  /* of that, the mover's CPU time (its thread clock) */
+    uint64_t codec_cpu_ns;  /* of that, CPU time (the decoding thread's clock) */
+    uint64_t crc_cpu_ns;    /* CPU time its checksums took (thread clock) */
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
     uint8_t tries;          /* submissions made of this job (ssd_pipe.c: SSD_TRIES) */
     bool unsent;            /* res is the back-end's refusal: the disk never saw it */
@@ -335,6 +336,12 @@ struct kvt_ssd_pipe {
     uint64_t retried_errors;        /* errors seen by jobs then retried, not yet counted
                                        in e->pipe.st.errors_io */
     struct kvt_codec *codec;
+    /* With a codec and more than one CPU: the decode team (ssd_team.c) and
+     * its helper's own codec (a codec keeps scratch state); else NULL. */
+    struct kvt_team *team;
+    struct kvt_codec *codec_helper;
+    uint32_t decoders;              /* threads that decode reads: 1, or 2 with the team */
+    uint32_t *verify, nverify;      /* reads back whole, to verify and decode this step */
     uint64_t generation;            /* of the next SSD write */
     uint64_t ssd_mark_ns;           /* last time the pipeline's work was counted */
     uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
@@ -344,7 +351,25 @@ struct kvt_ssd_pipe {
                                        page bytes) */
     uint64_t codec_ns;              /* time finished jobs spent encoding and decoding */
     uint64_t codec_cpu_ns;          /* of that, CPU time (not waits for a core) */
+    uint64_t crc_cpu_ns;            /* CPU time finished jobs' checksums took */
 };
+
+/* ------------------------------------------------------------- ssd_team.c */
+
+/* CPUs this process may run on (its affinity mask), at least 1. */
+unsigned kvt_cpus_usable(void);
+/* A fork-join team: the calling thread and one helper thread. */
+struct kvt_team;
+/* Item i of a round, run by worker 0 (the caller of kvt_team_for) or 1. */
+typedef void (*kvt_team_fn)(void *arg, uint32_t i, unsigned worker);
+/* Starts the helper. 0 or -errno; *out is the caller's, for kvt_team_close. */
+int kvt_team_open(struct kvt_team **out);
+/* Stops and frees it (NULL: nothing). No round may be running. */
+void kvt_team_close(struct kvt_team *t);
+/* Runs fn(arg, i, worker) once for every i in [0, n), the caller working
+ * beside the helper, and returns when all have returned. t NULL: the caller
+ * runs them all. One round at a time (the mover's). */
+void kvt_team_for(struct kvt_team *t, uint32_t n, kvt_team_fn fn, void *arg);
 
 /* Tests only: the piece size of engines opened from now on (ssd_pipe.c). */
 extern size_t kvt_test_piece_bytes;
