@@ -6,7 +6,8 @@
  *   e->hbm.arena, e->dram.arena: nslots and base     (fixed at open)
  *   e->hbm.dev, e->hbm.dev_priv: submit, wait, copy_sync  (the device back-end)
  *   e->lock, kvt_ssd_flush, kvt_dram_drop_redundant, kvt_ssd_read_all
- *   e->pipe.disk_read, disk_written, codec_ns, codec_cpu_ns (under the lock)
+ *   e->pipe.disk_read, disk_written, codec_ns, codec_cpu_ns, crc_cpu_ns, decoders
+ *   (under the lock)
  * Whoever renames them keeps this file compiling; the tools do not change.
  */
 #include <errno.h>
@@ -41,8 +42,14 @@ void kvt_tool_disk(kvt_engine *e, struct kvt_tool_disk *out)
 {
     pthread_mutex_lock(&e->lock);
     *out = (struct kvt_tool_disk){ e->pipe.disk_read, e->pipe.disk_written, e->pipe.codec_ns,
-                                   e->pipe.codec_cpu_ns };
+                                   e->pipe.codec_cpu_ns, e->pipe.crc_cpu_ns,
+                                   e->pipe.decoders ? e->pipe.decoders : 1 };
     pthread_mutex_unlock(&e->lock);
+}
+
+unsigned kvt_tool_cpus(void)
+{
+    return kvt_cpus_usable();
 }
 
 int kvt_tool_link_copy(kvt_engine *e, bool up, uint64_t pages, uint64_t dram_span,

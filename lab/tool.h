@@ -43,8 +43,12 @@ void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out);
  * mover spent in the codec, ns (0 without one), and of it its CPU time. */
 struct kvt_tool_disk {
     uint64_t read, written, codec_ns, codec_cpu_ns;
+    uint64_t crc_cpu_ns; /* the SSD path's checksums, CPU time */
+    uint32_t decoders;   /* threads that decode reads (tiers.h, the decode team) */
 };
 void kvt_tool_disk(kvt_engine *e, struct kvt_tool_disk *out);
+/* CPUs this process may run on (its affinity mask), at least 1. */
+unsigned kvt_tool_cpus(void);
 
 /* ------------------------------------------------------------- DRAM <-> HBM */
 

@@ -484,23 +484,32 @@ static void run_ok(const char *policy, int codec, uint32_t chunk)
     assert_true(r.end.resident_pages[KVT_TIER_SSD] > 0);
     assert_true(r.wall_s > 0 && r.bound_s > 0);
     /* term_s: compute, dram->hbm, hbm->dram, ssd->dram, dram->ssd, ssd, cpu.
-     * The SSD is one device: its term is the two directions' sum, capped at
-     * the wall time, or the mover's codec time where more; the cores' term
-     * is the CPU work (the attention's, the codec's and, on the host
-     * back-end, the copies') over the cores; the bound is the largest of
-     * compute, the two DRAM<->HBM links, the SSD and the cores, and never
-     * above the wall time. */
+     * The compute is the busiest attention thread's CPU time per group,
+     * summed. The SSD is one device: its term is the two directions' sum,
+     * capped at the wall time, or the codec's time over the threads that
+     * decode where more; the cores' term is the CPU work (the attention's,
+     * the codec's, the SSD path's checksums and, on the host back-end, the
+     * copies') over the cores; the bound is the largest of compute, the two
+     * DRAM<->HBM links, the SSD and the cores, and never above the wall
+     * time. */
     assert_true(codec == KVT_CODEC_NONE || codec < 0 || r.codec_s > 0);
-    double ssd = r.term_s[3] + r.term_s[4], mover = r.codec_s < r.wall_s ? r.codec_s : r.wall_s;
+    /* A codec decodes on the mover and its team's helper where there are
+     * two cores or more. */
+    assert_true(r.decoders == (codec > KVT_CODEC_NONE && r.cores > 1 ? 2u : 1u));
+    double ssd = r.term_s[3] + r.term_s[4], mover = r.codec_s / r.decoders;
+    mover = mover < r.wall_s ? mover : r.wall_s;
     ssd = ssd < r.wall_s ? ssd : r.wall_s;
     assert_true(r.term_s[5] == (mover > ssd ? mover : ssd));
     assert_true(r.cores >= 1 && r.compute_cpu_s > 0 && r.process_cpu_s > 0);
-    double work = r.codec_cpu_s + r.compute_cpu_s + (r.term_s[1] + r.term_s[2]);
+    assert_true(r.crc_cpu_s > 0); /* every page read from SSD is checksummed */
+    double work = r.codec_cpu_s + r.crc_cpu_s + r.compute_cpu_s + (r.term_s[1] + r.term_s[2]);
     assert_true(fabs(r.cpu_work_s - work) <= 1e-9 * work);
     /* Thread clocks: no more than every thread's CPU time together (1 ms for
-     * the clocks' granularity). */
+     * the clocks' granularity); the busiest attention thread's share of the
+     * attention's. */
     assert_true(r.codec_cpu_s <= r.codec_s + 1e-3);
-    assert_true(r.compute_cpu_s + r.codec_cpu_s <= r.process_cpu_s + 1e-3);
+    assert_true(r.compute_cpu_s + r.codec_cpu_s + r.crc_cpu_s <= r.process_cpu_s + 1e-3);
+    assert_true(r.compute_s <= r.compute_cpu_s + 1e-3);
     double cpu = r.cpu_work_s / r.cores;
     assert_true(r.term_s[6] == (cpu < r.wall_s ? cpu : r.wall_s));
     double b = r.term_s[0];

@@ -397,6 +397,8 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     r->disk_written = k1.written - k0.written;
     r->codec_s = (double)(k1.codec_ns - k0.codec_ns) / 1e9;
     r->codec_cpu_s = (double)(k1.codec_cpu_ns - k0.codec_cpu_ns) / 1e9;
+    r->crc_cpu_s = (double)(k1.crc_cpu_ns - k0.crc_cpu_ns) / 1e9;
+    r->decoders = k1.decoders;
     r->end = s1;
     kvt_stats *d = &r->delta;
     *d = s1;

@@ -13,7 +13,7 @@
  * (docs/performance.md#attention-feed). A head's pages still fold in page
  * order, one part at a time, so the bits are those of the reference.
  *
- * Locking: mu guards ready, head_done, head_busy, busy_s, cpu_s and abort; the
+ * Locking: mu guards ready, head_done, head_busy, cpu_s and abort; the
  * caller's thread writes ptrs, q and the job only while the team is idle.
  */
 #include <assert.h>
@@ -83,7 +83,6 @@ static void attn_stream(struct run_job *j, unsigned part, uint32_t np)
 {
     struct run_feed *f = j->f;
     assert(!j->reference); /* the reference reads regenerated pages, whole */
-    double busy = 0;
     pthread_mutex_lock(&f->mu);
     for (;;) {
         uint32_t h = f->abort ? KVT_NONE : head_pick(f);
@@ -96,15 +95,12 @@ static void attn_stream(struct run_job *j, unsigned part, uint32_t np)
         uint32_t from = f->head_done[h], to = f->ready;
         f->head_busy[h] = 1;
         pthread_mutex_unlock(&f->mu);
-        double t0 = util_now();
         fold_head(j, part, h, from, to, np);
-        busy += util_now() - t0;
         pthread_mutex_lock(&f->mu);
         f->head_done[h] = to;
         f->head_busy[h] = 0;
         pthread_cond_broadcast(&f->cv);
     }
-    f->busy_s[part] = busy;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
 }
@@ -114,7 +110,7 @@ static void attn_part(void *arg, unsigned part, unsigned nparts)
     struct run_job *j = arg;
     struct run_feed *f = j->f;
     uint32_t np = (j->n_tokens + j->sh->page_tokens - 1) / j->sh->page_tokens - j->p0;
-    double c0 = util_thread_cpu(); /* busy_s's wall clock counts preemption too */
+    double c0 = util_thread_cpu(); /* a wall clock would count preemption too */
     if (j->stream) {
         attn_stream(j, part, np);
     } else {
@@ -142,14 +138,13 @@ int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads,
     unsigned nt = attn_pool_threads(f->pool);
     f->head_done = calloc(attn_units(sh), sizeof(uint32_t));
     f->head_busy = calloc(attn_units(sh), 1);
-    f->busy_s = calloc(nt, sizeof(double));
     f->cpu_s = calloc(nt, sizeof(double));
     f->scratch = calloc(nt, sizeof(float *));
     f->q = malloc(qf * sizeof(float));
     f->out = malloc(qf * sizeof(float));
     f->m = malloc(sh->q_heads * sizeof(float));
     f->l = malloc(sh->q_heads * sizeof(float));
-    if (!f->head_done || !f->head_busy || !f->busy_s || !f->cpu_s || !f->scratch || !f->q || !f->out ||
+    if (!f->head_done || !f->head_busy || !f->cpu_s || !f->scratch || !f->q || !f->out ||
         !f->m || !f->l)
         return -ENOMEM;
     for (unsigned i = 0; i < nt; i++)
@@ -167,7 +162,6 @@ void feed_free(struct run_feed *f)
     attn_pool_free(f->pool);
     free(f->head_done);
     free(f->head_busy);
-    free(f->busy_s);
     free(f->cpu_s);
     if (f->sync_made) {
         pthread_mutex_destroy(&f->mu);
@@ -195,7 +189,7 @@ void feed_begin(struct run_feed *f, void **ptrs, uint32_t p0, uint32_t ready)
     for (uint32_t h = 0; h < attn_units(f->sh); h++)
         f->head_done[h] = 0, f->head_busy[h] = 0;
     for (unsigned i = 0; i < attn_pool_threads(f->pool); i++)
-        f->busy_s[i] = 0, f->cpu_s[i] = 0;
+        f->cpu_s[i] = 0;
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -229,11 +223,13 @@ double feed_join(struct run_feed *f)
     return attn_pool_join(f->pool);
 }
 
-double feed_busiest(const struct run_feed *f)
+double feed_busiest(struct run_feed *f)
 {
     double busy = 0;
+    pthread_mutex_lock(&f->mu);
     for (unsigned i = 0; i < attn_pool_threads(f->pool); i++)
-        busy = f->busy_s[i] > busy ? f->busy_s[i] : busy;
+        busy = f->cpu_s[i] > busy ? f->cpu_s[i] : busy;
+    pthread_mutex_unlock(&f->mu);
     return busy;
 }
 

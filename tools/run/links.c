@@ -4,10 +4,9 @@
  * spill directory), and the bound they set on the decode.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* sched_getaffinity */
+#define _GNU_SOURCE /* posix_fadvise flags */
 #endif
 #include <fcntl.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -217,16 +216,8 @@ double run_raw_gbps(const struct run_result *r, int term)
  * would have it, but takes turns with it. So one more term: that CPU work
  * over the cores, a lower bound on the wall time as sure as a link's (the
  * cores did all of it within the wall time). On the GPU only the codec is
- * CPU work here. docs/commands.md#the-bound. */
-static uint32_t cores_usable(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return (uint32_t)CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (uint32_t)n : 1;
-}
-
+ * CPU work here. The SSD path's checksums count beside the codec: work it
+ * does for every page, whatever the codec. docs/commands.md#the-bound. */
 void run_bound(struct run_result *r)
 {
     const kvt_stats *d = &r->delta;
@@ -243,20 +234,22 @@ void run_bound(struct run_result *r)
     }
     double ssd = r->term_s[TERM_SSD_R] + r->term_s[TERM_SSD_W];
     r->term_s[TERM_SSD] = ssd < r->wall_s ? ssd : r->wall_s;
-    /* The codec runs on the one mover thread, beside the disk's transfers:
-     * the SSD path takes at least its time too. */
-    double codec = r->codec_s < r->wall_s ? r->codec_s : r->wall_s;
+    /* The codec runs on the decoding threads (the mover, and the engine's
+     * decode team beside it), beside the disk's transfers: the SSD path
+     * takes at least their time too. */
+    double codec = r->codec_s / (r->decoders ? r->decoders : 1);
+    codec = codec < r->wall_s ? codec : r->wall_s;
     if (codec > r->term_s[TERM_SSD])
         r->term_s[TERM_SSD] = codec;
     bool host = strcmp(r->device, "cuda") != 0;
-    r->cores = cores_usable();
+    r->cores = kvt_tool_cpus();
     /* The codec's and the attention's CPU time by their threads' clocks (a
      * wall clock would count the time each waited for the other's core);
      * the copies by their link terms, the time the copy threads took at the
      * speed measured, unless --link-gbps paced them (most of it is then
      * their sleep). */
     bool copies = host && !r->link_paced;
-    r->cpu_work_s = r->codec_cpu_s + (host ? r->compute_cpu_s : 0) +
+    r->cpu_work_s = r->codec_cpu_s + r->crc_cpu_s + (host ? r->compute_cpu_s : 0) +
                     (copies ? r->term_s[TERM_H2D] + r->term_s[TERM_D2H] : 0);
     double cpu = r->cpu_work_s / r->cores;
     r->term_s[TERM_CPU] = cpu < r->wall_s ? cpu : r->wall_s;

@@ -101,12 +101,12 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
     fprintf(f, "  the decode moved ssd->dram %.2f GB/s, dram->hbm %.2f GB/s (bytes / wall)\n",
             r->decode_gbps[TERM_SSD_R], r->decode_gbps[TERM_H2D]);
     fprintf(f, "  the ssd moved %s read, %s written (as stored, %.3fx the pages' bytes); codec %.3f s "
-               "on the mover\n", cli_bytes(b[0], 32, (double)r->disk_read),
-            cli_bytes(b[1], 32, (double)r->disk_written),
+               "on %u decoding thread%s, checksums %.3f s of CPU\n",
+            cli_bytes(b[0], 32, (double)r->disk_read), cli_bytes(b[1], 32, (double)r->disk_written),
             d->bytes_up[1] + d->bytes_down[1]
                 ? (double)(r->disk_read + r->disk_written) / (double)(d->bytes_up[1] + d->bytes_down[1])
                 : 0.0,
-            r->codec_s);
+            r->codec_s, r->decoders, r->decoders == 1 ? "" : "s", r->crc_cpu_s);
     for (int i = 1; i < TERMS; i++)
         if (r->link_gbps[i] > run_raw_gbps(r, i))
             fprintf(f, "  %s: the decode moved more than the raw passes did; the bound uses the "
@@ -186,9 +186,10 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
     printf(", \"ssd_disk_bytes_read\": %llu, \"ssd_disk_bytes_written\": %llu, \"codec_s\": %.6f",
            (unsigned long long)r->disk_read, (unsigned long long)r->disk_written, r->codec_s);
-    printf(", \"codec_cpu_s\": %.6f, \"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u, "
-           "\"process_cpu_s\": %.6f",
-           r->codec_cpu_s, r->compute_cpu_s, r->cpu_work_s, r->cores, r->process_cpu_s);
+    printf(", \"codec_cpu_s\": %.6f, \"checksum_cpu_s\": %.6f, \"decoders\": %u, "
+           "\"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u, \"process_cpu_s\": %.6f",
+           r->codec_cpu_s, r->crc_cpu_s, r->decoders, r->compute_cpu_s, r->cpu_work_s, r->cores,
+           r->process_cpu_s);
     if (r->lossy)
         run_err_json(r);
     if (r->dt_tol > 0)

@@ -81,7 +81,9 @@ struct run_result {
     double err_sq, ref_sq;   /* overall sums behind err_rms_rel */
     uint64_t disk_read, disk_written; /* bytes the SSD moved over the decode (stored form) */
     double codec_s;          /* the mover's time in the codec over the decode */
-    double codec_cpu_s;      /* of it, the mover's CPU time (its thread clock) */
+    double codec_cpu_s;      /* of it, CPU time (the decoding threads' clocks) */
+    double crc_cpu_s;        /* the SSD path's checksums over the decode, CPU time */
+    uint32_t decoders;       /* threads that decode reads (the engine's decode team) */
     bool link_paced;         /* --link-gbps: the host back-end's copies sleep to a speed */
     uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
@@ -110,7 +112,7 @@ struct run_result {
                        * ssd: the last two summed (one device), capped at wall_s, and
                        * cpu: the work the cores did, over the cores (run_bound) */
     double compute_cpu_s; /* the attention threads' CPU time over the decode, summed */
-    double cpu_work_s;    /* the CPU term's numerator: attention, codec, host copies */
+    double cpu_work_s;    /* the CPU term's numerator: attention, codec, checksums, host copies */
     uint32_t cores;       /* the CPUs this process may run on */
     double process_cpu_s; /* every thread's CPU time over the decode (getrusage) */
     double bound_s;

@@ -46,8 +46,7 @@ extern const char *const run_dtype_name[ATTN_DTYPES]; /* by enum attn_dtype */
  * threads under mu: the caller raises ready as chunks are acquired; the
  * parts take units (attention.h: up to 16 q heads of a kv head) in turn and
  * fold each over what is ready (head_done: pages folded per unit;
- * head_busy: a part holds it), and record for how long each part computed
- * (busy_s). */
+ * head_busy: a part holds it), and record each part's CPU time (cpu_s). */
 struct run_feed {
     const struct attn_shape *sh;
     struct attn_pool *pool;
@@ -61,7 +60,6 @@ struct run_feed {
     bool sync_made;         /* mu and cv initialised */
     uint32_t ready, *head_done;
     uint8_t *head_busy;
-    double *busy_s;
     double *cpu_s;          /* each part's CPU time on the group (thread clock) */
     bool abort;
     struct run_job {        /* what the team computes now */
@@ -96,8 +94,10 @@ uint32_t feed_ready(struct run_feed *f, uint32_t ready);
 void feed_abort(struct run_feed *f);
 /* Waits for the team; returns when it finished (util_now's clock). */
 double feed_join(struct run_feed *f);
-/* The busiest part's time folding pages in the last group (not its waits). */
-double feed_busiest(const struct run_feed *f);
+/* The busiest part's CPU time in the last group (after feed_join): not its
+ * waits for pages, nor the time the engine's threads held its core, which a
+ * wall clock counts (the compute term of the bound, links.c). */
+double feed_busiest(struct run_feed *f);
 /* The parts' CPU time on the last group, summed (after feed_join). */
 double feed_cpu(struct run_feed *f);
 /* The whole group at once over pages regenerated from seed in shape sh
