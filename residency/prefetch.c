@@ -84,7 +84,7 @@ static uint32_t budget_pages(const kvt_engine *e, int tier)
  * For SSD->DRAM, up to one group's share of those misses when the caller
  * computes long enough to hide them: as many as the disk reads while the
  * caller computes one group (kvt_advance and the SSD pipeline measure both
- * times). With the 1/128 depth alone a group's reads start only when it is
+ * times), and no more than the disk's queue depth. With the 1/128 depth alone a group's reads start only when it is
  * acquired, and the caller's compute and the disk take turns instead of
  * overlapping. Reading further ahead than one compute interval hides nothing
  * more; reading more than a group's share of the misses would displace
@@ -110,6 +110,13 @@ static uint32_t live_depth(const kvt_engine *e, int tier, uint64_t pages)
         uint64_t share = (pages - cap) / groups;
         if (overlap > share)
             overlap = share;
+        /* No more than the disk's queue holds: reads beyond it only wait,
+         * in the disk's queue or, with a codec, read and waiting to be
+         * decoded, each holding the DRAM slot of a page DRAM would have
+         * kept, so a step reads more pages and decodes more too
+         * (docs/performance.md#read-ahead-in-flight). */
+        if (overlap > e->cfg.queue_depth)
+            overlap = e->cfg.queue_depth;
         if (overlap > depth)
             depth = overlap;
     }
