@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -111,6 +112,17 @@ int kvt_io_open(int which, const struct kvt_io_params *p, const struct kvt_io_op
         io_note(note, note_len, "unknown I/O back-end %d", which);
         return -EINVAL;
     }
+}
+
+size_t kvt_io_reqv_take(struct kvt_io_req **v, size_t *n, struct kvt_io_req **out, size_t max)
+{
+    size_t k = *n < max ? *n : max;
+    if (!k)
+        return 0; /* v may still be NULL: nothing was ever queued */
+    memcpy(out, v, k * sizeof(*out));
+    *n -= k;
+    memmove(v, v + k, *n * sizeof(*v));
+    return k;
 }
 
 int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)

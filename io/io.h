@@ -122,6 +122,10 @@ int kvt_io_sync(const struct kvt_syncer *s, int fd);
  * entries, doubling from 16. 0 or -ENOMEM (nothing changed). Shared by the
  * back-ends' completion lists, which must never allocate on a completion. */
 int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need);
+/* Moves the oldest min(*n, max) of the *n requests in v (oldest first) to
+ * out, and the rest down to v's start: reap()'s order (above). Returns how
+ * many. v may be NULL while *n is 0. */
+size_t kvt_io_reqv_take(struct kvt_io_req **v, size_t *n, struct kvt_io_req **out, size_t max);
 
 /* Asks for a short scheduler slice for the calling thread, so that it runs
  * at once when woken instead of waiting for a CPU-bound thread's slice (see

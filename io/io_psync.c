@@ -20,7 +20,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "io/io.h"
@@ -223,11 +222,7 @@ static int psync_reap(void *priv, struct kvt_io_req **done, size_t max, size_t m
         min_wait = s->unreaped;
     while (s->ndone < min_wait)
         pthread_cond_wait(&s->done_cv, &s->lock);
-    size_t k = s->ndone < max ? s->ndone : max;
-    /* Oldest first (io.h). */
-    memcpy(done, s->done, k * sizeof(*done));
-    s->ndone -= k;
-    memmove(s->done, s->done + k, s->ndone * sizeof(*done));
+    size_t k = kvt_io_reqv_take(s->done, &s->ndone, done, max);
     s->unreaped -= k;
     pthread_mutex_unlock(&s->lock);
     return (int)k;

@@ -590,11 +590,7 @@ static int uring_reap(void *priv, struct kvt_io_req **done, size_t max, size_t m
     u->want = 0;
     int rc = u->broken;
     if (!rc) {
-        size_t k = u->ndone < max ? u->ndone : max;
-        /* Oldest first (io.h). */
-        memcpy(done, u->done, k * sizeof(*done));
-        u->ndone -= k;
-        memmove(u->done, u->done + k, u->ndone * sizeof(*done));
+        size_t k = kvt_io_reqv_take(u->done, &u->ndone, done, max);
         u->unreaped -= k;
         rc = (int)k;
     }

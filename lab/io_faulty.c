@@ -489,11 +489,7 @@ static int faulty_reap(void *priv, struct kvt_io_req **done, size_t max, size_t 
         return -EINVAL;
     if (max > INT_MAX)
         max = INT_MAX;
-    /* The failed ones first, oldest first (io.h). */
-    size_t k = f->nfailed < max ? f->nfailed : max;
-    memcpy(done, f->failed, k * sizeof(*done));
-    f->nfailed -= k;
-    memmove(f->failed, f->failed + k, f->nfailed * sizeof(*done));
+    size_t k = kvt_io_reqv_take(f->failed, &f->nfailed, done, max); /* the failed ones first */
     if (k == max)
         return (int)k;
     int rc = f->inner->reap(f->ipriv, done + k, max - k, min_wait > k ? min_wait - k : 0);
