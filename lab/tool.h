@@ -40,7 +40,8 @@ void kvt_tool_info(kvt_engine *e, struct kvt_tool_info *out);
 /* Since open, through the mover: the bytes the SSD itself moved, each
  * page's stored form (after the codec) padded to 4 KiB, read and written
  * (kvt_stats counts page bytes, the same with any codec); and the time the
- * mover spent in the codec, ns (0 without one), and of it its CPU time. */
+ * decoding threads spent in the codec, ns (0 without one), and of it their
+ * CPU time. */
 struct kvt_tool_disk {
     uint64_t read, written, codec_ns, codec_cpu_ns;
     uint64_t crc_cpu_ns; /* the SSD path's checksums, CPU time */

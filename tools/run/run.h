@@ -80,7 +80,7 @@ struct run_result {
     struct run_err_step { uint32_t step; double max_abs, max_rel, rms_rel; } err_step[RUN_ERR_STEPS];
     double err_sq, ref_sq;   /* overall sums behind err_rms_rel */
     uint64_t disk_read, disk_written; /* bytes the SSD moved over the decode (stored form) */
-    double codec_s;          /* the mover's time in the codec over the decode */
+    double codec_s;          /* the decoding threads' time in the codec over the decode, summed */
     double codec_cpu_s;      /* of it, CPU time (the decoding threads' clocks) */
     double crc_cpu_s;        /* the SSD path's checksums over the decode, CPU time */
     uint32_t decoders;       /* threads that decode reads (the engine's decode team) */
