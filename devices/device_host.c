@@ -34,6 +34,13 @@ struct host_batch {
 struct host_queue {
     pthread_t thread;
     bool started;
+    /* Per direction: a submit wakes only its own copy thread, and a batch's
+     * end only the callers waiting on its direction, only when there are
+     * some. With one pair for both, every page copied up woke the idle
+     * down-copy thread and every waiter, each wake preempting a thread
+     * with work (docs/performance.md#host-copy-wakes). */
+    pthread_cond_t work, done;
+    uint32_t waiters;                   /* callers in host_wait (under mu) */
     struct host_batch *head, *tail;
     _Atomic uint64_t submitted;         /* last fence handed out (written under mu) */
     _Atomic uint64_t completed;         /* last fence done without error */
@@ -43,7 +50,6 @@ struct host_queue {
 
 struct host_dev {
     pthread_mutex_t mu;
-    pthread_cond_t work_cv, done_cv;
     bool stop;
     _Atomic int failed;                 /* sticky, as a CUDA context error is */
     uint64_t fail_countdown;            /* test hook: fail the n-th batch from arm */
@@ -152,7 +158,7 @@ static void *host_copy_thread(void *arg)
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (!q->head && !d->stop)
-            pthread_cond_wait(&d->work_cv, &d->mu);
+            pthread_cond_wait(&q->work, &d->mu);
         if (!q->head && d->stop)
             break;
         struct host_batch *b = q->head;
@@ -176,7 +182,8 @@ static void *host_copy_thread(void *arg)
             atomic_store(&d->failed, 1);
         atomic_store_explicit(&q->retired, b->fence, memory_order_release);
         free(b);
-        pthread_cond_broadcast(&d->done_cv);
+        if (q->waiters)
+            pthread_cond_broadcast(&q->done);
     }
     pthread_mutex_unlock(&d->mu);
     return NULL;
@@ -190,8 +197,10 @@ static int host_open(const struct kvt_device_params *p, void **priv)
     if (!d)
         return -ENOMEM;
     pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->work_cv, NULL);
-    pthread_cond_init(&d->done_cv, NULL);
+    for (int i = 0; i < KVT_DIRS; i++) {
+        pthread_cond_init(&d->q[i].work, NULL);
+        pthread_cond_init(&d->q[i].done, NULL);
+    }
     d->bytes_per_s = p->link_gbps > 0 ? p->link_gbps * 1e9 : 0;
     for (int i = 0; i < KVT_DIRS; i++) {
         d->arg[i].d = d;
@@ -212,13 +221,15 @@ static void host_close(void *priv)
     struct host_dev *d = priv;
     pthread_mutex_lock(&d->mu);
     d->stop = true;
-    pthread_cond_broadcast(&d->work_cv);
-    pthread_mutex_unlock(&d->mu);
     for (int i = 0; i < KVT_DIRS; i++)
+        pthread_cond_signal(&d->q[i].work);
+    pthread_mutex_unlock(&d->mu);
+    for (int i = 0; i < KVT_DIRS; i++) {
         if (d->q[i].started)
             pthread_join(d->q[i].thread, NULL);
-    pthread_cond_destroy(&d->work_cv);
-    pthread_cond_destroy(&d->done_cv);
+        pthread_cond_destroy(&d->q[i].work);
+        pthread_cond_destroy(&d->q[i].done);
+    }
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -264,7 +275,7 @@ static int host_submit(void *priv, enum kvt_dir dir, const struct kvt_copy *c, s
     else
         q->head = b;
     q->tail = b;
-    pthread_cond_broadcast(&d->work_cv);
+    pthread_cond_signal(&q->work);
     pthread_mutex_unlock(&d->mu);
     *fence = f; /* not b->fence: the copy thread may have freed b already */
     return 0;
@@ -300,9 +311,12 @@ static int host_wait(void *priv, enum kvt_dir dir, uint64_t f)
     int r = host_poll(d, dir, f);
     if (r != -EINPROGRESS)
         return r;
+    struct host_queue *q = &d->q[dir];
     pthread_mutex_lock(&d->mu);
+    q->waiters++;
     while ((r = host_poll(d, dir, f)) == -EINPROGRESS)
-        pthread_cond_wait(&d->done_cv, &d->mu);
+        pthread_cond_wait(&q->done, &d->mu);
+    q->waiters--;
     pthread_mutex_unlock(&d->mu);
     return r;
 }
