@@ -6,6 +6,7 @@
  * corrupted page in HBM and a wrong reference seed caught, naming the step.
  */
 #include <math.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -400,7 +401,7 @@ static void test_quantise(void **state)
 static void test_pool(void **state)
 {
     /* the team gives the same bits as one thread */
-    struct attn_pool *p = attn_pool_new(3, 0);
+    struct attn_pool *p = attn_pool_new(3, 0, false);
     assert_non_null(p);
     assert_int_equal(attn_pool_threads(p), 3);
     attn_pool_free(p);
@@ -427,7 +428,7 @@ static void test_pool_nice(void **state)
     (void)state;
     int mine = getpriority(PRIO_PROCESS, 0);
     struct nice_job j = { .caller = (pid_t)syscall(SYS_gettid) };
-    struct attn_pool *p = attn_pool_new(2, 7);
+    struct attn_pool *p = attn_pool_new(2, 7, false);
     assert_non_null(p);
     attn_pool_run(p, nice_part, &j);
     for (int i = 0; i < 2; i++) {
@@ -446,7 +447,7 @@ static void test_pool_nice(void **state)
     }
     attn_pool_free(p);
     assert_int_equal(getpriority(PRIO_PROCESS, 0), mine);
-    p = attn_pool_new(2, 0);
+    p = attn_pool_new(2, 0, false);
     assert_non_null(p);
     attn_pool_run(p, nice_part, &j);
     attn_pool_free(p);
@@ -454,6 +455,53 @@ static void test_pool_nice(void **state)
     assert_false(j.on_caller[1]);
     assert_int_equal(j.nice[0], mine);
     assert_int_equal(j.nice[1], mine);
+}
+
+struct pin_job {
+    cpu_set_t set[4];
+};
+
+static void pin_part(void *arg, unsigned part, unsigned nparts)
+{
+    struct pin_job *j = arg;
+    assert_true(part < nparts && nparts <= 4);
+    assert_int_equal(sched_getaffinity(0, sizeof j->set[part], &j->set[part]), 0);
+}
+
+/* A pinned pool binds each worker to a CPU of its own, in the order of the
+ * CPUs the process may use, where there are enough of them, and never the
+ * caller; with fewer CPUs than parts, or unpinned, the workers may run on
+ * every CPU the process may. */
+static void test_pool_pin(void **state)
+{
+    (void)state;
+    cpu_set_t all, mine;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    unsigned ncpu = (unsigned)CPU_COUNT(&all);
+    for (unsigned threads = 1; threads <= 3; threads++) {
+        for (int pin = 0; pin < 2; pin++) {
+            struct pin_job j;
+            struct attn_pool *p = attn_pool_new(threads, 7, pin);
+            assert_non_null(p);
+            attn_pool_run(p, pin_part, &j);
+            bool bound = pin && ncpu >= threads;
+            assert_int_equal(attn_pool_pinned(p), bound ? threads : 0);
+            for (unsigned i = 0, c = 0; i < threads; i++) {
+                if (!bound) {
+                    assert_true(CPU_EQUAL(&j.set[i], &all));
+                    continue;
+                }
+                while (!CPU_ISSET(c, &all))
+                    c++;
+                assert_int_equal(CPU_COUNT(&j.set[i]), 1);
+                assert_true(CPU_ISSET(c, &j.set[i]));
+                c++;
+            }
+            attn_pool_free(p);
+            assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+            assert_true(CPU_EQUAL(&mine, &all));
+        }
+    }
 }
 
 static void small_opts(struct run_opts *o)
@@ -823,6 +871,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gpu_order),   cmocka_unit_test(test_pool),
         cmocka_unit_test(test_shapes),      cmocka_unit_test(test_quantise),
         cmocka_unit_test(test_pool_nice),
+        cmocka_unit_test(test_pool_pin),
         cmocka_unit_test(test_run_decode),  cmocka_unit_test(test_run_whole),
         cmocka_unit_test(test_run_lru),     cmocka_unit_test(test_run_fp32),
         cmocka_unit_test(test_run_nice0),

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,6 +469,8 @@ struct attn_pool {
     unsigned threads; /* parts per job */
     unsigned first;   /* the first part a worker runs: 1 when the caller runs part 0 */
     int nice;
+    bool pin;         /* each worker on a CPU of its own (attn_pool_new) */
+    unsigned pinned;  /* workers that were (under mu) */
     pthread_t *tid;   /* tid[first..threads) */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -484,6 +487,24 @@ struct worker_arg {
     unsigned part;
 };
 
+/* Binds the calling worker to the part-th CPU the process may run on, where
+ * there is one for every part. Best effort, as nice: false where the CPUs
+ * are fewer or the kernel refuses, and the worker then floats. */
+static bool pin_self(unsigned part, unsigned nparts)
+{
+    cpu_set_t all, one;
+    if (sched_getaffinity(0, sizeof all, &all) != 0 || (unsigned)CPU_COUNT(&all) < nparts)
+        return false;
+    for (int c = 0, k = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &all) || (unsigned)k++ != part)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+    }
+    return false;
+}
+
 static void *worker(void *a)
 {
     struct attn_pool *p = ((struct worker_arg *)a)->p;
@@ -495,8 +516,10 @@ static void *worker(void *a)
      * the same bits. */
     if (p->nice)
         (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), p->nice);
+    bool pinned = p->pin && pin_self(part, p->threads);
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
+    p->pinned += pinned;
     for (;;) {
         while (p->gen == seen && !p->stop)
             pthread_cond_wait(&p->go, &p->mu);
@@ -517,7 +540,7 @@ static void *worker(void *a)
     return NULL;
 }
 
-struct attn_pool *attn_pool_new(unsigned threads, int nice)
+struct attn_pool *attn_pool_new(unsigned threads, int nice, bool pin)
 {
     struct attn_pool *p = calloc(1, sizeof(*p));
     if (!p)
@@ -525,6 +548,7 @@ struct attn_pool *attn_pool_new(unsigned threads, int nice)
     p->threads = threads ? threads : 1;
     p->nice = nice > 0 ? (nice > 19 ? 19 : nice) : 0;
     p->first = p->nice ? 0 : 1;
+    p->pin = pin;
     p->tid = calloc(p->threads, sizeof(pthread_t));
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
@@ -554,6 +578,14 @@ out_free:
 }
 
 unsigned attn_pool_threads(const struct attn_pool *p) { return p->threads; }
+
+unsigned attn_pool_pinned(struct attn_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    unsigned n = p->pinned;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
 
 bool attn_pool_background(const struct attn_pool *p) { return !p->first; }
 

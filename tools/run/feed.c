@@ -126,14 +126,14 @@ static void attn_part(void *arg, unsigned part, unsigned nparts)
 }
 
 int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads, int nice,
-              size_t scratch)
+              bool pin, size_t scratch)
 {
     size_t qf = (size_t)sh->q_heads * sh->head_dim; /* >= q_heads * v_dim: out too */
     *f = (struct run_feed){ .sh = sh };
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     f->sync_made = true;
-    if (!(f->pool = attn_pool_new(threads, nice)))
+    if (!(f->pool = attn_pool_new(threads, nice, pin)))
         return -ENOMEM;
     unsigned nt = attn_pool_threads(f->pool);
     f->head_done = calloc(attn_units(sh), sizeof(uint32_t));
@@ -172,6 +172,11 @@ void feed_free(struct run_feed *f)
     free(f->m);
     free(f->l);
     *f = (struct run_feed){ 0 };
+}
+
+unsigned feed_pinned(struct run_feed *f)
+{
+    return attn_pool_pinned(f->pool);
 }
 
 bool feed_background(const struct run_feed *f)

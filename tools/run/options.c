@@ -30,6 +30,7 @@ void run_opts_default(struct run_opts *o)
     o->device = KVT_DEVICE_HOST;
     o->threads = 2;
     o->nice = RUN_ATTN_NICE;
+    o->pin = true;
     o->seed = 1;
     o->ref_seed = 1;
     o->verify_every = 1;
@@ -92,6 +93,8 @@ static void run_usage(FILE *f)
             "                    (default: 4 MiB of them; the whole group = no pipeline)\n"
             "  --nice N          their nice value, 0-19 (default 19: the I/O threads come first;\n"
             "                    0 = the caller's priority, the caller computing a part)\n"
+            "  --no-pin          let the attention threads run on any CPU (default: each on\n"
+            "                    a CPU of its own where there are enough)\n"
             "  --link-gbps X     host back-end: cap each emulated DRAM<->HBM link at X GB/s\n"
             "                    (default 0: no cap)\n"
             "  --seed N          KV generator seed (default 1)\n"
@@ -115,7 +118,7 @@ static const struct option run_lo[] = {
     { "json", 0, 0, 'j' },    { "help", 0, 0, 'h' },      { "nice", 1, 0, 'N' },
     { "chunk-pages", 1, 0, 'k' }, { "dtype", 1, 0, 'y' },     { "verify-every", 1, 0, 'V' },
     { "overwrite-ssd-dir", 0, 0, 'O' }, { "full-layers", 1, 0, 'F' },
-    { "window", 1, 0, 'W' },
+    { "window", 1, 0, 'W' },  { "no-pin", 0, 0, 'Q' },
     { 0, 0, 0, 0 },
 };
 
@@ -165,6 +168,7 @@ static int run_number(int c, const char *v, struct run_opts *o)
     case 'S': return cli_opt_size("run", n, v, 0, UINT64_MAX - 1, &o->ssd);
     case 'T': return opt_u32(c, v, 1, 64, &o->threads);
     case 'N': return opt_u32(c, v, 0, 19, &o->nice);
+    case 'Q': o->pin = false; return 0;
     case 'k': return opt_u32(c, v, 1, 1u << 30, &o->chunk_pages);
     case 'V': return opt_u32(c, v, 1, 1u << 20, &o->verify_every);
     case 'W': return opt_u32(c, v, 0, 1u << 30, &o->window);

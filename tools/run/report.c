@@ -41,10 +41,10 @@ void run_report_text(FILE *f, const struct run_opts *o, const struct run_result 
     if (o->window)
         fprintf(f, ", window %u", o->window);
     fputc('\n', f);
-    fprintf(f, "  pages of %u tokens, %s; KV %s (%llu pages, %.1fx HBM); policy %s, codec %s, %u threads (nice %u)\n",
+    fprintf(f, "  pages of %u tokens, %s; KV %s (%llu pages, %.1fx HBM); policy %s, codec %s, %u threads (nice %u%s)\n",
             o->page_tokens, cli_bytes(b[0], 32, (double)r->page_bytes), cli_bytes(b[1], 32, (double)r->kv_bytes),
             (unsigned long long)r->pages, (double)r->kv_bytes / (double)r->cap[0], o->policy,
-            run_codec_name[o->codec], o->threads, o->nice);
+            run_codec_name[o->codec], o->threads, o->nice, r->pinned ? ", pinned" : "");
     fprintf(f, "  %-5s %11s %11s %11s %11s %9s %9s %7s\n", "tier", "capacity", "resident",
             "bytes in", "bytes out", "hits", "misses", "hit%");
     for (int t = 0; t < KVT_TIERS; t++) {
@@ -186,6 +186,7 @@ void run_report_json(const struct run_opts *o, const struct run_result *r, uint3
            r->bound_s > 0 ? r->wall_s / r->bound_s : 0);
     printf(", \"ssd_disk_bytes_read\": %llu, \"ssd_disk_bytes_written\": %llu, \"codec_s\": %.6f",
            (unsigned long long)r->disk_read, (unsigned long long)r->disk_written, r->codec_s);
+    printf(", \"attention_pinned\": %u", r->pinned);
     printf(", \"codec_cpu_s\": %.6f, \"checksum_cpu_s\": %.6f, \"decoders\": %u, "
            "\"compute_cpu_s\": %.6f, \"cpu_work_s\": %.6f, \"cores\": %u, \"process_cpu_s\": %.6f",
            r->codec_cpu_s, r->crc_cpu_s, r->decoders, r->compute_cpu_s, r->cpu_work_s, r->cores,

@@ -40,6 +40,7 @@ struct run_opts {
     uint32_t window;      /* 0: every token attended; N: the last N, pages behind dropped */
     uint32_t chunk_pages; /* pages per step of the CPU path's acquire/compute pipeline; 0 = ~4 MiB */
     uint32_t nice;        /* the attention threads' nice value; 0 = the caller's, part 0 on it */
+    bool pin;             /* each attention worker on a CPU of its own (attn_pool_new) */
     double link_gbps;
     uint64_t seed;
     uint32_t verify_every; /* the reference checks steps 0, N, 2N, ... and the last; 1 = all */
@@ -84,6 +85,7 @@ struct run_result {
     double codec_cpu_s;      /* of it, CPU time (the decoding threads' clocks) */
     double crc_cpu_s;        /* the SSD path's checksums over the decode, CPU time */
     uint32_t decoders;       /* threads that decode reads (the engine's decode team) */
+    uint32_t pinned;         /* attention workers bound to a CPU of their own (--no-pin: 0) */
     bool link_paced;         /* --link-gbps: the host back-end's copies sleep to a speed */
     uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */

@@ -73,11 +73,14 @@ struct run_feed {
     } job;
 };
 
-/* The team of `threads` threads at nice value `nice`, and buffers for sh
- * with scratch bytes per thread. 0 or -ENOMEM; feed_free undoes either. */
+/* The team of `threads` threads at nice value `nice`, each worker on a CPU
+ * of its own with pin (attn_pool_new), and buffers for sh with scratch
+ * bytes per thread. 0 or -ENOMEM; feed_free undoes either. */
 int feed_init(struct run_feed *f, const struct attn_shape *sh, unsigned threads, int nice,
-              size_t scratch);
+              bool pin, size_t scratch);
 void feed_free(struct run_feed *f);
+/* The team's workers bound to a CPU (attn_pool_pinned). */
+unsigned feed_pinned(struct run_feed *f);
 /* Whether the team runs without the caller (else the caller computes a
  * part inside feed_start and cannot feed the group while it does). */
 bool feed_background(const struct run_feed *f);

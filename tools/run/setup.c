@@ -127,7 +127,8 @@ static int ctx_alloc(struct run_ctx *x)
 {
     const struct run_opts *o = x->o;
     size_t scratch = attn_scratch_bytes(&x->sh), s16 = attn_scratch_bytes(&x->sh_bf16);
-    int rc = feed_init(&x->feed, &x->sh, o->threads, (int)o->nice, scratch > s16 ? scratch : s16);
+    int rc = feed_init(&x->feed, &x->sh, o->threads, (int)o->nice, o->pin,
+                       scratch > s16 ? scratch : s16);
     if (rc)
         return rc;
     if (attn_quantised(&x->sh) &&
