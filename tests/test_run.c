@@ -544,6 +544,8 @@ static void run_ok(const char *policy, int codec, uint32_t chunk)
     /* A codec decodes on the mover and its team's helper where there are
      * two cores or more. */
     assert_true(r.decoders == (codec > KVT_CODEC_NONE && r.cores > 1 ? 2u : 1u));
+    /* Each attention worker on a CPU of its own where there are enough. */
+    assert_int_equal(r.pinned, r.cores >= o.threads ? o.threads : 0);
     double ssd = r.term_s[3] + r.term_s[4], mover = r.codec_s / r.decoders;
     mover = mover < r.wall_s ? mover : r.wall_s;
     ssd = ssd < r.wall_s ? ssd : r.wall_s;

@@ -399,7 +399,7 @@ int run_decode(struct run_ctx *x, struct run_result *r)
     r->codec_cpu_s = (double)(k1.codec_cpu_ns - k0.codec_cpu_ns) / 1e9;
     r->crc_cpu_s = (double)(k1.crc_cpu_ns - k0.crc_cpu_ns) / 1e9;
     r->decoders = k1.decoders;
-    r->pinned = x->gpu ? 0 : feed_pinned(&x->feed);
+    r->pinned = feed_pinned(&x->feed);
     r->end = s1;
     kvt_stats *d = &r->delta;
     *d = s1;

@@ -85,7 +85,7 @@ struct run_result {
     double codec_cpu_s;      /* of it, CPU time (the decoding threads' clocks) */
     double crc_cpu_s;        /* the SSD path's checksums over the decode, CPU time */
     uint32_t decoders;       /* threads that decode reads (the engine's decode team) */
-    uint32_t pinned;         /* attention workers bound to a CPU of their own (--no-pin: 0) */
+    uint32_t pinned;         /* the attention team's workers bound to a CPU of their own (--no-pin: 0) */
     bool link_paced;         /* --link-gbps: the host back-end's copies sleep to a speed */
     uint32_t verified_steps; /* steps the reference checked (o->verify_every) */
     char device[16];  /* the back-end the decode ran on: "host" or "cuda" */
