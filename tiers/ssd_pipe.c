@@ -334,14 +334,18 @@ uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t gen
     return kvt_crc32c(seed, (const uint8_t *)page + at, crc_len);
 }
 
-/* CRC32C of job j's piece k (unlocked), its CPU time counted to the job:
- * checksums are work of the SSD path as much as the codec's, and kvtier
- * run's bound counts both (docs/commands.md#the-bound). */
-static uint32_t piece_crc(const kvt_engine *e, struct kvt_ssd_job *j, uint32_t k)
+/* CRC32C of job j's piece k (unlocked), with timed its CPU time counted to
+ * the job: checksums are work of the SSD path as much as the codec's, and
+ * kvtier run's bound counts both (docs/commands.md#the-bound). A thread
+ * clock is a system call (about 0.2 us here), a fifth of the checksum of a
+ * 32 KiB page read whole, so pages the mover verifies alone are timed a
+ * step at a time instead (pipe_verify; docs/performance.md#checksum-clocks). */
+static uint32_t piece_crc(const kvt_engine *e, struct kvt_ssd_job *j, uint32_t k, bool timed)
 {
-    uint64_t c0 = kvt_thread_cpu_ns();
+    uint64_t c0 = timed ? kvt_thread_cpu_ns() : 0;
     uint32_t c = kvt_ssd_piece_crc(e, &j->key, j->generation, j->buf, j->stored_len, k);
-    j->crc_cpu_ns += kvt_thread_cpu_ns() - c0;
+    if (timed)
+        j->crc_cpu_ns += kvt_thread_cpu_ns() - c0;
     return c;
 }
 
@@ -383,13 +387,15 @@ static uint32_t pieces_join(const kvt_engine *e, const struct kvt_ssd_job *j)
 /* Verifies and decodes a page read (unlocked) with codec c, the calling
  * thread's: a page in pieces had them checksummed as they came back
  * (piece_back). Run by the decode team: it writes only the job's own fields,
- * its piece CRCs and its DRAM slot. */
-static void job_verify(const kvt_engine *e, struct kvt_ssd_job *j, struct kvt_codec *c)
+ * its piece CRCs and its DRAM slot. timed: the checksum's CPU time is the
+ * job's to count (piece_crc). */
+static void job_verify(const kvt_engine *e, struct kvt_ssd_job *j, struct kvt_codec *c,
+                       bool timed)
 {
     if (j->res < 0)
         return;
     if (j->pieces == 1)
-        piece_crcs(e, j)[0] = piece_crc(e, j, 0);
+        piece_crcs(e, j)[0] = piece_crc(e, j, 0, timed);
     if (pieces_join(e, j) != j->crc) {
         j->res = KVT_ECORRUPT;
     } else if (j->bounce >= 0) {
@@ -454,7 +460,7 @@ static void piece_back(kvt_engine *e, struct kvt_ssd_job *j, uint32_t k, int res
         j->res = res;
         j->unsent = unsent;
     } else if (res == 0 && !j->write && j->res == 0 && j->pieces > 1) {
-        piece_crcs(e, j)[k] = piece_crc(e, j, k);
+        piece_crcs(e, j)[k] = piece_crc(e, j, k, true); /* a piece is 4 MiB */
     }
     if (!j->pending)
         job_back(e, j);
@@ -503,7 +509,7 @@ static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
         for (uint32_t c = 0; c < j->pieces; c++) {
             size_t io_len, crc_len, at = piece_at(e, j, c, &io_len, &crc_len);
             if (sum)
-                piece_crcs(e, j)[c] = piece_crc(e, j, c);
+                piece_crcs(e, j)[c] = piece_crc(e, j, c, true);
             struct kvt_io_req *q = &P->reqs[(size_t)got[i] * P->max_pieces + c];
             *q = (struct kvt_io_req){ .fd = j->fd, .write = j->write, .buf = (uint8_t *)j->buf + at,
                                       .len = io_len, .off = j->off + at, .user = j };
@@ -543,15 +549,42 @@ static void verify_one(void *arg, uint32_t i, unsigned worker)
 {
     kvt_engine *e = arg;
     struct kvt_ssd_pipe *P = &e->pipe;
-    job_verify(e, &P->jobs[P->verify[i]], worker ? P->codec_helper : P->codec);
+    /* In a team each item times its own checksum: the helper's CPU time is
+     * not on the mover's clock. */
+    job_verify(e, &P->jobs[P->verify[i]], worker ? P->codec_helper : P->codec, P->team);
+}
+
+/* The codec CPU time of the step's reads to verify, summed. */
+static uint64_t verify_codec_ns(const struct kvt_ssd_pipe *P)
+{
+    uint64_t ns = 0;
+    for (uint32_t i = 0; i < P->nverify; i++)
+        ns += P->jobs[P->verify[i]].codec_cpu_ns;
+    return ns;
 }
 
 /* The reads that came back whole this step, verified and decoded by the
- * decode team (the mover alone without one), then finished. Unlocked. */
+ * decode team, then finished. Unlocked. The mover alone (no team: no codec,
+ * or one CPU) times the step's checksums with one clock pair: the pass's
+ * CPU time less what the codec took, shared among the pages by their
+ * stored bytes (piece_crc says why). */
 static void pipe_verify(kvt_engine *e)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
-    kvt_team_for(P->team, P->nverify, verify_one, e);
+    if (P->team || !P->nverify) {
+        kvt_team_for(P->team, P->nverify, verify_one, e);
+    } else {
+        uint64_t codec0 = verify_codec_ns(P), c0 = kvt_thread_cpu_ns();
+        kvt_team_for(NULL, P->nverify, verify_one, e);
+        uint64_t spent = kvt_thread_cpu_ns() - c0, codec = verify_codec_ns(P) - codec0;
+        uint64_t crc = spent > codec ? spent - codec : 0, bytes = 0;
+        for (uint32_t i = 0; i < P->nverify; i++)
+            bytes += P->jobs[P->verify[i]].stored_len;
+        for (uint32_t i = 0; i < P->nverify && bytes; i++) {
+            struct kvt_ssd_job *j = &P->jobs[P->verify[i]];
+            j->crc_cpu_ns += (uint64_t)((double)crc * (double)j->stored_len / (double)bytes);
+        }
+    }
     for (uint32_t i = 0; i < P->nverify; i++)
         P->finished[P->nfinished++] = P->verify[i];
     P->nverify = 0;
