@@ -176,14 +176,16 @@ static void *host_copy_thread(void *arg)
         bool ok = !dead && host_run_batch(d, q, b, fail);
 
         pthread_mutex_lock(&d->mu);
+        bool failing = !ok && !atomic_exchange(&d->failed, 1);
         if (ok)
             atomic_store_explicit(&q->completed, b->fence, memory_order_release);
-        else
-            atomic_store(&d->failed, 1);
         atomic_store_explicit(&q->retired, b->fence, memory_order_release);
         free(b);
-        if (q->waiters)
-            pthread_cond_broadcast(&q->done);
+        /* The failure answers the other direction's waiters too: a fence
+         * never handed out there now fails at once (host_poll). */
+        for (int i = 0; i < KVT_DIRS; i++)
+            if (d->q[i].waiters && (&d->q[i] == q || failing))
+                pthread_cond_broadcast(&d->q[i].done);
     }
     pthread_mutex_unlock(&d->mu);
     return NULL;

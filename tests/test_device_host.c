@@ -4,6 +4,10 @@
  * errors are sticky, the link cap holds.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -219,6 +223,51 @@ static void test_failure_waits_for_running_copy(void **state)
     free(up);
 }
 
+struct waiter {
+    void *priv;
+    int rc;
+    _Atomic int done;
+};
+
+static void *wait_unsent(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = kvt_device_host_ops.wait(w->priv, KVT_D2H, 1); /* never handed out */
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* A failure in one direction answers a caller waiting on the other: a fence
+ * that direction never handed out can no longer complete, and wait must say
+ * so rather than sleep until a batch that will never come. The waiter is
+ * given 100 ms to be asleep in wait() first (if it is not, it sees the
+ * failure when it polls, and the test passes for that reason instead). */
+static void test_failure_answers_the_other_direction(void **state)
+{
+    struct fix *f = *state;
+    struct waiter w = { .priv = f->priv };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_unsent, &w), 0);
+    struct timespec ms100 = { 0, 100 * 1000 * 1000 };
+    nanosleep(&ms100, NULL);
+    kvt_device_host_fail_batch(f->priv, 1);
+    struct kvt_copy c = { f->a, f->b, 4096 };
+    uint64_t fence;
+    assert_int_equal(kvt_device_host_ops.submit(f->priv, KVT_H2D, &c, 1, &fence), 0);
+    assert_int_equal(kvt_device_host_ops.wait(f->priv, KVT_H2D, fence), KVT_EDEVICE);
+    /* A liveness bound, not a speed: the answer comes at once, or never. */
+    for (int i = 0; i < 3000 && !atomic_load(&w.done); i++) {
+        struct timespec ms10 = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ms10, NULL);
+    }
+    if (!atomic_load(&w.done)) { /* it sleeps on: no teardown can free the device under it */
+        fprintf(stderr, "wait() on a D2H fence never handed out did not answer the failure\n");
+        abort();
+    }
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, KVT_EDEVICE);
+}
+
 static void test_copy_sync(void **state)
 {
     struct fix *f = *state;
@@ -281,6 +330,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_shapes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_is_sticky, setup, teardown),
         cmocka_unit_test(test_failure_waits_for_running_copy),
+        cmocka_unit_test_setup_teardown(test_failure_answers_the_other_direction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arenas_ask_for_huge_pages, setup, teardown),
     };
