@@ -337,9 +337,9 @@ uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t gen
 /* CRC32C of job j's piece k (unlocked), with timed its CPU time counted to
  * the job: checksums are work of the SSD path as much as the codec's, and
  * kvtier run's bound counts both (docs/commands.md#the-bound). A thread
- * clock is a system call (about 0.2 us here), a fifth of the checksum of a
- * 32 KiB page read whole, so pages the mover verifies alone are timed a
- * step at a time instead (pipe_verify; docs/performance.md#checksum-clocks). */
+ * clock is a system call, a good part of a small page's checksum, so pages
+ * the mover verifies alone are timed a step at a time instead (pipe_verify;
+ * docs/performance.md#checksum-clocks). */
 static uint32_t piece_crc(const kvt_engine *e, struct kvt_ssd_job *j, uint32_t k, bool timed)
 {
     uint64_t c0 = timed ? kvt_thread_cpu_ns() : 0;
@@ -551,7 +551,7 @@ static void verify_one(void *arg, uint32_t i, unsigned worker)
     struct kvt_ssd_pipe *P = &e->pipe;
     /* In a team each item times its own checksum: the helper's CPU time is
      * not on the mover's clock. */
-    job_verify(e, &P->jobs[P->verify[i]], worker ? P->codec_helper : P->codec, P->team);
+    job_verify(e, &P->jobs[P->verify[i]], worker ? P->codec_helper : P->codec, P->team != NULL);
 }
 
 /* The codec CPU time of the step's reads to verify, summed. */
@@ -566,8 +566,9 @@ static uint64_t verify_codec_ns(const struct kvt_ssd_pipe *P)
 /* The reads that came back whole this step, verified and decoded by the
  * decode team, then finished. Unlocked. The mover alone (no team: no codec,
  * or one CPU) times the step's checksums with one clock pair: the pass's
- * CPU time less what the codec took, shared among the pages by their
- * stored bytes (piece_crc says why). */
+ * CPU time less what the codec took, shared among the pages read whole by
+ * their stored bytes (a page in pieces had each timed as it came back;
+ * piece_crc says why). */
 static void pipe_verify(kvt_engine *e)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
@@ -579,10 +580,12 @@ static void pipe_verify(kvt_engine *e)
         uint64_t spent = kvt_thread_cpu_ns() - c0, codec = verify_codec_ns(P) - codec0;
         uint64_t crc = spent > codec ? spent - codec : 0, bytes = 0;
         for (uint32_t i = 0; i < P->nverify; i++)
-            bytes += P->jobs[P->verify[i]].stored_len;
+            if (P->jobs[P->verify[i]].pieces == 1)
+                bytes += P->jobs[P->verify[i]].stored_len;
         for (uint32_t i = 0; i < P->nverify && bytes; i++) {
             struct kvt_ssd_job *j = &P->jobs[P->verify[i]];
-            j->crc_cpu_ns += (uint64_t)((double)crc * (double)j->stored_len / (double)bytes);
+            if (j->pieces == 1)
+                j->crc_cpu_ns += (uint64_t)((double)crc * (double)j->stored_len / (double)bytes);
         }
     }
     for (uint32_t i = 0; i < P->nverify; i++)

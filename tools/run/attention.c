@@ -470,7 +470,8 @@ struct attn_pool {
     unsigned first;   /* the first part a worker runs: 1 when the caller runs part 0 */
     int nice;
     bool pin;         /* each worker on a CPU of its own (attn_pool_new) */
-    unsigned pinned;  /* workers that were (under mu) */
+    unsigned started; /* workers past their set-up (under mu) */
+    unsigned pinned;  /* of them, bound to a CPU (under mu) */
     pthread_t *tid;   /* tid[first..threads) */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -520,6 +521,8 @@ static void *worker(void *a)
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     p->pinned += pinned;
+    p->started++;
+    pthread_cond_broadcast(&p->done); /* attn_pool_new waits for every worker */
     for (;;) {
         while (p->gen == seen && !p->stop)
             pthread_cond_wait(&p->go, &p->mu);
@@ -570,6 +573,12 @@ struct attn_pool *attn_pool_new(unsigned threads, int nice, bool pin)
         attn_pool_free(p);
         return NULL;
     }
+    /* Every worker niced and bound before the first job, and
+     * attn_pool_pinned() final from here on. */
+    pthread_mutex_lock(&p->mu);
+    while (p->started < p->threads - p->first)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
     return p;
 out_free:
     free(p->tid);

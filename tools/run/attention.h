@@ -266,18 +266,19 @@ void attn_naive(const struct attn_shape *s, const float *q, uint32_t n_tokens,
  * caller waits, so that the caller's thread keeps its own priority.
  *
  * pin: the worker of part p runs only on the p-th CPU the process may use,
- * where there are as many CPUs as parts (the caller is never bound). Bound,
- * a worker that a woken I/O thread preempts waits on its own CPU; unbound,
- * the scheduler often queued it behind its sibling on the other's CPU and
- * left its own idle for a millisecond or more, the sibling's part done and
- * the job waiting for it (docs/performance.md#attention-pinning). */
+ * where there are as many CPUs as parts (with nice 0 the caller, which runs
+ * part 0, is not bound). Bound, a worker that a woken I/O thread preempts
+ * waits on its own CPU; unbound, the scheduler may queue it behind its
+ * sibling and leave its own CPU idle while the job waits for its part
+ * (docs/performance.md#attention-pinning). Every process binds to the same
+ * first CPUs: runs side by side on one machine want --no-pin. */
 struct attn_pool;
 typedef void (*attn_job_fn)(void *arg, unsigned part, unsigned nparts);
 /* NULL on failure (out of memory, thread creation). */
 struct attn_pool *attn_pool_new(unsigned threads, int nice, bool pin);
 unsigned attn_pool_threads(const struct attn_pool *p);
-/* Workers bound to a CPU so far (pin: each binds itself as it starts, so
- * after the first job every one has tried). */
+/* Workers bound to a CPU (each binds itself as it starts; attn_pool_new
+ * returns once every one has). */
 unsigned attn_pool_pinned(struct attn_pool *p);
 /* Runs fn(arg, part, n) for every part, the caller doing part 0 when the
  * pool is not niced; returns when all parts are done. */

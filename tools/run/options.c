@@ -93,8 +93,9 @@ static void run_usage(FILE *f)
             "                    (default: 4 MiB of them; the whole group = no pipeline)\n"
             "  --nice N          their nice value, 0-19 (default 19: the I/O threads come first;\n"
             "                    0 = the caller's priority, the caller computing a part)\n"
-            "  --no-pin          let the attention threads run on any CPU (default: each on\n"
-            "                    a CPU of its own where there are enough)\n"
+            "  --no-pin          let the attention workers run on any CPU (default: each on\n"
+            "                    a CPU of its own where there are enough; runs side by\n"
+            "                    side all bind to the same first CPUs)\n"
             "  --link-gbps X     host back-end: cap each emulated DRAM<->HBM link at X GB/s\n"
             "                    (default 0: no cap)\n"
             "  --seed N          KV generator seed (default 1)\n"
@@ -168,7 +169,6 @@ static int run_number(int c, const char *v, struct run_opts *o)
     case 'S': return cli_opt_size("run", n, v, 0, UINT64_MAX - 1, &o->ssd);
     case 'T': return opt_u32(c, v, 1, 64, &o->threads);
     case 'N': return opt_u32(c, v, 0, 19, &o->nice);
-    case 'Q': o->pin = false; return 0;
     case 'k': return opt_u32(c, v, 1, 1u << 30, &o->chunk_pages);
     case 'V': return opt_u32(c, v, 1, 1u << 20, &o->verify_every);
     case 'W': return opt_u32(c, v, 0, 1u << 30, &o->window);
@@ -218,6 +218,7 @@ static int run_option(int c, const char *v, struct run_opts *o)
         return 0;
     case 'O': o->overwrite_ssd_dir = true; return 0;
     case 'n': o->progress = false; return 0;
+    case 'Q': o->pin = false; return 0;
     case 'j': o->json = true; return 0;
     default: return run_number(c, v, o);
     }
