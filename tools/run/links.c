@@ -237,7 +237,7 @@ void run_bound(struct run_result *r)
     /* The codec runs on the decoding threads (the mover, and the engine's
      * decode team beside it), beside the disk's transfers: the SSD path
      * takes at least their time too. */
-    double codec = r->codec_s / (r->decoders ? r->decoders : 1);
+    double codec = r->codec_s / r->decoders; /* at least 1: kvt_tool_disk */
     codec = codec < r->wall_s ? codec : r->wall_s;
     if (codec > r->term_s[TERM_SSD])
         r->term_s[TERM_SSD] = codec;
