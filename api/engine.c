@@ -424,8 +424,8 @@ int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
     out->capacity_pages[KVT_TIER_HBM] = e->hbm.arena.nslots;
     out->capacity_pages[KVT_TIER_DRAM] = e->dram.arena.nslots - 1; /* less the spare */
     if (e->ssd) {
-        out->capacity_pages[KVT_TIER_SSD] = kvt_ssd_nslots(e->ssd);
-        out->ssd_bad_slots = kvt_ssd_bad_slots(e->ssd);
+        out->capacity_pages[KVT_TIER_SSD] = kvt_slots(e)->nslots(e->ssd);
+        out->ssd_bad_slots = kvt_slots(e)->bad(e->ssd);
         out->io_fallback = e->io && e->cfg.io_backend == KVT_IO_AUTO && strcmp(e->io->name, "psync") == 0;
     }
     out->pages = e->pt.count;

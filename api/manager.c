@@ -30,7 +30,7 @@ uint64_t kvt_capacity(const kvt_engine *e)
     if (kvt_persisted(e))
         return kvt_ssd_durable_room(e);
     return (uint64_t)e->hbm.arena.nslots + e->dram.arena.nslots - 1 +
-           (e->ssd ? kvt_ssd_usable_slots(e->ssd) : 0);
+           (e->ssd ? kvt_slots(e)->usable(e->ssd) : 0);
 }
 
 uint64_t kvt_room(const kvt_engine *e)

@@ -18,6 +18,7 @@
 
 #include "io/io.h"
 #include "lab/raw_bench.h"
+#include "store/ssd_store.h"
 #include "tiers/tiers.h"
 #include "lab/tool.h"
 
@@ -200,7 +201,7 @@ int kvt_tool_ssd_where(kvt_engine *e, const kvt_key *key, uint32_t *segment, uin
     uint32_t pg = e->ssd ? kvt_ptable_find(&e->pt, key) : KVT_NONE;
     const struct kvt_page *p = pg == KVT_NONE ? NULL : kvt_pg(&e->pt, pg);
     if (p && (p->flags & PG_VALID_SSD) && p->ssd_slot != KVT_NONE) {
-        kvt_ssd_where(e->ssd, p->ssd_slot, segment, offset);
+        kvt_ssd_where(kvt_ssd_of(e->ssd), p->ssd_slot, segment, offset);
         r = 0;
     }
     pthread_mutex_unlock(&e->lock);

@@ -493,6 +493,7 @@ uint32_t kvt_ssd_nfree(const struct kvt_ssd *s) { return s->nfree; }
 size_t kvt_ssd_slot_bytes(const struct kvt_ssd *s) { return s->slot_bytes; }
 struct kvt_index *kvt_ssd_index(struct kvt_ssd *s) { return s->ix; }
 uint64_t kvt_ssd_bad_slots(const struct kvt_ssd *s) { return s->bad; }
+bool kvt_ssd_durable(const struct kvt_ssd *s) { return s->persist; }
 
 static uint64_t seg_len(const struct kvt_ssd *s, uint32_t seg)
 {

@@ -38,6 +38,9 @@
  *
  * Threads: all calls under the engine lock, except kvt_ssd_sync() and the
  * I/O itself, which the mover runs unlocked on slots it owns.
+ *
+ * Only store/ calls these: the tiers reach the SSD store through its
+ * table (store/store.h, store/ssd_store_ops.c).
  */
 #ifndef KVT_SSD_STORE_H
 #define KVT_SSD_STORE_H
@@ -94,6 +97,8 @@ void kvt_ssd_free(struct kvt_ssd *s, uint32_t slot);
  * them again (a crash before the close forgets the ones since the open). */
 void kvt_ssd_mark_bad(struct kvt_ssd *s, uint32_t slot);
 uint64_t kvt_ssd_bad_slots(const struct kvt_ssd *s);
+/* Opened with persist: data is synced before the index commits that name it. */
+bool kvt_ssd_durable(const struct kvt_ssd *s);
 
 /* The O_DIRECT descriptor and byte offset of a slot; write: one that can be
  * written. The error of opening its segment otherwise (-EACCES, ...). */
@@ -109,6 +114,11 @@ int kvt_ssd_sync(struct kvt_ssd *s);
 /* Tests: a power-loss model that sees the segments' and the index's syncs
  * (the ops of sync NULL: none). */
 void kvt_ssd_set_syncer(struct kvt_ssd *s, const struct kvt_syncer *sync);
+
+struct kvt_store;
+/* The files under an SSD store's handle (kvt_ssd_store_ops): for the lab's
+ * tools, which look at where a page lies. */
+struct kvt_ssd *kvt_ssd_of(struct kvt_store *s);
 
 /* Reads the KVTIER file of dir, or of the directory open as dfd (named dir
  * in messages). 0, -ENOENT, KVT_ECORRUPT, or -errno (a link: -ELOOP). */

@@ -7,11 +7,20 @@
  * its own business; the engine sees this vtable, the capabilities it
  * declares, and the counters it keeps.
  *
- * Implementations: store/remote_store.c (Redis Cluster, the shared tier).
- * The SSD tier's files (store/ssd_store.c) are still driven by the SSD
- * pipeline through their own calls, because its engine records name slots
- * (KVT_STORE_SLOTS below says so); docs/design.md#the-store-interface says
- * what remains before it too goes behind this table.
+ * Implementations: store/ssd_store_ops.c (the SSD tier: files on a local
+ * disk, durable, with slots) and store/remote_store.c (Redis Cluster, the
+ * shared tier). The tiers reach either only through this table: the
+ * layering check (tests/layering/rules.txt, "behind") fails on a direct
+ * call from outside store/.
+ *
+ * Two ways in. The batched calls (put, get, exists, del, flush) move whole
+ * pages by key through the store's own I/O, synchronously: what the shared
+ * tier and a tool use. A store with slots (KVT_STORE_SLOTS) also hands the
+ * engine its slots (struct kvt_store_slot_ops): the engine's SSD pipeline
+ * writes and reads them with its own I/O back-end, encoded and checksummed
+ * as it goes, and commits what it wrote as records; the store keeps the
+ * files, the free map and the index. Both ways keep the same records, so a
+ * page put one way is found the other.
  *
  * Rules every implementation keeps:
  *  - A page read back is the page put, byte for byte, or a miss: a value
@@ -32,7 +41,9 @@
 
 #include "include/kvtier.h"
 
-#define KVT_STORE_OPS_VERSION 1
+#include <stdbool.h>
+
+#define KVT_STORE_OPS_VERSION 2   /* 2: the slot ops; a directory's open */
 
 /* Capabilities, as flags in kvt_store_ops.caps. */
 #define KVT_STORE_DURABLE 1u  /* what was put survives a restart of the engine */
@@ -62,6 +73,32 @@ struct kvt_store_stats {
     uint32_t nodes, nodes_down; /* parts of the store (cluster masters), of them unreachable */
 };
 
+/* One page as a store with slots keeps it: the slot the engine wrote it to
+ * and how (what the engine's records hold of it). */
+struct kvt_store_rec {
+    kvt_key key;
+    uint32_t slot;
+    uint32_t stored_len;        /* bytes written at the slot (before padding to 4096) */
+    uint32_t crc;               /* CRC32C over the binding seed (slot ops' seed), then the
+                                   stored bytes */
+    uint8_t codec;              /* KVT_CODEC_* applied */
+    uint64_t generation;        /* the write's number, monotonic over the store's life */
+};
+
+/* Called at open for every record a durable store kept: the engine builds
+ * its page records. Non-zero stops the open with that error. */
+typedef int (*kvt_store_found_fn)(void *ctx, const struct kvt_store_rec *r);
+
+/* What an open found, for the engine to say once. */
+struct kvt_store_open_info {
+    bool wiped;                 /* emptied: not durable, damaged, another layout */
+    uint64_t kept, dropped;     /* records kept; dropped (other model, bad location) */
+    char message[512];          /* why, when wiped or dropped */
+};
+
+struct kvt_syncer;
+struct kvt_store;
+
 /* What opening a store needs; the strings are read during the open only. */
 struct kvt_store_params {
     size_t page_bytes;
@@ -75,9 +112,43 @@ struct kvt_store_params {
      * (store/remote_kv.h), NULL in the product. */
     const struct kvt_kv_ops *kv;
     void *kv_arg;
+    /* A local store's: its directory, its room, whether what it commits
+     * must survive a restart (else it starts empty), the records it kept
+     * (found, may be NULL), what the open did (info, may be NULL), and in
+     * the tests a power-loss model that sees its syncs (sync, NULL: none). */
+    const char *dir;
+    uint64_t capacity;
+    bool durable;
+    kvt_store_found_fn found;
+    void *found_ctx;
+    struct kvt_store_open_info *info;
+    const struct kvt_syncer *sync;
 };
 
-struct kvt_store;
+/* The slots of a store with KVT_STORE_SLOTS. Calls under the engine lock,
+ * except locate's answer used for I/O, written, commit and forget, which the
+ * mover makes unlocked on slots it holds (the store serialises its index). */
+struct kvt_store_slot_ops {
+    uint32_t (*nslots)(const struct kvt_store *s);
+    uint64_t (*usable)(const struct kvt_store *s);   /* neither bad nor parked */
+    uint64_t (*bad)(const struct kvt_store *s);
+    /* A free slot, or KVT_NONE with *err: KVT_EFULL, -ENOSPC/-EDQUOT (the
+     * disk: tried again a second later), -ENOMEM, -EMFILE. */
+    uint32_t (*take)(struct kvt_store *s, int *err);
+    void (*give)(struct kvt_store *s, uint32_t slot);       /* free again */
+    void (*retire)(struct kvt_store *s, uint32_t slot);     /* bad: never handed out again */
+    /* The O_DIRECT descriptor and offset of a slot (write: writable). */
+    int (*locate)(struct kvt_store *s, uint32_t slot, bool write, int *fd, uint64_t *off);
+    void (*written)(struct kvt_store *s, uint32_t slot);    /* data there since the last commit */
+    /* The seed a record's CRC starts from: binds the bytes to key and write. */
+    uint32_t (*seed)(const struct kvt_store *s, const kvt_key *k, uint64_t generation);
+    /* Makes n written records the store's, in one transaction; a durable
+     * store syncs their data first. On error none is kept. */
+    int (*commit)(struct kvt_store *s, const struct kvt_store_rec *r, size_t n);
+    /* Removes n records, each only while it still names its slot (a newer
+     * write of the key may have committed first). */
+    int (*forget)(struct kvt_store *s, const struct kvt_store_rec *r, size_t n);
+};
 
 struct kvt_store_ops {
     unsigned version;           /* KVT_STORE_OPS_VERSION */
@@ -97,6 +168,7 @@ struct kvt_store_ops {
     /* Makes what was put durable, where the store can (NULL: nothing to do). */
     int (*flush)(struct kvt_store *s);
     void (*stats)(const struct kvt_store *s, struct kvt_store_stats *st);
+    const struct kvt_store_slot_ops *slots;   /* with KVT_STORE_SLOTS, else NULL */
 };
 
 /* Every handle starts with this, so that a tier holds any store alike. */
@@ -123,6 +195,10 @@ static inline void kvt_store_stats_add(struct kvt_store_stats *a, const struct k
         a->nodes_down = b->nodes_down;
     }
 }
+
+/* The SSD store (store/ssd_store_ops.c): DURABLE | SLOTS (durable as the
+ * open asks). */
+extern const struct kvt_store_ops kvt_ssd_store_ops;
 
 /* The Redis Cluster store (store/remote_store.c); its ops answer
  * KVT_ENOTSUP from open when kvtier was built without hiredis. */

@@ -45,6 +45,7 @@
 #include "lab/lab.h"
 #include "kvt_build.h"
 #include "io/io.h"
+#include "store/ssd_store.h"
 #include "tiers/tiers.h"
 #include "lab/tool.h"
 
@@ -1163,15 +1164,15 @@ static void test_destroy_during_queued_read(void **state)
     }
     kvt_lock(e);
     uint32_t pb = queue_read_of(e, f.ks, b);
-    uint32_t free0 = kvt_ssd_nfree(e->ssd);
+    uint32_t free0 = kvt_ssd_nfree(kvt_ssd_of(e->ssd));
     kvt_page_destroy(e, pb);
-    assert_int_equal(kvt_ssd_nfree(e->ssd), free0); /* still the read's */
+    assert_int_equal(kvt_ssd_nfree(kvt_ssd_of(e->ssd)), free0); /* still the read's */
     kvt_unlock(e);
     pthread_mutex_unlock(&f.plan.submit_mu);
     wait_ssd_idle(e);
     assert_int_equal(kvt_flush(e), 0); /* the deletion committed, its slot free */
     kvt_lock(e);
-    assert_int_equal(kvt_ssd_nfree(e->ssd), free0 + 1);
+    assert_int_equal(kvt_ssd_nfree(kvt_ssd_of(e->ssd)), free0 + 1);
     kvt_unlock(e);
     fifteen_exact(e, &f, b);
     kvt_close(e);

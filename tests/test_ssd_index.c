@@ -25,6 +25,7 @@
 #include "helpers.h"
 #include "kvt_build.h"
 #include "store/ssd_index.h"
+#include "store/ssd_store.h"
 #include "tiers/tiers.h"
 
 #define FP 0xF1F2F3F4ull

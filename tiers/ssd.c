@@ -31,9 +31,11 @@ struct load_ctx {
     int err;
 };
 
-/* A kept index entry becomes a page record valid on SSD only. */
-static int load_page(void *ctx, const kvt_key *k, const struct kvt_ssd_entry *v, uint32_t slot)
+/* A record the store kept becomes a page record valid on SSD only. */
+static int load_page(void *ctx, const struct kvt_store_rec *v)
 {
+    const kvt_key *k = &v->key;
+    uint32_t slot = v->slot;
     struct load_ctx *lc = ctx;
     kvt_engine *e = lc->e;
     uint32_t pg = kvt_page_new(e);
@@ -101,22 +103,28 @@ int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_open_with *with)
         return kvt_fail(-ENOMEM, "out of memory for the SSD tier");
     if ((r = kvt_ssd_pipe_init(e)) < 0)
         return r;
-    struct kvt_ssd_open_info info;
+    struct kvt_store_open_info info = { 0 };
     struct load_ctx lc = { e, 0 };
+    struct kvt_store_params sp = { .page_bytes = pb, .fingerprint = e->cfg.fingerprint,
+                                   .dir = e->ssd_dir, .capacity = e->cfg.ssd_bytes,
+                                   .durable = e->cfg.persist != 0, .found = load_page,
+                                   .found_ctx = &lc, .info = &info,
+                                   /* tests: a power-loss model sees the syncs */
+                                   .sync = &with->sync };
+    char why[256] = "";
     /* Nobody else sees the engine yet; the lock is for the page transitions'
      * checks (KVT_ASSERT_LOCKED). */
     kvt_lock(e);
-    r = kvt_ssd_open(e->ssd_dir, pb, e->cfg.ssd_bytes, e->cfg.persist, e->cfg.fingerprint,
-                     load_page, &lc, &e->ssd, &info);
+    r = kvt_ssd_store_ops.open(&sp, &e->ssd, why, sizeof(why));
     kvt_unlock(e);
     if (r < 0) {
+        e->ssd = NULL;
         if (!kvt_last_error()[0])
-            kvt_fail(r, "cannot open ssd_dir %s: %s", e->ssd_dir, kvt_strerror(r));
+            kvt_fail(r, "cannot open ssd_dir %s: %s", e->ssd_dir, why[0] ? why : kvt_strerror(r));
         return r;
     }
     if (info.message[0])
         fprintf(stderr, "kvtier: %s\n", info.message);
-    kvt_ssd_set_syncer(e->ssd, &with->sync); /* tests: a power-loss model sees the syncs */
     if (with->no_write_ahead)
         kvt_dram_write_ahead_off(e);
     return open_io(e, with);
@@ -127,7 +135,8 @@ void kvt_ssd_tier_close(kvt_engine *e)
     kvt_callers_close(e);
     if (e->io)
         e->io->close(e->io_priv);
-    kvt_ssd_close(e->ssd);
+    if (e->ssd)
+        e->ssd->ops->close(e->ssd);
     kvt_ssd_pipe_fini(e);
     kvt_meta_free(&e->meta_bytes, e->ssd_tier.meta,
                   (size_t)(e->cfg.ssd_bytes / e->page_bytes) * sizeof(*e->ssd_tier.meta));
@@ -143,7 +152,7 @@ void kvt_ssd_tier_close(kvt_engine *e)
 
 uint64_t kvt_ssd_durable_room(const kvt_engine *e)
 {
-    uint64_t usable = kvt_ssd_usable_slots(e->ssd);
+    uint64_t usable = kvt_slots(e)->usable(e->ssd);
     uint64_t spare = e->cfg.queue_depth < usable / 16 ? e->cfg.queue_depth : usable / 16;
     if (spare < 1)
         spare = 1;
@@ -258,7 +267,7 @@ static int release_redundant_ssd(kvt_engine *e, uint32_t except)
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
 {
     int err = 0;
-    uint32_t slot = kvt_ssd_alloc(e->ssd, &err);
+    uint32_t slot = kvt_slots(e)->take(e->ssd, &err);
     /* Only an eviction may take another page's SSD copy, and only without
      * persist: a flush doing so would undo its own work, and with persist
      * a durable copy given up for room let a crash lose a flushed page or
@@ -277,7 +286,7 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
     kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);
     if (queue_push(e, (struct kvt_ssd_req){ pg, slot, true, evict, NULL, 0 }) < 0) {
         kvt_page_xfer_cancel(e, pg);
-        kvt_ssd_free(e->ssd, slot);
+        kvt_slots(e)->give(e->ssd, slot);
         return -ENOMEM;
     }
     return 0;
@@ -295,7 +304,7 @@ void kvt_ssd_forget(kvt_engine *e, uint32_t pg)
         if (!nd) {
             /* Cannot remember the deletion: keep the slot out of use rather
              * than risk a stale index entry naming a reused slot. */
-            kvt_ssd_mark_bad(e->ssd, p->ssd_slot);
+            kvt_slots(e)->retire(e->ssd, p->ssd_slot);
             p->ssd_slot = KVT_NONE;
             return;
         }

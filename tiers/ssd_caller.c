@@ -90,7 +90,7 @@ static bool prepare(kvt_engine *e, struct kvt_caller_read *rd)
     const struct kvt_ssd_meta *m = &e->ssd_tier.meta[p->ssd_slot];
     if (m->codec != KVT_CODEC_NONE || m->stored_len != e->page_bytes)
         return false;
-    if (kvt_ssd_locate(e->ssd, p->ssd_slot, false, &rd->fd, &rd->off) < 0)
+    if (kvt_slots(e)->locate(e->ssd, p->ssd_slot, false, &rd->fd, &rd->off) < 0)
         return false; /* the mover's read will say what is wrong */
     rd->slot = p->ssd_slot;
     rd->crc = m->crc;

@@ -274,7 +274,7 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
     order_write_slots(e, got, n);
     for (uint32_t i = 0; i < n; i++) {
         struct kvt_ssd_job *j = &P->jobs[got[i]];
-        int r = kvt_ssd_locate(e->ssd, j->slot, j->write, &j->fd, &j->off);
+        int r = kvt_slots(e)->locate(e->ssd, j->slot, j->write, &j->fd, &j->off);
         if (r < 0) {
             j->fd = -1;
             j->res = r;
@@ -330,7 +330,7 @@ uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t gen
                            const void *page, size_t stored_len, uint32_t k)
 {
     size_t io_len, crc_len, at = kvt_ssd_piece(e, stored_len, k, &io_len, &crc_len);
-    uint32_t seed = k ? 0 : kvt_ssd_bind(key, e->cfg.fingerprint, generation);
+    uint32_t seed = k ? 0 : kvt_slots(e)->seed(e->ssd, key, generation);
     return kvt_crc32c(seed, (const uint8_t *)page + at, crc_len);
 }
 
@@ -361,7 +361,7 @@ static bool job_crc(const kvt_engine *e, struct kvt_ssd_job *j)
     if (!j->put_crc || j->bounce >= 0 || j->codec != KVT_CODEC_NONE ||
         j->stored_len != e->page_bytes)
         return false;
-    uint32_t seed = kvt_ssd_bind(&j->key, e->cfg.fingerprint, j->generation);
+    uint32_t seed = kvt_slots(e)->seed(e->ssd, &j->key, j->generation);
     j->crc = kvt_crc32c_combine(seed, j->page_crc, e->page_bytes);
     j->put_crc_used = true;
     return true;
@@ -441,7 +441,7 @@ static void job_back(kvt_engine *e, struct kvt_ssd_job *j)
          * writes completed before it, so one still in flight during a
          * group's sync must leave its segment dirty for its own group's
          * (a power-loss test caught a commit naming unsynced data). */
-        kvt_ssd_dirty(e->ssd, j->slot);
+        kvt_slots(e)->written(e->ssd, j->slot);
         P->uncommitted[P->nuncommitted++] = ji;
     }
 }
@@ -593,28 +593,23 @@ static void pipe_verify(kvt_engine *e)
     P->nverify = 0;
 }
 
-/* Group commit of the written pages: data durable (persist), then one index
- * transaction. Only after it may their old slots be reused. */
+/* Group commit of the written pages: the store makes their data durable
+ * (persist) and their records its own in one transaction. Only after it may
+ * their old slots be reused. */
 static void pipe_commit(kvt_engine *e)
 {
     uint32_t n = e->pipe.nuncommitted;
-    kvt_key *k = malloc(n * sizeof(*k));
-    struct kvt_ssd_entry *v = malloc(n * sizeof(*v));
-    int r = k && v ? 0 : -ENOMEM;
+    struct kvt_store_rec *rec = malloc((n ? n : 1) * sizeof(*rec));
+    int r = rec ? 0 : -ENOMEM;
     for (uint32_t i = 0; i < n && !r; i++) {
         const struct kvt_ssd_job *j = &e->pipe.jobs[e->pipe.uncommitted[i]];
-        k[i] = j->key;
-        v[i] = (struct kvt_ssd_entry){ .version = KVT_SSD_ENTRY_VERSION, .codec = j->codec,
-                                       .stored_len = j->stored_len,
-                                       .raw_len = (uint32_t)e->page_bytes, .crc = j->crc,
-                                       .fingerprint = e->cfg.fingerprint,
-                                       .generation = j->generation };
-        kvt_ssd_where(e->ssd, j->slot, &v[i].segment, &v[i].offset);
+        rec[i] = (struct kvt_store_rec){ .key = j->key, .slot = j->slot,
+                                         .stored_len = j->stored_len, .crc = j->crc,
+                                         .codec = (uint8_t)j->codec,
+                                         .generation = j->generation };
     }
-    if (!r && e->cfg.persist)
-        r = kvt_ssd_sync(e->ssd);
     if (!r)
-        r = kvt_index_commit(kvt_ssd_index(e->ssd), k, v, n, NULL, 0, e->cfg.persist != 0);
+        r = kvt_slots(e)->commit(e->ssd, rec, n);
     for (uint32_t i = 0; i < n; i++) {
         /* Not indexed: as far as anyone will ever know, the write did not happen. */
         if (r < 0)
@@ -622,8 +617,7 @@ static void pipe_commit(kvt_engine *e)
         e->pipe.finished[e->pipe.nfinished++] = e->pipe.uncommitted[i];
     }
     e->pipe.nuncommitted = 0;
-    free(k);
-    free(v);
+    free(rec);
 }
 
 /* Deletions queued by drops: one transaction, committed before any write
@@ -633,19 +627,13 @@ static void pipe_commit(kvt_engine *e)
  * page's write was in flight, then a put of the key). */
 static int pipe_deletes(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n)
 {
-    kvt_key *k = malloc((n ? n : 1) * sizeof(*k));
-    struct kvt_index_where *w = malloc((n ? n : 1) * sizeof(*w));
-    int r = -ENOMEM;
-    if (!k || !w)
-        goto out;
-    for (uint32_t i = 0; i < n; i++) {
-        k[i] = dels[i].key;
-        kvt_ssd_where(e->ssd, dels[i].slot, &w[i].segment, &w[i].offset);
-    }
-    r = kvt_index_delete_where(kvt_ssd_index(e->ssd), k, w, n);
-out:
-    free(k);
-    free(w);
+    struct kvt_store_rec *rec = malloc((n ? n : 1) * sizeof(*rec));
+    if (!rec)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        rec[i] = (struct kvt_store_rec){ .key = dels[i].key, .slot = dels[i].slot };
+    int r = kvt_slots(e)->forget(e->ssd, rec, n);
+    free(rec);
     return r;
 }
 
@@ -699,7 +687,7 @@ void kvt_ssd_read_gone(kvt_engine *e, uint32_t pg, uint32_t slot, int res)
     else
         e->pipe.st.errors_io++;
     if (res != KVT_ECORRUPT)
-        kvt_ssd_mark_bad(e->ssd, slot);
+        kvt_slots(e)->retire(e->ssd, slot);
     kvt_page_lost(e, pg, res != KVT_ECORRUPT);
     kvt_ssd_forget(e, pg);
 }
@@ -714,9 +702,9 @@ static void write_failed(kvt_engine *e, struct kvt_ssd_job *j)
     /* -EIO retired the slot: the next try goes elsewhere, no error said. */
     kvt_ssd_write_failed(e, j->res, j->evict && !medium);
     if (medium)
-        kvt_ssd_mark_bad(e->ssd, j->slot);
+        kvt_slots(e)->retire(e->ssd, j->slot);
     else
-        kvt_ssd_free(e->ssd, j->slot);
+        kvt_slots(e)->give(e->ssd, j->slot);
 }
 
 static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
@@ -746,7 +734,7 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         /* Copy-on-write: the old slot was named by the index until this
          * group's commit; only now may it be reused. */
         if (p->ssd_slot != KVT_NONE)
-            kvt_ssd_free(e->ssd, p->ssd_slot);
+            kvt_slots(e)->give(e->ssd, p->ssd_slot);
         kvt_ssd_slot_set(e, j->pg, j->slot);
         if (!stale)
             kvt_page_now_valid(e, j->pg, KVT_TIER_SSD);
@@ -795,9 +783,9 @@ static void deletes_done(kvt_engine *e, struct kvt_ssd_del *dels, uint32_t n, in
 {
     for (uint32_t i = 0; i < n; i++) {
         if (r == 0)
-            kvt_ssd_free(e->ssd, dels[i].slot);
+            kvt_slots(e)->give(e->ssd, dels[i].slot);
         else
-            kvt_ssd_mark_bad(e->ssd, dels[i].slot);
+            kvt_slots(e)->retire(e->ssd, dels[i].slot);
     }
     free(dels);
     /* freed slots: waiters look again */

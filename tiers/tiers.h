@@ -50,7 +50,7 @@
 #include "policy/policy.h"
 #include "devices/device.h"
 #include "core/page.h"
-#include "store/ssd_store.h"
+#include "store/store.h"
 
 #if KVT_DEBUG
 /* Aborts with msg: a broken lock rule (invariants.c). */
@@ -498,7 +498,8 @@ struct kvt_engine {
     struct kvt_hbm hbm;
     struct kvt_dram dram;
     struct kvt_copies copy;
-    struct kvt_ssd *ssd;            /* the SSD store (NULL without an SSD tier) */
+    struct kvt_store *ssd;          /* the SSD store, through its table (store/store.h): NULL
+                                       without an SSD tier */
     struct kvt_ssd_tier ssd_tier;
     struct kvt_ssd_pipe pipe;
     struct kvt_mover mover;
@@ -514,6 +515,13 @@ struct kvt_engine {
 
 /* The arena of tier (KVT_TIER_HBM or KVT_TIER_DRAM), for code that takes
  * the tier as a value. */
+/* The SSD store's slots: the tiers reach the store only through its table
+ * (with an SSD tier, the store has KVT_STORE_SLOTS). */
+static inline const struct kvt_store_slot_ops *kvt_slots(const kvt_engine *e)
+{
+    return e->ssd->ops->slots;
+}
+
 static inline struct kvt_arena *kvt_arena_of(kvt_engine *e, int tier)
 {
     return tier == KVT_TIER_HBM ? &e->hbm.arena : &e->dram.arena;

@@ -6,7 +6,8 @@ struct's fields are written only by the files that own it.
 
 RULES (tests/layering/rules.txt) names, top first, the layers and the files
 in each (a path or a folder prefix); which files own which struct's fields;
-the test-support ("lab") files, which the product must not call; and the
+the test-support ("lab") files, which the product must not call; the
+files other layers reach only through a vtable ("behind"); and the
 known violations still to be removed (a ratchet: the check fails on any
 violation not listed, and on a listed one that no longer occurs, so the list
 only shrinks). The facts come from clang's AST of each source file, with the
@@ -20,6 +21,8 @@ Violations, one line each:
   up A -> B (fn -> callee)     a call from a lower layer to a higher one
   cycle L1 <-> L2              two layers that call each other
   lab A -> B (fn -> callee)    a product file calling test support
+  behind A -> B (fn -> callee) a call into a file of another layer that
+                               is reached only through its table
   write A: S.f (fn)            a field of S written outside S's owners
 Exit 0 when the violations are exactly the listed ones, 1 otherwise, 2 on a
 broken rules file or a source that does not parse.
@@ -46,6 +49,7 @@ class Rules:
     values: set[str] = field(default_factory=set)                      # anyone may write
     parts: set[str] = field(default_factory=set)                       # owned through the holder
     lab: list[str] = field(default_factory=list)
+    behind: list[str] = field(default_factory=list)
     known: set[str] = field(default_factory=set)
 
 
@@ -78,6 +82,8 @@ def read_rules(path: str) -> Rules:
             r.parts.update(rest.split())
         elif word == "lab":
             r.lab += rest.split()
+        elif word == "behind":
+            r.behind += rest.split()
         elif word == "known":
             r.known.add(rest)
         else:
@@ -117,6 +123,8 @@ def violations(r: Rules, facts: graph.Facts, sources: list[str]) -> list[str]:
         a, b = layer_of(r, file), layer_of(r, d)
         if a is None or b is None:
             continue
+        if a != b and _match(d, r.behind):
+            out.add(f"behind {file} -> {d} ({fn} -> {callee})")
         if b < a:
             out.add(f"up {file} -> {d} ({fn} -> {callee})")
         if a != b:

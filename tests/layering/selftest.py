@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """check_layers.py on a made-up library of three files, so that the check
 is seen to fail on each kind of violation it exists to catch: a call up,
-a write to another owner's field, a call into test support, and a known
-violation that is gone (the ratchet)."""
+a write to another owner's field, a call into test support, a direct call
+into a file reached only through its table, and a known violation that is
+gone (the ratchet)."""
 from __future__ import annotations
 
 import io
@@ -94,6 +95,9 @@ def main() -> int:
         lab = dict(base, **{"low.c": LOW + "void low_test(void) { lab_hook(); }\n"})
         good &= expect("a call into test support", run(d, lab, RULES), 1,
                        "NEW   lab low.c -> lab.c (low_test -> lab_hook)")
+    with tempfile.TemporaryDirectory() as d:
+        good &= expect("a direct call into a file behind its table", run(d, base, RULES + "behind low.c\n"), 1,
+                       "NEW   behind top.c -> low.c (top_poke -> low_bump)")
     with tempfile.TemporaryDirectory() as d:
         known = RULES + "known up low.c -> top.c (low_up -> top_poke)\n"
         good &= expect("a known violation that is gone", run(d, base, known), 1,
