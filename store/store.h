@@ -127,7 +127,8 @@ struct kvt_store_params {
 
 /* The slots of a store with KVT_STORE_SLOTS. Calls under the engine lock,
  * except locate's answer used for I/O, written, commit and forget, which the
- * mover makes unlocked on slots it holds (the store serialises its index). */
+ * mover alone makes unlocked on slots it holds: commit and forget share the
+ * store's scratch, so one thread at a time. */
 struct kvt_store_slot_ops {
     uint32_t (*nslots)(const struct kvt_store *s);
     uint64_t (*usable)(const struct kvt_store *s);   /* neither bad nor parked */
