@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "api/abi.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 /* Every layout ever published, oldest first; the last is this library's.
  * A field appended to a struct must come with its KVT_*_SIZE_VER<n+1> here:

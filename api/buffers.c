@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "io/codec.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 struct reservation {
     uint32_t pg;

@@ -14,7 +14,7 @@
 #include "kvt_build.h"
 #include "api/abi.h"
 #include "store/remote_frame.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define KVT_MAX_SLOTS (1u << 30)
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define BATCH 64
 

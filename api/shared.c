@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "store/store.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define ON_STACK 64 /* keys a call handles without allocating */
 

@@ -9,7 +9,7 @@
  */
 #include <errno.h>
 
-#include "tiers/tiers.h"
+#include "core/engine.h"
 
 int kvt_arena_init(struct kvt_arena *a, void *base, size_t page_bytes, uint32_t nslots,
                    uint64_t *meta)

@@ -13,7 +13,7 @@
  */
 #include <errno.h>
 
-#include "tiers/tiers.h"
+#include "core/engine.h"
 
 /* ------------------------------------------------------------- rings */
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tiers/tiers.h"
+#include "core/engine.h"
 
 #if KVT_DEBUG
 

@@ -10,7 +10,7 @@
  */
 #include <errno.h>
 
-#include "tiers/tiers.h"
+#include "core/engine.h"
 
 /* ------------------------------------------------------------- flags */
 

@@ -13,7 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "tiers/tiers.h"
+#include "core/engine.h"
 
 static int index_alloc(struct kvt_ptable *t, uint32_t nb)
 {

@@ -27,9 +27,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <stdbool.h>
+
 #include "include/kvtier.h"
+#include "core/base.h"
 #include "devices/device.h"
-#include "tiers/tiers.h"
 
 /* Batches in flight per direction. When the ring is full, submit waits for the
  * oldest batch (backpressure rather than an error); events are cheap, so the

@@ -22,7 +22,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "tiers/tiers.h"
+#include <stdbool.h>
+
+#include "core/base.h"
+#include "devices/device.h"
 
 struct host_batch {
     struct host_batch *next;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "lab/faulty.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 /* The back-end's state: the plan and the wrapped back-end's own. */
 struct faulty {

@@ -11,7 +11,7 @@
 #define KVT_LAB_H
 
 #include "lab/faulty.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 /* Test hooks, given at open and kept by that engine alone: the faulty
  * back-ends, each with its fault plan (NULL: the back-end the config names).

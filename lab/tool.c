@@ -19,7 +19,7 @@
 #include "io/io.h"
 #include "lab/raw_bench.h"
 #include "store/ssd_store.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 #include "lab/tool.h"
 
 static double tool_now(void)

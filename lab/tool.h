@@ -9,7 +9,7 @@
  * (GPU memory or host), the SSD pipeline run flat out, and the disk with no
  * engine at all. They are here, as functions, so that no tool reads the
  * engine's struct or takes its lock: tools include this header and never
- * tiers/tiers.h.
+ * api/api.h (nor the headers below it).
  *
  * Threads: every call that takes an engine is made by the thread that owns
  * it (the tools have one), and none may run during another call into it.

@@ -18,7 +18,7 @@
  */
 #include <errno.h>
 
-#include "tiers/tiers.h"
+#include "residency/residency.h"
 
 /* The engine whose mover this thread is (KVT_ASSERT_MOVER), NULL elsewhere. */
 static _Thread_local const kvt_engine *mover_of;

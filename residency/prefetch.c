@@ -20,7 +20,7 @@
  */
 #include <errno.h>
 
-#include "tiers/tiers.h"
+#include "residency/residency.h"
 
 #define MAXBATCH 64
 

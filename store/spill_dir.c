@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "store/spill_dir.h"
-#include "tiers/tiers.h"
+#include "core/base.h"
 
 /* ------------------------------------------------------------- names */
 

@@ -23,7 +23,8 @@
 #include "io/io.h"
 #include "store/spill_dir.h"
 #include "store/ssd_store.h"
-#include "tiers/tiers.h"
+#include "core/base.h"
+#include "io/codec.h"
 
 struct kvt_ssd {
     char *dir;

@@ -2,7 +2,7 @@
  * test_arena.c — slot allocation: full, double free, reuse.
  */
 #include "tests/helpers.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 static uint64_t meta;
 static uint8_t mem[8 * 4096];

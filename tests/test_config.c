@@ -10,7 +10,7 @@
 
 #include "helpers.h"
 #include "kvt_build.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 /* A config that opens: 4 KiB pages, 4 HBM slots, 8 DRAM slots. */
 static kvt_config good_config(void)

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "tests/helpers.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 struct fix {
     void *priv;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "tests/helpers.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define PB 4096
 

@@ -22,7 +22,7 @@
 
 #include "helpers.h"
 #include "lab/lab.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define PB ((size_t)T_PAGE)
 #define MAX_SWEEP 400

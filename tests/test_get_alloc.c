@@ -24,7 +24,7 @@
 #include <stdatomic.h>
 
 #include "helpers.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t k, size_t n);

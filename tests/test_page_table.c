@@ -2,7 +2,7 @@
  * test_page_table.c — records and the key index.
  */
 #include "tests/helpers.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 static uint64_t meta;
 

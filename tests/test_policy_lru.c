@@ -3,7 +3,7 @@
  */
 #include "tests/helpers.h"
 #include "policy/policy.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 static uint64_t meta;
 

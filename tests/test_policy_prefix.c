@@ -5,7 +5,7 @@
 #include "tests/helpers.h"
 #include "policy/policy.h"
 #include "policy/prefix_duel.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define T KVT_TIER_SSD
 

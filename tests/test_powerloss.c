@@ -41,7 +41,7 @@
 #include "lab/lab.h"
 #include "kvt_build.h"
 #include "io/io.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define PB ((size_t)16384)
 #define FP 0x90E5105Full

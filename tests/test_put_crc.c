@@ -14,7 +14,7 @@
 
 #include "helpers.h"
 #include "io/codec.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 #include "lab/lab.h"
 #include "lab/tool.h"
 

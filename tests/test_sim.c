@@ -13,7 +13,7 @@
 #include "tests/helpers.h"
 #include "lab/belady.h"
 #include "lab/lab.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 #include "tools/presets.h"
 #include "tools/sim/sim.h"
 

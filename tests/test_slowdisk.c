@@ -19,7 +19,7 @@
 #include "helpers.h"
 #include "lab/lab.h"
 #include "io/io.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 #include "tools/run/run.h"
 
 /* ------------------------------------------------------ the slow back-end */

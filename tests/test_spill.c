@@ -24,7 +24,7 @@
 #include "lab/lab.h"
 #include "io/codec.h"
 #include "io/io.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define PB ((size_t)16 << 10)
 #define FP 0x5AFE5AFE0001ull

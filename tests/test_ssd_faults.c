@@ -46,7 +46,7 @@
 #include "kvt_build.h"
 #include "io/io.h"
 #include "store/ssd_store.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 #include "lab/tool.h"
 
 #define PB ((size_t)16384)

@@ -26,7 +26,7 @@
 #include "kvt_build.h"
 #include "store/ssd_index.h"
 #include "store/ssd_store.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define FP 0xF1F2F3F4ull
 #define SMALL_MAP ((size_t)64 << 10)

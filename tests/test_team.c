@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 
 #include "tests/helpers.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 
 #define MAXN 64
 

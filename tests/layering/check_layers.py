@@ -7,7 +7,8 @@ struct's fields are written only by the files that own it.
 RULES (tests/layering/rules.txt) names, top first, the layers and the files
 in each (a path or a folder prefix); which files own which struct's fields;
 the test-support ("lab") files, which the product must not call; the
-files other layers reach only through a vtable ("behind"); and the
+files other layers reach only through a vtable ("behind"); the headers
+that define a vtable, which any layer may include ("interface"); and the
 known violations still to be removed (a ratchet: the check fails on any
 violation not listed, and on a listed one that no longer occurs, so the list
 only shrinks). The facts come from clang's AST of each source file, with the
@@ -23,6 +24,9 @@ Violations, one line each:
   lab A -> B (fn -> callee)    a product file calling test support
   behind A -> B (fn -> callee) a call into a file of another layer that
                                is reached only through its table
+  include A -> H               a file including a higher layer's private
+                               header (not an interface): each layer has its
+                               own, so a file sees only the calls it may make
   write A: S.f (fn)            a field of S written outside S's owners
 Exit 0 when the violations are exactly the listed ones, 1 otherwise, 2 on a
 broken rules file or a source that does not parse.
@@ -30,6 +34,7 @@ broken rules file or a source that does not parse.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -50,6 +55,7 @@ class Rules:
     parts: set[str] = field(default_factory=set)                       # owned through the holder
     lab: list[str] = field(default_factory=list)
     behind: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
     known: set[str] = field(default_factory=set)
 
 
@@ -84,6 +90,8 @@ def read_rules(path: str) -> Rules:
             r.lab += rest.split()
         elif word == "behind":
             r.behind += rest.split()
+        elif word == "interface":
+            r.interfaces += rest.split()
         elif word == "known":
             r.known.add(rest)
         else:
@@ -105,8 +113,43 @@ def layer_of(r: Rules, f: str) -> int | None:
     return None
 
 
-def violations(r: Rules, facts: graph.Facts, sources: list[str]) -> list[str]:
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
+
+
+def includes(root: str, sources: list[str]) -> list[tuple[str, str]]:
+    """(file, header) for every quoted include of the sources and of the
+    headers beside them, the header's path as the build finds it (from the
+    root, else from the file's folder)."""
+    files = set(sources)
+    for d in {os.path.dirname(s) for s in sources}:
+        full = os.path.join(root, d)
+        files.update(os.path.join(d, n) for n in os.listdir(full) if n.endswith(".h"))
+    out = []
+    for f in sorted(files):
+        try:
+            text = open(os.path.join(root, f), encoding="utf-8", errors="replace").read()
+        except OSError:
+            continue
+        for m in _INCLUDE.finditer(text):
+            for cand in (m.group(1), os.path.join(os.path.dirname(f), m.group(1))):
+                if os.path.isfile(os.path.join(root, cand)):
+                    out.append((f, os.path.normpath(cand)))
+                    break
+    return out
+
+
+def violations(r: Rules, facts: graph.Facts, sources: list[str],
+               incs: list[tuple[str, str]] = ()) -> list[str]:
     out: set[str] = set()
+    for f, h in incs:
+        if _match(f, r.lab) or _match(h, r.interfaces):
+            continue
+        if _match(h, r.lab):
+            out.add(f"lab include {f} -> {h}")
+            continue
+        a, b = layer_of(r, f), layer_of(r, h)
+        if a is not None and b is not None and b < a:
+            out.add(f"include {f} -> {h}")
     for s in sources:
         if layer_of(r, s) is None and not _match(s, r.lab):
             out.add(f"unplaced {s}")
@@ -182,7 +225,7 @@ def main(argv: list[str]) -> int:
         facts = graph.collect(root, cc, sources)
     except RuntimeError as e:
         _fail(str(e))
-    found = violations(r, facts, sources)
+    found = violations(r, facts, sources, includes(root, sources))
     if listing:
         for v in found:
             print(f"known {v}")

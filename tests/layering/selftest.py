@@ -2,8 +2,8 @@
 """check_layers.py on a made-up library of three files, so that the check
 is seen to fail on each kind of violation it exists to catch: a call up,
 a write to another owner's field, a call into test support, a direct call
-into a file reached only through its table, and a known violation that is
-gone (the ratchet)."""
+into a file reached only through its table, an include of a higher layer's
+header, and a known violation that is gone (the ratchet)."""
 from __future__ import annotations
 
 import io
@@ -95,6 +95,14 @@ def main() -> int:
         lab = dict(base, **{"low.c": LOW + "void low_test(void) { lab_hook(); }\n"})
         good &= expect("a call into test support", run(d, lab, RULES), 1,
                        "NEW   lab low.c -> lab.c (low_test -> lab_hook)")
+    with tempfile.TemporaryDirectory() as d:
+        inc = dict(base, **{"top.h": "void top_only(void);\n",
+                            "low.c": '#include "top.h"\n' + LOW})
+        rules = RULES.replace("layer top top.c", "layer top top.c top.h")
+        good &= expect("a lower layer including a higher one's header", run(d, inc, rules), 1,
+                       "NEW   include low.c -> top.h")
+        good &= expect("an interface header included from below",
+                       run(d, inc, rules + "interface top.h\n"), 0, None)
     with tempfile.TemporaryDirectory() as d:
         good &= expect("a direct call into a file behind its table", run(d, base, RULES + "behind low.c\n"), 1,
                        "NEW   behind top.c -> low.c (top_poke -> low_bump)")

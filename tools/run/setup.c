@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "store/spill_dir.h"
-#include "tiers/tiers.h"
+#include "api/api.h"
 #include "tools/cli.h"
 #include "tools/fsck/spill.h"
 #include "tools/run/run_priv.h"
