@@ -417,7 +417,8 @@ int kvt_engine_stats(kvt_engine *e, kvt_stats *out)
     kvt_settle(e);
     /* Each module's counters (tiers.h): they count disjoint things. */
     const kvt_stats *parts[] = { &e->st_pins, &e->pages.st, &e->copy.st, &e->ssd_tier.st,
-                                 &e->callers.st, &e->gets.st, &e->pipe.st, &e->prefetch.st };
+                                 &e->callers.st, &e->gets.st, &e->pipe.st, &e->prefetch.st,
+                                 &e->slots.st };
     *out = (kvt_stats){ 0 };
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
         stats_add(out, parts[i]);

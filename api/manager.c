@@ -17,39 +17,6 @@
 
 #define BATCH 64
 
-/* Capacity is counted in pages, not slots: every page needs one slot
- * somewhere, and a second copy is a cache that can always be given up.
- * Records in use (keys, put reservations, dropped pages still being read)
- * may not exceed it. With persist the SSD is the store of record and HBM
- * and DRAM cache it: every page must fit there at once, or kvt_flush could
- * not make them all durable and kvt_close would lose some; with HBM + DRAM
- * + SSD pages, a flushed copy given up for room came back older or not at
- * all after a crash (docs/design.md#when-the-engine-is-full). */
-uint64_t kvt_capacity(const kvt_engine *e)
-{
-    if (kvt_persisted(e))
-        return kvt_ssd_durable_room(e);
-    return (uint64_t)e->hbm.arena.nslots + e->dram.arena.nslots - 1 +
-           (e->ssd ? kvt_slots(e)->usable(e->ssd) : 0);
-}
-
-uint64_t kvt_room(const kvt_engine *e)
-{
-    uint64_t cap = kvt_capacity(e);
-    return e->pt.live < cap ? cap - e->pt.live : 0;
-}
-
-int kvt_admit(kvt_engine *e)
-{
-    uint64_t cap = kvt_capacity(e);
-    if (e->pt.live < cap)
-        return 0;
-    return kvt_fail(KVT_EFULL, "every tier is full: %u pages held, capacity %llu pages (%s)",
-                    e->pt.live, (unsigned long long)cap,
-                    kvt_persisted(e) ? "what the SSD holds durably, with persist"
-                                     : "HBM + DRAM + SSD");
-}
-
 static void *hbm_ptr(kvt_engine *e, uint32_t pg)
 {
     return kvt_arena_ptr(&e->hbm.arena, kvt_pg(&e->pt, pg)->slot[KVT_TIER_HBM]);

@@ -372,10 +372,11 @@ struct kvt_mover {
  * they read) wait here (buffers.c, wait_let_go): page.c moves the epoch
  * whenever a page stops being busy, pinned or in transfer, or a slot is
  * freed. cv runs on CLOCK_MONOTONIC. */
-struct kvt_slot_wait {
+struct kvt_slot_wait {              /* room.c's */
     pthread_cond_t cv;
     uint64_t epoch;
     uint32_t waiters;
+    kvt_stats st;                   /* pages evicted for room */
 };
 
 /* How long the caller computes between acquires, and how long the disk takes

@@ -24,4 +24,15 @@ void kvt_mover_wake(kvt_engine *e);
 bool kvt_mover_is_self(const kvt_engine *e);
 
 
+/* ------------------------------------------------------------- stage.c */
+
+/* Stages a read of pg, a page only on SSD with no transfer running, into a
+ * DRAM slot, for kvt_get and kvt_acquire alike: a free slot or one stolen;
+ * else, unless the call already waits for room (w set), room is made for
+ * need pages (their write-backs go to the disk together), and with every
+ * tier full the spare slot. Locked. 0: the read is queued; -EAGAIN: it
+ * waits for room (*w, when this call set it); else why no slot could be had
+ * (KVT_EFULL, or the room maker's error). */
+int kvt_stage_ssd_read(kvt_engine *e, uint32_t pg, uint32_t need, struct kvt_wait *w);
+
 #endif /* KVT_RESIDENCY_H */
