@@ -23,6 +23,10 @@ void kvt_get_recs_free(kvt_engine *e);
  * adds the shared tier around them. */
 int kvt_put_local(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
                   int src_on_device);
+/* kvt_get with a shared tier (shared.c): the local get, then the cluster
+ * for the pages it did not find. */
+int kvt_get_shared(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+                   int dst_on_device, int *found);
 int kvt_get_local(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
                   int dst_on_device, int *found);
 int kvt_exists_local(kvt_engine *e, const kvt_key *keys, size_t n, kvt_tier *where);

@@ -1,6 +1,7 @@
 /*
  * shared.c — the page API where it meets the shared tier: kvt_put,
- * kvt_get and kvt_exists over the local tiers (buffers.c, manager.c), then
+ * kvt_get (entered through buffers.c when a shared tier is set) and
+ * kvt_exists over the local tiers (buffers.c, manager.c), then
  * the shared tier (tiers/remote.c) for what they lack; kvt_publish.
  *
  * The local calls run first and hold the engine lock only for their own
@@ -122,11 +123,9 @@ static void load_missing(kvt_engine *e, const kvt_key *keys, const uint32_t *mis
     free(stage);
 }
 
-KVT_API int kvt_get(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
-                    int dst_on_device, int *found)
+int kvt_get_shared(kvt_engine *e, const kvt_key *keys, size_t n, void *const *dst,
+                   int dst_on_device, int *found)
 {
-    if (!e || !e->remote)
-        return kvt_get_local(e, keys, n, dst, dst_on_device, found);
     int f_stack[ON_STACK];
     int *f = found ? found : n <= ON_STACK ? f_stack : malloc(n * sizeof(int));
     if (!f)

@@ -230,8 +230,6 @@ struct kvt_ssd_tier {
     struct kvt_transient *trans;    /* transient reads in progress */
     uint32_t ntrans, trans_cap;
     uint64_t busy;                  /* requests queued or in the pipe */
-    uint64_t caller_reads;          /* pages kvt_get callers read themselves (ssd_caller.c):
-                                       SSD waiters wait for these too */
     uint64_t progress;              /* pipe steps that finished jobs or freed slots:
                                        what SSD waiters watch */
     uint32_t flushes;               /* flushes between kvt_ssd_flush_begin and _end */
@@ -250,6 +248,8 @@ struct kvt_callers {
     uint32_t nidle;
     uint32_t nopen;                 /* open in all (idle or in a caller's hands) */
     struct kvt_io_params params;    /* the mover's, with owner_reaps */
+    uint64_t reading;               /* pages kvt_get callers are reading themselves:
+                                       SSD waiters wait for these too (ssd.c) */
     kvt_stats st;                   /* the callers' reads: bytes up, errors */
 };
 
@@ -369,12 +369,11 @@ struct kvt_mover {
 };
 
 /* Puts waiting for other calls to let go (an HBM or DRAM slot, a key's page
- * they read) wait here (buffers.c, wait_let_go): page.c moves the epoch
- * whenever a page stops being busy, pinned or in transfer, or a slot is
- * freed. cv runs on CLOCK_MONOTONIC. */
+ * they read) wait here (room.c, kvt_room_wait_let_go) until page.c's
+ * e->pages.let_go moves: whenever a page stops being busy, pinned or in
+ * transfer, or a slot is freed. cv runs on CLOCK_MONOTONIC. */
 struct kvt_slot_wait {              /* room.c's */
     pthread_cond_t cv;
-    uint64_t epoch;
     uint32_t waiters;
     kvt_stats st;                   /* pages evicted for room */
 };
@@ -422,6 +421,8 @@ struct kvt_pages {
      * every eviction asks for one and the DRAM-only pages would be walked
      * past each time. */
     uint32_t red_head, red_tail;
+    uint64_t let_go;                /* moves when a slot may be had that could not before
+                                       (page.c, page_let_go) */
 };
 
 /* ------------------------------------------------------------- page.c (first) */

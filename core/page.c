@@ -126,10 +126,14 @@ void kvt_page_sync(kvt_engine *e, uint32_t pg, bool touch)
 
 /* A slot may be had now that could not be a moment ago: freed, or its page
  * no longer busy, pinned or in transfer (so it can be dropped or written
- * down). Wakes the puts that wait for one (buffers.c, wait_let_go). */
+ * down). The epoch moves (room.c's waits and dram.c's write-ahead watch
+ * it); the puts waiting for one are woken through the room layer's
+ * up-call, only when some wait: a get's every page lets go twice. */
 static void page_let_go(kvt_engine *e)
 {
-    e->up.slot_let_go(e);
+    e->pages.let_go++;
+    if (e->slots.waiters)
+        e->up.slot_let_go(e);
 }
 
 /* Frees slots that hold nothing valid and that no copy or reader uses, and

@@ -114,18 +114,7 @@ int kvt_io_open(int which, const struct kvt_io_params *p, const struct kvt_io_op
     }
 }
 
-size_t kvt_io_reqv_take(struct kvt_io_req **v, size_t *n, struct kvt_io_req **out, size_t max)
-{
-    size_t k = *n < max ? *n : max;
-    if (!k)
-        return 0; /* v may still be NULL: nothing was ever queued */
-    memcpy(out, v, k * sizeof(*out));
-    *n -= k;
-    memmove(v, v + k, *n * sizeof(*v));
-    return k;
-}
-
-int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)
+int kvt_io_reqv_grow(struct kvt_io_req ***v, size_t *cap, size_t need)
 {
     if (need <= *cap)
         return 0;

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kvt_build.h"
 
@@ -120,12 +121,28 @@ int kvt_io_sync(const struct kvt_syncer *s, int fd);
 
 /* Grows *v (an array of request pointers, *cap entries) to hold need
  * entries, doubling from 16. 0 or -ENOMEM (nothing changed). Shared by the
- * back-ends' completion lists, which must never allocate on a completion. */
-int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need);
+ * back-ends' completion lists, which must never allocate on a completion.
+ * Inline (as take below): every submit and reap of a kvt_get's own reads
+ * passes here, and in steady state there is nothing to grow. */
+int kvt_io_reqv_grow(struct kvt_io_req ***v, size_t *cap, size_t need);
+static inline int kvt_io_reqv_reserve(struct kvt_io_req ***v, size_t *cap, size_t need)
+{
+    return need <= *cap ? 0 : kvt_io_reqv_grow(v, cap, need);
+}
 /* Moves the oldest min(*n, max) of the *n requests in v (oldest first) to
  * out, and the rest down to v's start: reap()'s order (above). Returns how
  * many. v may be NULL while *n is 0. */
-size_t kvt_io_reqv_take(struct kvt_io_req **v, size_t *n, struct kvt_io_req **out, size_t max);
+static inline size_t kvt_io_reqv_take(struct kvt_io_req **v, size_t *n, struct kvt_io_req **out,
+                                      size_t max)
+{
+    size_t k = *n < max ? *n : max;
+    if (!k)
+        return 0; /* v may still be NULL: nothing was ever queued */
+    memcpy(out, v, k * sizeof(*out));
+    *n -= k;
+    memmove(v, v + k, *n * sizeof(*v));
+    return k;
+}
 
 /* Asks for a short scheduler slice for the calling thread, so that it runs
  * at once when woken instead of waiting for a CPU-bound thread's slice (see

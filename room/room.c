@@ -291,10 +291,10 @@ bool kvt_room_wait_let_go(kvt_engine *e, uint64_t *waited)
     if (e->failed ||
         *waited >= (kvt_test_let_go_max_ns ? kvt_test_let_go_max_ns : PUT_LET_GO_MAX_NS))
         return false;
-    uint64_t t0 = kvt_now_ns(), epoch = e->slots.epoch;
+    uint64_t t0 = kvt_now_ns(), epoch = e->pages.let_go;
     struct timespec until = mono_after(PUT_LET_GO_WAIT_NS);
     e->slots.waiters++;
-    while (e->slots.epoch == epoch && !e->failed &&
+    while (e->pages.let_go == epoch && !e->failed &&
            pthread_cond_timedwait(&e->slots.cv, &e->lock, &until) == 0)
         ;
     e->slots.waiters--;
@@ -316,7 +316,6 @@ void kvt_slots_init(kvt_engine *e)
 
 void kvt_slots_let_go(kvt_engine *e)
 {
-    e->slots.epoch++;
     if (e->slots.waiters)
         pthread_cond_broadcast(&e->slots.cv);
 }

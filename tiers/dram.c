@@ -342,13 +342,13 @@ static bool ahead_candidate(const struct kvt_page *p)
 
 /* What changes when a page may have become a candidate: a slot taken or
  * given up in either arena, a copy made valid or dropped, a page let go by
- * a call, a copy or a pin (page.c moves the slots' epoch). */
+ * a call, a copy or a pin (page.c moves e->pages.let_go). */
 static void ahead_counts(const kvt_engine *e, uint64_t c[KVT_AHEAD_COUNTS])
 {
     c[0] = (uint64_t)e->dram.arena.nfree << 32 | e->hbm.arena.nfree;
     c[1] = e->pages.st.resident_pages[KVT_TIER_DRAM];
     c[2] = e->pages.st.resident_pages[KVT_TIER_SSD];
-    c[3] = e->slots.epoch;
+    c[3] = e->pages.let_go;
 }
 
 bool kvt_dram_ahead_due(const kvt_engine *e)

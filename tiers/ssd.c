@@ -161,7 +161,7 @@ uint64_t kvt_ssd_durable_room(const kvt_engine *e)
 
 bool kvt_ssd_waiting(const kvt_engine *e)
 {
-    return e->ssd_tier.busy || e->ssd_tier.ndels || e->ssd_tier.caller_reads;
+    return e->ssd_tier.busy || e->ssd_tier.ndels || e->callers.reading;
 }
 
 static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
@@ -555,17 +555,11 @@ void kvt_ssd_done(kvt_engine *e, uint64_t jobs, bool progress)
     }
 }
 
-void kvt_ssd_callers_reading(kvt_engine *e, uint64_t n, bool begin)
+void kvt_ssd_callers_done(kvt_engine *e)
 {
-    struct kvt_ssd_tier *t = &e->ssd_tier;
-    if (begin) {
-        t->caller_reads += n;
-        return;
-    }
     /* Others waiting on these pages look again (as after the mover's). */
-    t->caller_reads -= n;
-    t->progress++;
-    pthread_cond_broadcast(&t->cv);
+    e->ssd_tier.progress++;
+    pthread_cond_broadcast(&e->ssd_tier.cv);
 }
 
 void kvt_ssd_slot_meta(kvt_engine *e, uint32_t slot, struct kvt_ssd_meta m)

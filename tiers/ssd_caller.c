@@ -228,7 +228,7 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
     }
     if (!m)
         goto out_give;
-    kvt_ssd_callers_reading(e, m, true);
+    e->callers.reading += m;
     kvt_unlock(e);
     r = run_reads(e, io, rd, m, kvt_ssd_pieces(e, e->page_bytes), sc);
     kvt_lock(e);
@@ -237,7 +237,8 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
             rd[i].res = r; /* not read whole: the page is as it was */
         finish(e, &rd[i]);
     }
-    kvt_ssd_callers_reading(e, m, false);
+    e->callers.reading -= m;
+    kvt_ssd_callers_done(e);
 out_give:
     if (io)
         context_give(e, io, r < 0);

@@ -102,7 +102,7 @@ int kvt_ssd_tier_open(kvt_engine *e, const struct kvt_open_with *with);
  * queue, the rest keep their order. take_dels: the deletions to commit
  * (*n of them, the caller's to free), which keep the tier busy until
  * kvt_ssd_done(e, n != 0, ...). done: jobs finished; progress: waiters look
- * again. callers_reading: n caller reads begin or end (an end is progress).
+ * again. callers_done: callers' own reads ended (progress: waiters look again).
  * slot_meta: what a written slot holds. read_kept, write_failed: the last
  * errors, for kvt_flush and the room makers; take_evict_err: an eviction's
  * write error, said once (0: none). */
@@ -110,7 +110,7 @@ typedef bool (*kvt_ssd_take_fn)(kvt_engine *e, const struct kvt_ssd_req *q, void
 void kvt_ssd_queue_drain(kvt_engine *e, kvt_ssd_take_fn take, void *ctx);
 struct kvt_ssd_del *kvt_ssd_take_dels(kvt_engine *e, uint32_t *n);
 void kvt_ssd_done(kvt_engine *e, uint64_t jobs, bool progress);
-void kvt_ssd_callers_reading(kvt_engine *e, uint64_t n, bool begin);
+void kvt_ssd_callers_done(kvt_engine *e);
 void kvt_ssd_slot_meta(kvt_engine *e, uint32_t slot, struct kvt_ssd_meta m);
 void kvt_ssd_read_kept(kvt_engine *e, int err);
 void kvt_ssd_write_failed(kvt_engine *e, int err, bool evict);
