@@ -9,7 +9,7 @@
  * 128 KiB page, on the host back-end with an SSD tier, policy "prefix" and
  * KVT_FLAG_EVICT, in two cases: the page resident in DRAM, and the page
  * only on SSD read into a 4 KiB-aligned buffer (the caller reads it in
- * place). It prints "CASE callee_address call_site_address" per entry;
+ * place); then a kvt_put of a new key into the full cache, which evicts. It prints "CASE callee_address call_site_address" per entry;
  * hops.sh turns addresses into files with addr2line and counts a hop for
  * each call whose callee lives in another file than its caller. The mover's
  * and the I/O back-end's threads are not recorded.
@@ -108,6 +108,20 @@ int main(int argc, char **argv)
         die("key 1 not only on SSD", where[0]);
     measure(e, "ssd", ssd, dst);
     measure(e, "resident", dram, dst);
+    /* A put into a full cache (capacity 1 + 4 - 1 + 64 pages): each new key
+     * evicts the policy's victim. */
+    for (uint64_t id = 17; id <= 3 + 80; id++) {
+        memset(page, (int)id, PB);
+        kvt_key k = { id, 0, 0 };
+        nrec = 0;
+        recording = id == 3 + 80;
+        r = kvt_put(e, &k, 1, &src, 0);
+        recording = 0;
+        if (r < 0)
+            die("put into a full cache", r);
+    }
+    for (int i = 0; i < nrec; i++)
+        printf("put_evict %p %p\n", rec_fn[i], rec_site[i]);
     kvt_close(e);
     free(page);
     free(dst);

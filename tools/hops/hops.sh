@@ -4,8 +4,8 @@
 # Builds SRC's library (default: this checkout) at -O0 with
 # -finstrument-functions into a build folder of its own, links
 # tools/hops/hops.c from this checkout against it, runs it once, and prints
-# for each case (a page resident in DRAM; a page only on SSD read into an
-# aligned buffer) the calls in order as "caller_file -> callee_file callee",
+# for each case (a get of a page resident in DRAM; of a page only on SSD
+# read into an aligned buffer; a put into a full cache, which evicts) the calls in order as "caller_file -> callee_file callee",
 # then the count of cross-file calls, of distinct caller->callee file pairs
 # and of files. A measurement for the docs, not a test: it asserts nothing.
 set -eu
@@ -55,7 +55,7 @@ m = resolve(addrs, base)
 def short(path):
     parts = path.split("/")
     return "/".join(parts[-2:]) if len(parts) >= 2 else path
-for case in ("resident", "ssd"):
+for case in ("resident", "ssd", "put_evict"):
     calls = [(m[s], m[f]) for c, f, s in rows if c == case]
     hops, pairs, files = 0, set(), set()
     print(f"== {case}")
