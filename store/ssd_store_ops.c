@@ -330,6 +330,37 @@ static int ss_put(struct kvt_store *s, struct kvt_store_item *it, size_t n)
     return done;
 }
 
+/* One page of a batched get into dst: 1 served, 0 not held, or why not
+ * (KVT_ECORRUPT: its bytes fail their check; KVT_ENOTSUP: lossily coded;
+ * -errno: the read). *stored: the bytes read. */
+static int ss_get_one(struct ssd_store *ss, const kvt_key *k, void *dst, uint32_t *stored)
+{
+    struct kvt_ssd_entry v;
+    uint32_t slot;
+    int fd, r = ss_lookup(ss, k, &v, &slot);
+    uint64_t off;
+    if (r <= 0)
+        return r;
+    if (v.raw_len != ss->page_bytes || v.stored_len > ss->page_bytes)
+        return KVT_ECORRUPT;
+    if (kvt_codec_lossy(v.codec))
+        return KVT_ENOTSUP;
+    if ((r = kvt_ssd_locate(ss->ssd, slot, false, &fd, &off)) < 0 ||
+        (r = full_io(false, fd, ss->page, round4k(v.stored_len), off)) < 0)
+        return r;
+    if (kvt_crc32c(kvt_ssd_bind(k, v.fingerprint, v.generation), ss->page, v.stored_len) != v.crc)
+        return KVT_ECORRUPT;
+    *stored = v.stored_len;
+    if (v.codec == KVT_CODEC_NONE) {
+        memcpy(dst, ss->page, ss->page_bytes);
+        return 1;
+    }
+    if (!ss->codec && (r = kvt_codec_new(KVT_CODEC_ZSTD, 0, ss->page_bytes, &ss->codec)) < 0)
+        return r;
+    r = kvt_codec_decode(ss->codec, v.codec, ss->page, v.stored_len, dst, ss->page_bytes);
+    return r < 0 ? r : 1;
+}
+
 static int ss_get(struct kvt_store *s, struct kvt_store_item *it, size_t n)
 {
     struct ssd_store *ss = ss_of(s);
@@ -339,34 +370,13 @@ static int ss_get(struct kvt_store *s, struct kvt_store_item *it, size_t n)
     if (r < 0)
         return r;
     for (size_t i = 0; i < n; i++) {
-        struct kvt_ssd_entry v;
-        uint32_t slot;
-        int fd;
-        uint64_t off;
-        r = ss_lookup(ss, &it[i].key, &v, &slot);
-        if (r == 1 && (v.raw_len != ss->page_bytes || v.stored_len > ss->page_bytes))
-            r = KVT_ECORRUPT;
-        else if (r == 1 && kvt_codec_lossy(v.codec))
-            r = KVT_ENOTSUP;
-        if (r == 1)
-            r = kvt_ssd_locate(ss->ssd, slot, false, &fd, &off);
-        if (r == 0)
-            r = full_io(false, fd, ss->page, round4k(v.stored_len), off);
-        if (r == 0 && kvt_crc32c(kvt_ssd_bind(&it[i].key, v.fingerprint, v.generation), ss->page,
-                                 v.stored_len) != v.crc)
-            r = KVT_ECORRUPT;
-        if (r == 0 && v.codec == KVT_CODEC_NONE)
-            memcpy(it[i].buf, ss->page, ss->page_bytes);
-        else if (r == 0 && !ss->codec)
-            r = kvt_codec_new(KVT_CODEC_ZSTD, 0, ss->page_bytes, &ss->codec);
-        if (r == 0 && v.codec != KVT_CODEC_NONE)
-            r = kvt_codec_decode(ss->codec, v.codec, ss->page, v.stored_len, it[i].buf,
-                                 ss->page_bytes);
-        it[i].res = r == 0 ? 1 : r == 1 ? 0 : r;
-        if (r == 0) {
+        uint32_t stored = 0;
+        r = ss_get_one(ss, &it[i].key, it[i].buf, &stored);
+        it[i].res = r;
+        if (r == 1) {
             found++;
             ss->st.hits++;
-            ss->st.bytes_in += v.stored_len;
+            ss->st.bytes_in += stored;
             continue;
         }
         ss->st.misses++;
