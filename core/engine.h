@@ -447,7 +447,7 @@ struct kvt_up_calls {
     /* The tiers queued work for the mover thread. */
     void (*wake_mover)(kvt_engine *e);
     /* The page core freed a slot, or a page stopped being busy, pinned or
-     * in transfer: the puts waiting for a slot look again (buffers.c). */
+     * in transfer, while puts wait for a slot: they look again (room.c). */
     void (*slot_let_go)(kvt_engine *e);
 };
 

@@ -277,6 +277,12 @@ static int ss_put(struct kvt_store *s, struct kvt_store_item *it, size_t n)
         }
         if (lr == 0)
             was = KVT_NONE;
+        /* The key twice in one call: the index keeps the later write, so the
+         * earlier one's new slot is what this one gives back (the slot the
+         * key held before the call is given back once, by the earlier). */
+        for (size_t j = 0; j < m; j++)
+            if (kvt_key_eq(&rec[j].key, &it[i].key))
+                was = rec[j].slot;
         /* O_DIRECT: the caller's page as it is when aligned, else a copy. */
         void *src = it[i].buf;
         if ((uintptr_t)src % 4096) {
@@ -318,6 +324,7 @@ static int ss_put(struct kvt_store *s, struct kvt_store_item *it, size_t n)
         if (r < 0) {
             it[i].res = r;
             ss->st.put_failed++;
+            ss->st.errors++;
         } else {
             done++;
             ss->st.puts++;
@@ -341,7 +348,8 @@ static int ss_get_one(struct ssd_store *ss, const kvt_key *k, void *dst, uint32_
     uint64_t off;
     if (r <= 0)
         return r;
-    if (v.raw_len != ss->page_bytes || v.stored_len > ss->page_bytes)
+    if (v.raw_len != ss->page_bytes || v.stored_len > ss->page_bytes ||
+        (v.codec == KVT_CODEC_NONE && v.stored_len != ss->page_bytes))
         return KVT_ECORRUPT;
     if (kvt_codec_lossy(v.codec))
         return KVT_ENOTSUP;

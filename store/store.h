@@ -49,6 +49,8 @@
 #define KVT_STORE_DURABLE 1u  /* what was put survives a restart of the engine */
 #define KVT_STORE_SHARED 2u   /* other engines read what this one puts */
 #define KVT_STORE_SLOTS 4u    /* pages live in slots the engine's records name */
+/* caps say what a store can be; an open may ask for less (a local store
+ * opened not durable starts empty and keeps nothing past its close). */
 #define KVT_STORE_EVICTS 8u   /* the store drops pages on its own (a miss after a put is normal) */
 
 /* One page of a batched call. */
@@ -141,7 +143,9 @@ struct kvt_store_slot_ops {
     /* The O_DIRECT descriptor and offset of a slot (write: writable). */
     int (*locate)(struct kvt_store *s, uint32_t slot, bool write, int *fd, uint64_t *off);
     void (*written)(struct kvt_store *s, uint32_t slot);    /* data there since the last commit */
-    /* The seed a record's CRC starts from: binds the bytes to key and write. */
+    /* The seed a record's CRC starts from: binds the bytes to key and write.
+     * A pure function of the open's fingerprint: callable from any thread,
+     * locked or not (the mover and kvt_get's callers both check pieces). */
     uint32_t (*seed)(const struct kvt_store *s, const kvt_key *k, uint64_t generation);
     /* Makes n written records the store's, in one transaction; a durable
      * store syncs their data first. On error none is kept. */
@@ -161,7 +165,8 @@ struct kvt_store_ops {
                 size_t errlen);
     void (*close)(struct kvt_store *s);
     /* Batched calls. Each returns the number of items whose res is 1, or a
-     * negative error for the whole call (misuse only: -EINVAL). */
+     * negative error for the whole call, before any item was tried: misuse
+     * (-EINVAL), or no memory for the call's own scratch (-ENOMEM). */
     int (*put)(struct kvt_store *s, struct kvt_store_item *it, size_t n);
     int (*get)(struct kvt_store *s, struct kvt_store_item *it, size_t n);
     int (*exists)(struct kvt_store *s, struct kvt_store_item *it, size_t n);

@@ -172,6 +172,30 @@ static void test_overwrite_serves_the_new_page_and_frees_the_old_slot(void **sta
     s->ops->close(s);
 }
 
+/* The same key twice in one put: the later page is served, and no slot is
+ * lost (each round gives back the earlier write's slot and the old one). */
+static void test_a_key_twice_in_one_put_keeps_the_later_and_loses_no_slot(void **state)
+{
+    struct fx *f = *state;
+    struct opened o;
+    open_store(f, false, FP, &o);
+    struct kvt_store *s = o.s;
+    assert_int_equal(put1(s, 7, 0, 0), 1);
+    uint32_t free1 = kvt_ssd_nfree(kvt_ssd_of(s));
+    void *a = aligned_alloc(4096, PB), *b = aligned_alloc(4096, PB);
+    for (uint64_t round = 1; round <= 5; round++) {
+        fill(a, 7, 2 * round);
+        fill(b, 7, 2 * round + 1);
+        struct kvt_store_item it[2] = { { key_of(7), a, 0 }, { key_of(7), b, 0 } };
+        assert_int_equal(s->ops->put(s, it, 2), 2);
+        assert_int_equal(kvt_ssd_nfree(kvt_ssd_of(s)), free1);
+        assert_int_equal(get1(s, 7, 2 * round + 1), 1);
+    }
+    free(a);
+    free(b);
+    s->ops->close(s);
+}
+
 static void test_durable_records_survive_a_reopen_and_others_do_not(void **state)
 {
     struct fx *f = *state;
@@ -326,6 +350,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_put_get_exists_del_round_trip, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_overwrite_serves_the_new_page_and_frees_the_old_slot,
                                         fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_key_twice_in_one_put_keeps_the_later_and_loses_no_slot, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_durable_records_survive_a_reopen_and_others_do_not,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_a_damaged_page_is_a_counted_miss, fx_setup,

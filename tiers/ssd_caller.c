@@ -23,7 +23,6 @@
  * mover.
  */
 #include "io/codec.h"
-#include "store/ssd_store.h"
 #include "tiers/tiers.h"
 
 /* Requests reaped per call. */
