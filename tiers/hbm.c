@@ -98,6 +98,15 @@ int kvt_make_room_hbm(kvt_engine *e, uint32_t need, struct kvt_wait *w)
         *w = ssd_wait;
         return -EAGAIN;
     }
+    /* Pages on their way up (the prefetcher's H2D copies) hold slots no
+     * victim can give back yet; once they land they are the caller's own or
+     * can leave. Failing here made a decode's acquire of a group as large
+     * as HBM fail now and then on a loaded machine, with 16-43 pages in
+     * flight and every other slot pinned by that acquire. */
+    if (e->copy.ring[KVT_H2D].len) {
+        *w = (struct kvt_wait){ KVT_WAIT_H2D, kvt_copy_last(e, KVT_H2D) };
+        return -EAGAIN;
+    }
     return kvt_fail(KVT_EFULL, "HBM is full: %u of %u slots are pinned or in use and nothing "
                                "below can take a page", h->nslots - h->nfree, h->nslots);
 }
