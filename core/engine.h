@@ -48,7 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/base.h"
+#include "base/base.h"
 #include "include/kvtier.h"
 #include "io/codec.h"
 #include "io/io.h"

@@ -74,7 +74,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/base.h"
+#include "base/base.h"
 
 #define KVT_ARENAS 2 /* HBM and DRAM hold slots in memory; SSD has its own store */
 

@@ -30,7 +30,7 @@
 #include <stdbool.h>
 
 #include "include/kvtier.h"
-#include "core/base.h"
+#include "base/base.h"
 #include "devices/device.h"
 
 /* Batches in flight per direction. When the ring is full, submit waits for the

@@ -24,7 +24,7 @@
 
 #include <stdbool.h>
 
-#include "core/base.h"
+#include "base/base.h"
 #include "devices/device.h"
 
 struct host_batch {

@@ -23,7 +23,7 @@
 
 /* KVT_NONE and the error slot (kvt_fail, kvt_clear_error) come with the
  * base header, which tools may use through this one. */
-#include "core/base.h"
+#include "base/base.h"
 #include "include/kvtier.h"
 
 /* ------------------------------------------------------------- geometry */

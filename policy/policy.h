@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/base.h"
+#include "base/base.h"
 
 /* The layout of struct kvt_policy_ops. What a policy can do is which ops it
  * fills: every policy evicts (create .. victim); each capability below is

@@ -28,7 +28,7 @@
 
 #include <stdint.h>
 
-#include "core/base.h"
+#include "base/base.h"
 
 struct kvt_duel;
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/base.h"
+#include "base/base.h"
 #include "kvt_build.h"
 #include "store/remote_frame.h"
 #include "store/remote_kv.h"

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "store/spill_dir.h"
-#include "core/base.h"
+#include "base/base.h"
 
 /* ------------------------------------------------------------- names */
 

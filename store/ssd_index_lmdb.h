@@ -18,7 +18,7 @@
 #include <sys/resource.h>
 
 #include "store/ssd_index.h"
-#include "core/base.h"
+#include "base/base.h"
 
 #define IX_FORMAT 1         /* two named DBs, "pages" and "meta" */
 #define IX_KEY_LAYOUT 1     /* 16 bytes: id, layer, index, big-endian */

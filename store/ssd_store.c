@@ -23,7 +23,7 @@
 #include "io/io.h"
 #include "store/spill_dir.h"
 #include "store/ssd_store.h"
-#include "core/base.h"
+#include "base/base.h"
 #include "io/codec.h"
 
 struct kvt_ssd {

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/base.h"
+#include "base/base.h"
 #include "io/codec.h"
 #include "store/ssd_store.h"
 #include "store/store.h"

@@ -28,7 +28,7 @@
 #include <lmdb.h>
 #include <sys/stat.h>
 
-#include "core/base.h"
+#include "base/base.h"
 #include "io/codec.h"
 #include "tests/fuzz/fuzz.h"
 #include "store/ssd_index.h"

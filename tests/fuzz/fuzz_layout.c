@@ -11,7 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 
-#include "core/base.h"
+#include "base/base.h"
 #include "tests/fuzz/fuzz.h"
 #include "store/spill_dir.h"
 #include "store/ssd_store.h"

@@ -3,7 +3,7 @@
  * the monotonic clock (clock.c), the median (median.c) and the page
  * pattern, a page's bytes as a function of its key and a version
  * (pattern.c). Built as kvtier_util, a static library beside libkvtier,
- * never in it. The library keeps its own clock (core/base.h kvt_now_ns):
+ * never in it. The library keeps its own clock (base/base.h kvt_now_ns):
  * it must not depend on the tools.
  */
 #ifndef KVT_TOOLS_UTIL_H

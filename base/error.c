@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/base.h"
+#include "base/base.h"
 
 
 /* The detailed message of the last failure, per thread, so concurrent callers

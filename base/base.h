@@ -23,13 +23,13 @@
 /* Marks a symbol of the public API (the library is built -fvisibility=hidden). */
 #define KVT_API __attribute__((visibility("default")))
 
-/* ------------------------------------------------------------- errors (core/error.c) */
+/* ------------------------------------------------------------- errors (base/error.c) */
 
 /* Records a detailed message for kvt_last_error() (per thread) and returns err. */
 int kvt_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void kvt_clear_error(void);
 
-/* ------------------------------------------------------------- metadata (core/error.c) */
+/* ------------------------------------------------------------- metadata (base/error.c) */
 
 /* Allocations of page metadata, counted into *counter so that
  * kvt_stats.meta_bytes is exact. alloc zeroes; realloc zeroes the growth and
