@@ -40,6 +40,12 @@ void kvt_meta_free(uint64_t *counter, void *p, size_t bytes);
 
 /* ------------------------------------------------------------- keys */
 
+/* n rounded up to a multiple of 4096: what O_DIRECT moves for n bytes. */
+static inline size_t kvt_round4k(size_t n)
+{
+    return (n + 4095) & ~(size_t)4095;
+}
+
 static inline bool kvt_key_eq(const kvt_key *a, const kvt_key *b)
 {
     return a->id == b->id && a->layer == b->layer && a->index == b->index;

@@ -116,6 +116,11 @@ struct kvt_syncer {
     const struct kvt_sync_ops *ops;          /* NULL: plain syncs */
     void *arg;
 };
+/* Moves every byte of r with pread/pwrite on the calling thread, continuing
+ * short transfers: 0, -EIO at the end of the file, or -errno. The psync
+ * back-end's transfer, and the SSD store's batched calls'. */
+int kvt_io_transfer(const struct kvt_io_req *r);
+
 /* fdatasync(fd) through s: 0 or -errno. */
 int kvt_io_sync(const struct kvt_syncer *s, int fd);
 

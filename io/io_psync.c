@@ -43,35 +43,6 @@ struct psync {
     char note[64];
 };
 
-/* Moves every byte of r. pread/pwrite may stop short (a signal, a page-cache
- * boundary on a buffered fd) and are continued from where they stopped. A
- * read that returns 0 has met the end of the file: the request cannot be
- * whole, so it fails with -EIO rather than leaving stale bytes in the buffer.
- * With O_DIRECT the file may end mid-block: the short read is unaligned and
- * the continuation is refused with -EINVAL, which is the same end of file. */
-static int psync_transfer(const struct kvt_io_req *r)
-{
-    size_t moved = 0;
-    while (moved < r->len) {
-        char *p = (char *)r->buf + moved;
-        off_t off = (off_t)(r->off + moved);
-        ssize_t k = r->write ? pwrite(r->fd, p, r->len - moved, off)
-                             : pread(r->fd, p, r->len - moved, off);
-        if (k < 0) {
-            int e = errno;
-            if (e == EINTR || e == EAGAIN)
-                continue;
-            if (e == EINVAL && !r->write && moved % 4096)
-                return -EIO;
-            return -e;
-        }
-        if (k == 0)
-            return -EIO; /* end of file, or a device that accepts nothing */
-        moved += (size_t)k;
-    }
-    return 0;
-}
-
 static void *psync_worker(void *arg)
 {
     struct psync *s = arg;
@@ -89,7 +60,7 @@ static void *psync_worker(void *arg)
         s->running++;
         pthread_mutex_unlock(&s->lock);
 
-        r->res = psync_transfer(r);
+        r->res = kvt_io_transfer(r);
 
         pthread_mutex_lock(&s->lock);
         s->running--;

@@ -25,6 +25,7 @@
 
 #include "base/base.h"
 #include "io/codec.h"
+#include "io/io.h"
 #include "store/ssd_store.h"
 #include "store/store.h"
 
@@ -214,22 +215,6 @@ static int ss_page(struct ssd_store *ss)
     return 0;
 }
 
-static size_t round4k(size_t n) { return (n + 4095) & ~(size_t)4095; }
-
-static int full_io(bool write, int fd, void *buf, size_t len, uint64_t off)
-{
-    for (size_t done = 0; done < len;) {
-        ssize_t n = write ? pwrite(fd, (char *)buf + done, len - done, (off_t)(off + done))
-                          : pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        done += (size_t)n;
-    }
-    return 0;
-}
-
 /* The entry of k if it is this model's and names a slot: 1, 0 (none), < 0. */
 static int ss_lookup(struct ssd_store *ss, const kvt_key *k, struct kvt_ssd_entry *v,
                      uint32_t *slot)
@@ -291,7 +276,8 @@ static int ss_put(struct kvt_store *s, struct kvt_store_item *it, size_t n)
         }
         r = kvt_ssd_locate(ss->ssd, slot, true, &fd, &off);
         if (r == 0)
-            r = full_io(true, fd, src, ss->page_bytes, off);
+            r = kvt_io_transfer(&(struct kvt_io_req){ .fd = fd, .write = true, .buf = src,
+                                                      .len = ss->page_bytes, .off = off });
         if (r < 0) {
             if (r == -EIO)
                 kvt_ssd_mark_bad(ss->ssd, slot);
@@ -354,7 +340,9 @@ static int ss_get_one(struct ssd_store *ss, const kvt_key *k, void *dst, uint32_
     if (kvt_codec_lossy(v.codec))
         return KVT_ENOTSUP;
     if ((r = kvt_ssd_locate(ss->ssd, slot, false, &fd, &off)) < 0 ||
-        (r = full_io(false, fd, ss->page, round4k(v.stored_len), off)) < 0)
+        (r = kvt_io_transfer(&(struct kvt_io_req){ .fd = fd, .buf = ss->page,
+                                                    .len = kvt_round4k(v.stored_len),
+                                                    .off = off })) < 0)
         return r;
     if (kvt_crc32c(kvt_ssd_bind(k, v.fingerprint, v.generation), ss->page, v.stored_len) != v.crc)
         return KVT_ECORRUPT;

@@ -24,7 +24,6 @@
 
 #include "tiers/tiers.h"
 
-#define ALIGN4K(n) (((n) + 4095) & ~(size_t)4095)
 
 /* Submissions of one job at most. A read that failed on the medium (-EIO, a
  * short read) is tried again before its page is given up as lost: a path
@@ -304,7 +303,7 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     }
     j->stored_len = (uint32_t)out;
     j->codec = (uint8_t)used;
-    memset((uint8_t *)j->buf + out, 0, ALIGN4K(out) - out);
+    memset((uint8_t *)j->buf + out, 0, kvt_round4k(out) - out);
     j->generation = e->pipe.generation++;
 }
 
@@ -663,7 +662,7 @@ static void finish_read(kvt_engine *e, struct kvt_ssd_job *j)
         if (!j->transient)
             kvt_page_read_ok(e, j->pg);
         e->pipe.st.bytes_up[KVT_TIER_DRAM] += e->page_bytes;
-        e->pipe.disk_read += ALIGN4K(j->stored_len);
+        e->pipe.disk_read += kvt_round4k(j->stored_len);
         e->pipe.codec_ns += j->codec_ns;
         e->pipe.codec_cpu_ns += j->codec_cpu_ns;
         e->pipe.crc_cpu_ns += j->crc_cpu_ns;
@@ -720,14 +719,14 @@ static void finish_write(kvt_engine *e, struct kvt_ssd_job *j)
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
-        e->pipe.disk_written += ALIGN4K(j->stored_len);
+        e->pipe.disk_written += kvt_round4k(j->stored_len);
         kvt_ssd_slot_set(e, j->pg, j->slot);
         kvt_ssd_forget(e, j->pg);
     } else {
         kvt_ssd_slot_meta(e, j->slot, (struct kvt_ssd_meta){ j->generation, j->stored_len, j->crc,
                                                              j->codec });
         e->pipe.st.bytes_down[KVT_TIER_DRAM] += e->page_bytes;
-        e->pipe.disk_written += ALIGN4K(j->stored_len);
+        e->pipe.disk_written += kvt_round4k(j->stored_len);
         e->pipe.codec_ns += j->codec_ns;
         e->pipe.codec_cpu_ns += j->codec_cpu_ns;
         e->pipe.crc_cpu_ns += j->crc_cpu_ns;

@@ -209,7 +209,7 @@ void kvt_ssd_pipe_seen(kvt_engine *e, uint64_t generation);
  * (ssd_caller.c) asks for every piece. */
 static inline uint32_t kvt_ssd_pieces(const kvt_engine *e, size_t stored_len)
 {
-    size_t io = (stored_len + 4095) & ~(size_t)4095;
+    size_t io = kvt_round4k(stored_len);
     uint32_t n = (uint32_t)((io + e->pipe.piece_bytes - 1) / e->pipe.piece_bytes);
     return n ? n : 1;
 }
@@ -219,7 +219,7 @@ static inline size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint3
                                    size_t *io_len, size_t *crc_len)
 {
     size_t pb = e->pipe.piece_bytes;
-    size_t at = (size_t)k * pb, io_end = (stored_len + 4095) & ~(size_t)4095;
+    size_t at = (size_t)k * pb, io_end = kvt_round4k(stored_len);
     size_t end = io_end - at > pb ? at + pb : io_end;
     *io_len = end - at;
     *crc_len = (end < stored_len ? end : stored_len) - at;
