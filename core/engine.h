@@ -525,6 +525,12 @@ static inline void kvt_unlock(kvt_engine *e)
     pthread_mutex_unlock(&e->lock);
 }
 
+/* The calling thread is e's mover from now on (mover.c, at its start);
+ * whether the calling thread is e's mover (KVT_ASSERT_MOVER). Kept here,
+ * below the layers that assert it (invariants.c). */
+void kvt_mover_mark_self(const kvt_engine *e);
+bool kvt_mover_is_self(const kvt_engine *e);
+
 #if KVT_DEBUG
 void kvt_assert_locked(kvt_engine *e, const char *fn);
 void kvt_assert_mover(kvt_engine *e, const char *fn);

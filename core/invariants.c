@@ -12,6 +12,21 @@
 
 #include "core/engine.h"
 
+/* The engine whose mover this thread is, NULL elsewhere: a thread-local,
+ * because e->mover.thread may be written by pthread_create after the mover
+ * already runs. */
+static _Thread_local const kvt_engine *mover_of;
+
+void kvt_mover_mark_self(const kvt_engine *e)
+{
+    mover_of = e;
+}
+
+bool kvt_mover_is_self(const kvt_engine *e)
+{
+    return mover_of == e;
+}
+
 #if KVT_DEBUG
 
 #define CHECK(cond, pg, what)                                                          \

@@ -20,14 +20,6 @@
 
 #include "residency/residency.h"
 
-/* The engine whose mover this thread is (KVT_ASSERT_MOVER), NULL elsewhere. */
-static _Thread_local const kvt_engine *mover_of;
-
-bool kvt_mover_is_self(const kvt_engine *e)
-{
-    return mover_of == e;
-}
-
 static uint32_t mover_deficit(kvt_engine *e)
 {
     uint64_t clean = e->pages.st.resident_pages[KVT_TIER_HBM] - e->pages.dirty_hbm;
@@ -38,7 +30,7 @@ static uint32_t mover_deficit(kvt_engine *e)
 static void *mover_main(void *arg)
 {
     kvt_engine *e = arg;
-    mover_of = e;
+    kvt_mover_mark_self(e);
     pthread_setname_np(pthread_self(), "kvt-mover");
     /* It hands the disk its work and the callers their pages: it should not
      * wait behind the caller's compute when woken (io/sched_hint.c). */

@@ -20,8 +20,6 @@ void kvt_mover_stop(kvt_engine *e);
 void kvt_mover_kick(kvt_engine *e);
 /* Wakes the mover for SSD work or prefetch. */
 void kvt_mover_wake(kvt_engine *e);
-/* Whether the calling thread is e's mover (KVT_ASSERT_MOVER). */
-bool kvt_mover_is_self(const kvt_engine *e);
 
 
 /* ------------------------------------------------------------- stage.c */
