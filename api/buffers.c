@@ -22,6 +22,15 @@ struct reservation {
                    reallocated by another thread while the copy runs unlocked */
     bool crc;   /* put_copy_in took the CRC32C of the bytes, in page_crc */
     uint32_t page_crc;
+    struct kvt_caller_write *w; /* the put's own write of it to SSD (res 0), or NULL */
+};
+
+/* What one kvt_put works in: its batch's reservations, and with writes of
+ * its own (kvt_ssd_caller_writes) their records and requests. */
+struct put_work {
+    struct reservation *res;
+    struct kvt_caller_write *w;     /* NULL: the put writes nothing itself */
+    struct kvt_caller_scratch io;   /* batch x pieces of a page */
 };
 
 /* Whether the policy sees calls (it has batch): only then do kvt_put and
@@ -101,8 +110,12 @@ static int put_wait_readers(kvt_engine *e, const kvt_key *keys, size_t n, uint64
 
 static void unreserve(kvt_engine *e, struct reservation *res, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (res[i].w)
+            kvt_ssd_caller_write_cancel(e, res[i].w, 1);
+        res[i].w = NULL;
         kvt_page_abandon(e, res[i].pg);
+    }
 }
 
 static void *slot_ptr(kvt_engine *e, uint32_t pg, int tier)
@@ -146,6 +159,9 @@ static int put_commit(kvt_engine *e, const kvt_key *keys, struct reservation *re
         kvt_page_indexed(e, res[i].pg);
         kvt_page_sync(e, res[i].pg, true);
         e->gets.st.bytes_put += e->page_bytes;
+        if (res[i].w && res[i].w->res == 0)
+            (void)kvt_ssd_queue_written(e, res[i].pg, res[i].w, res[i].page_crc);
+        res[i].w = NULL; /* handed on, or given back with the -ENOMEM */
     }
     return r;
 }
@@ -218,7 +234,7 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
             }
             kvt_page_key(e, pg, keys[k]);
             (void)kvt_page_busy_begin(e, pg); /* a fresh record: never at the limit */
-            res[k].pg = pg;
+            res[k] = (struct reservation){ .pg = pg };
             if ((r = kvt_room_slot(e, pg, &res[k].tier, &coming, k, &hold)) < 0) {
                 kvt_page_abandon(e, pg);
                 break;
@@ -238,64 +254,137 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
  * L2 + its share of L3). */
 #define PUT_CRC_CHUNK ((size_t)1 << 20)
 
-/* Copies one page into its DRAM slot, taking the CRC32C (seed 0) of its
- * bytes on the way: the write-back to SSD then needs no pass of its own
- * over them. Checksumming bytes just copied costs about a quarter of a pass
- * over memory that is not in the cache, which is what the mover's checksum
- * reads (docs/performance.md#put-checksum). */
-static int copy_in_crc(kvt_engine *e, enum kvt_copy_kind kind, uint8_t *dst, const uint8_t *src,
-                       uint32_t *crc)
+/* While the put writes its own pages down, its copy goes this much at a
+ * time, a piece of the write (tiers/ssd_pipe.c, PIECE_BYTES), each sent to
+ * the disk once copied. */
+#define PUT_COPY_STEP ((size_t)4 << 20)
+
+/* Where a put's copy into its slots has got to: its pass (0: the pages it
+ * writes down itself, in the order of its writes; 1: the others), page i
+ * of res, its bytes before at copied, crc their CRC32C so far (seed 0), r
+ * the first error; done: bytes of the pages of pass 0 in place. */
+struct copy_cursor {
+    kvt_engine *e;
+    struct reservation *res;
+    const void *const *src;
+    size_t n, i, at, done;
+    int pass;
+    int src_on_device;
+    uint32_t crc;
+    int r;
+};
+
+/* The cursor on the next page of its pass, or past the last (i == n). */
+static void cursor_seek(struct copy_cursor *k)
 {
-    uint32_t c = 0;
-    for (size_t at = 0; at < e->page_bytes; at += PUT_CRC_CHUNK) {
-        size_t len = e->page_bytes - at < PUT_CRC_CHUNK ? e->page_bytes - at : PUT_CRC_CHUNK;
-        int r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, dst + at, src + at, len);
-        if (r < 0)
-            return r;
-        c = kvt_crc32c(c, dst + at, len);
+    for (;;) {
+        while (k->i < k->n && (k->res[k->i].w != NULL) != (k->pass == 0))
+            k->i++;
+        if (k->i < k->n || k->pass == 1)
+            return;
+        k->pass = 1;
+        k->i = 0;
     }
-    *crc = c;
-    return 0;
 }
 
-/* Copies the n pages in (unlocked: the slots are the batch's own). A page
- * from host memory bound for DRAM, in an engine that writes pages down raw,
- * has its checksum taken as it goes (copy_in_crc), while the write-backs
- * use enough of them (kvt_put_crc_odds). Not from the device: a copy from
- * it in pieces would wait for the device once a piece. HBM may be device
- * memory, and a codec's checksum is of the encoded bytes. */
-static int put_copy_in(kvt_engine *e, struct reservation *res, size_t n, const void *const *src,
+/* Copies the next step of the put's pages in (unlocked: the slots are the
+ * batch's own); false once every page is in, or a copy failed. *ready:
+ * bytes of the pages the put writes down itself (pass 0) now in place. A
+ * page from host memory bound for DRAM, in an engine that writes pages
+ * down raw, has its checksum taken as it goes (res.crc), 1 MiB at a time
+ * right after its copy: the write to SSD then needs no pass of its own
+ * over the bytes, and checksumming bytes just copied costs about a quarter
+ * of a pass over memory that is not in the cache
+ * (docs/performance.md#put-checksum). Any other page goes whole: a copy
+ * from the device in pieces would wait for the device once a piece, and a
+ * codec's checksum is of the encoded bytes. */
+static bool copy_step(void *arg, size_t *ready)
+{
+    struct copy_cursor *k = arg;
+    kvt_engine *e = k->e;
+    cursor_seek(k);
+    if (k->r < 0 || k->i == k->n) {
+        *ready = k->done;
+        return false;
+    }
+    struct reservation *x = &k->res[k->i];
+    enum kvt_copy_kind kind = copy_kind(k->src_on_device, x->tier == KVT_TIER_HBM);
+    size_t pb = e->page_bytes, end = x->crc && pb - k->at > PUT_COPY_STEP ? k->at + PUT_COPY_STEP : pb;
+    while (k->at < end && k->r == 0) {
+        size_t len = x->crc && end - k->at > PUT_CRC_CHUNK ? PUT_CRC_CHUNK : end - k->at;
+        uint8_t *dst = (uint8_t *)x->dst + k->at;
+        k->r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, dst,
+                                     (const uint8_t *)k->src[k->i] + k->at, len);
+        if (x->crc)
+            k->crc = kvt_crc32c(k->crc, dst, len);
+        k->at += len;
+        k->done += k->pass == 0 && k->r == 0 ? len : 0;
+    }
+    *ready = k->done;
+    if (k->r == 0 && k->at == pb) {
+        x->page_crc = k->crc;
+        k->i++;
+        k->at = 0;
+        k->crc = 0;
+        cursor_seek(k);
+    }
+    return k->r == 0 && k->i < k->n;
+}
+
+/* The copy without writes of the put's own (locked; unlocks to copy). */
+static void copy_all(struct copy_cursor *k)
+{
+    size_t ready;
+    kvt_unlock(k->e);
+    while (copy_step(k, &ready))
+        ;
+    kvt_lock(k->e);
+}
+
+/* Copies the n pages in (unlocked while copying), checksummed where
+ * copy_step says, while the write-backs use enough of the checksums
+ * (kvt_put_crc_odds). With persist, a page from host memory bound for DRAM
+ * is also written down by the put itself, each piece as soon as it is
+ * copied (kvt_ssd_caller_write); its checksum is then always taken, the
+ * record's. */
+static int put_copy_in(kvt_engine *e, struct put_work *pw, size_t n, const void *const *src,
                        int src_on_device)
 {
+    struct reservation *res = pw->res;
     bool crc = e->ssd && e->cfg.codec == KVT_CODEC_NONE && !src_on_device;
+    size_t nw = 0;
     for (size_t i = 0; i < n; i++) {
         res[i].dst = slot_ptr(e, res[i].pg, res[i].tier);
-        res[i].crc = crc && res[i].tier == KVT_TIER_DRAM && kvt_put_crc_take(e);
+        res[i].w = NULL;
+        if (pw->w && res[i].tier == KVT_TIER_DRAM) {
+            pw->w[nw] = (struct kvt_caller_write){ .pg = res[i].pg, .buf = res[i].dst };
+            res[i].w = &pw->w[nw++];
+            res[i].crc = true;
+        } else {
+            res[i].crc = crc && res[i].tier == KVT_TIER_DRAM && kvt_put_crc_take(e);
+        }
     }
-    kvt_unlock(e);
-    int r = 0;
-    for (size_t i = 0; i < n && r == 0; i++) {
-        bool to_dev = res[i].tier == KVT_TIER_HBM;
-        enum kvt_copy_kind kind = copy_kind(src_on_device, to_dev);
-        if (res[i].crc)
-            r = copy_in_crc(e, kind, res[i].dst, src[i], &res[i].page_crc);
-        else
-            r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, res[i].dst, src[i], e->page_bytes);
-    }
-    kvt_lock(e);
-    return r < 0 ? kvt_fail(r, "copying a page in failed: %s", kvt_strerror(r)) : 0;
+    struct copy_cursor k = { .e = e, .res = res, .src = src, .n = n,
+                             .src_on_device = src_on_device };
+    if (!nw || !kvt_ssd_caller_write(e, pw->w, nw, &pw->io, copy_step, &k))
+        copy_all(&k);
+    for (size_t i = 0; i < n; i++)
+        if (res[i].w && res[i].w->res != 0)
+            res[i].w = NULL; /* not written here: the mover writes it down later */
+    return k.r < 0 ? kvt_fail(k.r, "copying a page in failed: %s", kvt_strerror(k.r)) : 0;
 }
 
 /* One batch of a put (locked; unlocks to copy): reserves a slot for every
  * page, copies, then makes them visible. All or nothing for the batch. */
 static int put_batch(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
-                     int src_on_device, struct reservation *res, uint32_t *pgs, uint64_t *waited)
+                     int src_on_device, struct put_work *pw, uint32_t *pgs, uint64_t *waited)
 {
+    struct reservation *res = pw->res;
     int r;
     for (;;) {
         if ((r = put_reserve(e, keys, n, res, waited)) < 0)
             return r;
-        if ((r = put_copy_in(e, res, n, src, src_on_device)) < 0)
+        if ((r = put_copy_in(e, pw, n, src, src_on_device)) < 0)
             break;
         /* An old version being written to or read from SSD finishes first:
          * its slot and index entry pass to the new page only when they are
@@ -339,6 +428,41 @@ static size_t put_batch_pages(const kvt_engine *e)
     return b ? b : 1;
 }
 
+static void put_work_free(struct put_work *pw)
+{
+    free(pw->res);
+    free(pw->w);
+    free(pw->io.reqs);
+    free(pw->io.rp);
+    *pw = (struct put_work){ 0 };
+}
+
+/* pw for batches of up to batch pages; the writes' part only where the put
+ * may write its own pages (kvt_ssd_caller_writes: persist), and without
+ * memory for it the put goes without (the mover writes them down). 0 or
+ * -ENOMEM (kvt_fail'ed). */
+static int put_work_alloc(const kvt_engine *e, struct put_work *pw, size_t batch, int src_on_device)
+{
+    pw->res = malloc(batch * sizeof(*pw->res));
+    if (!pw->res)
+        return kvt_fail(-ENOMEM, "out of memory");
+    if (src_on_device || !kvt_ssd_caller_writes(e))
+        return 0;
+    size_t per = kvt_ssd_pieces(e, e->page_bytes);
+    pw->w = malloc(batch * sizeof(*pw->w));
+    pw->io.reqs = malloc(batch * per * sizeof(*pw->io.reqs));
+    pw->io.rp = malloc(batch * per * sizeof(*pw->io.rp));
+    if (!pw->w || !pw->io.reqs || !pw->io.rp) {
+        free(pw->w);
+        free(pw->io.reqs);
+        free(pw->io.rp);
+        pw->w = NULL;
+        pw->io.reqs = NULL;
+        pw->io.rp = NULL;
+    }
+    return 0;
+}
+
 int kvt_put_local(kvt_engine *e, const kvt_key *keys, size_t n, const void *const *src,
                   int src_on_device)
 {
@@ -356,9 +480,9 @@ int kvt_put_local(kvt_engine *e, const kvt_key *keys, size_t n, const void *cons
      * here, before the first batch stores its own. */
     if (r == 0 && n > batch)
         r = put_wait_readers(e, keys, n, &waited);
-    struct reservation *res = r == 0 ? malloc((batch ? batch : 1) * sizeof(*res)) : NULL;
-    if (r == 0 && !res)
-        r = kvt_fail(-ENOMEM, "out of memory");
+    struct put_work pw = { 0 };
+    if (r == 0)
+        r = put_work_alloc(e, &pw, batch ? batch : 1, src_on_device);
     /* The policy hears of the call once, after its last batch: a chain
      * stored in several batches is one chain to it (a batch's last block
      * is not the request's tail). Without memory it misses one hint. */
@@ -367,13 +491,13 @@ int kvt_put_local(kvt_engine *e, const kvt_key *keys, size_t n, const void *cons
         pgs[i] = KVT_NONE; /* a batch that fails before its commit stores nothing */
     for (size_t i = 0; i < n && r == 0; i += batch) {
         size_t m = n - i < batch ? n - i : batch;
-        r = put_batch(e, keys + i, m, src + i, src_on_device, res, pgs ? pgs + i : NULL, &waited);
+        r = put_batch(e, keys + i, m, src + i, src_on_device, &pw, pgs ? pgs + i : NULL, &waited);
     }
     if (pgs)
         report_batch(e, KVT_BATCH_PUT, pgs, keys, n);
     kvt_unlock(e);
     free(pgs);
-    free(res);
+    put_work_free(&pw);
     return r;
 }
 

@@ -204,6 +204,10 @@ struct kvt_ssd_req {
     bool write, evict;
     void *buf;              /* a transient read: the caller's buffer (else NULL) */
     uint8_t tries;          /* tries already made (a caller's own read that failed) */
+    bool written;           /* a write its caller made already (kvt_ssd_queue_written):
+                               the pipe only commits it, with this crc and generation */
+    uint32_t crc;
+    uint64_t generation;
 };
 
 /* A read of an SSD page into a buffer of a kvt_get, when no DRAM slot can
@@ -271,6 +275,22 @@ struct kvt_caller_read {
 };
 #define KVT_CALLER_SKIP 1
 
+/* A page a kvt_put writes to SSD itself as it copies it into DRAM
+ * (ssd_caller.c): the caller fills pg and buf; the rest is
+ * kvt_ssd_caller_write's. */
+struct kvt_caller_write {
+    uint32_t pg;
+    void *buf;              /* the page's DRAM slot, which the put fills */
+    int res;                /* KVT_CALLER_SKIP: not written here (the mover writes the page
+                               down later, as before); 0: written whole to slot, which the
+                               caller hands on (kvt_ssd_queue_written) or gives back
+                               (kvt_ssd_caller_write_cancel) */
+    uint32_t slot;
+    int fd;
+    uint64_t off, generation;
+    uint32_t pending;       /* pieces sent and not back yet */
+};
+
 /* kvt_ssd_caller_read's scratch for n pages, each n x kvt_ssd_pieces(e,
  * page_bytes) long: the caller's, so that a read allocates nothing. */
 struct kvt_caller_scratch {
@@ -318,6 +338,7 @@ struct kvt_ssd_job {
     bool transient;         /* read into a caller's buffer, not a DRAM slot */
     uint8_t tries;          /* submissions made of this job (ssd_pipe.c: SSD_TRIES) */
     bool unsent;            /* res is the back-end's refusal: the disk never saw it */
+    bool written;           /* its caller wrote it (kvt_ssd_req.written): commit only */
 };
 
 /* The mover's SSD pipeline: owned by the mover thread (see Locking). Jobs go
@@ -348,7 +369,8 @@ struct kvt_ssd_pipe {
     struct kvt_codec *codec_helper;
     uint32_t decoders;              /* threads that decode reads: 1, or 2 with the team */
     uint32_t *verify, nverify;      /* reads back whole, to verify and decode this step */
-    uint64_t generation;            /* of the next SSD write */
+    uint64_t generation;            /* of the next SSD write; under the lock (a caller's
+                                       own write takes one too: kvt_ssd_generation_take) */
     uint64_t ssd_mark_ns;           /* last time the pipeline's work was counted */
     uint64_t ssd_ns_per_page;       /* smoothed busy time per finished SSD job; 0 = unknown */
     kvt_stats st;                   /* SSD link bytes and errors */
@@ -567,8 +589,9 @@ struct kvt_open_with {
     struct kvt_syncer sync;         /* the SSD store's and index's syncs */
     const struct kvt_kv_ops *remote_kv; /* the shared tier's transport (store/remote_kv.h) */
     void *remote_kv_arg;
-    bool no_write_ahead;            /* the mover writes no page ahead (kvt_dram_write_ahead):
-                                       tests that look at a page between its put and a flush */
+    bool no_write_ahead;            /* no page goes down ahead (kvt_dram_write_ahead, nor a
+                                       put's own: kvt_ssd_caller_writes): tests that look at
+                                       a page between its put and a flush */
 };
 /* 0, or the error that failed the engine, said again (kvt_last_error). */
 static inline int kvt_check_failed(kvt_engine *e)

@@ -23,7 +23,8 @@ struct kvt_test_hooks {
     struct kvt_kv_mem *remote;      /* the shared tier's values in memory (lab/kv_mem.h);
                                        cfg.remote_url must still be set */
     bool no_write_ahead; /* with persist, pages stay only in DRAM until a flush or an
-                            eviction writes them (tiers/dram.c, write-ahead) */
+                            eviction writes them (tiers/dram.c, write-ahead; nor does a
+                            put write its own: tiers/ssd_caller.c) */
 };
 /* kvt_open with hooks (NULL: none): the faulty back-ends opened in place
  * of the config's, and the I/O plan's power-loss model told of every sync. */

@@ -365,6 +365,11 @@ void kvt_dram_write_ahead_off(kvt_engine *e)
     e->dram.ahead_off = true;
 }
 
+bool kvt_dram_writes_ahead(const kvt_engine *e)
+{
+    return !e->dram.ahead_off;
+}
+
 static bool ahead_usable(void *ctx, uint32_t pg)
 {
     kvt_engine *e = ctx;

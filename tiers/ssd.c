@@ -186,7 +186,7 @@ static int queue_push(kvt_engine *e, struct kvt_ssd_req req)
 void kvt_ssd_queue_read(kvt_engine *e, uint32_t pg)
 {
     kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, NULL, 0 }) < 0)
+    if (queue_push(e, (struct kvt_ssd_req){ .pg = pg, .slot = KVT_NONE }) < 0)
         kvt_page_xfer_cancel(e, pg); /* the caller sees no progress and fails with EFULL */
 }
 
@@ -213,7 +213,8 @@ static int queue_transient(kvt_engine *e, uint32_t pg, void *buf, uint8_t tries)
     }
     t->trans[t->ntrans++] = (struct kvt_transient){ pg, buf, 1, false };
     kvt_page_xfer_begin(e, pg, XFER_SSD_READ, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, KVT_NONE, false, false, buf, tries }) < 0) {
+    if (queue_push(e, (struct kvt_ssd_req){ .pg = pg, .slot = KVT_NONE, .buf = buf,
+                                            .tries = tries }) < 0) {
         kvt_page_xfer_cancel(e, pg);
         t->ntrans--;
         return -ENOMEM;
@@ -284,9 +285,29 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
         return err;
     }
     kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);
-    if (queue_push(e, (struct kvt_ssd_req){ pg, slot, true, evict, NULL, 0 }) < 0) {
+    if (queue_push(e, (struct kvt_ssd_req){ .pg = pg, .slot = slot, .write = true,
+                                            .evict = evict }) < 0) {
         kvt_page_xfer_cancel(e, pg);
         kvt_slots(e)->give(e->ssd, slot);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+int kvt_ssd_queue_written(kvt_engine *e, uint32_t pg, const struct kvt_caller_write *w,
+                          uint32_t page_crc)
+{
+    const struct kvt_page *p = kvt_pg(&e->pt, pg);
+    /* The record's checksum binds key and generation as its seed: CRC32C
+     * with a seed is the seed's CRC joined with the seedless one. */
+    uint32_t seed = kvt_slots(e)->seed(e->ssd, &p->key, w->generation);
+    uint32_t crc = kvt_crc32c_combine(seed, page_crc, e->page_bytes);
+    kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);
+    if (queue_push(e, (struct kvt_ssd_req){ .pg = pg, .slot = w->slot, .write = true,
+                                            .written = true, .crc = crc,
+                                            .generation = w->generation }) < 0) {
+        kvt_page_xfer_cancel(e, pg);
+        kvt_slots(e)->give(e->ssd, w->slot);
         return -ENOMEM;
     }
     return 0;

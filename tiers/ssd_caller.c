@@ -22,6 +22,8 @@
  * that finds none free and may not open another leaves its pages to the
  * mover.
  */
+#include <errno.h>
+
 #include "io/codec.h"
 #include "tiers/tiers.h"
 
@@ -241,4 +243,182 @@ void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
 out_give:
     if (io)
         context_give(e, io, r < 0);
+}
+
+/* ------------------------------------------------------------- writes */
+
+/* A persist kvt_put writes its pages down itself, in its own thread, each
+ * piece as soon as the put has copied it into its DRAM slot, and hands the
+ * written slots to the mover to commit (kvt_ssd_queue_written). With
+ * persist every page goes to disk anyway (the write-ahead and kvt_flush see
+ * to it); written by the put, it starts a piece into the call instead of
+ * after the batch's copy and commit, and the pages a put stores beyond DRAM
+ * leave DRAM clean, so that the next batch's room waits for no write-back.
+ * Written from the DRAM slot, not from the caller's buffer: the arena is
+ * in huge pages, so a 4 MiB piece is one request to the disk, where a
+ * buffer in 4 KiB pages is cut in many and wrote about a third slower here
+ * (docs/performance.md#durable-store). Without persist a page may never
+ * need the disk, and the write would be work for nothing. */
+
+bool kvt_ssd_caller_writes(const kvt_engine *e)
+{
+    return e->ssd && e->io && kvt_persisted(e) && e->cfg.codec == KVT_CODEC_NONE &&
+           kvt_dram_writes_ahead(e);
+}
+
+/* A slot for w and where it is (locked). False: none now (the page goes
+ * down the usual way). */
+static bool write_prepare(kvt_engine *e, struct kvt_caller_write *w)
+{
+    int err = 0;
+    uint32_t slot = kvt_slots(e)->take(e->ssd, &err);
+    if (slot == KVT_NONE)
+        return false; /* the mover's write will meet what is wrong */
+    if (kvt_slots(e)->locate(e->ssd, slot, true, &w->fd, &w->off) < 0) {
+        kvt_slots(e)->give(e->ssd, slot);
+        return false;
+    }
+    w->slot = slot;
+    w->generation = kvt_ssd_generation_take(e);
+    w->res = 0;
+    w->pending = 0;
+    return true;
+}
+
+/* The requests of w[0..n), per pieces each, in sc. */
+static void write_reqs(kvt_engine *e, struct kvt_caller_write *w, size_t n, uint32_t per,
+                       const struct kvt_caller_scratch *sc)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (uint32_t k = 0; k < per; k++) {
+            size_t io_len, crc_len, at = kvt_ssd_piece(e, e->page_bytes, k, &io_len, &crc_len);
+            struct kvt_io_req *q = &sc->reqs[i * per + k];
+            *q = (struct kvt_io_req){ .fd = w[i].fd, .write = true, .buf = (uint8_t *)w[i].buf + at,
+                                      .len = io_len, .off = w[i].off + at, .user = &w[i] };
+            sc->rp[i * per + k] = q;
+        }
+    }
+}
+
+/* How many of the requests from rp[sent] have their bytes in place: those
+ * that end within the first ready bytes of the pages, taken in order. */
+static size_t reqs_ready(const kvt_engine *e, struct kvt_io_req *const *rp, size_t nreq,
+                         size_t sent, uint32_t per, size_t ready)
+{
+    size_t k = 0;
+    while (sent + k < nreq) {
+        const struct kvt_io_req *q = rp[sent + k];
+        size_t page = (sent + k) / per, at = (size_t)((uint8_t *)q->buf - (uint8_t *)rp[page * per]->buf);
+        if (page * e->page_bytes + at + q->len > ready)
+            break;
+        k++;
+    }
+    return k;
+}
+
+/* Marks the requests rp[from..nreq) never sent (unlocked): their pages fail
+ * with err (nothing of theirs reached the disk, or not all). */
+static void reqs_unsent(struct kvt_io_req *const *rp, size_t from, size_t nreq, int err)
+{
+    for (size_t q = from; q < nreq; q++) {
+        struct kvt_caller_write *x = rp[q]->user;
+        if (x->res == 0)
+            x->res = err;
+    }
+}
+
+/* Sends each piece of w[0..n) once fill says its bytes are in place, and
+ * reaps them, calling fill between reaps while it has work (unlocked). The
+ * back-end holds back what is over its depth and bytes in flight and sends
+ * it as earlier pieces come back (io.h). Returns 0, or submit's or reap's
+ * error (the pages not written whole fail with it); fill has returned false
+ * either way. */
+static int run_writes(kvt_engine *e, void *io, struct kvt_caller_write *w, size_t n,
+                      const struct kvt_caller_scratch *sc, bool (*fill)(void *, size_t *),
+                      void *arg)
+{
+    uint32_t per = kvt_ssd_pieces(e, e->page_bytes);
+    size_t nreq = n * per, sent = 0, back = 0, ready = 0;
+    int r = 0;
+    write_reqs(e, w, n, per, sc);
+    bool more = true;
+    while (more || back < sent) {
+        if (more)
+            more = fill(arg, &ready);
+        size_t k = r == 0 ? reqs_ready(e, sc->rp, nreq, sent, per, ready) : 0;
+        if (k && (r = e->io->submit(io, sc->rp + sent, k)) == 0) {
+            for (size_t q = sent; q < sent + k; q++)
+                ((struct kvt_caller_write *)sc->rp[q]->user)->pending++;
+            sent += k;
+        }
+        if (back == sent)
+            continue;
+        struct kvt_io_req *done[CALLER_REAP];
+        int m = e->io->reap(io, done, CALLER_REAP, more ? 0 : 1);
+        if (m < 0) {
+            r = m;
+            break; /* what is still out stays pending: the caller retires its slots */
+        }
+        back += (size_t)m;
+        for (int i = 0; i < m; i++) {
+            struct kvt_caller_write *x = done[i]->user;
+            if (done[i]->res < 0 && x->res == 0)
+                x->res = done[i]->res;
+            x->pending--;
+        }
+    }
+    while (more)
+        more = fill(arg, &ready);
+    /* Pieces never sent: the copy failed, or submit refused them. */
+    reqs_unsent(sc->rp, sent, nreq, r < 0 ? r : -ECANCELED);
+    return r;
+}
+
+size_t kvt_ssd_caller_write(kvt_engine *e, struct kvt_caller_write *w, size_t n,
+                            const struct kvt_caller_scratch *sc,
+                            bool (*fill)(void *arg, size_t *ready), void *arg)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        w[i].res = KVT_CALLER_SKIP;
+    void *io = n && kvt_ssd_caller_writes(e) ? context_take(e) : NULL;
+    if (!io)
+        return 0;
+    /* The first m pages, up to the first that gets no slot, in the
+     * caller's order: their slots ascend as the pages do. */
+    for (size_t i = 0; i < n && write_prepare(e, &w[i]); i++)
+        m++;
+    if (!m) {
+        context_give(e, io, false);
+        return 0;
+    }
+    kvt_unlock(e);
+    int r = run_writes(e, io, w, m, sc, fill, arg);
+    kvt_lock(e);
+    for (size_t i = 0; i < m; i++) {
+        if (w[i].res == 0)
+            continue;
+        /* The page goes down the usual way; the mover's write says what
+         * is wrong, if anything still is. Only the medium's failure (-EIO)
+         * says the slot is bad, as for the mover's writes, and a piece
+         * still out on a broken ring may land in it later. */
+        if (w[i].res != -ECANCELED)
+            e->callers.st.errors_io++;
+        if (w[i].res == -EIO || w[i].pending)
+            kvt_slots(e)->retire(e->ssd, w[i].slot);
+        else
+            kvt_slots(e)->give(e->ssd, w[i].slot);
+        w[i].res = KVT_CALLER_SKIP;
+    }
+    context_give(e, io, r < 0);
+    return m;
+}
+
+void kvt_ssd_caller_write_cancel(kvt_engine *e, struct kvt_caller_write *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (w[i].res == 0)
+            kvt_slots(e)->give(e->ssd, w[i].slot);
+        w[i].res = KVT_CALLER_SKIP;
+    }
 }

@@ -2,13 +2,19 @@
  * ssd_pipe.c — the mover's SSD pipeline: requests in, I/O, results out.
  *
  * Owned by the mover thread (tiers.h, Locking): e->pipe is touched only by
- * it, with or without the lock. Each step (kvt_ssd_pipe_step) takes queued
+ * it, with or without the lock, but for the next write's generation, which
+ * is taken under the lock (a kvt_put writing its own pages takes some).
+ * Each step (kvt_ssd_pipe_step) takes queued
  * requests under the lock, then without it encodes, submits the reads and
  * writes through io/ at the configured depth, reaps what completed,
  * verifies and decodes reads and commits a group of writes to the index;
  * then, locked again, finishes the jobs into their pages and wakes the
  * waiters. The disk never waits for a whole batch to drain: new jobs go in
  * as old ones come out.
+ *
+ * A write its caller made (ssd_caller.c, a persist kvt_put) comes as a
+ * request already written: the pipe marks its segment dirty and commits it
+ * with the group, as if it had written it.
  *
  * Durability order: data written -> (persist) fdatasync of the segments
  * written -> index commit -> the old slots of rewritten pages freed. A crash
@@ -190,7 +196,7 @@ static void order_write_slots(kvt_engine *e, const uint32_t *got, uint32_t n)
     uint32_t *slot = e->pipe.order_slot, k = 0;
     for (uint32_t i = 0; i < n; i++) {
         const struct kvt_ssd_job *j = &e->pipe.jobs[got[i]];
-        if (j->write) {
+        if (j->write && !j->written) { /* a caller's write is on its slot already */
             o[k] = (struct kvt_slot_order){ j->key, got[i] };
             slot[k++] = j->slot;
         }
@@ -219,11 +225,24 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
     } else {
         j->dram = kvt_arena_ptr(&e->dram.arena, p->slot[KVT_TIER_DRAM]);
     }
-    if (q->write) {
+    if (q->write && q->written) {
+        /* Written whole and raw by its caller: commit and finish only.
+         * The put's checksum is what the caller's record holds. */
+        j->written = true;
+        j->slot = q->slot;
+        j->stored_len = (uint32_t)e->page_bytes;
+        j->crc = q->crc;
+        j->generation = q->generation;
+        j->codec = KVT_CODEC_NONE;
+        j->put_crc_used = (p->flags & PG_PUT_CRC) != 0;
+    } else if (q->write) {
         j->slot = q->slot;
         j->put_crc = (p->flags & PG_PUT_CRC) != 0;
         j->page_crc = p->crc;
         j->put_crc_used = false;
+        /* Numbered here, under the lock: a caller's own writes take
+         * numbers too (kvt_ssd_generation_take). */
+        j->generation = e->pipe.generation++;
     } else {
         j->slot = p->ssd_slot;
         const struct kvt_ssd_meta *m = &e->ssd_tier.meta[j->slot];
@@ -234,7 +253,8 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
     }
     /* Compressed pages go through the job's bounce buffer; raw ones move
      * straight between the registered DRAM arena and the disk. */
-    bool bounce = j->write ? e->cfg.codec != KVT_CODEC_NONE : j->codec != KVT_CODEC_NONE;
+    bool bounce = j->write ? e->cfg.codec != KVT_CODEC_NONE && !j->written
+                           : j->codec != KVT_CODEC_NONE;
     j->bounce = bounce ? (int)ji : -1;
     j->buf = bounce ? e->pipe.bounce + (size_t)ji * e->page_bytes : j->dram;
 }
@@ -273,6 +293,8 @@ static uint32_t pipe_take(kvt_engine *e, uint32_t *got)
     order_write_slots(e, got, n);
     for (uint32_t i = 0; i < n; i++) {
         struct kvt_ssd_job *j = &P->jobs[got[i]];
+        if (j->written)
+            continue; /* no I/O of ours */
         int r = kvt_slots(e)->locate(e->ssd, j->slot, j->write, &j->fd, &j->off);
         if (r < 0) {
             j->fd = -1;
@@ -304,7 +326,6 @@ static void job_encode(kvt_engine *e, struct kvt_ssd_job *j)
     j->stored_len = (uint32_t)out;
     j->codec = (uint8_t)used;
     memset((uint8_t *)j->buf + out, 0, kvt_round4k(out) - out);
-    j->generation = e->pipe.generation++;
 }
 
 uint32_t kvt_ssd_crc_join(const kvt_engine *e, const uint32_t *crc, uint32_t pieces,
@@ -487,6 +508,13 @@ static void pipe_submit(kvt_engine *e, const uint32_t *got, uint32_t n)
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct kvt_ssd_job *j = &P->jobs[got[i]];
+        if (j->written) {
+            /* Complete before it was queued: dirty now, committed with
+             * the group (job_back's order). */
+            kvt_slots(e)->written(e->ssd, j->slot);
+            P->uncommitted[P->nuncommitted++] = got[i];
+            continue;
+        }
         bool first = !j->tries;
         if (j->write && first)
             job_encode(e, j); /* a retry sends the same bytes, generation and crc */
@@ -841,6 +869,12 @@ bool kvt_ssd_pipe_step(kvt_engine *e)
 void kvt_ssd_pipe_disk_starts(kvt_engine *e)
 {
     e->pipe.ssd_mark_ns = kvt_now_ns(); /* see pipe_pace */
+}
+
+uint64_t kvt_ssd_generation_take(kvt_engine *e)
+{
+    KVT_ASSERT_LOCKED(e);
+    return e->pipe.generation++;
 }
 
 void kvt_ssd_pipe_seen(kvt_engine *e, uint64_t generation)

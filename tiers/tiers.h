@@ -90,6 +90,10 @@ void kvt_dram_write_ahead(kvt_engine *e);
 bool kvt_dram_ahead_due(const kvt_engine *e);
 /* No write-ahead in this engine (an opener's kvt_open_with.no_write_ahead). */
 void kvt_dram_write_ahead_off(kvt_engine *e);
+/* Whether pages may go down before they must: no write-ahead was asked for
+ * at open, and the disk has not refused one. A put's own writes
+ * (kvt_ssd_caller_writes) are writes ahead too. */
+bool kvt_dram_writes_ahead(const kvt_engine *e);
 
 /* ------------------------------------------------------------- ssd.c */
 
@@ -138,6 +142,14 @@ struct kvt_transient *kvt_ssd_transient_of(kvt_engine *e, uint32_t pg, void *buf
 /* Queues a write of pg's DRAM copy to a new SSD slot. 0, KVT_EFULL,
  * -EAGAIN (a slot is being freed) or -ENOSPC. */
 int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict);
+/* Hands the mover pg's write that its put made itself (w: res 0, from
+ * kvt_ssd_caller_write; page_crc: the CRC32C, seed 0, of the bytes it
+ * wrote), to be committed with the next group and finished as the mover's
+ * own writes are: the page is XFER_SSD_WRITE until then. pg is committed
+ * and nothing of it in flight. 0, or -ENOMEM with the slot given back (the
+ * page goes down the usual way). */
+int kvt_ssd_queue_written(kvt_engine *e, uint32_t pg, const struct kvt_caller_write *w,
+                          uint32_t page_crc);
 /* The page is going away: its index entry is deleted by the mover. */
 void kvt_ssd_forget(kvt_engine *e, uint32_t pg);
 /* Whether a failed SSD read leaves the page and its index entry in place:
@@ -199,6 +211,8 @@ bool kvt_ssd_pipe_step(kvt_engine *e);
 /* The disk starts working (the first request queued): the pipe's pacing
  * counts its busy time from now. Locked. */
 void kvt_ssd_pipe_disk_starts(kvt_engine *e);
+/* The generation of a write its caller makes (ssd_caller.c). Locked. */
+uint64_t kvt_ssd_generation_take(kvt_engine *e);
 /* A page of this write generation is on SSD (open): later writes number
  * after it. */
 void kvt_ssd_pipe_seen(kvt_engine *e, uint64_t generation);
@@ -247,6 +261,25 @@ void kvt_callers_close(kvt_engine *e);
  * are the caller's busy ones. Locked; unlocks while reading. */
 void kvt_ssd_caller_read(kvt_engine *e, struct kvt_caller_read *rd, size_t n,
                          const struct kvt_caller_scratch *sc);
+/* Whether a put's pages may be written down by the put itself
+ * (kvt_ssd_caller_write): persist, stored raw, writes ahead allowed
+ * (kvt_dram_writes_ahead). */
+bool kvt_ssd_caller_writes(const kvt_engine *e);
+/* Writes the pages of w[0..n) to SSD from their DRAM slots, in the calling
+ * thread, each to a slot of its own (struct kvt_caller_write says which,
+ * and what came of each), with requests in sc (sized for n pages; its crc
+ * unused). fill(arg, &ready), called unlocked until it returns false, is
+ * the put's copy into the slots, a step a call: it says how many bytes of
+ * w's pages, taken in order, are in place, and each piece goes to the disk
+ * once its bytes are. Returns how many it started; 0: none, nothing
+ * unlocked and fill never called. Otherwise fill has returned false when
+ * it returns. Locked; unlocks while writing. */
+size_t kvt_ssd_caller_write(kvt_engine *e, struct kvt_caller_write *w, size_t n,
+                            const struct kvt_caller_scratch *sc,
+                            bool (*fill)(void *arg, size_t *ready), void *arg);
+/* Gives back the slots of w[0..n) written but never handed on (a put that
+ * failed or starts again): never indexed, so free at once. Locked. */
+void kvt_ssd_caller_write_cancel(kvt_engine *e, struct kvt_caller_write *w, size_t n);
 
 /* ------------------------------------------------------------- remote.c */
 
