@@ -251,7 +251,9 @@ struct kvt_callers {
     void *idle[KVT_CALLER_IOS];     /* open and free */
     uint32_t nidle;
     uint32_t nopen;                 /* open in all (idle or in a caller's hands) */
-    struct kvt_io_params params;    /* the mover's, with owner_reaps */
+    struct kvt_io_params params;    /* the mover's, with owner_reaps and no byte cap */
+    size_t read_bytes;              /* a caller's reads keep this much on the disk at most
+                                       (the mover's cap) */
     uint64_t reading;               /* pages kvt_get callers are reading themselves:
                                        SSD waiters wait for these too (ssd.c) */
     kvt_stats st;                   /* the callers' reads: bytes up, errors */
