@@ -254,12 +254,6 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
  * L2 + its share of L3). */
 #define PUT_CRC_CHUNK ((size_t)1 << 20)
 
-/* While the put writes its own pages down, its copy goes a checksum chunk
- * at a time between looks at the writes' completions, each piece sent to
- * the disk once copied: in steps of a whole 4 MiB piece the disk waited
- * for the next look about 0.5 ms a piece while the copy ran. */
-#define PUT_COPY_STEP PUT_CRC_CHUNK
-
 /* Where a put's copy into its slots has got to: its pass (0: the pages it
  * writes down itself, in the order of its writes; 1: the others), page i
  * of res, its bytes before at copied, crc their CRC32C so far (seed 0), r
@@ -292,13 +286,15 @@ static void cursor_seek(struct copy_cursor *k)
  * batch's own); false once every page is in, or a copy failed. *ready:
  * bytes of the pages the put writes down itself (pass 0) now in place. A
  * page from host memory bound for DRAM, in an engine that writes pages
- * down raw, has its checksum taken as it goes (res.crc), 1 MiB at a time
- * right after its copy: the write to SSD then needs no pass of its own
+ * down raw, goes PUT_CRC_CHUNK at a time, each step checksummed right
+ * after its copy (res.crc): the write to SSD then needs no pass of its own
  * over the bytes, and checksumming bytes just copied costs about a quarter
  * of a pass over memory that is not in the cache
- * (docs/performance.md#put-checksum). Any other page goes whole: a copy
- * from the device in pieces would wait for the device once a piece, and a
- * codec's checksum is of the encoded bytes. */
+ * (docs/performance.md#put-checksum). While the put writes its own pages
+ * down, it looks at their completions after each step: in steps of a whole
+ * 4 MiB piece the disk waited about 0.5 ms a piece for the next look. Any
+ * other page goes whole: a copy from the device in pieces would wait for
+ * the device once a piece, and a codec's checksum is of the encoded bytes. */
 static bool copy_step(void *arg, size_t *ready)
 {
     struct copy_cursor *k = arg;
@@ -310,16 +306,16 @@ static bool copy_step(void *arg, size_t *ready)
     }
     struct reservation *x = &k->res[k->i];
     enum kvt_copy_kind kind = copy_kind(k->src_on_device, x->tier == KVT_TIER_HBM);
-    size_t pb = e->page_bytes, end = x->crc && pb - k->at > PUT_COPY_STEP ? k->at + PUT_COPY_STEP : pb;
-    while (k->at < end && k->r == 0) {
-        size_t len = x->crc && end - k->at > PUT_CRC_CHUNK ? PUT_CRC_CHUNK : end - k->at;
-        uint8_t *dst = (uint8_t *)x->dst + k->at;
-        k->r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, dst,
-                                     (const uint8_t *)k->src[k->i] + k->at, len);
-        if (x->crc)
-            k->crc = kvt_crc32c(k->crc, dst, len);
+    size_t pb = e->page_bytes, left = pb - k->at;
+    size_t len = x->crc && left > PUT_CRC_CHUNK ? PUT_CRC_CHUNK : left;
+    uint8_t *dst = (uint8_t *)x->dst + k->at;
+    k->r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, dst, (const uint8_t *)k->src[k->i] + k->at,
+                                 len);
+    if (k->r == 0 && x->crc)
+        k->crc = kvt_crc32c(k->crc, dst, len);
+    if (k->r == 0) {
         k->at += len;
-        k->done += k->pass == 0 && k->r == 0 ? len : 0;
+        k->done += k->pass == 0 ? len : 0;
     }
     *ready = k->done;
     if (k->r == 0 && k->at == pb) {

@@ -297,11 +297,7 @@ int kvt_ssd_queue_write(kvt_engine *e, uint32_t pg, bool evict)
 int kvt_ssd_queue_written(kvt_engine *e, uint32_t pg, const struct kvt_caller_write *w,
                           uint32_t page_crc)
 {
-    const struct kvt_page *p = kvt_pg(&e->pt, pg);
-    /* The record's checksum binds key and generation as its seed: CRC32C
-     * with a seed is the seed's CRC joined with the seedless one. */
-    uint32_t seed = kvt_slots(e)->seed(e->ssd, &p->key, w->generation);
-    uint32_t crc = kvt_crc32c_combine(seed, page_crc, e->page_bytes);
+    uint32_t crc = kvt_ssd_raw_crc(e, &kvt_pg(&e->pt, pg)->key, w->generation, page_crc);
     kvt_page_xfer_begin(e, pg, XFER_SSD_WRITE, false);
     if (queue_push(e, (struct kvt_ssd_req){ .pg = pg, .slot = w->slot, .write = true,
                                             .written = true, .crc = crc,

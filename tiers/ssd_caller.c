@@ -309,18 +309,18 @@ static void write_reqs(kvt_engine *e, struct kvt_caller_write *w, size_t n, uint
     }
 }
 
-/* How many of the requests from rp[sent] have their bytes in place: those
- * that end within the first ready bytes of the pages, taken in order. */
-static size_t reqs_ready(const kvt_engine *e, struct kvt_io_req *const *rp, size_t nreq,
-                         size_t sent, uint32_t per, size_t ready)
+/* How many of the requests from the sent-th (per a page, in page order)
+ * have their bytes in place: those that end within the first ready bytes
+ * of the pages, taken in order. */
+static size_t reqs_ready(const kvt_engine *e, size_t nreq, size_t sent, uint32_t per,
+                         size_t ready)
 {
     size_t k = 0;
-    while (sent + k < nreq) {
-        const struct kvt_io_req *q = rp[sent + k];
-        size_t page = (sent + k) / per, at = (size_t)((uint8_t *)q->buf - (uint8_t *)rp[page * per]->buf);
-        if (page * e->page_bytes + at + q->len > ready)
+    for (; sent + k < nreq; k++) {
+        size_t q = sent + k, io_len, crc_len;
+        size_t at = kvt_ssd_piece(e, e->page_bytes, (uint32_t)(q % per), &io_len, &crc_len);
+        if ((q / per) * e->page_bytes + at + io_len > ready)
             break;
-        k++;
     }
     return k;
 }
@@ -354,7 +354,7 @@ static int run_writes(kvt_engine *e, void *io, struct kvt_caller_write *w, size_
     while (more || back < sent) {
         if (more)
             more = fill(arg, &ready);
-        size_t k = r == 0 ? reqs_ready(e, sc->rp, nreq, sent, per, ready) : 0;
+        size_t k = r == 0 ? reqs_ready(e, nreq, sent, per, ready) : 0;
         if (k && (r = e->io->submit(io, sc->rp + sent, k)) == 0) {
             for (size_t q = sent; q < sent + k; q++)
                 ((struct kvt_caller_write *)sc->rp[q]->user)->pending++;

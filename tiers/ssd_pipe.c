@@ -346,6 +346,13 @@ static size_t piece_at(const kvt_engine *e, const struct kvt_ssd_job *j, uint32_
     return kvt_ssd_piece(e, j->stored_len, k, io_len, crc_len);
 }
 
+uint32_t kvt_ssd_raw_crc(const kvt_engine *e, const kvt_key *key, uint64_t generation,
+                         uint32_t page_crc)
+{
+    uint32_t seed = kvt_slots(e)->seed(e->ssd, key, generation);
+    return kvt_crc32c_combine(seed, page_crc, e->page_bytes);
+}
+
 uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t generation,
                            const void *page, size_t stored_len, uint32_t k)
 {
@@ -381,8 +388,7 @@ static bool job_crc(const kvt_engine *e, struct kvt_ssd_job *j)
     if (!j->put_crc || j->bounce >= 0 || j->codec != KVT_CODEC_NONE ||
         j->stored_len != e->page_bytes)
         return false;
-    uint32_t seed = kvt_slots(e)->seed(e->ssd, &j->key, j->generation);
-    j->crc = kvt_crc32c_combine(seed, j->page_crc, e->page_bytes);
+    j->crc = kvt_ssd_raw_crc(e, &j->key, j->generation, j->page_crc);
     j->put_crc_used = true;
     return true;
 }

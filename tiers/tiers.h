@@ -241,6 +241,11 @@ static inline size_t kvt_ssd_piece(const kvt_engine *e, size_t stored_len, uint3
 }
 uint32_t kvt_ssd_crc_join(const kvt_engine *e, const uint32_t *crc, uint32_t pieces,
                           size_t stored_len);
+/* The checksum a record stores for a page stored raw whose bytes' CRC32C
+ * (seed 0) is page_crc: CRC32C with a seed is the seed's CRC joined with
+ * the seedless CRC of the bytes, so the bytes need not be read again. */
+uint32_t kvt_ssd_raw_crc(const kvt_engine *e, const kvt_key *key, uint64_t generation,
+                         uint32_t page_crc);
 /* CRC32C of piece k of a page stored in stored_len bytes at `page`, the
  * binding of key and generation as the first piece's seed (ssd_index.h). */
 uint32_t kvt_ssd_piece_crc(const kvt_engine *e, const kvt_key *key, uint64_t generation,
