@@ -1,7 +1,7 @@
 /*
  * base.h — what every layer of kvtier may use (not installed): page keys
  * compared and hashed, KVT_NONE, errors with a message, counted metadata
- * allocation, the clock.
+ * allocation, memory for DMA in huge pages, the clock.
  *
  * Layering: core/ depends on include/kvtier.h only. policy/ and io/ build on
  * core/; tiers/ builds on all three; tools/ use the public API plus
@@ -37,6 +37,16 @@ void kvt_clear_error(void);
 void *kvt_meta_alloc(uint64_t *counter, size_t bytes);
 void *kvt_meta_realloc(uint64_t *counter, void *p, size_t old_bytes, size_t new_bytes);
 void kvt_meta_free(uint64_t *counter, void *p, size_t bytes);
+
+/* ------------------------------------------------------------- memory (base/huge.c) */
+
+/* Anonymous read-write memory for DMA: at least bytes, starting on a 2 MiB
+ * boundary and asking for transparent huge pages, so that a disk request
+ * from it is one scatter segment per huge page. 0 with *out set, or -errno.
+ * The caller owns the mapping and gives it back with kvt_huge_unmap(p,
+ * bytes), bytes as asked for. */
+int kvt_huge_map(size_t bytes, void **out);
+void kvt_huge_unmap(void *p, size_t bytes);
 
 /* ------------------------------------------------------------- keys */
 

@@ -23,7 +23,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include <cuda_runtime_api.h>
 
@@ -60,7 +59,7 @@ struct host_block {
     struct host_block *next;
     void *p;
     size_t len;
-    bool registered; /* mmap + cudaHostRegister, else cudaHostAlloc */
+    bool registered; /* kvt_huge_map + cudaHostRegister, else cudaHostAlloc */
 };
 
 struct cuda_dev {
@@ -286,20 +285,22 @@ static void cuda_hbm_free(void *priv, void *p, size_t bytes)
         cudaFree(p);
 }
 
-/* mmap + cudaHostRegister rather than cudaHostAlloc: for arenas of tens or
- * hundreds of GiB it sets up faster, and the memory is page-aligned by
- * construction, which O_DIRECT reads into the arena require. cudaHostAlloc is
- * the fallback where registration is refused (limits, old drivers). */
+/* kvt_huge_map + cudaHostRegister rather than cudaHostAlloc: for arenas of
+ * tens or hundreds of GiB it sets up faster, the memory is page-aligned by
+ * construction, which O_DIRECT reads into the arena require, and it is in
+ * huge pages, which keeps the disk's requests from it whole (base/huge.c).
+ * cudaHostAlloc is the fallback where registration is refused (limits, old
+ * drivers). */
 static int host_pin(struct cuda_dev *s, struct host_block *b, size_t len)
 {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) {
+    void *p;
+    if (kvt_huge_map(len, &p) == 0) {
         if (cudaHostRegister(p, len, cudaHostRegisterDefault) == cudaSuccess) {
             *b = (struct host_block){.p = p, .len = len, .registered = true};
             return 0;
         }
         (void)cudaGetLastError();
-        munmap(p, len);
+        kvt_huge_unmap(p, len);
     }
     cudaError_t e = cudaHostAlloc(&p, len, cudaHostAllocDefault);
     if (e != cudaSuccess) {
@@ -320,7 +321,7 @@ static void host_block_release(struct host_block *b)
 {
     if (b->registered) {
         cudaHostUnregister(b->p);
-        munmap(b->p, b->len);
+        kvt_huge_unmap(b->p, b->len);
     } else {
         cudaFreeHost(b->p);
     }

@@ -19,7 +19,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include <stdbool.h>
@@ -239,25 +238,15 @@ static void host_close(void *priv)
     free(d);
 }
 
-/* Arenas ask for transparent huge pages (honoured where THP is "madvise" or
- * "always"; harmless where it is "never"). The DRAM arena is where SSD reads
- * land by DMA: in 4 KiB pages a 128 KiB read is up to 32 scatter segments,
- * as many as the pages are physically apart, and a virtual disk serves
- * those slower and less steadily (docs/design.md#huge-pages; the evidence:
- * docs/performance.md#huge-pages). (A pinned cudaHostAlloc buffer is the CUDA back-end's business.) */
-static int host_map(size_t bytes, void **out)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return -errno;
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
-    *out = p;
-    return 0;
-}
-
-static int host_hbm_alloc(void *priv, size_t bytes, void **out) { return host_map(bytes, out); }
-static int host_host_alloc(void *priv, size_t bytes, void **out) { return host_map(bytes, out); }
-static void host_unmap(void *priv, void *p, size_t bytes) { munmap(p, bytes); }
+/* Arenas are laid out for transparent huge pages (kvt_huge_map: honoured
+ * where THP is "madvise" or "always"; harmless where it is "never"). The
+ * DRAM arena is where SSD reads land and writes leave from by DMA: in 4 KiB
+ * pages a 256 KiB page is 64 scatter segments, and a virtual disk serves
+ * those slower and in smaller merged requests (docs/design.md#huge-pages).
+ * (A pinned buffer is the CUDA back-end's business.) */
+static int host_hbm_alloc(void *priv, size_t bytes, void **out) { return kvt_huge_map(bytes, out); }
+static int host_host_alloc(void *priv, size_t bytes, void **out) { return kvt_huge_map(bytes, out); }
+static void host_unmap(void *priv, void *p, size_t bytes) { kvt_huge_unmap(p, bytes); }
 
 static int host_submit(void *priv, enum kvt_dir dir, const struct kvt_copy *c, size_t n,
                        uint64_t *fence)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "tests/helpers.h"
@@ -321,6 +322,32 @@ static void test_arenas_ask_for_huge_pages(void **state)
     assert_int_equal(thp_eligible(f->a), 1);
 }
 
+/* An arena whose size is not whole huge pages (the DRAM arena's spare slot
+ * makes it so) still starts on a 2 MiB boundary and is all usable: a
+ * mapping the kernel left unaligned began in 4 KiB pages, and io_uring then
+ * described the whole registered arena page by page, which cut the disk's
+ * merged requests to three 256 KiB pages (base/huge.c). Freed, the whole
+ * rounded span is unmapped. */
+static void test_arena_starts_on_a_huge_page(void **state)
+{
+    struct fix *f = *state;
+    const size_t huge = (size_t)2 << 20;
+    size_t sizes[] = { (4u << 20) + (256u << 10), (1u << 20) + 4096, huge, 4096 };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        uint8_t *p;
+        assert_int_equal(kvt_device_host_ops.host_alloc(f->priv, sizes[i], (void **)&p), 0);
+        assert_int_equal((uintptr_t)p % huge, 0);
+        memset(p, 0x5a, sizes[i]);
+        size_t span = (sizes[i] + huge - 1) / huge * huge;
+        unsigned char v;
+        assert_int_equal(mincore(p + span - 4096, 4096, &v), 0); /* rounded up, mapped */
+        kvt_device_host_ops.host_free(f->priv, p, sizes[i]);
+        assert_int_equal(mincore(p, 4096, &v), -1);
+        assert_int_equal(errno, ENOMEM);
+        assert_int_equal(mincore(p + span - 4096, 4096, &v), -1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +360,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failure_answers_the_other_direction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arenas_ask_for_huge_pages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_arena_starts_on_a_huge_page, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "tiers/tiers.h"
 
@@ -97,12 +96,10 @@ int kvt_ssd_pipe_init(kvt_engine *e)
     P->max_jobs = n;
     size_t bb = (size_t)n * e->page_bytes;
     P->generation = 1;
-    P->bounce = mmap(NULL, bb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (P->bounce == MAP_FAILED) {
-        P->bounce = NULL;
+    void *bounce;
+    if (kvt_huge_map(bb, &bounce) < 0) /* DMA targets: see base/huge.c */
         return kvt_fail(-ENOMEM, "out of memory for the SSD tier");
-    }
-    (void)madvise(P->bounce, bb, MADV_HUGEPAGE); /* DMA targets: see device_host.c */
+    P->bounce = bounce;
     P->piece_bytes = kvt_test_piece_bytes ? kvt_test_piece_bytes : PIECE_BYTES;
     P->max_pieces = (uint32_t)((e->page_bytes + P->piece_bytes - 1) / P->piece_bytes);
     P->jobs = calloc(n, sizeof(*P->jobs));
@@ -144,7 +141,7 @@ void kvt_ssd_pipe_fini(kvt_engine *e)
 {
     struct kvt_ssd_pipe *P = &e->pipe;
     if (P->bounce)
-        munmap(P->bounce, (size_t)P->max_jobs * e->page_bytes);
+        kvt_huge_unmap(P->bounce, (size_t)P->max_jobs * e->page_bytes);
     kvt_team_close(P->team);
     kvt_codec_free(P->codec_helper);
     kvt_codec_free(P->codec);
