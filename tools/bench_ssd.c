@@ -728,8 +728,14 @@ static void report_json(const struct ssd_opts *o, const struct ssd_link *l, int 
                    s.sbase, s.sratio, s.srlo, s.srhi);
         printf("\"gbps\": %.4f, \"baseline\": \"io_uring O_DIRECT\", \"baseline_gbps\": %.4f, "
                "\"ratio\": %.4f, \"ratio_min\": %.4f, \"ratio_max\": %.4f, "
-               "\"cpu_s_per_gb\": %.4f}",
+               "\"cpu_s_per_gb\": %.4f, \"runs\": [",
                s.gbps, s.base, s.ratio, s.rlo, s.rhi, s.cpu);
+        /* Each rep as measured, in order: which side went first, and both
+         * figures (bench_size alternates, raw first in rep 0). */
+        for (unsigned r = 0; r < l[i].n; r++)
+            printf("%s{\"first\": \"%s\", \"gbps\": %.4f, \"baseline_gbps\": %.4f}",
+                   r ? ", " : "", r & 1 ? "kvtier" : "raw", l[i].gbps[r], l[i].base[r]);
+        printf("]}");
     }
     printf("], \"codecs\": [");
     for (int i = 0; i < nc; i++)
