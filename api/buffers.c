@@ -249,9 +249,15 @@ static int put_reserve(kvt_engine *e, const kvt_key *keys, size_t n, struct rese
     }
 }
 
-/* A put's copy into DRAM moves this much at a time and checksums it right
- * after, while it is still in the cache (1 MiB: within any server core's
- * L2 + its share of L3). */
+/* A put's copy into DRAM moves this much at a time, checksummed just
+ * before: the checksum's read brings the step into the cache (1 MiB: within
+ * any server core's L2 + its share of L3), where the copy then reads it,
+ * and the copy streams into the slot past the cache (device_host.c), so
+ * the source is read from memory once and the slot written once. The
+ * checksum is of the source's bytes as the put read them: a caller that
+ * rewrites its buffer during the call (kvt_put reads it during the call)
+ * can leave a slot that does not match it, which a read from SSD then
+ * counts bad and serves nothing from. */
 #define PUT_CRC_CHUNK ((size_t)1 << 20)
 
 /* Where a put's copy into its slots has got to: its pass (0: the pages it
@@ -287,10 +293,10 @@ static void cursor_seek(struct copy_cursor *k)
  * bytes of the pages the put writes down itself (pass 0) now in place. A
  * page from host memory bound for DRAM, in an engine that writes pages
  * down raw, goes PUT_CRC_CHUNK at a time, each step checksummed right
- * after its copy (res.crc): the write to SSD then needs no pass of its own
- * over the bytes, and checksumming bytes just copied costs about a quarter
- * of a pass over memory that is not in the cache
- * (docs/performance.md#put-checksum). While the put writes its own pages
+ * before its copy (res.crc): the write to SSD then needs no pass of its
+ * own over the bytes, and the copy reads the bytes the checksum just
+ * brought into the cache (docs/performance.md#put-checksum,
+ * #put-copy-traffic). While the put writes its own pages
  * down, it looks at their completions after each step: in steps of a whole
  * 4 MiB piece the disk waited about 0.5 ms a piece for the next look. Any
  * other page goes whole: a copy from the device in pieces would wait for
@@ -309,10 +315,10 @@ static bool copy_step(void *arg, size_t *ready)
     size_t pb = e->page_bytes, left = pb - k->at;
     size_t len = x->crc && left > PUT_CRC_CHUNK ? PUT_CRC_CHUNK : left;
     uint8_t *dst = (uint8_t *)x->dst + k->at;
-    k->r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, dst, (const uint8_t *)k->src[k->i] + k->at,
-                                 len);
-    if (k->r == 0 && x->crc)
-        k->crc = kvt_crc32c(k->crc, dst, len);
+    const uint8_t *src = (const uint8_t *)k->src[k->i] + k->at;
+    if (x->crc)
+        k->crc = kvt_crc32c(k->crc, src, len);
+    k->r = e->hbm.dev->copy_sync(e->hbm.dev_priv, kind, dst, src, len);
     if (k->r == 0) {
         k->at += len;
         k->done += k->pass == 0 ? len : 0;

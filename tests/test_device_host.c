@@ -277,6 +277,29 @@ static void test_copy_sync(void **state)
     assert_true(t_check(f->a, 8192, t_key(4, 4, 4), 4));
 }
 
+/* Copies into an arena stream past the cache from 64 KiB up (a put's step),
+ * memcpy below that, at odd sizes and out of the arenas: every shape lands
+ * the same bytes, at an offset inside the arena and up to its end. */
+static void test_copy_sync_into_and_out_of_arenas(void **state)
+{
+    struct fix *f = *state;
+    size_t sizes[] = { 1u << 20, (64u << 10) + 64, (64u << 10) + 8, 4096, 100 };
+    uint8_t *out = malloc(BYTES);
+    assert_non_null(out);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        size_t n = sizes[i], at = BYTES - n; /* the slot ends where the arena does */
+        t_fill(out, n, t_key(5, 5, (uint32_t)i), 5);
+        memset(f->b, 0, BYTES);
+        assert_int_equal(kvt_device_host_ops.copy_sync(f->priv, KVT_COPY_H2H, f->b + at, out, n), 0);
+        assert_true(t_check(f->b + at, n, t_key(5, 5, (uint32_t)i), 5));
+        assert_int_equal(f->b[at - 1], 0);
+        memset(out, 0, BYTES);
+        assert_int_equal(kvt_device_host_ops.copy_sync(f->priv, KVT_COPY_H2H, out, f->b + at, n), 0);
+        assert_true(t_check(out, n, t_key(5, 5, (uint32_t)i), 5));
+    }
+    free(out);
+}
+
 /* THPeligible of the mapping that holds p in /proc/self/smaps: 1, 0, or -1
  * when it cannot be read. */
 static int thp_eligible(const void *p)
@@ -359,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_failure_waits_for_running_copy),
         cmocka_unit_test_setup_teardown(test_failure_answers_the_other_direction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_sync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_sync_into_and_out_of_arenas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arenas_ask_for_huge_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arena_starts_on_a_huge_page, setup, teardown),
     };
