@@ -14,9 +14,10 @@
  * (and an arena with a spare slot seldom is), so the mapping starts in
  * small pages. io_uring then cannot describe a registered buffer of mixed
  * page sizes by its huge pages and falls back to one 4 KiB vector per page,
- * for the whole buffer (docs/performance.md#huge-page-alignment). So the
- * mapping is over-allocated by 2 MiB, its start moved to the boundary, and
- * its length rounded up to whole huge pages, with the ends trimmed off.
+ * for the whole buffer (docs/performance.md#huge-page-alignment-6-december).
+ * So the mapping is over-allocated by 2 MiB, its start moved to the
+ * boundary, and its length rounded up to whole huge pages, with the ends
+ * trimmed off.
  */
 #include <errno.h>
 #include <stdint.h>

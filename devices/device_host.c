@@ -384,14 +384,14 @@ static int host_copy_sync(void *priv, enum kvt_copy_kind kind, void *dst, const 
     struct host_dev *d = priv;
     if (atomic_load(&d->failed))
         return KVT_EDEVICE;
-    /* Into an arena (a put), the copy streams past the cache: nobody reads
-     * the slot from this CPU soon, the disk's DMA or a device copy does. A
-     * plain memcpy reads each destination line before writing it, a third
-     * pass over memory, and on a virtual disk the host's DMA for the
-     * writes competes with that traffic: a memcpy loop on the other core
-     * slowed O_DIRECT writes 1.35x (docs/performance.md#put-copy-traffic).
-     * Out of an arena (a get), the caller reads its buffer next: memcpy
-     * leaves it in the cache. */
+    /* Into an arena (a put), the copy streams past the cache, as a GPU's
+     * copy engine would leave it: the slot's next reader is the disk's DMA
+     * or a batch copy, which streams too. A plain memcpy reads each
+     * destination line before writing it, a third pass over memory, and on
+     * a virtual disk the host's DMA for the writes competes with that
+     * traffic: a memcpy loop on the other core slowed O_DIRECT writes 1.35x
+     * (docs/performance.md#put-copy-traffic). Out of an arena (a get), the
+     * caller reads its buffer next: memcpy leaves it in the cache. */
     if (bytes >= HOST_STREAM_MIN && host_in_arena(d, dst, bytes) &&
         host_copy_stream(dst, src, bytes))
         host_copy_fence();
