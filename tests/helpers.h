@@ -170,6 +170,21 @@ static inline kvt_stats t_stats(kvt_engine *e)
     return s;
 }
 
+/* Reads page k (page_bytes) into a 4 KiB-aligned buffer, so that a page
+ * only on SSD may be read straight into it: 1 with the bytes of version, 0
+ * for a miss; fails the test on wrong bytes. */
+static inline int t_get_page(kvt_engine *e, kvt_key k, size_t page_bytes, uint32_t version)
+{
+    void *buf = NULL;
+    assert_int_equal(posix_memalign(&buf, 4096, page_bytes), 0);
+    int found = -1;
+    assert_int_equal(kvt_get(e, &k, 1, &buf, 0, &found), 0);
+    if (found)
+        assert_true(t_check(buf, page_bytes, k, version));
+    free(buf);
+    return found;
+}
+
 /* The fastest tier holding k, or KVT_TIER_NONE; kvt_exists' answer checked
  * against itself. */
 static inline kvt_tier t_where(kvt_engine *e, kvt_key k)

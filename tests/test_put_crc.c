@@ -106,20 +106,6 @@ static bool put_crc_of(kvt_engine *e, kvt_key k, uint32_t *crc)
     return has;
 }
 
-/* Reads page k into a 4 KiB-aligned buffer: 1 with the bytes of version,
- * 0 for a miss; fails the test on wrong bytes. */
-static int get_page(kvt_engine *e, kvt_key k, uint32_t version)
-{
-    void *buf = NULL;
-    assert_int_equal(posix_memalign(&buf, 4096, PB), 0);
-    int found = -1;
-    assert_int_equal(kvt_get(e, &k, 1, &buf, 0, &found), 0);
-    if (found)
-        assert_true(t_check(buf, PB, k, version));
-    free(buf);
-    return found;
-}
-
 /* The join the write-back relies on: CRC32C with a seed is the seed joined
  * with the seedless CRC of the bytes, at any length. */
 static void test_seeded_crc_is_a_join(void **state)
@@ -162,7 +148,7 @@ static void test_put_pages_read_back_after_restart(void **state)
     free(want);
     e = restart(f, e, KVT_CODEC_NONE);
     for (int i = 0; i < 6; i++)
-        assert_int_equal(get_page(e, ks[i], 1), 1);
+        assert_int_equal(t_get_page(e, ks[i], PB, 1), 1);
     kvt_stats s = t_stats(e);
     assert_int_equal(s.errors_corrupt, 0);
     kvt_close(e);
@@ -183,8 +169,8 @@ static void test_the_stored_checksum_is_the_puts(void **state)
     kvt_pg(&e->pt, pg)->crc ^= 1;
     kvt_unlock(e);
     e = restart(f, e, KVT_CODEC_NONE);
-    assert_int_equal(get_page(e, ks[0], 1), 0);
-    assert_int_equal(get_page(e, ks[1], 1), 1);
+    assert_int_equal(t_get_page(e, ks[0], PB, 1), 0);
+    assert_int_equal(t_get_page(e, ks[1], PB, 1), 1);
     assert_int_equal(t_stats(e).errors_corrupt, 1);
     kvt_close(e);
 }
@@ -210,8 +196,8 @@ static void test_a_dirty_release_drops_the_puts_checksum(void **state)
     assert_int_equal(kvt_release(e, &ks[1], 1, 1), 0);
     assert_false(put_crc_of(e, ks[1], &crc));
     e = restart(f, e, KVT_CODEC_NONE);
-    assert_int_equal(get_page(e, ks[0], 1), 1);
-    assert_int_equal(get_page(e, ks[1], 2), 1);
+    assert_int_equal(t_get_page(e, ks[0], PB, 1), 1);
+    assert_int_equal(t_get_page(e, ks[1], PB, 2), 1);
     assert_int_equal(t_stats(e).errors_corrupt, 0);
     kvt_close(e);
 }
@@ -229,7 +215,7 @@ static void test_a_codec_engine_takes_none(void **state)
         assert_false(put_crc_of(e, ks[i], &crc));
     e = restart(f, e, KVT_CODEC_ZSTD);
     for (int i = 0; i < 3; i++)
-        assert_int_equal(get_page(e, ks[i], 1), 1);
+        assert_int_equal(t_get_page(e, ks[i], PB, 1), 1);
     kvt_close(e);
 }
 

@@ -88,19 +88,17 @@ static void put_pages(kvt_engine *e, uint64_t id, size_t n, uint32_t v)
     free(buf);
 }
 
-/* Page (id, 0, i): 1 with the bytes of version v, 0 for a miss; fails the
- * test on wrong bytes. */
+/* Page (id, 0, i): 1 with the bytes of version v, 0 for a miss. */
 static int get_page(kvt_engine *e, uint64_t id, uint32_t i, uint32_t v)
 {
-    void *buf = NULL;
-    assert_int_equal(posix_memalign(&buf, 4096, PB), 0);
-    kvt_key k = t_key(id, 0, i);
-    int found = -1;
-    assert_int_equal(kvt_get(e, &k, 1, &buf, 0, &found), 0);
-    if (found)
-        assert_true(t_check(buf, PB, k, v));
-    free(buf);
-    return found;
+    return t_get_page(e, t_key(id, 0, i), PB, v);
+}
+
+/* Pages (id, 0, 0..n) all read back with the bytes of version v. */
+static void read_back(kvt_engine *e, uint64_t id, uint32_t n, uint32_t v)
+{
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(get_page(e, id, i, v), 1);
 }
 
 /* Closes e (flushing) and opens its directory again, persist, write-ahead
@@ -132,8 +130,7 @@ static void test_a_persist_put_writes_its_pages_itself(void **state)
     assert_int_equal(s.bytes_down[KVT_TIER_DRAM], 6 * PB); /* committed and counted */
     assert_int_equal(s.errors_io, 0);
     e = restart(f, e);
-    for (uint32_t i = 0; i < 6; i++)
-        assert_int_equal(get_page(e, 1, i, 1), 1);
+    read_back(e, 1, 6, 1);
     assert_int_equal(t_stats(e).errors_corrupt, 0);
     kvt_close(e);
 }
@@ -169,11 +166,9 @@ static void test_an_own_write_that_fails_leaves_the_page_to_the_mover(void **sta
     assert_true(s.errors_io >= 1);
     assert_int_equal(s.ssd_bad_slots, 1);
     assert_int_equal(writes(f), 5 * PIECES); /* the failed page written twice */
-    for (uint32_t i = 0; i < 4; i++)
-        assert_int_equal(get_page(e, 3, i, 1), 1);
+    read_back(e, 3, 4, 1);
     e = restart(f, e);
-    for (uint32_t i = 0; i < 4; i++)
-        assert_int_equal(get_page(e, 3, i, 1), 1);
+    read_back(e, 3, 4, 1);
     assert_int_equal(t_stats(e).errors_corrupt, 0);
     kvt_close(e);
 }
@@ -192,8 +187,7 @@ static void test_an_own_write_refused_retires_nothing(void **state)
     assert_int_equal(s.ssd_bad_slots, 0);
     assert_true(s.errors_io >= 1);
     e = restart(f, e);
-    for (uint32_t i = 0; i < 3; i++)
-        assert_int_equal(get_page(e, 4, i, 1), 1);
+    read_back(e, 4, 3, 1);
     kvt_close(e);
 }
 
@@ -229,13 +223,11 @@ static void test_a_put_larger_than_dram(void **state)
     kvt_engine *e = open_engine(f, 1, true, NULL);
     put_pages(e, 6, 16, 1);
     assert_int_equal(writes(f), 16 * PIECES);
-    for (uint32_t i = 0; i < 16; i++)
-        assert_int_equal(get_page(e, 6, i, 1), 1);
+    read_back(e, 6, 16, 1);
     assert_int_equal(kvt_flush(e), 0);
     assert_int_equal(writes(f), 16 * PIECES);
     e = restart(f, e);
-    for (uint32_t i = 0; i < 16; i++)
-        assert_int_equal(get_page(e, 6, i, 1), 1);
+    read_back(e, 6, 16, 1);
     kvt_close(e);
 }
 
