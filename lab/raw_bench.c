@@ -10,12 +10,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kvt_build.h"
+#include "base/base.h"
 #include "lab/raw_bench.h"
 
 #if KVT_HAVE_URING
@@ -176,17 +176,16 @@ static int bench_run(int dfd, const char *name, struct bench b, unsigned depth, 
         return -EINVAL;
     }
     size_t region = (size_t)b.nblocks * block;
-    /* Memory of the kind the engine's arenas are (huge pages where THP
-     * allows): on a virtual disk the DMA target's physical layout moves the
+    /* Memory of the kind the engine's arenas are (kvt_huge_map: aligned
+     * huge pages where THP allows): on a virtual disk the DMA target's physical layout moves the
      * figure (docs/design.md#huge-pages). */
     int rc = 0;
-    b.bufs = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (b.bufs == MAP_FAILED) {
-        b.bufs = NULL;
+    void *bufs;
+    if (kvt_huge_map(region, &bufs) < 0) {
         rc = -ENOMEM;
         goto out_close;
     }
-    (void)madvise(b.bufs, region, MADV_HUGEPAGE);
+    b.bufs = bufs;
     memset(b.bufs, 0x5a, region); /* fault the pages in before timing */
     rc = kvt_uring_init_ring(&b.ring, depth);
     if (rc)
@@ -201,7 +200,7 @@ static int bench_run(int dfd, const char *name, struct bench b, unsigned depth, 
         *gbps = secs > 0 ? (double)b.bytes / secs / 1e9 : 0.0;
     io_uring_queue_exit(&b.ring);
 out_free:
-    munmap(b.bufs, region);
+    kvt_huge_unmap(b.bufs, region);
 out_close:
     close(b.fd);
     return rc;

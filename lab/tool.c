@@ -176,6 +176,16 @@ int kvt_tool_ssd_cycle(kvt_engine *e, struct kvt_tool_ssd_times *t, uint64_t *re
     return r;
 }
 
+int kvt_tool_huge_map(size_t bytes, void **out)
+{
+    return kvt_huge_map(bytes, out);
+}
+
+void kvt_tool_huge_unmap(void *p, size_t bytes)
+{
+    kvt_huge_unmap(p, bytes);
+}
+
 int kvt_tool_ssd_raw(int dfd, const char *name, uint64_t span, size_t block, unsigned depth,
                      uint64_t n, bool write, double *gbps)
 {

@@ -106,6 +106,12 @@ struct kvt_tool_ssd_times {
  * result (0 or its error). */
 int kvt_tool_ssd_cycle(kvt_engine *e, struct kvt_tool_ssd_times *t, uint64_t *read_pages);
 
+/* Memory laid out as the engine's DMA buffers are (kvt_huge_map, base.h):
+ * 2 MiB-aligned, whole huge pages. 0 with *out set, or -errno; given back
+ * with kvt_tool_huge_unmap(p, bytes), bytes as asked for. */
+int kvt_tool_huge_map(size_t bytes, void **out);
+void kvt_tool_huge_unmap(void *p, size_t bytes);
+
 /* Raw io_uring O_DIRECT throughput with no engine: n requests of block
  * bytes at queue depth `depth` over the first span bytes of the regular
  * file `name` in the directory open as dfd (AT_FDCWD: a path), which must

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -405,22 +404,18 @@ int cli_config_check(const char *cmd, const struct kvt_config *c, const struct c
 
 unsigned char *cli_huge_alloc(size_t len, struct cli_huge *h)
 {
-    const size_t huge = (size_t)2 << 20;
-    size_t used = (len + huge - 1) / huge * huge;
+    void *p;
     *h = (struct cli_huge){ 0 };
-    void *m = mmap(NULL, used + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
+    if (kvt_tool_huge_map(len, &p) < 0)
         return NULL;
-    *h = (struct cli_huge){ m, used + huge };
-    unsigned char *at = (unsigned char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
-    (void)madvise(at, used, MADV_HUGEPAGE);
-    return at;
+    *h = (struct cli_huge){ p, len };
+    return p;
 }
 
 void cli_huge_free(struct cli_huge *h)
 {
     if (h->map)
-        munmap(h->map, h->map_len);
+        kvt_tool_huge_unmap(h->map, h->map_len);
     *h = (struct cli_huge){ 0 };
 }
 

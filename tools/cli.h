@@ -82,10 +82,9 @@ struct cli_field {
 int cli_config_check(const char *cmd, const struct kvt_config *c, const struct cli_field *map);
 
 /* Memory for the disk to read into as an engine's host buffers are: in
- * 2 MiB pages (2 MiB-aligned, MADV_HUGEPAGE; docs/performance.md#huge-pages:
- * a virtual disk fills 4 KiB pages several times slower). cli_huge_alloc
- * returns len bytes, or NULL; cli_huge_free unmaps them (h zeroed: NULL is
- * fine). */
+ * 2 MiB pages (kvt_tool_huge_map; docs/performance.md#huge-pages: a virtual
+ * disk fills 4 KiB pages several times slower). cli_huge_alloc returns len
+ * bytes, or NULL; cli_huge_free unmaps them (h zeroed: NULL is fine). */
 struct cli_huge {
     void *map;
     size_t map_len;
