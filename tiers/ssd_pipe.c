@@ -238,8 +238,8 @@ static void job_fill(kvt_engine *e, uint32_t ji, const struct kvt_ssd_req *q)
         j->page_crc = p->crc;
         j->put_crc_used = false;
         /* Numbered here, under the lock: a caller's own writes take
-         * numbers too (kvt_ssd_generation_take). */
-        j->generation = e->pipe.generation++;
+         * numbers too. */
+        j->generation = kvt_ssd_generation_take(e);
     } else {
         j->slot = p->ssd_slot;
         const struct kvt_ssd_meta *m = &e->ssd_tier.meta[j->slot];
