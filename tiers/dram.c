@@ -387,13 +387,24 @@ static bool ahead_queue(kvt_engine *e, uint32_t pg)
 
 /* Looks at the arena from where the last call stopped. A sweep of every
  * slot that finds none leaves the counts of its start in ahead_none: a
- * page that became a candidate after that start changed them. */
+ * page that became a candidate after that start changed them. A sweep
+ * spans calls only while the counts stay as at its start: a page may have
+ * become a candidate since, in a slot the sweep had passed, and a sweep
+ * that ended there would hold nothing up to the next kick, which may never
+ * come (the mover slept with pages never written; tests/test_ssd.c,
+ * test_write_ahead_sweep_starts_again). So it starts again. */
 void kvt_dram_write_ahead(kvt_engine *e)
 {
     KVT_ASSERT_LOCKED(e);
     if (!kvt_dram_ahead_due(e))
         return;
     struct kvt_dram *d = &e->dram;
+    if (d->ahead_seen) {
+        uint64_t c[KVT_AHEAD_COUNTS];
+        ahead_counts(e, c);
+        if (memcmp(c, d->ahead_start, sizeof(c)) != 0)
+            d->ahead_seen = 0;
+    }
     uint64_t room = ahead_room(e);
     if (room && ahead_tight(e)) {
         uint32_t v = e->pol->victim(e->pol_priv, KVT_TIER_DRAM, ahead_usable, e);
