@@ -526,6 +526,13 @@ static int bench_kvtier(const struct ssd_opts *o, struct scratch *sc, size_t pb,
     return 0;
 }
 
+/* Whether rep's raw side goes first. The sides alternate: a virtual disk's
+ * speed drifts with what its host cached a moment ago. */
+static bool raw_first(unsigned rep)
+{
+    return (rep & 1) == 0;
+}
+
 /* Measures one page size: w (unless --api get) and r get one entry per rep. */
 static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, struct ssd_link *w,
                       struct ssd_link *r)
@@ -535,10 +542,8 @@ static int bench_size(const struct ssd_opts *o, struct scratch *sc, size_t pb, s
     *r = (struct ssd_link){ .link = o->get ? "ssd->get" : "ssd->dram", .block = pb };
     for (unsigned i = 0; i < o->reps; i++) {
         double raw[5] = { 0 }, kv[5] = { 0 };
-        /* Alternate which side goes first: a virtual disk's speed drifts
-         * with what its host cached a moment ago. */
         for (int side = 0; side < 2; side++) {
-            int rc = (side ^ (int)(i & 1)) == 0 ? bench_raw(o, sc, pb, n, raw)
+            int rc = (side == 0) == raw_first(i) ? bench_raw(o, sc, pb, n, raw)
                                                  : bench_kvtier(o, sc, pb, n, kv);
             if (rc)
                 return rc;
@@ -731,10 +736,10 @@ static void report_json(const struct ssd_opts *o, const struct ssd_link *l, int 
                "\"cpu_s_per_gb\": %.4f, \"runs\": [",
                s.gbps, s.base, s.ratio, s.rlo, s.rhi, s.cpu);
         /* Each rep as measured, in order: which side went first, and both
-         * figures (bench_size alternates, raw first in rep 0). */
+         * figures. */
         for (unsigned r = 0; r < l[i].n; r++)
             printf("%s{\"first\": \"%s\", \"gbps\": %.4f, \"baseline_gbps\": %.4f}",
-                   r ? ", " : "", r & 1 ? "kvtier" : "raw", l[i].gbps[r], l[i].base[r]);
+                   r ? ", " : "", raw_first(r) ? "raw" : "kvtier", l[i].gbps[r], l[i].base[r]);
         printf("]}");
     }
     printf("], \"codecs\": [");
