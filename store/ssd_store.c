@@ -679,6 +679,49 @@ uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err)
     return KVT_NONE;
 }
 
+/* Allocates the blocks of segment seg up to slot idx ahead of its takes,
+ * within what the disk can spare: at most half of the free space beyond
+ * what the segment has (seg_grow's own bound), so that a hint never sets
+ * off the full-disk pause a take would then meet. Failures are left for the
+ * takes to meet and report (a message set here is only ever read after a
+ * call that failed). */
+static void seg_prepare(struct kvt_ssd *s, uint32_t seg, uint32_t idx)
+{
+    uint32_t lim = fsize_slots_now(s);
+    if (lim == 0)
+        return;
+    if (idx >= lim)
+        idx = lim - 1;
+    if (kvt_now_ns() < s->seg_retry_ns[seg] || seg_open(s, seg, true) < 0)
+        return;
+    uint32_t have = s->seg_ready[seg];
+    struct statvfs vfs;
+    if (idx < have || fstatvfs(s->seg_fd[seg], &vfs) != 0)
+        return;
+    uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 / s->slot_bytes;
+    if (room == 0)
+        return;
+    if ((uint64_t)idx - have >= room)
+        idx = (uint32_t)(have + room - 1);
+    (void)seg_grow(s, seg, idx + 1);
+}
+
+void kvt_ssd_prepare(struct kvt_ssd *s, uint32_t n)
+{
+    uint32_t seg = UINT32_MAX, hi = 0;
+    n = n < s->nfree ? n : s->nfree;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t slot = s->free_stack[s->nfree - 1 - i];
+        uint32_t sg = slot / s->slots_per_seg, idx = slot % s->slots_per_seg;
+        if (sg != seg && seg != UINT32_MAX)
+            seg_prepare(s, seg, hi);
+        hi = sg != seg || idx > hi ? idx : hi;
+        seg = sg;
+    }
+    if (seg != UINT32_MAX)
+        seg_prepare(s, seg, hi);
+}
+
 void kvt_ssd_free(struct kvt_ssd *s, uint32_t slot)
 {
     if (slot >= s->nslots || s->slot_state[slot] != SLOT_USED)

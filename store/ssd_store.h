@@ -92,6 +92,12 @@ struct kvt_index *kvt_ssd_index(struct kvt_ssd *s);
  * allocation is tried again a second later); -ENOMEM/-EMFILE. */
 uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err);
 void kvt_ssd_free(struct kvt_ssd *s, uint32_t slot);
+/* The next n slots kvt_ssd_alloc will hand out get their blocks now, one
+ * allocation per segment, as far as the disk can spare them: a hint, whose
+ * failures the takes meet and report. Made before a batch's writes go out,
+ * because ext4 makes an allocation in a file wait for the direct I/O in
+ * flight on it (docs/performance.md#the-flushs-head). */
+void kvt_ssd_prepare(struct kvt_ssd *s, uint32_t n);
 /* Marks a slot bad after an I/O error: never handed out again. With persist
  * the close records the bad slots in the index and the next open retires
  * them again (a crash before the close forgets the ones since the open). */

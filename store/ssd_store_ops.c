@@ -147,6 +147,7 @@ static uint64_t sl_usable(const struct kvt_store *s)
 static uint64_t sl_bad(const struct kvt_store *s) { return kvt_ssd_bad_slots(ss_cof(s)->ssd); }
 static uint32_t sl_take(struct kvt_store *s, int *err) { return kvt_ssd_alloc(ss_of(s)->ssd, err); }
 static void sl_give(struct kvt_store *s, uint32_t slot) { kvt_ssd_free(ss_of(s)->ssd, slot); }
+static void sl_prepare(struct kvt_store *s, uint32_t n) { kvt_ssd_prepare(ss_of(s)->ssd, n); }
 static void sl_retire(struct kvt_store *s, uint32_t slot) { kvt_ssd_mark_bad(ss_of(s)->ssd, slot); }
 static void sl_written(struct kvt_store *s, uint32_t slot) { kvt_ssd_dirty(ss_of(s)->ssd, slot); }
 
@@ -200,7 +201,7 @@ static int sl_forget(struct kvt_store *s, const struct kvt_store_rec *rec, size_
 
 static const struct kvt_store_slot_ops ssd_slot_ops = {
     .nslots = sl_nslots, .usable = sl_usable, .bad = sl_bad, .take = sl_take, .give = sl_give,
-    .retire = sl_retire, .locate = sl_locate, .written = sl_written, .seed = sl_seed,
+    .prepare = sl_prepare, .retire = sl_retire, .locate = sl_locate, .written = sl_written, .seed = sl_seed,
     .commit = sl_commit, .forget = sl_forget,
 };
 

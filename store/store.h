@@ -43,7 +43,7 @@
 
 #include <stdbool.h>
 
-#define KVT_STORE_OPS_VERSION 2   /* 2: the slot ops; a directory's open */
+#define KVT_STORE_OPS_VERSION 3   /* 2: the slot ops; a directory's open. 3: prepare */
 
 /* Capabilities, as flags in kvt_store_ops.caps. */
 #define KVT_STORE_DURABLE 1u  /* what was put survives a restart of the engine */
@@ -139,6 +139,11 @@ struct kvt_store_slot_ops {
      * disk: tried again a second later), -ENOMEM, -EMFILE. */
     uint32_t (*take)(struct kvt_store *s, int *err);
     void (*give)(struct kvt_store *s, uint32_t slot);       /* free again */
+    /* The next n takes are coming (a flush's or a put's batch): whatever
+     * they will need made now, before their writes are in flight (a local
+     * store allocates their blocks). A hint: its failures are met and
+     * reported by the takes. NULL: nothing to prepare. */
+    void (*prepare)(struct kvt_store *s, uint32_t n);
     void (*retire)(struct kvt_store *s, uint32_t slot);     /* bad: never handed out again */
     /* The O_DIRECT descriptor and offset of a slot (write: writable). */
     int (*locate)(struct kvt_store *s, uint32_t slot, bool write, int *fd, uint64_t *off);

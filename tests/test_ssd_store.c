@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +332,45 @@ static void test_a_full_store_refuses_a_put_by_item(void **state)
     o.s->ops->close(o.s);
 }
 
+/* Bytes of blocks segment 0 of dir holds. */
+static uint64_t seg0_blocks(const char *dir)
+{
+    char path[256];
+    struct stat st;
+    kvt_ssd_segment_path(dir, 0, path, sizeof(path));
+    return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+/* prepare(n) allocates the blocks of the next n slots in one go, more than
+ * a take's growth step, so that the takes after it allocate nothing (a
+ * flush's writes then never wait behind an allocation); more than are free
+ * is as many as are free; blocks already there are not asked again. */
+static void test_prepare_allocates_the_next_takes_blocks(void **state)
+{
+    struct fx *f = *state;
+    enum { BIG = 1u << 20, SLOTS = 160, N = 100 }; /* N MiB: past the 64 MiB step */
+    struct kvt_store_params p = { .page_bytes = BIG, .fingerprint = FP, .dir = f->dir,
+                                  .capacity = (uint64_t)SLOTS * BIG };
+    struct kvt_store *s = NULL;
+    char err[256] = "";
+    assert_int_equal(kvt_ssd_store_ops.open(&p, &s, err, sizeof(err)), 0);
+    const struct kvt_store_slot_ops *sl = s->ops->slots;
+    assert_non_null(sl->prepare);
+    sl->prepare(s, N);
+    uint64_t have = seg0_blocks(f->dir);
+    assert_true(have >= (uint64_t)N * BIG);
+    int e = 0;
+    for (unsigned i = 0; i < N; i++)
+        assert_int_not_equal(sl->take(s, &e), KVT_NONE);
+    assert_int_equal(seg0_blocks(f->dir), have); /* the takes grew nothing */
+    sl->prepare(s, 10 * SLOTS);
+    uint64_t all = seg0_blocks(f->dir);
+    assert_true(all >= (uint64_t)SLOTS * BIG);
+    sl->prepare(s, SLOTS);
+    assert_int_equal(seg0_blocks(f->dir), all);
+    s->ops->close(s);
+}
+
 static void test_a_bad_open_says_why(void **state)
 {
     (void)state;
@@ -359,6 +399,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_slot_records_are_the_batched_calls_records, fx_setup,
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_a_full_store_refuses_a_put_by_item, fx_setup,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_prepare_allocates_the_next_takes_blocks, fx_setup,
                                         fx_teardown),
         cmocka_unit_test(test_a_bad_open_says_why),
     };
