@@ -237,6 +237,8 @@ struct kvt_ssd_tier {
     uint64_t progress;              /* pipe steps that finished jobs or freed slots:
                                        what SSD waiters watch */
     uint32_t flushes;               /* flushes between kvt_ssd_flush_begin and _end */
+    uint64_t takes;                 /* times the pipe took from the queue */
+    uint32_t take_waiters;          /* flushes waiting for the next take (flush_queue) */
     int read_err;                   /* the last read error that kept its page (PG_READ_ERR) */
     int write_err;                  /* the last write error, for kvt_flush's answer */
     int evict_err;                  /* an eviction's write failed: the next room maker says so */

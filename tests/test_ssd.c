@@ -1722,6 +1722,60 @@ static void test_write_ahead_sweep_starts_again(void **state)
     wait_on_ssd(e, 3);
 }
 
+/* A flush hands the pipe its first queue depth of writes before it queues
+ * the rest (tiers/ssd.c, flush_queue): the disk starts while the flush
+ * takes the other slots. Seen from the store: when the pipe looks up its
+ * first slot to write, the flush has taken exactly a queue depth of them,
+ * not all. And the slots' blocks were allocated before the first take: one
+ * allocation for the flush, not one per growth step. */
+static struct kvt_store_ops handover_ops;
+static struct kvt_store_slot_ops handover_slots;
+static const struct kvt_store_ops *handover_inner;
+static unsigned handover_takes, handover_at_first = UINT32_MAX;
+
+static uint32_t handover_take(struct kvt_store *s, int *err)
+{
+    handover_takes++;
+    return handover_inner->slots->take(s, err);
+}
+
+static int handover_locate(struct kvt_store *s, uint32_t slot, bool write, int *fd, uint64_t *off)
+{
+    if (write && handover_at_first == UINT32_MAX)
+        handover_at_first = handover_takes;
+    return handover_inner->slots->locate(s, slot, write, fd, off);
+}
+
+static void test_flush_hands_writes_over(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 40 };
+    kvt_engine *e = fx_open(f, 1, 64, 128, 1);
+    kvt_lock(e);
+    e->dram.ahead_off = true; /* the flush writes them all, the puts none */
+    kvt_unlock(e);
+    for (uint32_t i = 0; i < N; i++)
+        put_ok(e, t_key(127, 0, i), 1);
+    kvt_lock(e);
+    handover_inner = e->ssd->ops;
+    handover_ops = *handover_inner;
+    handover_slots = *handover_inner->slots;
+    handover_slots.take = handover_take;
+    handover_slots.locate = handover_locate;
+    handover_ops.slots = &handover_slots;
+    e->ssd->ops = &handover_ops;
+    kvt_unlock(e);
+    assert_int_equal(kvt_flush(e), 0);
+    kvt_lock(e);
+    e->ssd->ops = handover_inner;
+    kvt_unlock(e);
+    assert_int_equal(handover_at_first, f->c.queue_depth);
+    assert_true(handover_takes >= N - 1); /* one page may be in HBM alone */
+    assert_int_equal(t_stats(e).resident_pages[KVT_TIER_SSD], N);
+    for (uint32_t i = 0; i < N; i++)
+        expect_get(e, t_key(127, 0, i), 1);
+}
+
 /* (16) io AUTO where io_uring is refused (KVT_IO_URING_DISABLE=1): the
  * engine opens on psync and says so in the stats; io URING is refused. */
 static void test_io_fallback(void **state)
@@ -2058,6 +2112,7 @@ int main(void)
         T2(test_flush_to_ssd),
         T2(test_persist_writes_ahead),
         T2(test_write_ahead_sweep_starts_again),
+        T2(test_flush_hands_writes_over),
         T1(test_io_fallback, P_PSYNC_NONE),
         T2(test_reopen_smaller_ssd),
         T2(test_flush_more_than_ssd),
