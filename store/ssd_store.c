@@ -683,8 +683,8 @@ uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err)
  * within what the disk can spare: at most half of the free space beyond
  * what the segment has (seg_grow's own bound), so that a hint never sets
  * off the full-disk pause a take would then meet. Failures are left for the
- * takes to meet and report (a message set here is only ever read after a
- * call that failed). */
+ * takes to meet and report; a segment file this made and could not grow is
+ * removed again, as a take's is (seg_drop_if_empty). */
 static void seg_prepare(struct kvt_ssd *s, uint32_t seg, uint32_t idx)
 {
     uint32_t lim = fsize_slots_now(s);
@@ -692,22 +692,28 @@ static void seg_prepare(struct kvt_ssd *s, uint32_t seg, uint32_t idx)
         return;
     if (idx >= lim)
         idx = lim - 1;
+    bool was_open = s->seg_state[seg] != SEG_UNKNOWN;
     if (kvt_now_ns() < s->seg_retry_ns[seg] || seg_open(s, seg, true) < 0)
         return;
     uint32_t have = s->seg_ready[seg];
+    if (idx < have)
+        return;
     struct statvfs vfs;
-    if (idx < have || fstatvfs(s->seg_fd[seg], &vfs) != 0)
-        return;
-    uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 / s->slot_bytes;
-    if (room == 0)
-        return;
-    if ((uint64_t)idx - have >= room)
+    uint64_t room = fstatvfs(s->seg_fd[seg], &vfs) == 0
+                        ? (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 / s->slot_bytes
+                        : 0;
+    if (room && (uint64_t)idx - have >= room)
         idx = (uint32_t)(have + room - 1);
-    (void)seg_grow(s, seg, idx + 1);
+    if ((!room || seg_grow(s, seg, idx + 1) < 0) && !was_open)
+        seg_drop_if_empty(s, seg);
 }
 
 void kvt_ssd_prepare(struct kvt_ssd *s, uint32_t n)
 {
+    /* A hint's failure is not the caller's: the thread's message stays what
+     * it was (a take that fails after it sets its own). */
+    char keep[512];
+    snprintf(keep, sizeof(keep), "%s", kvt_last_error());
     uint32_t seg = UINT32_MAX, hi = 0;
     n = n < s->nfree ? n : s->nfree;
     for (uint32_t i = 0; i < n; i++) {
@@ -720,6 +726,7 @@ void kvt_ssd_prepare(struct kvt_ssd *s, uint32_t n)
     }
     if (seg != UINT32_MAX)
         seg_prepare(s, seg, hi);
+    kvt_fail(0, "%s", keep);
 }
 
 void kvt_ssd_free(struct kvt_ssd *s, uint32_t slot)

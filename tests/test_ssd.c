@@ -1732,11 +1732,38 @@ static struct kvt_store_ops handover_ops;
 static struct kvt_store_slot_ops handover_slots;
 static const struct kvt_store_ops *handover_inner;
 static unsigned handover_takes, handover_at_first = UINT32_MAX;
+static unsigned handover_prepares, handover_prepared, handover_takes_at_prepare;
 
 static uint32_t handover_take(struct kvt_store *s, int *err)
 {
     handover_takes++;
     return handover_inner->slots->take(s, err);
+}
+
+static void handover_prepare(struct kvt_store *s, uint32_t n)
+{
+    handover_prepares++;
+    handover_prepared = n;
+    handover_takes_at_prepare = handover_takes;
+    handover_inner->slots->prepare(s, n);
+}
+
+static int handover_locate(struct kvt_store *s, uint32_t slot, bool write, int *fd,
+                           uint64_t *off);
+
+/* The store's table with take, locate and prepare counted (locked). */
+static void handover_wrap(kvt_engine *e)
+{
+    handover_takes = handover_prepares = handover_prepared = 0;
+    handover_at_first = UINT32_MAX;
+    handover_inner = e->ssd->ops;
+    handover_ops = *handover_inner;
+    handover_slots = *handover_inner->slots;
+    handover_slots.take = handover_take;
+    handover_slots.locate = handover_locate;
+    handover_slots.prepare = handover_prepare;
+    handover_ops.slots = &handover_slots;
+    e->ssd->ops = &handover_ops;
 }
 
 static int handover_locate(struct kvt_store *s, uint32_t slot, bool write, int *fd, uint64_t *off)
@@ -1757,13 +1784,7 @@ static void test_flush_hands_writes_over(void **state)
     for (uint32_t i = 0; i < N; i++)
         put_ok(e, t_key(127, 0, i), 1);
     kvt_lock(e);
-    handover_inner = e->ssd->ops;
-    handover_ops = *handover_inner;
-    handover_slots = *handover_inner->slots;
-    handover_slots.take = handover_take;
-    handover_slots.locate = handover_locate;
-    handover_ops.slots = &handover_slots;
-    e->ssd->ops = &handover_ops;
+    handover_wrap(e);
     kvt_unlock(e);
     assert_int_equal(kvt_flush(e), 0);
     kvt_lock(e);
@@ -1771,9 +1792,35 @@ static void test_flush_hands_writes_over(void **state)
     kvt_unlock(e);
     assert_int_equal(handover_at_first, f->c.queue_depth);
     assert_true(handover_takes >= N - 1); /* one page may be in HBM alone */
+    assert_int_equal(handover_prepares, 1);
+    assert_int_equal(handover_takes_at_prepare, 0);
+    assert_true(handover_prepared >= N - 1);
     assert_int_equal(t_stats(e).resident_pages[KVT_TIER_SSD], N);
     for (uint32_t i = 0; i < N; i++)
         expect_get(e, t_key(127, 0, i), 1);
+}
+
+/* A persist put that writes its own pages asks the store to prepare each
+ * batch's slots before it takes the first of them (tiers/ssd_caller.c). */
+static void test_put_prepares_its_slots(void **state)
+{
+    struct fx *f = *state;
+    kvt_engine *e = fx_open(f, 1, 16, 64, 1);
+    kvt_lock(e);
+    bool own = kvt_ssd_caller_writes(e);
+    handover_wrap(e);
+    kvt_unlock(e);
+    assert_true(own); /* persist, no codec, write-ahead on */
+    put_ok(e, t_key(128, 0, 0), 1);
+    kvt_lock(e);
+    e->ssd->ops = handover_inner;
+    kvt_unlock(e);
+    assert_true(handover_prepares >= 1);
+    assert_int_equal(handover_takes_at_prepare, 0);
+    assert_int_equal(handover_prepared, 1);
+    assert_true(handover_takes >= 1);
+    assert_int_equal(kvt_flush(e), 0);
+    expect_get(e, t_key(128, 0, 0), 1);
 }
 
 /* (16) io AUTO where io_uring is refused (KVT_IO_URING_DISABLE=1): the
@@ -2113,6 +2160,7 @@ int main(void)
         T2(test_persist_writes_ahead),
         T2(test_write_ahead_sweep_starts_again),
         T2(test_flush_hands_writes_over),
+        T1(test_put_prepares_its_slots, P_PSYNC_NONE),
         T1(test_io_fallback, P_PSYNC_NONE),
         T2(test_reopen_smaller_ssd),
         T2(test_flush_more_than_ssd),
