@@ -512,6 +512,17 @@ static uint64_t seg_len(const struct kvt_ssd *s, uint32_t seg)
  * room for a step gets the one slot asked for, and smaller steps from then
  * on. A failed allocation is undone (the file goes back to its size), so a
  * full disk is not left fuller. */
+/* Slots' worth of blocks the disk under fd can spare for one allocation:
+ * half of what is free (seg_grow says why). False when it cannot say. */
+static bool spare_slots(const struct kvt_ssd *s, int fd, uint64_t *room)
+{
+    struct statvfs vfs;
+    if (fstatvfs(fd, &vfs) != 0)
+        return false;
+    *room = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 / s->slot_bytes;
+    return true;
+}
+
 static int seg_grow(struct kvt_ssd *s, uint32_t seg, uint32_t want)
 {
     uint32_t cap = (uint32_t)(seg_len(s, seg) / s->slot_bytes);
@@ -527,12 +538,10 @@ static int seg_grow(struct kvt_ssd *s, uint32_t seg, uint32_t want)
      * an allocation with ENOSPC may keep the blocks it took before failing
      * (ext4 does), blocks of slots not handed out yet that the disk then
      * lacks for the ones that are. At most half of what is free. */
-    struct statvfs vfs;
     uint32_t step = s->grow_slots;
-    if (fstatvfs(fd, &vfs) == 0) {
-        uint64_t room = (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 / s->slot_bytes;
+    uint64_t room;
+    if (spare_slots(s, fd, &room))
         step = room < step ? (uint32_t)room : step; /* 0: the slot asked for alone */
-    }
     for (;;) {
         uint32_t to = have + step;
         to = to < want ? want : to > cap ? cap : to;
@@ -683,8 +692,8 @@ uint32_t kvt_ssd_alloc(struct kvt_ssd *s, int *err)
  * within what the disk can spare: at most half of the free space beyond
  * what the segment has (seg_grow's own bound), so that a hint never sets
  * off the full-disk pause a take would then meet. Failures are left for the
- * takes to meet and report; a segment file this made and could not grow is
- * removed again, as a take's is (seg_drop_if_empty). */
+ * takes to meet and report; a segment left with no block and no page is
+ * removed again, as after a take's failed growth (seg_drop_if_empty). */
 static void seg_prepare(struct kvt_ssd *s, uint32_t seg, uint32_t idx)
 {
     uint32_t lim = fsize_slots_now(s);
@@ -692,19 +701,15 @@ static void seg_prepare(struct kvt_ssd *s, uint32_t seg, uint32_t idx)
         return;
     if (idx >= lim)
         idx = lim - 1;
-    bool was_open = s->seg_state[seg] != SEG_UNKNOWN;
     if (kvt_now_ns() < s->seg_retry_ns[seg] || seg_open(s, seg, true) < 0)
         return;
     uint32_t have = s->seg_ready[seg];
     if (idx < have)
         return;
-    struct statvfs vfs;
-    uint64_t room = fstatvfs(s->seg_fd[seg], &vfs) == 0
-                        ? (uint64_t)vfs.f_bavail * vfs.f_frsize / 2 / s->slot_bytes
-                        : 0;
-    if (room && (uint64_t)idx - have >= room)
+    uint64_t room = 0;
+    if (spare_slots(s, s->seg_fd[seg], &room) && room && (uint64_t)idx - have >= room)
         idx = (uint32_t)(have + room - 1);
-    if ((!room || seg_grow(s, seg, idx + 1) < 0) && !was_open)
+    if (!room || seg_grow(s, seg, idx + 1) < 0)
         seg_drop_if_empty(s, seg);
 }
 

@@ -201,8 +201,8 @@ static int sl_forget(struct kvt_store *s, const struct kvt_store_rec *rec, size_
 
 static const struct kvt_store_slot_ops ssd_slot_ops = {
     .nslots = sl_nslots, .usable = sl_usable, .bad = sl_bad, .take = sl_take, .give = sl_give,
-    .prepare = sl_prepare, .retire = sl_retire, .locate = sl_locate, .written = sl_written, .seed = sl_seed,
-    .commit = sl_commit, .forget = sl_forget,
+    .prepare = sl_prepare, .retire = sl_retire, .locate = sl_locate, .written = sl_written,
+    .seed = sl_seed, .commit = sl_commit, .forget = sl_forget,
 };
 
 /* ------------------------------------------------------------- batched calls */

@@ -1748,8 +1748,12 @@ static void handover_prepare(struct kvt_store *s, uint32_t n)
     handover_inner->slots->prepare(s, n);
 }
 
-static int handover_locate(struct kvt_store *s, uint32_t slot, bool write, int *fd,
-                           uint64_t *off);
+static int handover_locate(struct kvt_store *s, uint32_t slot, bool write, int *fd, uint64_t *off)
+{
+    if (write && handover_at_first == UINT32_MAX)
+        handover_at_first = handover_takes;
+    return handover_inner->slots->locate(s, slot, write, fd, off);
+}
 
 /* The store's table with take, locate and prepare counted (locked). */
 static void handover_wrap(kvt_engine *e)
@@ -1766,11 +1770,10 @@ static void handover_wrap(kvt_engine *e)
     e->ssd->ops = &handover_ops;
 }
 
-static int handover_locate(struct kvt_store *s, uint32_t slot, bool write, int *fd, uint64_t *off)
+/* The store's own table again (locked). */
+static void handover_unwrap(kvt_engine *e)
 {
-    if (write && handover_at_first == UINT32_MAX)
-        handover_at_first = handover_takes;
-    return handover_inner->slots->locate(s, slot, write, fd, off);
+    e->ssd->ops = handover_inner;
 }
 
 static void test_flush_hands_writes_over(void **state)
@@ -1788,7 +1791,7 @@ static void test_flush_hands_writes_over(void **state)
     kvt_unlock(e);
     assert_int_equal(kvt_flush(e), 0);
     kvt_lock(e);
-    e->ssd->ops = handover_inner;
+    handover_unwrap(e);
     kvt_unlock(e);
     assert_int_equal(handover_at_first, f->c.queue_depth);
     assert_true(handover_takes >= N - 1); /* one page may be in HBM alone */
@@ -1813,7 +1816,7 @@ static void test_put_prepares_its_slots(void **state)
     assert_true(own); /* persist, no codec, write-ahead on */
     put_ok(e, t_key(128, 0, 0), 1);
     kvt_lock(e);
-    e->ssd->ops = handover_inner;
+    handover_unwrap(e);
     kvt_unlock(e);
     assert_true(handover_prepares >= 1);
     assert_int_equal(handover_takes_at_prepare, 0);

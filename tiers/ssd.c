@@ -480,8 +480,7 @@ static void flush_queue(kvt_engine *e, struct kvt_flush_set *fs)
     uint32_t n = 0, k = 0;
     for (size_t i = 0; i < fs->n; i++)
         n += flush_queues(e, &fs->items[i]);
-    if (n && kvt_slots(e)->prepare)
-        kvt_slots(e)->prepare(e->ssd, n);
+    kvt_slots_prepare(e, n);
     for (size_t i = 0; i < fs->n; i++) {
         if (!flush_queues(e, &fs->items[i]))
             continue;

@@ -396,8 +396,7 @@ size_t kvt_ssd_caller_write(kvt_engine *e, struct kvt_caller_write *w, size_t n,
     /* The first m pages, up to the first that gets no slot, in the
      * caller's order: their slots ascend as the pages do, their blocks
      * allocated in one go (the store's prepare, as a flush's). */
-    if (kvt_slots(e)->prepare)
-        kvt_slots(e)->prepare(e->ssd, (uint32_t)n);
+    kvt_slots_prepare(e, (uint32_t)n);
     for (size_t i = 0; i < n && write_prepare(e, &w[i]); i++)
         m++;
     if (!m) {

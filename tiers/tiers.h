@@ -16,6 +16,13 @@ static inline const struct kvt_store_slot_ops *kvt_slots(const kvt_engine *e)
     return e->ssd->ops->slots;
 }
 
+/* Tells the store that n takes are coming (its optional prepare). */
+static inline void kvt_slots_prepare(kvt_engine *e, uint32_t n)
+{
+    if (n && kvt_slots(e)->prepare)
+        kvt_slots(e)->prepare(e->ssd, n);
+}
+
 /* ------------------------------------------------------------- ssd_team.c */
 
 /* CPUs this process may run on (its affinity mask), at least 1. */
